@@ -1,0 +1,83 @@
+# madtrace — all set-up happens here, so that a fresh clone needs only
+# `make demo` or `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+APT_STAMP := build/.apt-installed
+APT_PACKAGES := gcc make valgrind uftrace binutils procps
+
+TEST_SRCS := $(wildcard tests/progs/*.c)
+TEST_NAMES := $(notdir $(TEST_SRCS:.c=))
+# every test program at -O0 and -O2, PIE and non-PIE
+VARIANTS := O0-pie O0-nopie O2-pie O2-nopie
+TEST_BINS := $(foreach n,$(TEST_NAMES),$(foreach v,$(VARIANTS),build/tests/$(n)-$(v)))
+# a stripped copy of each, for the "stripped binary" paths
+STRIPPED_BINS := $(foreach n,$(TEST_NAMES),build/tests/$(n)-O2-pie-stripped)
+EXAMPLE_SRCS := $(wildcard examples/*.c)
+EXAMPLE_BINS := $(patsubst examples/%.c,build/examples/%,$(EXAMPLE_SRCS))
+
+CFLAGS_COMMON := -g -Wall -Wno-unused-result -fno-omit-frame-pointer -pthread
+
+.PHONY: all setup deps venv programs demo test bench clean distclean
+
+all: setup
+
+setup: deps venv programs
+
+# apt packages the tests use as oracles (valgrind, uftrace) and to build.
+deps: $(APT_STAMP)
+$(APT_STAMP):
+	@mkdir -p build
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing apt packages:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@touch $@
+
+venv: $(STAMP)
+$(STAMP): pyproject.toml
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+	$(VPY) -m pip install -q -e '.[test]'
+	@touch $@
+
+programs: $(TEST_BINS) $(STRIPPED_BINS) $(EXAMPLE_BINS)
+
+build/tests/%-O0-pie: tests/progs/%.c
+	@mkdir -p $(@D)
+	gcc $(CFLAGS_COMMON) -O0 -fPIE -pie -o $@ $<
+build/tests/%-O0-nopie: tests/progs/%.c
+	@mkdir -p $(@D)
+	gcc $(CFLAGS_COMMON) -O0 -fno-pie -no-pie -o $@ $<
+build/tests/%-O2-pie: tests/progs/%.c
+	@mkdir -p $(@D)
+	gcc $(CFLAGS_COMMON) -O2 -fPIE -pie -o $@ $<
+build/tests/%-O2-nopie: tests/progs/%.c
+	@mkdir -p $(@D)
+	gcc $(CFLAGS_COMMON) -O2 -fno-pie -no-pie -o $@ $<
+build/tests/%-O2-pie-stripped: build/tests/%-O2-pie
+	strip -o $@ $<
+build/examples/%: examples/%.c
+	@mkdir -p $(@D)
+	gcc $(CFLAGS_COMMON) -O0 -o $@ $<
+
+demo: setup
+	@rm -rf build/demo.data
+	$(VENV)/bin/madtrace record -o build/demo.data -- build/examples/demo 
+	$(VENV)/bin/madtrace summary build/demo.data
+
+test: setup
+	$(VENV)/bin/python -m pytest -q tests
+
+bench: setup
+	$(VENV)/bin/python bench/run_all.py
+
+clean:
+	rm -rf build
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info

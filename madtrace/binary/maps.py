@@ -1,0 +1,151 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Parsing of ``/proc/PID/maps`` and reading of ``/proc/PID/mem``.
+
+API
+---
+``Mapping``
+    Frozen dataclass for one line of the maps file: ``start``, ``end``
+    (exclusive), ``perms`` (``"r-xp"``), ``offset`` (file offset), ``dev``
+    (``"fd:01"``), ``inode`` (int) and ``path`` (``""`` for anonymous
+    memory, ``"[heap]"``, ``"[stack]"``, ``"[vdso]"``... for special ones).
+    Helpers: ``size``, ``is_file``, ``is_special``, ``deleted``,
+    ``contains(addr)``, ``label`` (short region name: file basename,
+    ``[heap]``, ``anon``...).
+``parse_maps(text) -> list[Mapping]``
+    Parse the text of a maps file (lines that do not parse are skipped).
+``read_maps(pid) -> list[Mapping]``
+    Read and parse ``/proc/PID/maps``.  Raises ``NoSuchProcessError`` when
+    the process does not exist and ``PermissionDeniedError`` when access is
+    refused.
+``read_memory(pid, addr, size) -> bytes``
+    Read target memory through ``/proc/PID/mem`` (``TargetMemoryError`` on
+    failure).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+
+from madtrace.errors import (
+    NoSuchProcessError,
+    PermissionDeniedError,
+    TargetMemoryError,
+)
+
+_DELETED = " (deleted)"
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    start: int
+    end: int
+    perms: str
+    offset: int
+    dev: str
+    inode: int
+    path: str
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    @property
+    def deleted(self) -> bool:
+        return self.path.endswith(_DELETED)
+
+    @property
+    def file_path(self) -> str:
+        """The path without a trailing `` (deleted)`` marker."""
+        if self.deleted:
+            return self.path[: -len(_DELETED)]
+        return self.path
+
+    @property
+    def is_file(self) -> bool:
+        return self.path.startswith("/")
+
+    @property
+    def is_special(self) -> bool:
+        return self.path.startswith("[")
+
+    @property
+    def label(self) -> str:
+        """Short region name: ``[heap]``, ``[stack]``, ``anon``, file basename."""
+        if not self.path:
+            return "anon"
+        if self.is_file:
+            return os.path.basename(self.file_path)
+        return self.path
+
+    def contains(self, addr: int) -> bool:
+        return self.start <= addr < self.end
+
+
+def parse_maps(text: str) -> list[Mapping]:
+    """Parse the contents of a ``/proc/PID/maps`` file."""
+    out: list[Mapping] = []
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 5:
+            continue
+        try:
+            lo, hi = parts[0].split("-", 1)
+            start = int(lo, 16)
+            end = int(hi, 16)
+            offset = int(parts[2], 16)
+            inode = int(parts[4])
+        except ValueError:
+            continue
+        path = parts[5].strip() if len(parts) > 5 else ""
+        out.append(Mapping(start, end, parts[1], offset, parts[3], inode, path))
+    out.sort(key=lambda m: m.start)
+    return out
+
+
+def _check_pid(pid) -> int:
+    try:
+        pid = int(pid)
+    except (TypeError, ValueError):
+        raise NoSuchProcessError(f"invalid process id: {pid!r}") from None
+    if pid <= 0:
+        raise NoSuchProcessError(f"invalid process id: {pid}")
+    return pid
+
+
+def read_maps(pid: int) -> list[Mapping]:
+    """Return the memory mappings of process *pid*, sorted by start address."""
+    pid = _check_pid(pid)
+    try:
+        with open(f"/proc/{pid}/maps", "r", encoding="utf-8", errors="surrogateescape") as f:
+            text = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        raise NoSuchProcessError(f"no such process: {pid}") from None
+    except PermissionError:
+        raise PermissionDeniedError(f"cannot read /proc/{pid}/maps: permission denied") from None
+    except OSError as e:
+        if e.errno in (errno.ESRCH, errno.ENOENT):
+            raise NoSuchProcessError(f"no such process: {pid}") from None
+        raise PermissionDeniedError(f"cannot read /proc/{pid}/maps: {e.strerror}") from None
+    return parse_maps(text)
+
+
+def read_memory(pid: int, addr: int, size: int) -> bytes:
+    """Read *size* bytes at *addr* of process *pid* through /proc/PID/mem."""
+    pid = _check_pid(pid)
+    try:
+        with open(f"/proc/{pid}/mem", "rb", buffering=0) as f:
+            f.seek(addr)
+            data = f.read(size)
+    except (FileNotFoundError, ProcessLookupError):
+        raise NoSuchProcessError(f"no such process: {pid}") from None
+    except PermissionError:
+        raise PermissionDeniedError(f"cannot read /proc/{pid}/mem: permission denied") from None
+    except OSError as e:
+        raise TargetMemoryError(
+            f"cannot read {size} bytes at {addr:#x} of process {pid}: {e.strerror}"
+        ) from None
+    if data is None or len(data) != size:
+        raise TargetMemoryError(f"short read of {size} bytes at {addr:#x} of process {pid}")
+    return data

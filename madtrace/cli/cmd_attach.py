@@ -1,0 +1,33 @@
+"""madtrace attach PID -o DIR [-f PATTERN]... [--data] [--duration SECONDS]"""
+
+from __future__ import annotations
+
+from ..errors import UsageError
+from ..session import Recording
+from .options import add_recording_arguments, recording_options
+
+NAME = "attach"
+HELP = ("attach to a running process (every thread), trace it until it exits, "
+        "--duration expires, or Ctrl-C/SIGTERM/SIGHUP, then detach leaving it running")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("pid", help="process to attach to")
+    add_recording_arguments(parser, default_output="madtrace.data")
+    parser.add_argument("--duration", type=float, metavar="SECONDS",
+                        help="detach after this many seconds")
+
+
+def run(args) -> int:
+    try:
+        pid = int(args.pid)
+    except ValueError:
+        raise UsageError(f"not a PID: {args.pid!r}") from None
+    if args.target_command:
+        raise UsageError("attach takes a PID, not a command after --")
+    recording = Recording(recording_options(args, args.output))
+    recording.attach(pid)
+    recording.log(f"attached to process {pid} ({recording.tracee.threads_seen} threads)")
+    status = recording.run()
+    recording.log(f"trace written to {args.output}")
+    return 0 if status is None else status

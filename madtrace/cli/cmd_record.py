@@ -1,0 +1,31 @@
+"""madtrace record -o DIR [-f PATTERN]... [--data] [--force] -- CMD ARGS..."""
+
+from __future__ import annotations
+
+from ..errors import UsageError
+from ..session import Recording
+from .options import add_recording_arguments, recording_options
+
+NAME = "record"
+HELP = "launch CMD under madtrace and write a trace directory; exits with CMD's status"
+
+
+def add_arguments(parser) -> None:
+    add_recording_arguments(parser, default_output="madtrace.data")
+    parser.add_argument("--start-at", choices=("entry", "main"), default="entry",
+                        help="where tracing starts: the program's entry point or main()")
+
+
+def record(args, output: str) -> tuple[Recording, int | None]:
+    if not args.target_command:
+        raise UsageError("no command given: madtrace record [options] -- CMD ARGS...")
+    recording = Recording(recording_options(args, output))
+    recording.launch(args.target_command)
+    status = recording.run()
+    recording.log(f"trace written to {output}")
+    return recording, status
+
+
+def run(args) -> int:
+    _, status = record(args, args.output)
+    return 0 if status is None else status

@@ -1,0 +1,24 @@
+"""madtrace [options] -- CMD ARGS...: record into a fresh directory, print a summary."""
+
+from __future__ import annotations
+
+import sys
+
+from ..trace import store
+from . import cmd_record
+from .cmd_summary import print_human_summary
+
+NAME = "run"
+HELP = "record CMD into a new trace directory, then print a human summary"
+
+
+def add_arguments(parser) -> None:
+    cmd_record.add_arguments(parser)
+    parser.set_defaults(output=None)
+
+
+def run(args) -> int:
+    output = args.output or store.default_trace_dir()
+    recording, status = cmd_record.record(args, output)
+    print_human_summary(recording.meta, output, sys.stderr)
+    return 0 if status is None else status

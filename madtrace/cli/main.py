@@ -1,0 +1,90 @@
+"""Entry point of the ``madtrace`` (and ``tracer``) command.
+
+Each subcommand lives in its own module exposing ``NAME``, ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int``.  ``madtrace -- CMD`` and
+``madtrace [options] -- CMD`` are the ``run`` subcommand (record, then print a
+summary).  Every madtrace error is printed as one line and mapped to its
+distinct exit code (``madtrace.errors``); set MADTRACE_DEBUG=1 for tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .. import __version__
+from ..errors import MadtraceError, UsageError
+from . import cmd_attach, cmd_record, cmd_run, cmd_summary
+
+COMMANDS = {module.NAME: module for module in (cmd_run, cmd_record, cmd_attach, cmd_summary)}
+INTERNAL_ERROR_EXIT = 70
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, our exit code for usage errors
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="madtrace", description=(
+        "Trace function calls and data memory accesses of a Linux x86-64 program "
+        "with ptrace, without recompiling it."),
+        epilog="madtrace -- CMD ARGS...   records CMD and prints a summary")
+    parser.add_argument("--version", action="version", version=f"madtrace {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, module in COMMANDS.items():
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+    return parser
+
+
+def normalise_argv(argv: list[str]) -> list[str]:
+    """``madtrace [opts] -- CMD`` → ``madtrace run [opts] -- CMD``."""
+    if not argv:
+        return argv
+    first = argv[0]
+    if first in COMMANDS or first in ("-h", "--help", "--version"):
+        return argv
+    if first == "--" or first.startswith("-"):
+        return ["run"] + argv
+    return argv
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split at the first ``--``: madtrace's own arguments, the target command."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = normalise_argv(list(sys.argv[1:] if argv is None else argv))
+    try:
+        own, target = split_command(argv)
+        parser = build_parser()
+        args = parser.parse_args(own)
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            raise UsageError("a command is required, e.g. madtrace -- ./prog args")
+        args.target_command = target
+        return COMMANDS[args.command].run(args)
+    except MadtraceError as exc:
+        print(f"madtrace: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("madtrace: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 141
+    except Exception as exc:  # a bug: one line unless asked for more
+        if os.environ.get("MADTRACE_DEBUG"):
+            raise
+        print(f"madtrace: internal error: {type(exc).__name__}: {exc} "
+              "(set MADTRACE_DEBUG=1 for a traceback)", file=sys.stderr)
+        return INTERNAL_ERROR_EXIT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

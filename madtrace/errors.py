@@ -1,0 +1,87 @@
+"""Error classes of madtrace, each with its own process exit code.
+
+Every error that a user can cause (bad PID, missing command, corrupt trace
+directory...) is one of these; the CLI prints ``madtrace: <message>`` on one
+line and exits with ``exit_code``.  Exit codes are distinct per class so that
+scripts can tell failures apart.  Codes stay below 64 so that they never
+collide with 128+N, the status madtrace returns when its target dies of
+signal N.
+"""
+
+
+class MadtraceError(Exception):
+    """Base class. ``exit_code`` is the process status the CLI exits with."""
+
+    exit_code = 10
+
+
+class UsageError(MadtraceError):
+    """Bad command-line arguments or options."""
+
+    exit_code = 2
+
+
+class NoSuchProcessError(MadtraceError):
+    """The PID does not exist (or exited while we worked on it)."""
+
+    exit_code = 11
+
+
+class PermissionDeniedError(MadtraceError):
+    """ptrace or /proc access was refused (EPERM/EACCES, yama, another tracer)."""
+
+    exit_code = 12
+
+
+class KernelThreadError(MadtraceError):
+    """The PID is a kernel thread, which cannot be traced."""
+
+    exit_code = 13
+
+
+class CommandNotFoundError(MadtraceError):
+    """The program to launch does not exist or is not executable."""
+
+    exit_code = 14
+
+
+class NotElfError(MadtraceError):
+    """A file that should be an ELF x86-64 object is not."""
+
+    exit_code = 15
+
+
+class UnknownSymbolError(MadtraceError):
+    """A function or variable name matched nothing."""
+
+    exit_code = 16
+
+
+class OutputExistsError(MadtraceError):
+    """An output file or directory exists and --force was not given."""
+
+    exit_code = 17
+
+
+class CorruptTraceError(MadtraceError):
+    """A trace directory is missing files or has unreadable contents."""
+
+    exit_code = 18
+
+
+class TargetMemoryError(MadtraceError):
+    """Reading or writing the target's memory failed (unmapped address...)."""
+
+    exit_code = 19
+
+
+class TracerInternalError(MadtraceError):
+    """A ptrace call failed in a way that indicates a madtrace bug."""
+
+    exit_code = 20
+
+
+class StrippedBinaryError(MadtraceError):
+    """The operation needs symbols the binary does not have."""
+
+    exit_code = 21

@@ -1,0 +1,241 @@
+"""The run loop: what madtrace does with each event of its targets.
+
+Policy, in one place:
+- a signal not caused by madtrace is delivered to the target unchanged;
+- new threads are traced (PTRACE_O_TRACECLONE) and resumed;
+- fork/vfork children are followed (traced as another ``Tracee``) or left
+  (``before_fork_detach`` hooks undo madtrace's patches in the child, then it
+  is detached);
+- exec rebuilds what depends on the image (``on_exec`` hooks);
+- group-stops keep the target job-control stopped (PTRACE_LISTEN);
+- a stop request (Ctrl-C, SIGTERM, SIGHUP, --duration, a REPL command) stops
+  every thread, runs the ``before_detach`` hooks (which restore all patches
+  and protections) and detaches: the target continues as if never traced.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Callable
+
+from ..errors import NoSuchProcessError
+from . import ptrace_raw as pr
+from .events import (GroupStop, PtraceEventStop, SignalStop, SyscallStop, ThreadExited,
+                     ThreadKilled, TrapStop)
+from .tracee import Tracee, ThreadState, thread_group_of
+
+SIGTRAP = signal.SIGTRAP
+INT3 = b"\xcc"
+
+
+class Controller:
+    def __init__(self, tracee: Tracee, follow_forks: bool = False):
+        self.tracee = tracee
+        self.follow_forks = follow_forks
+        self.children: dict[int, Tracee] = {}     # followed fork children, by pid
+        self.child_exit: dict[int, object] = {}
+        self.forks_seen = 0
+        self.execs_seen = 0
+        self.signals_forwarded = 0
+        self.stop_reason: str | None = None
+        self.on_exec: list[Callable[[Tracee], None]] = []
+        self.before_detach: list[Callable[[Tracee], None]] = []
+        self.before_fork_detach: list[Callable[[Tracee, int], None]] = []
+        # called at PTRACE_EVENT_EXIT, while the exiting thread is still stopped
+        self.on_thread_exit: list[Callable[[Tracee, int], None]] = []
+        # engines claim signals they caused (breakpoints, protection faults); return True if handled
+        self.signal_claimers: list[Callable[[Tracee, SignalStop], bool]] = []
+        self._pending_foreign: dict[int, int] = {}  # pid -> wait status of not-yet-announced fork children
+
+    # ------------------------------------------------------------ stop requests
+    def request_stop(self, reason: str) -> None:
+        """Async-safe enough for a Python signal handler: sets the reason and kicks
+        one running thread so that the blocking wait returns."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        for state in list(self.tracee.threads.values()):
+            if state.running and not state.gone:
+                try:
+                    pr.interrupt(state.tid)
+                    return
+                except Exception:
+                    continue
+
+    def install_signal_handlers(self, launched: bool) -> dict:
+        """SIGTERM/SIGHUP (and SIGINT when attached) make madtrace restore and detach.
+        When madtrace launched the target, Ctrl-C at the terminal reaches the target
+        too, as without madtrace; the tracer then follows the target's fate."""
+        previous = {}
+
+        def handler(signum, frame):
+            self.request_stop(signal.Signals(signum).name)
+
+        sigs = [signal.SIGTERM, signal.SIGHUP] + ([] if launched else [signal.SIGINT])
+        for sig in sigs:
+            previous[sig] = signal.signal(sig, handler)
+        if launched:
+            previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return previous
+
+    def arm_duration(self, seconds: float | None) -> None:
+        if seconds:
+            signal.signal(signal.SIGALRM, lambda s, f: self.request_stop("duration"))
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+
+    # -------------------------------------------------------------- main loop
+    def run(self) -> str:
+        """Runs until the target exits ('exited') or a stop request ('detached')."""
+        tracee = self.tracee
+        tracee.resume_all()
+        while True:
+            if self.stop_reason is not None:
+                self.detach_all()
+                return "detached"
+            if tracee.exit_event is not None and not tracee.threads:
+                self._reap_children()
+                return "exited"
+            event = tracee.wait_event(block=True)
+            self._route_foreign()
+            if event is None:
+                if tracee.exit_event is None and not tracee.threads:
+                    return "exited"
+                continue
+            self.handle(event)
+
+    def handle(self, event, tracee: Tracee | None = None) -> None:
+        tracee = tracee or self.tracee
+        tid = event.tid
+        if isinstance(event, (ThreadExited, ThreadKilled)):
+            return
+        if isinstance(event, SignalStop):
+            for claim in self.signal_claimers:
+                if claim(tracee, event):
+                    return
+            self.signals_forwarded += 1
+            tracee.resume(tid, event.signum)
+            return
+        if isinstance(event, PtraceEventStop):
+            if event.event in (pr.PTRACE_EVENT_FORK, pr.PTRACE_EVENT_VFORK):
+                self._on_fork(tracee, event.message)
+            elif event.event == pr.PTRACE_EVENT_EXEC:
+                self.execs_seen += 1
+                for hook in self.on_exec:
+                    hook(tracee)
+            elif event.event == pr.PTRACE_EVENT_EXIT:
+                for hook in self.on_thread_exit:
+                    hook(tracee, tid)
+            tracee.resume(tid, 0)
+            return
+        if isinstance(event, (GroupStop, TrapStop, SyscallStop)):
+            tracee.resume(tid, 0)
+            return
+        raise AssertionError(f"unhandled event {event!r}")
+
+    # ------------------------------------------------------------ fork/vfork
+    def _on_fork(self, parent: Tracee, child_pid: int) -> None:
+        self.forks_seen += 1
+        child = Tracee.__new__(Tracee)
+        Tracee.__init__(child, child_pid, launched=False, options=parent.options)
+        child.threads[child_pid] = ThreadState(child_pid, running=True)
+        # the child's first stop (a TrapStop) may already have been read
+        status = self._pending_foreign.pop(child_pid, None)
+        if status is not None:
+            child.record(child_pid, status)
+        else:
+            child.wait_event(block=True, tid=child_pid)
+        if self.follow_forks:
+            self.children[child_pid] = child
+            child.resume(child_pid, 0)
+            return
+        for hook in self.before_fork_detach:
+            hook(child, child_pid)
+        try:
+            pr.detach(child_pid, 0)
+        except NoSuchProcessError:
+            pass
+        child.mem.close()
+
+    def _route_foreign(self) -> None:
+        for tracee in [self.tracee] + list(self.children.values()):
+            while tracee.foreign:
+                tid, status = tracee.foreign.pop(0)
+                owner = self._owner_of(tid)
+                if owner is None:
+                    self._pending_foreign[tid] = status
+                    continue
+                if tid not in owner.threads and not os.WIFSTOPPED(status):
+                    continue
+                if tid not in owner.threads:
+                    owner.threads[tid] = ThreadState(tid, running=True)
+                event = owner.record(tid, status)
+                if owner.exit_event is not None and not owner.threads:
+                    self.child_exit[owner.pid] = owner.exit_event
+                    self.children.pop(owner.pid, None)
+                    continue
+                self.handle(event, owner)
+
+    def _owner_of(self, tid: int) -> Tracee | None:
+        if tid in self.children:
+            return self.children[tid]
+        for child in self.children.values():
+            if tid in child.threads:
+                return child
+        tgid = thread_group_of(tid)
+        return self.children.get(tgid) if tgid is not None else None
+
+    def _reap_children(self) -> None:
+        """Followed children still running when the main target exits keep being
+        traced until they exit too."""
+        while self.children:
+            any_child = next(iter(self.children.values()))
+            event = any_child.wait_event(block=True)
+            self._route_foreign()
+            if event is None:
+                self.children.pop(any_child.pid, None)
+                continue
+            if any_child.exit_event is not None and not any_child.threads:
+                self.child_exit[any_child.pid] = any_child.exit_event
+                self.children.pop(any_child.pid, None)
+                continue
+            self.handle(event, any_child)
+
+    # ---------------------------------------------------------------- leaving
+    def detach_all(self) -> None:
+        for tracee in [self.tracee] + list(self.children.values()):
+            tracee.stop_all_quietly()
+            for hook in self.before_detach:
+                try:
+                    hook(tracee)
+                except Exception:
+                    # keep restoring and detaching: a half-restored target is still
+                    # better than one left stopped under a dead tracer
+                    pass
+            tracee.detach()
+
+    # --------------------------------------------------------- breakpoints
+    def run_to(self, address: int) -> None:
+        """Continue the (single-threaded, freshly exec'd) target until ``address``,
+        with a temporary int3, and leave it stopped there with rip = address."""
+        tracee = self.tracee
+        original = tracee.mem.read(address, 1)
+        tracee.mem.write(address, INT3)
+        try:
+            tracee.resume_all()
+            while True:
+                event = tracee.wait_event(block=True)
+                self._route_foreign()
+                if event is None or (tracee.exit_event is not None and not tracee.threads):
+                    return
+                if isinstance(event, SignalStop) and event.signum == SIGTRAP:
+                    regs = tracee.get_regs(event.tid)
+                    if regs.rip == address + 1:
+                        regs.rip = address
+                        tracee.set_regs(regs, event.tid)
+                        tracee.stop_all_quietly()
+                        return
+                self.handle(event)
+        finally:
+            if tracee.threads:
+                tracee.mem.write(address, original)

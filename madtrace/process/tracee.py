@@ -1,0 +1,393 @@
+"""A traced process: its threads, their stops, and the ptrace requests on them.
+
+Every thread is attached with PTRACE_SEIZE (also for launched programs: the
+child blocks on a pipe until it is seized, then execs), so group-stops,
+PTRACE_INTERRUPT and new threads behave the same way in launch and attach
+mode.  ``wait_event`` returns typed events (see ``events``); the policy of
+what to do with each (forward a signal, follow a fork...) lives in
+``controller``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import struct
+import time
+from dataclasses import dataclass, field
+
+from ..errors import (CommandNotFoundError, KernelThreadError, NoSuchProcessError,
+                      PermissionDeniedError, TracerInternalError)
+from . import ptrace_raw as pr
+from .events import (Event, GroupStop, PtraceEventStop, SignalStop, ThreadExited,
+                     ThreadKilled, TrapStop, decode_status)
+from .memory import ProcessMemory
+
+BASE_OPTIONS = (pr.PTRACE_O_TRACESYSGOOD | pr.PTRACE_O_TRACECLONE | pr.PTRACE_O_TRACEEXEC
+                | pr.PTRACE_O_TRACEFORK | pr.PTRACE_O_TRACEVFORK | pr.PTRACE_O_TRACEEXIT)
+AT_ENTRY = 9
+
+
+@dataclass
+class ThreadState:
+    tid: int
+    running: bool = False
+    # signal to deliver when the thread is next resumed (the target's own signal)
+    pending_signal: int = 0
+    # PTRACE_INTERRUPTs sent whose TrapStop has not been seen yet
+    outstanding_interrupts: int = 0
+    # in a job-control group-stop, resumed with PTRACE_LISTEN
+    group_stopped: bool = False
+    # a zombie leader (exited while other threads run): nothing to stop or resume
+    gone: bool = False
+    last_event: Event | None = field(default=None, repr=False)
+
+
+def check_traceable(pid: int) -> None:
+    """Clear errors for PIDs that cannot be traced, before any ptrace call."""
+    if pid <= 0:
+        raise NoSuchProcessError(f"invalid PID: {pid}")
+    if pid == os.getpid():
+        raise PermissionDeniedError("madtrace cannot trace itself")
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            status = f.read()
+    except FileNotFoundError:
+        raise NoSuchProcessError(f"no such process: {pid}") from None
+    except PermissionError:
+        raise PermissionDeniedError(f"cannot read /proc/{pid}/status: permission denied") from None
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except FileNotFoundError:
+        exe = ""
+    except PermissionError:
+        raise PermissionDeniedError(f"cannot trace process {pid}: permission denied") from None
+    if not exe and _is_kthread(pid):
+        raise KernelThreadError(f"process {pid} is a kernel thread and cannot be traced")
+    for line in status.splitlines():
+        if line.startswith("TracerPid:") and int(line.split()[1]) != 0:
+            tracer = int(line.split()[1])
+            if tracer != os.getpid():
+                raise PermissionDeniedError(f"process {pid} is already traced by process {tracer}")
+        if line.startswith("State:") and line.split()[1] in ("Z", "X"):
+            raise NoSuchProcessError(f"process {pid} is a zombie (already exited)")
+
+
+def _is_kthread(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            flags = int(f.read().rsplit(")", 1)[1].split()[6])
+        return bool(flags & 0x00200000)  # PF_KTHREAD
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+def thread_group_of(tid: int) -> int | None:
+    try:
+        with open(f"/proc/{tid}/status") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def list_tids(pid: int) -> list[int]:
+    try:
+        return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except FileNotFoundError:
+        return []
+
+
+def resolve_command(command: str) -> str:
+    if "/" in command:
+        path = command
+    else:
+        found = shutil.which(command)
+        if found is None:
+            raise CommandNotFoundError(f"command not found: {command}")
+        path = found
+    if not os.path.exists(path):
+        raise CommandNotFoundError(f"no such file: {command}")
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        raise CommandNotFoundError(f"not an executable file: {command}")
+    return path
+
+
+class _SeenDict(dict):
+    """A dict that remembers every key it ever held (threads seen over a run)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: set[int] = set()
+
+    def __setitem__(self, key, value):
+        self.seen.add(key)
+        super().__setitem__(key, value)
+
+
+class Tracee:
+    """One traced process (thread group) and all its traced threads."""
+
+    def __init__(self, pid: int, launched: bool, options: int):
+        self.pid = pid
+        self.launched = launched
+        self.options = options
+        self.threads: dict[int, ThreadState] = _SeenDict()
+        self.mem = ProcessMemory(pid)
+        self.exit_event: ThreadExited | ThreadKilled | None = None
+        self._stashed: list[tuple[int, int]] = []  # (tid, status) read while waiting for someone else
+        # statuses of processes that are not ours (fork children), for the controller
+        self.foreign: list[tuple[int, int]] = []
+
+    # ---------------------------------------------------------------- creation
+    @classmethod
+    def spawn(cls, argv: list[str], env: dict[str, str] | None = None,
+              options: int = BASE_OPTIONS) -> "Tracee":
+        """fork + exec ``argv``; returns with the new image stopped at its exec stop."""
+        path = resolve_command(argv[0])
+        go_r, go_w = os.pipe()
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:  # child: wait to be seized, then exec; report exec failure through err_w
+            try:
+                os.close(go_w)
+                os.close(err_r)
+                os.read(go_r, 1)
+                os.close(go_r)
+                if env is None:
+                    os.execv(path, argv)
+                os.execve(path, argv, env)
+            except OSError as exc:
+                os.write(err_w, struct.pack("<i", exc.errno or errno.ENOEXEC))
+            finally:
+                os._exit(127)
+        os.close(go_r)
+        os.close(err_w)
+        try:
+            pr.seize(pid, options | pr.PTRACE_O_EXITKILL)
+        except Exception:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
+        tracee = cls(pid, launched=True, options=options)
+        tracee.threads[pid] = ThreadState(pid, running=True)
+        os.write(go_w, b"x")
+        os.close(go_w)
+        failure = os.read(err_r, 4)
+        os.close(err_r)
+        while True:
+            event = tracee.wait_event()
+            if isinstance(event, PtraceEventStop) and event.event == pr.PTRACE_EVENT_EXEC:
+                break
+            if isinstance(event, (ThreadExited, ThreadKilled)):
+                code = struct.unpack("<i", failure)[0] if len(failure) == 4 else 0
+                raise CommandNotFoundError(f"cannot execute {argv[0]}: {os.strerror(code) if code else 'exec failed'}")
+            tracee.resume(event.tid)
+        # EXITKILL was only for the window before exec (a tracer crash must not leave the
+        # child blocked); from here on the target outlives the tracer.
+        pr.set_options(pid, options)
+        return tracee
+
+    @classmethod
+    def attach(cls, pid: int, options: int = BASE_OPTIONS) -> "Tracee":
+        """Seize every thread of ``pid`` and stop them all."""
+        check_traceable(pid)
+        tracee = cls(pid, launched=False, options=options)
+        try:
+            tracee._seize_all_threads()
+            tracee.stop_all()
+        except BaseException:
+            tracee.detach()
+            raise
+        return tracee
+
+    def _seize_all_threads(self) -> None:
+        # Threads created meanwhile by an already seized thread are auto-attached
+        # (TRACECLONE); those created by a not yet seized one show up in /proc on the
+        # next pass. Loop until a pass finds nothing new.
+        while True:
+            new = [t for t in list_tids(self.pid) if t not in self.threads]
+            if not new:
+                if not self.threads:
+                    raise NoSuchProcessError(f"no such process: {self.pid}")
+                return
+            for tid in new:
+                try:
+                    pr.seize(tid, self.options)
+                except NoSuchProcessError:
+                    if tid == self.pid:
+                        raise
+                    continue  # thread exited meanwhile
+                except PermissionDeniedError as exc:
+                    raise PermissionDeniedError(f"cannot attach to process {self.pid}: {exc}") from None
+                self.threads[tid] = ThreadState(tid, running=True)
+
+    # ------------------------------------------------------------------ waiting
+    def wait_event(self, block: bool = True, tid: int = -1) -> Event | None:
+        """Wait for the next stop or exit of a traced thread and update thread states."""
+        for i, (stid, status) in enumerate(self._stashed):
+            if tid in (-1, stid):
+                del self._stashed[i]
+                return self.record(stid, status)
+        flags = pr.WALL | (0 if block else os.WNOHANG)
+        while True:
+            try:
+                wtid, status = os.waitpid(tid, flags)
+            except ChildProcessError:
+                return None
+            if wtid == 0:
+                return None
+            if wtid not in self.threads:
+                if os.WIFSTOPPED(status) and thread_group_of(wtid) == self.pid:
+                    # a new thread whose first stop came before its parent's CLONE event
+                    self.threads[wtid] = ThreadState(wtid, running=True)
+                else:
+                    self.foreign.append((wtid, status))
+                    continue
+            return self.record(wtid, status)
+
+    def record(self, tid: int, status: int) -> Event:
+        """Turn a raw wait status of one of our threads into an Event, updating state."""
+        event = decode_status(tid, status)
+        state = self.threads.get(tid)
+        if isinstance(event, (ThreadExited, ThreadKilled)):
+            self.threads.pop(tid, None)
+            if tid == self.pid:
+                self.exit_event = event
+            return event
+        state.running = False
+        state.gone = False
+        state.last_event = event
+        if isinstance(event, PtraceEventStop) and event.event == pr.PTRACE_EVENT_CLONE:
+            child = event.message
+            if child not in self.threads:
+                self.threads[child] = ThreadState(child, running=True)
+        elif isinstance(event, PtraceEventStop) and event.event == pr.PTRACE_EVENT_EXEC:
+            former = event.message
+            if former != tid:  # a non-leader thread exec'd: it now has the leader's tid
+                self.threads.pop(former, None)
+            for other in [t for t in self.threads if t != tid]:
+                # every other thread is gone after exec; the kernel reports nothing more for them
+                if not os.path.exists(f"/proc/{self.pid}/task/{other}"):
+                    self.threads.pop(other, None)
+            self.mem.close()
+            self.mem = ProcessMemory(self.pid)
+        elif isinstance(event, TrapStop) and state.outstanding_interrupts:
+            state.outstanding_interrupts -= 1
+        return event
+
+    # ----------------------------------------------------------- stop / resume
+    def resume(self, tid: int, signum: int | None = None) -> None:
+        """Resume one stopped thread, delivering ``signum`` (default: its pending signal)."""
+        state = self.threads[tid]
+        if state.gone:
+            return
+        if signum is None:
+            signum, state.pending_signal = state.pending_signal, 0
+        if isinstance(state.last_event, GroupStop):
+            pr.listen(tid)  # stay job-control stopped, but report SIGCONT / interrupts
+            state.group_stopped = True
+        else:
+            pr.cont(tid, signum)
+            state.group_stopped = False
+        state.running = True
+
+    def interrupt(self, tid: int) -> None:
+        state = self.threads[tid]
+        pr.interrupt(tid)
+        state.outstanding_interrupts += 1
+
+    def stop_all(self) -> list[Event]:
+        """Bring every thread into a ptrace stop. Events other than our own interrupt
+        stops (a signal, an exit, a clone...) are returned for the caller to handle;
+        the threads they concern are stopped too (or gone)."""
+        other_events: list[Event] = []
+        while True:
+            running = [s for s in self.threads.values() if s.running and not s.gone]
+            if not running:
+                return other_events
+            for state in running:
+                try:
+                    self.interrupt(state.tid)
+                except NoSuchProcessError:
+                    if state.tid == self.pid and not self._leader_alive():
+                        state.gone = True  # zombie leader: reported only when the group exits
+                    # otherwise exiting: its exit status is on its way
+            for state in running:
+                if state.gone or state.tid not in self.threads:
+                    continue
+                event = self.wait_event(block=True, tid=state.tid)
+                if event is None:
+                    self.threads.pop(state.tid, None)
+                elif not isinstance(event, TrapStop):
+                    other_events.append(event)
+
+    def _leader_alive(self) -> bool:
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except OSError:
+            return False
+
+    def resume_all(self) -> None:
+        for state in list(self.threads.values()):
+            if not state.running:
+                self.resume(state.tid)
+
+    # ------------------------------------------------------------------ leaving
+    def detach(self) -> None:
+        """Detach from every thread; each continues where it was, with its pending
+        signal delivered. Safe to call in any state (threads may be running)."""
+        self.stop_all_quietly()
+        for tid, state in list(self.threads.items()):
+            try:
+                pr.detach(tid, state.pending_signal)
+            except NoSuchProcessError:
+                pass
+            except OSError:
+                pass
+        self.threads.clear()
+        self.mem.close()
+
+    def stop_all_quietly(self) -> None:
+        """stop_all, keeping the target's own signals pending for delivery at detach."""
+        try:
+            for event in self.stop_all():
+                if isinstance(event, SignalStop):
+                    self.threads[event.tid].pending_signal = event.signum
+        except NoSuchProcessError:
+            pass
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 5
+        while self.threads and time.monotonic() < deadline:
+            if self.wait_event(block=True) is None:
+                break
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def threads_seen(self) -> int:
+        return len(self.threads.seen)
+
+    def auxv_entry(self) -> int:
+        """AT_ENTRY: the executable's entry point (absolute)."""
+        with open(f"/proc/{self.pid}/auxv", "rb") as f:
+            data = f.read()
+        for key, value in struct.iter_unpack("<QQ", data):
+            if key == AT_ENTRY:
+                return value
+        raise TracerInternalError(f"process {self.pid} has no AT_ENTRY in its auxv")
+
+    def get_regs(self, tid: int | None = None) -> pr.UserRegs:
+        return pr.get_regs(self.pid if tid is None else tid)
+
+    def set_regs(self, regs: pr.UserRegs, tid: int | None = None) -> None:
+        pr.set_regs(self.pid if tid is None else tid, regs)

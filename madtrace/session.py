@@ -1,0 +1,165 @@
+"""A recording session: launch or attach, run the target under the controller,
+and write the trace directory.  The CLI, the REPL and the daemon all drive
+recordings through this class."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+from .binary.address_space import AddressSpace
+from .errors import MadtraceError, UsageError
+from .process.controller import Controller
+from .process.events import ThreadExited, ThreadKilled
+from .process.tracee import Tracee
+from .trace import store
+
+
+@dataclass
+class RecordOptions:
+    output: str
+    force: bool = False
+    functions: list[str] = field(default_factory=list)
+    data: bool = False
+    follow_forks: bool = False
+    start_at: str = "entry"          # "entry" or "main"
+    duration: float | None = None
+    quiet: bool = False
+
+
+def exit_code_of(event) -> int | None:
+    if isinstance(event, ThreadExited):
+        return event.status
+    if isinstance(event, ThreadKilled):
+        return 128 + event.signum
+    return None
+
+
+def read_maps_text(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+class Recording:
+    def __init__(self, options: RecordOptions):
+        self.options = options
+        if options.functions:
+            raise UsageError("function tracing (-f) is not available in this version yet")
+        if options.data:
+            raise UsageError("data tracing (--data) is not available in this version yet")
+        if options.start_at not in ("entry", "main"):
+            raise UsageError(f"--start-at must be 'entry' or 'main', not {options.start_at!r}")
+        self.tracee: Tracee | None = None
+        self.controller: Controller | None = None
+        self.address_space: AddressSpace | None = None
+        self.meta: dict = {}
+        self._maps_end = ""
+        self._warned_stripped = False
+
+    def log(self, message: str) -> None:
+        if not self.options.quiet:
+            print(f"madtrace: {message}", file=sys.stderr, flush=True)
+
+    # ------------------------------------------------------------- start
+    def launch(self, argv: list[str]) -> None:
+        store.create_trace_dir(self.options.output, self.options.force)
+        self.meta.update(mode="launch", command=list(argv))
+        self.tracee = Tracee.spawn(argv)
+        self.controller = Controller(self.tracee, follow_forks=self.options.follow_forks)
+        self.controller.run_to(self.tracee.auxv_entry())
+        if self.tracee.exit_event is None:
+            self._load_address_space()
+            if self.options.start_at == "main":
+                main = self.address_space.find_symbol("main")
+                self.controller.run_to(main)
+        self._after_start()
+
+    def attach(self, pid: int) -> None:
+        store.create_trace_dir(self.options.output, self.options.force)
+        self.meta.update(mode="attach", pid=pid)
+        self.tracee = Tracee.attach(pid)
+        self.controller = Controller(self.tracee, follow_forks=self.options.follow_forks)
+        try:
+            self.meta["command"] = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[:-1]
+            self.meta["command"] = [a.decode(errors="replace") for a in self.meta["command"]]
+        except OSError:
+            pass
+        self._load_address_space()
+        self._after_start()
+
+    def _load_address_space(self) -> None:
+        self.address_space = AddressSpace.from_pid(self.tracee.pid)
+        stripped = [m.name for m in self.address_space.modules if m.image is not None
+                    and m.image.stripped and m.path == self.address_space.main_path]
+        if stripped and not self._warned_stripped:
+            self._warned_stripped = True
+            self.log(f"{stripped[0]} is stripped: only dynamic symbols and PLT entries are named")
+
+    def _after_start(self) -> None:
+        store.write_text(self.options.output, "maps.start.txt", read_maps_text(self.tracee.pid))
+        self.controller.on_thread_exit.append(self._snapshot_at_exit)
+        self.controller.on_exec.append(self._on_exec)
+        self.meta["pid"] = self.tracee.pid
+        self.meta["start_time"] = time.time()
+
+    def _snapshot_at_exit(self, tracee: Tracee, tid: int) -> None:
+        if tid == tracee.pid or len(tracee.threads) <= 1:
+            self._maps_end = read_maps_text(tracee.pid)
+
+    def _on_exec(self, tracee: Tracee) -> None:
+        self.meta.setdefault("execs", []).append(
+            open(f"/proc/{tracee.pid}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace"))
+        self._load_address_space()
+
+    # -------------------------------------------------------------- run
+    def run(self) -> int | None:
+        """Runs to the target's exit or to a stop request. Returns the target's exit
+        code (128+N for death by signal N), or None when madtrace detached."""
+        controller = self.controller
+        previous = controller.install_signal_handlers(launched=self.tracee.launched)
+        controller.arm_duration(self.options.duration)
+        try:
+            outcome = controller.run()
+        except BaseException:
+            # never leave the target stopped or patched because the tracer failed
+            try:
+                controller.detach_all()
+            finally:
+                self.finish("tracer-error")
+            raise
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if outcome == "detached":
+            self._maps_end = self._maps_end or read_maps_text(self.tracee.pid)
+            self.log(f"detached from process {self.tracee.pid} ({controller.stop_reason})")
+        return self.finish(outcome)
+
+    def finish(self, outcome: str) -> int | None:
+        status = exit_code_of(self.tracee.exit_event) if self.tracee else None
+        space = self.address_space
+        self.meta.update(
+            outcome=outcome,
+            stop_reason=self.controller.stop_reason if self.controller else None,
+            exit_status=status,
+            exit_signal=self.tracee.exit_event.signum
+            if isinstance(self.tracee.exit_event, ThreadKilled) else None,
+            threads=self.tracee.threads_seen,
+            end_time=time.time(),
+            forks=self.controller.forks_seen,
+            signals_forwarded=self.controller.signals_forwarded,
+            modules=space.module_summaries() if space else [],
+            symbols=sum(m["symbols"] for m in space.module_summaries()) if space else 0,
+            calls={}, accesses={}, dropped_events=0,
+        )
+        if self._maps_end:
+            store.write_text(self.options.output, "maps.end.txt", self._maps_end)
+        store.write_meta(self.options.output, self.meta)
+        return status

@@ -1,0 +1,1 @@
+"""Trace directories: what a recording leaves on disk (see ``store``)."""

@@ -1,0 +1,78 @@
+"""The trace directory.
+
+Layout (version 1):
+  meta.json        one JSON object: format version, command or attached PID,
+                   exit status, threads, modules and symbol counts, counters
+  maps.start.txt   /proc/PID/maps when tracing began (after the loader mapped
+                   the program's libraries, or at attach time)
+  maps.end.txt     /proc/PID/maps just before the target exited or was detached
+Later engines add their event files beside these; ``meta.json`` lists them.
+A directory is never overwritten unless ``force`` is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from ..errors import CorruptTraceError, OutputExistsError
+
+FORMAT_VERSION = 1
+META = "meta.json"
+
+
+def create_trace_dir(path: str, force: bool) -> str:
+    if os.path.lexists(path):
+        if not force:
+            raise OutputExistsError(f"{path} already exists (use --force to overwrite it)")
+        if os.path.isdir(path) and not os.path.islink(path):
+            if not os.path.exists(os.path.join(path, META)) and os.listdir(path):
+                raise OutputExistsError(
+                    f"{path} exists and is not a madtrace trace directory; not overwriting it")
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    os.makedirs(path)
+    return path
+
+
+def default_trace_dir(base: str = "madtrace.data") -> str:
+    """``madtrace.data``, or ``madtrace.data.N`` for the first N that is free."""
+    if not os.path.lexists(base):
+        return base
+    n = 1
+    while os.path.lexists(f"{base}.{n}"):
+        n += 1
+    return f"{base}.{n}"
+
+
+def write_text(path: str, name: str, text: str) -> None:
+    with open(os.path.join(path, name), "w") as f:
+        f.write(text)
+
+
+def write_meta(path: str, meta: dict) -> None:
+    meta = dict(meta, format_version=FORMAT_VERSION)
+    tmp = os.path.join(path, META + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(meta, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, os.path.join(path, META))
+
+
+def read_meta(path: str) -> dict:
+    if not os.path.isdir(path):
+        raise CorruptTraceError(f"{path}: no such trace directory")
+    meta_path = os.path.join(path, META)
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        raise CorruptTraceError(f"{path}: not a madtrace trace directory (no {META})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptTraceError(f"{meta_path}: corrupt ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+        raise CorruptTraceError(
+            f"{meta_path}: unsupported or missing format_version (expected {FORMAT_VERSION})")
+    return meta

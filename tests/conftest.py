@@ -1,0 +1,133 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Shared fixtures of the madtrace tests.
+
+* ``built_programs`` (session, autouse): runs ``make programs`` when a test
+  program in ``build/tests`` is missing or older than its ``tests/progs/*.c``.
+* ``prog(name, variant)``: path of ``build/tests/NAME-VARIANT`` (plain
+  function, importable as ``from conftest import prog``; also a fixture of
+  the same name returning the function).
+* ``VARIANTS`` / ``UNSTRIPPED_VARIANTS``: the variants the Makefile builds.
+* ``launch`` fixture: ``launch(name, variant, args=(), env=None)`` (or
+  ``launch(path)``) starts the program with stdin/stdout pipes, waits until
+  it prints a line ``ready`` and returns the ``Popen``; the lines printed
+  before ``ready`` are in ``proc.ready_lines`` and, for ``KEY VALUE`` lines,
+  parsed into the dict ``proc.info``.  Every launched process is killed at
+  teardown (stdin closed first so well-behaved programs exit normally).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGS_SRC = ROOT / "tests" / "progs"
+BUILD = ROOT / "build" / "tests"
+VARIANTS = ("O0-pie", "O0-nopie", "O2-pie", "O2-nopie", "O2-pie-stripped")
+UNSTRIPPED_VARIANTS = VARIANTS[:4]
+READY_TIMEOUT = 20.0  # generous safety net only; never a measured timing
+
+
+def prog(name: str, variant: str = "O0-pie") -> str:
+    """Path of the compiled test program ``build/tests/NAME-VARIANT``."""
+    path = BUILD / f"{name}-{variant}"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is not built (run `make programs`)")
+    return str(path)
+
+
+def _programs_stale() -> bool:
+    for src in PROGS_SRC.glob("*.c"):
+        for v in VARIANTS:
+            b = BUILD / f"{src.stem}-{v}"
+            if not b.exists() or b.stat().st_mtime < src.stat().st_mtime:
+                return True
+    return False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def built_programs():
+    """Make sure every tests/progs/*.c is compiled in all variants."""
+    if _programs_stale():
+        r = subprocess.run(["make", "-s", "programs"], cwd=ROOT,
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.fail(f"`make programs` failed:\n{r.stdout}\n{r.stderr}")
+    return BUILD
+
+
+@pytest.fixture(name="prog")
+def prog_fixture():
+    return prog
+
+
+def _wait_ready(proc: subprocess.Popen, timeout: float) -> list[str]:
+    lines: list[str] = []
+    buf = b""
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no 'ready' line from {proc.args!r}; got {lines!r}")
+        r, _, _ = select.select([fd], [], [], left)
+        if not r:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            raise RuntimeError(f"{proc.args!r} exited before 'ready' "
+                               f"(status {proc.wait()}); output {lines!r}")
+        buf += chunk
+        while b"\n" in buf:
+            raw, buf = buf.split(b"\n", 1)
+            line = raw.decode(errors="replace").rstrip("\r")
+            if line == "ready":
+                if buf:
+                    proc.pending_output = buf
+                return lines
+            lines.append(line)
+
+
+@pytest.fixture
+def launch():
+    procs: list[subprocess.Popen] = []
+
+    def _launch(name_or_path: str, variant: str | None = None, args=(), env=None,
+                timeout: float = READY_TIMEOUT) -> subprocess.Popen:
+        path = prog(name_or_path, variant) if variant is not None else name_or_path
+        proc = subprocess.Popen([path, *args], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env=env)
+        procs.append(proc)
+        proc.pending_output = b""
+        proc.ready_lines = _wait_ready(proc, timeout)
+        info = {}
+        for line in proc.ready_lines:
+            parts = line.split(None, 1)
+            if len(parts) == 2:
+                info[parts[0]] = parts[1]
+        proc.info = info
+        return proc
+
+    yield _launch
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.stdin.close()
+            except OSError:
+                pass
+            try:
+                p.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for f in (p.stdin, p.stdout):
+            try:
+                if f:
+                    f.close()
+            except OSError:
+                pass

@@ -1,0 +1,57 @@
+"""Helpers shared by the tests: paths of the compiled test programs and
+starting a program that announces "ready"."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, "build", "tests")
+VARIANTS = ["O0-pie", "O0-nopie", "O2-pie", "O2-nopie"]
+MADTRACE = [sys.executable, "-m", "madtrace.cli.main"]
+
+
+def prog(name: str, variant: str = "O0-pie") -> str:
+    path = os.path.join(BUILD, f"{name}-{variant}")
+    if not os.path.exists(path):
+        subprocess.run(["make", "-C", ROOT, "programs"], check=True, capture_output=True)
+    return path
+
+
+def read_line(proc: subprocess.Popen, timeout: float = 30) -> bytes:
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready:
+        raise TimeoutError("program printed nothing")
+    return proc.stdout.readline()
+
+
+def start_ready(argv: list[str]) -> subprocess.Popen:
+    """Start a program with pipes and wait until it prints 'ready'."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    line = read_line(proc)
+    if line != b"ready\n":
+        proc.kill()
+        raise AssertionError(f"expected 'ready', got {line!r}")
+    return proc
+
+
+def madtrace(*args: str, **kw) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run(MADTRACE + list(args), capture_output=True, timeout=kw.pop("timeout", 120),
+                          env=env, **kw)
+
+
+def wait_in_syscall(pid: int, number: int, timeout: float = 10) -> None:
+    """Wait until the process's main thread blocks in syscall ``number``."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/syscall") as f:
+            fields = f.read().split()
+        if fields and fields[0] == str(number):
+            return
+        time.sleep(0.005)
+    raise TimeoutError(f"process {pid} never blocked in syscall {number}")
