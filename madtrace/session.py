@@ -5,16 +5,18 @@ recordings through this class."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
 
 from .binary.address_space import AddressSpace
-from .errors import MadtraceError, UsageError
+from .binary.maps import read_maps
+from .errors import StrippedBinaryError, UnknownSymbolError, UsageError
 from .process.controller import Controller
 from .process.events import ThreadExited, ThreadKilled
-from .process.tracee import Tracee
+from .process.tracee import Tracee, check_traceable, resolve_command
 from .trace import store
 
 
@@ -68,22 +70,46 @@ class Recording:
 
     # ------------------------------------------------------------- start
     def launch(self, argv: list[str]) -> None:
-        store.create_trace_dir(self.options.output, self.options.force)
+        resolve_command(argv[0])  # a missing command fails before anything is written
+        self._create_output()
         self.meta.update(mode="launch", command=list(argv))
-        self.tracee = Tracee.spawn(argv)
-        self.controller = Controller(self.tracee, follow_forks=self.options.follow_forks)
-        self.controller.run_to(self.tracee.auxv_entry())
-        if self.tracee.exit_event is None:
-            self._load_address_space()
-            if self.options.start_at == "main":
-                main = self.address_space.find_symbol("main")
-                self.controller.run_to(main)
+        try:
+            self.tracee = Tracee.spawn(argv)
+        except BaseException:
+            self._remove_output()
+            raise
+        try:
+            self.controller = Controller(self.tracee, follow_forks=self.options.follow_forks)
+            self.controller.run_to(self.tracee.auxv_entry())
+            if self.tracee.exit_event is None:
+                self._load_address_space()
+                if self.options.start_at == "main":
+                    self.controller.run_to(self._main_address())
+        except BaseException:
+            self.tracee.kill()  # a launch that failed to start must not run untraced
+            self._remove_output()
+            raise
         self._after_start()
 
+    def _main_address(self) -> int:
+        main = self.address_space.main
+        try:
+            return self.address_space.find_symbol("main").address
+        except UnknownSymbolError:
+            if main is not None and main.image.stripped:
+                raise StrippedBinaryError(
+                    f"{main.name} is stripped: main() cannot be found for --start-at main") from None
+            raise
+
     def attach(self, pid: int) -> None:
-        store.create_trace_dir(self.options.output, self.options.force)
+        check_traceable(pid)
+        self._create_output()
         self.meta.update(mode="attach", pid=pid)
-        self.tracee = Tracee.attach(pid)
+        try:
+            self.tracee = Tracee.attach(pid)
+        except BaseException:
+            self._remove_output()
+            raise
         self.controller = Controller(self.tracee, follow_forks=self.options.follow_forks)
         try:
             self.meta["command"] = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[:-1]
@@ -93,15 +119,33 @@ class Recording:
         self._load_address_space()
         self._after_start()
 
+    def _create_output(self) -> None:
+        store.create_trace_dir(self.options.output, self.options.force)
+        self._created_output = True
+
+    def _remove_output(self) -> None:
+        """Nothing was traced: leave no empty trace directory behind."""
+        if getattr(self, "_created_output", False):
+            shutil.rmtree(self.options.output, ignore_errors=True)
+
     def _load_address_space(self) -> None:
-        self.address_space = AddressSpace.from_pid(self.tracee.pid)
-        stripped = [m.name for m in self.address_space.modules if m.image is not None
-                    and m.image.stripped and m.path == self.address_space.main_path]
-        if stripped and not self._warned_stripped:
-            self._warned_stripped = True
-            self.log(f"{stripped[0]} is stripped: only dynamic symbols and PLT entries are named")
+        pid = self.tracee.pid
+        self.address_space = AddressSpace.from_maps(
+            read_maps(pid), self.tracee.mem.read, exe_path=os.readlink(f"/proc/{pid}/exe"), pid=pid)
+
+    def module_summaries(self) -> list[dict]:
+        space = self.address_space
+        if space is None:
+            return []
+        counts = space.counts()
+        return [dict(name=m.name, path=m.path, bias=m.bias, main=m.is_main, **counts[m.name])
+                for m in space.modules]
 
     def _after_start(self) -> None:
+        main = self.address_space.main if self.address_space else None
+        if main is not None and main.image.stripped and not self._warned_stripped:
+            self._warned_stripped = True
+            self.log(f"{main.name} is stripped: only dynamic symbols and PLT entries are named")
         store.write_text(self.options.output, "maps.start.txt", read_maps_text(self.tracee.pid))
         self.controller.on_thread_exit.append(self._snapshot_at_exit)
         self.controller.on_exec.append(self._on_exec)
@@ -144,7 +188,7 @@ class Recording:
 
     def finish(self, outcome: str) -> int | None:
         status = exit_code_of(self.tracee.exit_event) if self.tracee else None
-        space = self.address_space
+        modules = self.module_summaries()
         self.meta.update(
             outcome=outcome,
             stop_reason=self.controller.stop_reason if self.controller else None,
@@ -155,8 +199,8 @@ class Recording:
             end_time=time.time(),
             forks=self.controller.forks_seen,
             signals_forwarded=self.controller.signals_forwarded,
-            modules=space.module_summaries() if space else [],
-            symbols=sum(m["symbols"] for m in space.module_summaries()) if space else 0,
+            modules=modules,
+            symbols=sum(m["symbols"] for m in modules),
             calls={}, accesses={}, dropped_events=0,
         )
         if self._maps_end:

@@ -3,16 +3,14 @@
 
 * ``built_programs`` (session, autouse): runs ``make programs`` when a test
   program in ``build/tests`` is missing or older than its ``tests/progs/*.c``.
-* ``prog(name, variant)``: path of ``build/tests/NAME-VARIANT`` (plain
-  function, importable as ``from conftest import prog``; also a fixture of
-  the same name returning the function).
-* ``VARIANTS`` / ``UNSTRIPPED_VARIANTS``: the variants the Makefile builds.
+* ``prog`` fixture: ``util.prog``, the path of ``build/tests/NAME-VARIANT``
+  (paths, variants and plain helpers live in ``tests/util.py``).
 * ``launch`` fixture: ``launch(name, variant, args=(), env=None)`` (or
   ``launch(path)``) starts the program with stdin/stdout pipes, waits until
   it prints a line ``ready`` and returns the ``Popen``; the lines printed
   before ``ready`` are in ``proc.ready_lines`` and, for ``KEY VALUE`` lines,
-  parsed into the dict ``proc.info``.  Every launched process is killed at
-  teardown (stdin closed first so well-behaved programs exit normally).
+  parsed into the dict ``proc.info``.  Every launched process still alive at
+  teardown is killed (close ``proc.stdin`` in the test for a normal exit).
 """
 
 from __future__ import annotations
@@ -25,26 +23,15 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-PROGS_SRC = ROOT / "tests" / "progs"
-BUILD = ROOT / "build" / "tests"
-VARIANTS = ("O0-pie", "O0-nopie", "O2-pie", "O2-nopie", "O2-pie-stripped")
-UNSTRIPPED_VARIANTS = VARIANTS[:4]
+from .util import ALL_VARIANTS, BUILD, PROGS_SRC, ROOT, prog
+
 READY_TIMEOUT = 20.0  # generous safety net only; never a measured timing
 
 
-def prog(name: str, variant: str = "O0-pie") -> str:
-    """Path of the compiled test program ``build/tests/NAME-VARIANT``."""
-    path = BUILD / f"{name}-{variant}"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is not built (run `make programs`)")
-    return str(path)
-
-
 def _programs_stale() -> bool:
-    for src in PROGS_SRC.glob("*.c"):
-        for v in VARIANTS:
-            b = BUILD / f"{src.stem}-{v}"
+    for src in Path(PROGS_SRC).glob("*.c"):
+        for v in ALL_VARIANTS:
+            b = Path(BUILD) / f"{src.stem}-{v}"
             if not b.exists() or b.stat().st_mtime < src.stat().st_mtime:
                 return True
     return False
@@ -116,15 +103,8 @@ def launch():
     yield _launch
     for p in procs:
         if p.poll() is None:
-            try:
-                p.stdin.close()
-            except OSError:
-                pass
-            try:
-                p.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            p.kill()
+        p.wait()
         for f in (p.stdin, p.stdout):
             try:
                 if f:

@@ -9,15 +9,19 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGS_SRC = os.path.join(ROOT, "tests", "progs")
 BUILD = os.path.join(ROOT, "build", "tests")
-VARIANTS = ["O0-pie", "O0-nopie", "O2-pie", "O2-nopie"]
+VARIANTS = ("O0-pie", "O0-nopie", "O2-pie", "O2-nopie")   # what tests run at
+ALL_VARIANTS = VARIANTS + ("O2-pie-stripped",)             # what the Makefile builds
 MADTRACE = [sys.executable, "-m", "madtrace.cli.main"]
 
 
 def prog(name: str, variant: str = "O0-pie") -> str:
+    """Path of the compiled test program build/tests/NAME-VARIANT (built by the
+    session fixture in conftest.py)."""
     path = os.path.join(BUILD, f"{name}-{variant}")
     if not os.path.exists(path):
-        subprocess.run(["make", "-C", ROOT, "programs"], check=True, capture_output=True)
+        raise FileNotFoundError(f"{path} is not built (run `make programs`)")
     return path
 
 

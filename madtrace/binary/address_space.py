@@ -51,14 +51,14 @@ from typing import Callable, NamedTuple
 
 from madtrace.errors import (
     MadtraceError,
-    NoSuchProcessError,
     NotElfError,
     UnknownSymbolError,
 )
 
 from .dwarf_vars import Variable, describe_in_variable
 from .elf import ElfImage, Symbol
-from .maps import Mapping, read_maps, read_memory
+from ..process.memory import ProcessMemory
+from .maps import Mapping, read_maps
 
 VDSO = "[vdso]"
 _SCOPED = re.compile(r"^([^:]+):(?!:)(.*)$")
@@ -178,10 +178,8 @@ class AddressSpace:
         except OSError:
             exe = None
 
-        def reader(addr: int, size: int) -> bytes:
-            return read_memory(pid, addr, size)
-
-        return cls.from_maps(mappings, reader, exe_path=exe, pid=pid)
+        with ProcessMemory(pid) as memory:
+            return cls.from_maps(mappings, memory.read, exe_path=exe, pid=pid)
 
     @classmethod
     def from_maps(cls, mappings: list[Mapping], reader: Callable[[int, int], bytes] | None = None,
@@ -251,13 +249,14 @@ class AddressSpace:
         if reader is not None:
             try:
                 data = reader(m.start, m.size)
-            except MadtraceError as e:
+            except (MadtraceError, OSError) as e:
                 warnings.append(f"cannot read the vdso of the target: {e}; using madtrace's own")
         if data is None:
             try:
                 own = next((x for x in read_maps(os.getpid()) if x.path == VDSO), None)
                 if own is not None:
-                    data = read_memory(os.getpid(), own.start, own.size)
+                    with ProcessMemory(os.getpid()) as own_memory:
+                        data = own_memory.read(own.start, own.size)
             except MadtraceError as e:
                 warnings.append(f"cannot read the vdso: {e}")
         if not data:

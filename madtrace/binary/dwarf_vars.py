@@ -161,7 +161,13 @@ class _TypeResolver:
             self._cache[key] = t
             t.target = self.of(die)
             t.size = t.target.size
-            t.name = f"{q} {t.target.name}" if t.target.kind != "pointer" else f"{t.target.name} {q}"
+            tn = t.target.name
+            if t.target.kind == "pointer":
+                t.name = f"{tn} {q}"
+            elif t.target.kind == "array" and tn.startswith(q + " "):
+                t.name = tn  # const array of const char: "const char[15]"
+            else:
+                t.name = f"{q} {tn}"
             return t
         elif tag == "DW_TAG_array_type":
             t = self._array(die)

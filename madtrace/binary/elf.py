@@ -27,7 +27,10 @@ API
     Attributes: ``path``, ``name``, ``elf_type`` (``EXEC``/``DYN``),
     ``is_pie``, ``is_shared``, ``entry``, ``symbols`` (list, deduplicated on
     name+address, undefined/SECTION/FILE/ABS symbols dropped),
-    ``plt`` (``{"malloc@plt": relative address}``), ``plt_symbols``,
+    ``plt`` (``{"malloc@plt": relative address}``, first stub of a name),
+    ``plt_symbols`` (every stub as a ``Symbol`` of kind ``PLT``; IRELATIVE
+    stubs are named after their IFUNC, e.g. ``strnlen@plt``, else
+    ``*ABS*+0x9f550@plt`` like objdump),
     ``sections``, ``segments``, ``stripped`` (no ``.symtab``),
     ``has_debug_info`` (a ``.debug_info`` section).
     Methods: ``section(name)``, ``section_at(addr)``, ``symbols_named(name)``,
@@ -58,8 +61,9 @@ SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR, SHF_TLS = 0x1, 0x2, 0x4, 0x400
 SHN_UNDEF, SHN_LORESERVE, SHN_ABS, SHN_COMMON = 0, 0xFF00, 0xFFF1, 0xFFF2
 DT_SONAME, DT_FLAGS_1 = 14, 0x6FFFFFFB
 DF_1_PIE = 0x08000000
-R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT = 6, 7
+R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT, R_X86_64_IRELATIVE = 6, 7, 37
 
+_ABS_PREFIX = "*ABS*+"
 _KINDS = {0: "NOTYPE", 1: "OBJECT", 2: "FUNC", 5: "COMMON", 6: "TLS", 10: "IFUNC"}
 _BINDINGS = {0: "LOCAL", 1: "GLOBAL", 2: "WEAK", 10: "UNIQUE"}
 FUNCTION_KINDS = frozenset(("FUNC", "IFUNC", "PLT"))
@@ -248,11 +252,12 @@ class ElfImage:
         self.is_shared = self.elf_type == "DYN" and not self.is_pie
 
         got_names = self._got_names()
-        entries = _plt.find_plt_entries(self.sections, self.read, got_names)
-        self.plt = {name: addr for name, (addr, _) in entries.items()}
-        self.plt_symbols = [
-            Symbol(name, addr, size, "PLT", "LOCAL") for name, (addr, size) in entries.items()
-        ]
+        entries = self._name_irelative(
+            _plt.find_plt_entries(self.sections, self.read, got_names))
+        self.plt = {}
+        for name, addr, _ in entries:
+            self.plt.setdefault(name, addr)
+        self.plt_symbols = [Symbol(name, addr, size, "PLT", "LOCAL") for name, addr, size in entries]
 
     def _cstr(self, off: int) -> str:
         d = self._data
@@ -278,6 +283,8 @@ class ElfImage:
             for st_name, info, _other, shndx, value, size in _SYM.iter_unpack(d[sec.offset:end]):
                 z = strtab.find(b"\0", st_name)
                 name = strtab[st_name:z if z >= 0 else len(strtab)].decode("utf-8", "replace")
+                if "@" in name and name[0] != "@":  # "stdout@GLIBC_2.2.5" (copy reloc)
+                    name = name.split("@", 1)[0]
                 if dynamic:
                     names.append(name)
                 kind = _KINDS.get(info & 0xF)
@@ -314,23 +321,48 @@ class ElfImage:
         return flags1, soname
 
     def _got_names(self) -> dict[int, str]:
-        """GOT slot address -> symbol name, from JUMP_SLOT/GLOB_DAT relocations."""
+        """GOT slot address -> symbol name, from JUMP_SLOT/GLOB_DAT relocations.
+
+        IRELATIVE slots (calls inside libc to its own IFUNCs) are named
+        ``*ABS*+0x<resolver>`` like objdump does; ``_name_irelative`` renames
+        them afterwards.
+        """
         out: dict[int, str] = {}
         raw = self._raw_sections
         for sec in self.sections:
             if sec.type != SHT_RELA or not sec.is_alloc:
                 continue
             link = raw[sec.index][6]
-            if link >= len(self.sections) or self.sections[link].type != SHT_DYNSYM:
-                continue
             names = self._dynsym_names
+            if link and (link >= len(self.sections) or self.sections[link].type != SHT_DYNSYM):
+                continue
             end = sec.offset + (sec.size // _RELA.size) * _RELA.size
-            for r_offset, r_info, _ in _RELA.iter_unpack(self._data[sec.offset:end]):
+            for r_offset, r_info, addend in _RELA.iter_unpack(self._data[sec.offset:end]):
                 rtype = r_info & 0xFFFFFFFF
                 if rtype in (R_X86_64_JUMP_SLOT, R_X86_64_GLOB_DAT):
                     idx = r_info >> 32
                     if 0 < idx < len(names) and names[idx]:
                         out.setdefault(r_offset, names[idx])
+                elif rtype == R_X86_64_IRELATIVE:
+                    out.setdefault(r_offset, f"{_ABS_PREFIX}{addend:#x}")
+        return out
+
+    def _name_irelative(self, entries: list) -> list:
+        """Rename ``*ABS*+0xR@plt`` to ``f@plt`` when f is the IFUNC whose
+        resolver is R and no JUMP_SLOT stub is called ``f@plt``."""
+        if not any(e[0].startswith(_ABS_PREFIX) for e in entries):
+            return entries
+        ifuncs: dict[int, str] = {}
+        for sym in sorted((x for x in self.symbols if x.kind == "IFUNC"), key=_symbol_rank):
+            ifuncs.setdefault(sym.address, sym.name)
+        taken = {e[0] for e in entries if not e[0].startswith(_ABS_PREFIX)}
+        out = []
+        for name, addr, size in entries:
+            if name.startswith(_ABS_PREFIX):
+                f = ifuncs.get(int(name[len(_ABS_PREFIX):-4], 16))
+                if f is not None and f"{f}@plt" not in taken:
+                    name = f"{f}@plt"
+            out.append((name, addr, size))
         return out
 
     # ---------------------------------------------------------------- queries

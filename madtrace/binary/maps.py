@@ -17,9 +17,8 @@ API
     Read and parse ``/proc/PID/maps``.  Raises ``NoSuchProcessError`` when
     the process does not exist and ``PermissionDeniedError`` when access is
     refused.
-``read_memory(pid, addr, size) -> bytes``
-    Read target memory through ``/proc/PID/mem`` (``TargetMemoryError`` on
-    failure).
+
+Target memory itself is read by ``madtrace.process.memory`` only.
 """
 
 from __future__ import annotations
@@ -28,11 +27,7 @@ import errno
 import os
 from dataclasses import dataclass
 
-from madtrace.errors import (
-    NoSuchProcessError,
-    PermissionDeniedError,
-    TargetMemoryError,
-)
+from madtrace.errors import NoSuchProcessError, PermissionDeniedError
 
 _DELETED = " (deleted)"
 
@@ -129,23 +124,3 @@ def read_maps(pid: int) -> list[Mapping]:
             raise NoSuchProcessError(f"no such process: {pid}") from None
         raise PermissionDeniedError(f"cannot read /proc/{pid}/maps: {e.strerror}") from None
     return parse_maps(text)
-
-
-def read_memory(pid: int, addr: int, size: int) -> bytes:
-    """Read *size* bytes at *addr* of process *pid* through /proc/PID/mem."""
-    pid = _check_pid(pid)
-    try:
-        with open(f"/proc/{pid}/mem", "rb", buffering=0) as f:
-            f.seek(addr)
-            data = f.read(size)
-    except (FileNotFoundError, ProcessLookupError):
-        raise NoSuchProcessError(f"no such process: {pid}") from None
-    except PermissionError:
-        raise PermissionDeniedError(f"cannot read /proc/{pid}/mem: permission denied") from None
-    except OSError as e:
-        raise TargetMemoryError(
-            f"cannot read {size} bytes at {addr:#x} of process {pid}: {e.strerror}"
-        ) from None
-    if data is None or len(data) != size:
-        raise TargetMemoryError(f"short read of {size} bytes at {addr:#x} of process {pid}")
-    return data

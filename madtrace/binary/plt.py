@@ -7,8 +7,8 @@ the run of instructions that starts at the first non-padding instruction after
 the previous unconditional ``jmp`` and contains a ``jmp qword ptr [rip+X]``
 (possibly ``bnd jmp`` / ``notrack jmp``).  ``X`` resolved against the next
 instruction address gives the GOT slot; ``got_names`` maps GOT slot addresses
-to symbol names (from JUMP_SLOT and GLOB_DAT relocations).  The result maps
-``"name@plt"`` to ``(stub address, stub size)``; addresses are relative to the
+to symbol names (from JUMP_SLOT and GLOB_DAT relocations).  The result lists
+``("name@plt", stub address, stub size)``; addresses are relative to the
 ELF (link-time virtual addresses).  This handles the classic layout (stubs in
 ``.plt``, lazy binding), the IBT layout (``endbr64`` + ``bnd jmp`` stubs in
 ``.plt.sec``, the ``.plt`` stubs only push + jmp to PLT0 and are ignored) and
@@ -59,13 +59,14 @@ def _is_padding(mnemonic: str) -> bool:
     return mnemonic.startswith("nop") or mnemonic in ("xchg", "int3", ".byte")
 
 
-def find_plt_entries(sections, read, got_names: dict[int, str]) -> dict[str, tuple[int, int]]:
-    """Return ``{"name@plt": (address, size)}`` for the PLT stubs found.
+def find_plt_entries(sections, read, got_names: dict[int, str]) -> list[tuple[str, int, int]]:
+    """Return ``[("name@plt", address, size)]`` for every PLT stub found
+    (names can repeat: two IRELATIVE slots of the same IFUNC).
 
     *sections* is an iterable of objects with ``name``, ``address``, ``size``,
     ``offset`` and ``type``; *read(offset, size)* returns file bytes.
     """
-    result: dict[str, tuple[int, int]] = {}
+    result: list[tuple[str, int, int]] = []
     if not got_names:
         return result
     cs = None
@@ -91,7 +92,5 @@ def find_plt_entries(sections, read, got_names: dict[int, str]) -> dict[str, tup
         # size of a stub = distance to the next stub (or to the section end)
         for i, (start, name) in enumerate(found):
             end = found[i + 1][0] if i + 1 < len(found) else sec_end
-            key = name + "@plt"
-            if key not in result:
-                result[key] = (start, end - start)
+            result.append((name + "@plt", start, end - start))
     return result

@@ -226,8 +226,10 @@ class Controller:
             while True:
                 event = tracee.wait_event(block=True)
                 self._route_foreign()
-                if event is None or (tracee.exit_event is not None and not tracee.threads):
+                if tracee.exit_event is not None and not tracee.threads:
                     return
+                if event is None:
+                    continue
                 if isinstance(event, SignalStop) and event.signum == SIGTRAP:
                     regs = tracee.get_regs(event.tid)
                     if regs.rip == address + 1:

@@ -15,10 +15,9 @@ import os
 import shutil
 import signal
 import struct
-import time
 from dataclasses import dataclass, field
 
-from ..errors import (CommandNotFoundError, KernelThreadError, NoSuchProcessError,
+from ..errors import (CommandNotFoundError, KernelThreadError, NoSuchProcessError, NotElfError,
                       PermissionDeniedError, TracerInternalError)
 from . import ptrace_raw as pr
 from .events import (Event, GroupStop, PtraceEventStop, SignalStop, ThreadExited,
@@ -185,7 +184,10 @@ class Tracee:
                 break
             if isinstance(event, (ThreadExited, ThreadKilled)):
                 code = struct.unpack("<i", failure)[0] if len(failure) == 4 else 0
-                raise CommandNotFoundError(f"cannot execute {argv[0]}: {os.strerror(code) if code else 'exec failed'}")
+                if code == errno.ENOEXEC:
+                    raise NotElfError(f"cannot execute {argv[0]}: not an ELF executable or script")
+                raise CommandNotFoundError(
+                    f"cannot execute {argv[0]}: {os.strerror(code) if code else 'exec failed'}")
             tracee.resume(event.tid)
         # EXITKILL was only for the window before exec (a tracer crash must not leave the
         # child blocked); from here on the target outlives the tracer.
@@ -228,7 +230,11 @@ class Tracee:
 
     # ------------------------------------------------------------------ waiting
     def wait_event(self, block: bool = True, tid: int = -1) -> Event | None:
-        """Wait for the next stop or exit of a traced thread and update thread states."""
+        """Wait for the next stop or exit of a traced thread and update thread states.
+
+        Returns None when nothing is left to wait for, when ``block`` is False and
+        nothing happened, or when the status belonged to another process (a fork
+        child), which is queued in ``foreign`` for the controller."""
         for i, (stid, status) in enumerate(self._stashed):
             if tid in (-1, stid):
                 del self._stashed[i]
@@ -247,7 +253,7 @@ class Tracee:
                     self.threads[wtid] = ThreadState(wtid, running=True)
                 else:
                     self.foreign.append((wtid, status))
-                    continue
+                    return None  # the controller routes it to its owner
             return self.record(wtid, status)
 
     def record(self, tid: int, status: int) -> Event:
@@ -367,10 +373,19 @@ class Tracee:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             return
-        deadline = time.monotonic() + 5
-        while self.threads and time.monotonic() < deadline:
-            if self.wait_event(block=True) is None:
-                break
+        while self.threads:
+            event = self.wait_event(block=True)
+            if event is None:
+                if not self.foreign:
+                    break
+                self.foreign.clear()
+                continue
+            if not isinstance(event, (ThreadExited, ThreadKilled)):
+                # e.g. the PTRACE_EVENT_EXIT stop, which even SIGKILL passes through
+                try:
+                    pr.cont(event.tid, 0)
+                except (NoSuchProcessError, OSError):
+                    pass
 
     # ----------------------------------------------------------------- queries
     @property
