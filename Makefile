@@ -20,7 +20,7 @@ EXAMPLE_BINS := $(patsubst examples/%.c,build/examples/%,$(EXAMPLE_SRCS))
 
 CFLAGS_COMMON := -g -Wall -Wno-unused-result -fno-omit-frame-pointer -pthread
 
-.PHONY: all setup deps venv programs demo test bench clean distclean
+.PHONY: all setup deps venv programs injector demo test bench clean distclean
 
 all: setup
 
@@ -45,7 +45,15 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install -q -e '.[test]'
 	@touch $@
 
-programs: $(TEST_BINS) $(STRIPPED_BINS) $(EXAMPLE_BINS)
+programs: $(TEST_BINS) $(STRIPPED_BINS) $(EXAMPLE_BINS) injector
+
+# the code that runs inside the target: trampoline templates + shared layout
+INJECTOR_OUT := build/injector/templates.json
+injector: $(INJECTOR_OUT)
+$(INJECTOR_OUT): injector/trampolines.S injector/layout.h injector/build_templates.py $(STAMP)
+	@mkdir -p $(@D)
+	gcc -c -Iinjector -o build/injector/trampolines.o injector/trampolines.S
+	$(VPY) injector/build_templates.py build/injector/trampolines.o injector/layout.h $@
 
 build/tests/%-O0-pie: tests/progs/%.c
 	@mkdir -p $(@D)

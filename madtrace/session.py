@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from .binary.address_space import AddressSpace
 from .binary.maps import read_maps
+from .inject.engine import FunctionTracer
 from .errors import StrippedBinaryError, UnknownSymbolError, UsageError
 from .process.controller import Controller
 from .process.events import ThreadExited, ThreadKilled
@@ -30,6 +31,8 @@ class RecordOptions:
     start_at: str = "entry"          # "entry" or "main"
     duration: float | None = None
     quiet: bool = False
+    trace_functions: bool = True     # default: every function of the main executable
+    timestamps: bool = True
 
 
 def exit_code_of(event) -> int | None:
@@ -51,8 +54,8 @@ def read_maps_text(pid: int) -> str:
 class Recording:
     def __init__(self, options: RecordOptions):
         self.options = options
-        if options.functions:
-            raise UsageError("function tracing (-f) is not available in this version yet")
+        if options.functions and not options.trace_functions:
+            raise UsageError("-f and --no-functions contradict each other")
         if options.data:
             raise UsageError("data tracing (--data) is not available in this version yet")
         if options.start_at not in ("entry", "main"):
@@ -63,6 +66,7 @@ class Recording:
         self.meta: dict = {}
         self._maps_end = ""
         self._warned_stripped = False
+        self.functions: FunctionTracer | None = None
 
     def log(self, message: str) -> None:
         if not self.options.quiet:
@@ -80,16 +84,17 @@ class Recording:
             raise
         try:
             self.controller = Controller(self.tracee, follow_forks=self.options.follow_forks)
+            self._install_signal_handlers()
             self.controller.run_to(self.tracee.auxv_entry())
             if self.tracee.exit_event is None:
                 self._load_address_space()
                 if self.options.start_at == "main":
                     self.controller.run_to(self._main_address())
+            self._after_start()
         except BaseException:
             self.tracee.kill()  # a launch that failed to start must not run untraced
             self._remove_output()
             raise
-        self._after_start()
 
     def _main_address(self) -> int:
         main = self.address_space.main
@@ -111,13 +116,28 @@ class Recording:
             self._remove_output()
             raise
         self.controller = Controller(self.tracee, follow_forks=self.options.follow_forks)
+        self._install_signal_handlers()
         try:
             self.meta["command"] = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[:-1]
             self.meta["command"] = [a.decode(errors="replace") for a in self.meta["command"]]
         except OSError:
             pass
-        self._load_address_space()
-        self._after_start()
+        try:
+            self._load_address_space()
+            self._after_start()
+        except BaseException:
+            self.tracee.detach()
+            self._remove_output()
+            raise
+
+    def _install_signal_handlers(self) -> None:
+        """From here on Ctrl-C/SIGTERM/SIGHUP make madtrace restore and detach."""
+        self._previous_handlers = self.controller.install_signal_handlers(launched=self.tracee.launched)
+
+    def _restore_signal_handlers(self) -> None:
+        for sig, handler in getattr(self, "_previous_handlers", {}).items():
+            signal.signal(sig, handler)
+        self._previous_handlers = {}
 
     def _create_output(self) -> None:
         store.create_trace_dir(self.options.output, self.options.force)
@@ -146,17 +166,47 @@ class Recording:
         if main is not None and main.image.stripped and not self._warned_stripped:
             self._warned_stripped = True
             self.log(f"{main.name} is stripped: only dynamic symbols and PLT entries are named")
+        if self.options.trace_functions and self.tracee.exit_event is None:
+            self._install_function_tracing()
         store.write_text(self.options.output, "maps.start.txt", read_maps_text(self.tracee.pid))
         self.controller.on_thread_exit.append(self._snapshot_at_exit)
         self.controller.on_exec.append(self._on_exec)
         self.meta["pid"] = self.tracee.pid
         self.meta["start_time"] = time.time()
 
+    def _install_function_tracing(self) -> None:
+        if not self.options.functions and not self.address_space.main.image.functions():
+            self.log(f"{self.address_space.main.name} has no function symbols: "
+                     "function tracing is off (name functions with -f)")
+            return
+        try:
+            engine = FunctionTracer(self.tracee, self.address_space, self.options.output,
+                                    timestamps=self.options.timestamps)
+            self.functions = engine
+            report = engine.install(self.options.functions or ["*"])
+        except BaseException:
+            if self.functions is not None:
+                self.functions.detach()  # restores whatever was already patched
+            raise
+        self.tracee.on_new_thread.append(engine.register_thread)
+        self.controller.on_thread_exit.append(lambda tracee, tid: engine.thread_exited(tid))
+        self.controller.on_fork_child.append(lambda child, pid: engine.fork_child(child))
+        self.controller.before_detach.append(lambda tracee: engine.detach())
+        patched = report["patched"]
+        sites = sum(p["sites"] for p in patched)
+        self.log(f"tracing {len(patched)} functions ({sites} patched sites"
+                 f"{', %d skipped' % len(report['skipped']) if report['skipped'] else ''})")
+        for item in report["skipped"]:
+            self.log(f"not traced: {item['what']}: {item['why']}")
+
     def _snapshot_at_exit(self, tracee: Tracee, tid: int) -> None:
         if tid == tracee.pid or len(tracee.threads) <= 1:
             self._maps_end = read_maps_text(tracee.pid)
 
     def _on_exec(self, tracee: Tracee) -> None:
+        if self.functions is not None and self.functions.active:
+            self.functions.forget_after_exec()
+            self.log("the target called exec: function tracing ends with the old image")
         self.meta.setdefault("execs", []).append(
             open(f"/proc/{tracee.pid}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace"))
         self._load_address_space()
@@ -166,7 +216,6 @@ class Recording:
         """Runs to the target's exit or to a stop request. Returns the target's exit
         code (128+N for death by signal N), or None when madtrace detached."""
         controller = self.controller
-        previous = controller.install_signal_handlers(launched=self.tracee.launched)
         controller.arm_duration(self.options.duration)
         try:
             outcome = controller.run()
@@ -179,12 +228,28 @@ class Recording:
             raise
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            self._restore_signal_handlers()
         if outcome == "detached":
             self._maps_end = self._maps_end or read_maps_text(self.tracee.pid)
             self.log(f"detached from process {self.tracee.pid} ({controller.stop_reason})")
         return self.finish(outcome)
+
+    def _function_results(self) -> dict:
+        engine = self.functions
+        if engine is None or engine.rings is None:
+            return {"calls": {}, "dropped_events": 0}
+        if engine.active:
+            engine.rings.stop()
+        engine.rings.close()
+        totals = engine.rings.totals()
+        return {
+            "calls": engine.call_counts(),
+            "dropped_events": totals["dropped"] + totals["unregistered_records"],
+            "function_tracing": dict(totals, timestamps=engine.timestamps,
+                                     threads_recorded=len(engine.rings.records_per_thread),
+                                     records=sum(engine.rings.records_per_thread.values()),
+                                     patch_report=engine.report),
+        }
 
     def finish(self, outcome: str) -> int | None:
         status = exit_code_of(self.tracee.exit_event) if self.tracee else None
@@ -201,8 +266,9 @@ class Recording:
             signals_forwarded=self.controller.signals_forwarded,
             modules=modules,
             symbols=sum(m["symbols"] for m in modules),
-            calls={}, accesses={}, dropped_events=0,
+            accesses={},
         )
+        self.meta.update(self._function_results())
         if self._maps_end:
             store.write_text(self.options.output, "maps.end.txt", self._maps_end)
         store.write_meta(self.options.output, self.meta)

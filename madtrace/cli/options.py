@@ -15,6 +15,11 @@ def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str
     parser.add_argument("-f", "--function", dest="functions", action="append", default=[],
                         metavar="PATTERN", help="trace calls of functions matching this glob "
                         "(repeatable; 'libc.so.6:mem*' for library functions)")
+    parser.add_argument("--no-functions", dest="trace_functions", action="store_false",
+                        help="do not trace function calls (default: every function of the "
+                        "main executable, or those given with -f)")
+    parser.add_argument("--no-time", dest="timestamps", action="store_false",
+                        help="no timestamps in call records (cheaper; order is still exact)")
     parser.add_argument("--data", action="store_true", help="trace data memory accesses")
     parser.add_argument("--follow-forks", action="store_true",
                         help="trace fork/vfork children too (default: leave them untraced)")
@@ -28,4 +33,5 @@ def recording_options(args, output: str) -> RecordOptions:
     return RecordOptions(output=output, force=args.force, functions=args.functions,
                          data=args.data, follow_forks=args.follow_forks,
                          start_at=getattr(args, "start_at", "entry"), duration=duration,
-                         quiet=args.quiet)
+                         quiet=args.quiet, trace_functions=args.trace_functions,
+                         timestamps=args.timestamps)

@@ -4,7 +4,7 @@ Policy, in one place:
 - a signal not caused by madtrace is delivered to the target unchanged;
 - new threads are traced (PTRACE_O_TRACECLONE) and resumed;
 - fork/vfork children are followed (traced as another ``Tracee``) or left
-  (``before_fork_detach`` hooks undo madtrace's patches in the child, then it
+  (``on_fork_child`` hooks undo madtrace's patches in the child, then it
   is detached);
 - exec rebuilds what depends on the image (``on_exec`` hooks);
 - group-stops keep the target job-control stopped (PTRACE_LISTEN);
@@ -42,7 +42,9 @@ class Controller:
         self.stop_reason: str | None = None
         self.on_exec: list[Callable[[Tracee], None]] = []
         self.before_detach: list[Callable[[Tracee], None]] = []
-        self.before_fork_detach: list[Callable[[Tracee, int], None]] = []
+        # called for each fork child (not vfork) before it runs, followed or not:
+        # the child is a copy of the parent, patches included
+        self.on_fork_child: list[Callable[[Tracee, int], None]] = []
         # called at PTRACE_EVENT_EXIT, while the exiting thread is still stopped
         self.on_thread_exit: list[Callable[[Tracee, int], None]] = []
         # engines claim signals they caused (breakpoints, protection faults); return True if handled
@@ -118,7 +120,7 @@ class Controller:
             return
         if isinstance(event, PtraceEventStop):
             if event.event in (pr.PTRACE_EVENT_FORK, pr.PTRACE_EVENT_VFORK):
-                self._on_fork(tracee, event.message)
+                self._on_fork(tracee, event.message, vfork=event.event == pr.PTRACE_EVENT_VFORK)
             elif event.event == pr.PTRACE_EVENT_EXEC:
                 self.execs_seen += 1
                 for hook in self.on_exec:
@@ -134,7 +136,7 @@ class Controller:
         raise AssertionError(f"unhandled event {event!r}")
 
     # ------------------------------------------------------------ fork/vfork
-    def _on_fork(self, parent: Tracee, child_pid: int) -> None:
+    def _on_fork(self, parent: Tracee, child_pid: int, vfork: bool) -> None:
         self.forks_seen += 1
         child = Tracee.__new__(Tracee)
         Tracee.__init__(child, child_pid, launched=False, options=parent.options)
@@ -145,12 +147,14 @@ class Controller:
             child.record(child_pid, status)
         else:
             child.wait_event(block=True, tid=child_pid)
+        if not vfork:
+            # a vfork child shares its parent's memory until it execs: nothing to undo
+            for hook in self.on_fork_child:
+                hook(child, child_pid)
         if self.follow_forks:
             self.children[child_pid] = child
             child.resume(child_pid, 0)
             return
-        for hook in self.before_fork_detach:
-            hook(child, child_pid)
         try:
             pr.detach(child_pid, 0)
         except NoSuchProcessError:

@@ -54,6 +54,11 @@ class RemoteSyscalls:
         self._saved_code: bytes | None = None
         self.calls = 0
 
+    @property
+    def saved_regs(self) -> pr.UserRegs:
+        """The thread's registers as they were when the scope began."""
+        return self._saved_regs
+
     def __enter__(self) -> "RemoteSyscalls":
         state = self.tracee.threads.get(self.tid)
         if state is None or state.running:

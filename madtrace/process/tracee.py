@@ -41,6 +41,8 @@ class ThreadState:
     group_stopped: bool = False
     # a zombie leader (exited while other threads run): nothing to stop or resume
     gone: bool = False
+    # created after madtrace attached and not resumed yet (see Tracee.on_new_thread)
+    fresh: bool = False
     last_event: Event | None = field(default=None, repr=False)
 
 
@@ -141,6 +143,8 @@ class Tracee:
         self._stashed: list[tuple[int, int]] = []  # (tid, status) read while waiting for someone else
         # statuses of processes that are not ours (fork children), for the controller
         self.foreign: list[tuple[int, int]] = []
+        # called with the tid of each new thread before it first runs
+        self.on_new_thread: list = []
 
     # ---------------------------------------------------------------- creation
     @classmethod
@@ -250,7 +254,7 @@ class Tracee:
             if wtid not in self.threads:
                 if os.WIFSTOPPED(status) and thread_group_of(wtid) == self.pid:
                     # a new thread whose first stop came before its parent's CLONE event
-                    self.threads[wtid] = ThreadState(wtid, running=True)
+                    self.threads[wtid] = ThreadState(wtid, running=True, fresh=True)
                 else:
                     self.foreign.append((wtid, status))
                     return None  # the controller routes it to its owner
@@ -271,7 +275,7 @@ class Tracee:
         if isinstance(event, PtraceEventStop) and event.event == pr.PTRACE_EVENT_CLONE:
             child = event.message
             if child not in self.threads:
-                self.threads[child] = ThreadState(child, running=True)
+                self.threads[child] = ThreadState(child, running=True, fresh=True)
         elif isinstance(event, PtraceEventStop) and event.event == pr.PTRACE_EVENT_EXEC:
             former = event.message
             if former != tid:  # a non-leader thread exec'd: it now has the leader's tid
@@ -292,6 +296,11 @@ class Tracee:
         state = self.threads[tid]
         if state.gone:
             return
+        if state.fresh:
+            # first resume of a new thread: its registers (fs base...) are final now
+            state.fresh = False
+            for hook in self.on_new_thread:
+                hook(tid)
         if signum is None:
             signum, state.pending_signal = state.pending_signal, 0
         if isinstance(state.last_event, GroupStop):

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later
+ *
+ * madtrace shared-memory layout: the single definition.
+ *
+ * Included by injector/trampolines.S (the code that runs inside the target)
+ * and parsed by madtrace/inject/layout.py (the tracer side), so the two can
+ * never disagree.  Only plain "#define NAME <integer expression>" lines.
+ *
+ * The shared mapping (a memfd mapped by both tracer and target):
+ *   [control block, 4 KiB][slot table, 4 KiB][ring block 0][ring block 1]...
+ * A thread finds its ring block through the slot table, keyed by its fs base
+ * (rdfsbase: unique per live thread, never faults).  Each ring block holds one
+ * thread's records (single writer: that thread; single reader: the tracer).
+ */
+#define MT_MAGIC              0x45434152544d
+#define MT_LAYOUT_VERSION     1
+
+/* control block */
+#define MT_CTL_MAGIC          0
+#define MT_CTL_VERSION        8
+#define MT_CTL_FLAGS          16     /* byte: MT_FLAG_* */
+#define MT_CTL_UNREGISTERED   24     /* u64: records of threads without a slot (lock inc) */
+#define MT_CTL_SIZE           4096
+#define MT_FLAG_ENABLED       1      /* records are written */
+#define MT_FLAG_NOWAIT        2      /* a full ring drops at once (set after a spin timed out) */
+
+/* slot table: 2*MT_SLOTS entries {u64 key = fs base (0 free, 1 tombstone), u64 ring block address} */
+#define MT_SLOTS              128
+#define MT_SLOT_HASH_SHIFT    12
+#define MT_SLOT_TABLE         4096
+#define MT_SLOT_ENTRY_SIZE    16
+#define MT_SLOT_TABLE_SIZE    4096
+
+/* ring blocks */
+#define MT_RINGS              8192
+#define MT_RING_HEAD          0      /* u64, written by the target: records written so far */
+#define MT_RING_DROPS         8      /* u64, written by the target: records dropped (ring full) */
+#define MT_RING_SHADOW_TOP    16     /* u64, written by the target: shadow stack depth */
+#define MT_RING_EXITS_LOST    24     /* u64: entries not redirected (shadow stack full) */
+#define MT_RING_TAIL          64     /* u64, written by the tracer: records consumed */
+#define MT_RING_TID           72     /* u64, written by the tracer: owner thread id */
+#define MT_RING_SHADOW        4096   /* shadow stack: {u64 return address, u64 entry rsp} */
+#define MT_SHADOW_ENTRIES     4096
+#define MT_RING_RECORDS_OFF   69632  /* MT_RING_SHADOW + 16 * MT_SHADOW_ENTRIES */
+#define MT_RING_RECORDS       65536  /* power of two */
+#define MT_RING_MASK          65535
+#define MT_RING_BLOCK         1118208 /* MT_RING_RECORDS_OFF + 16 * MT_RING_RECORDS */
+#define MT_SPIN_LIMIT         200000 /* pause iterations a writer waits on a full ring */
+
+/* one record = 16 bytes:
+ *   u64 timestamp (rdtsc; 0 without timestamps)
+ *   u32 code = site id << 1 | MT_KIND_EXIT for exit records
+ *   u32 low 32 bits of the stack pointer at the callee's entry (points at its return address) */
+#define MT_RECORD_SIZE        16
+#define MT_KIND_EXIT          1
+#define MT_MAX_SITES          0x3fffffff

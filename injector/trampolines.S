@@ -1,0 +1,227 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later
+ *
+ * Trampoline templates of madtrace (HMTT_FBI call-site technique, plus
+ * function-entry patching for functions that are also called indirectly).
+ *
+ * Assembled once by the Makefile; injector/build_templates.py extracts each
+ * template's bytes between mt_<name>_start and mt_<name>_end and the offsets of
+ * its patch points: every label mt_<name>_pp_<field>_<kind> marks the END of
+ * a field of <kind> imm32 / abs64 / rel32 (a rel32 is relative to its own end,
+ * as for jmp/call rel32 and rip-relative disp32).  The tracer fills them per
+ * site (madtrace/inject/templates.py).
+ *
+ * Register use: at a call site and at a function entry the flags, r10 and r11
+ * are dead by the SysV ABI, but argument registers and rax (al = vector
+ * register count of varargs calls) are live, and after a return rax/rdx hold
+ * the result: every register a template touches is saved below the stack
+ * pointer and restored.  Below the stack pointer is free at these points (the
+ * call just overwrote the caller's red zone anyway).  No template calls
+ * anything, so stack alignment does not matter.  DF is never touched.
+ */
+#include "layout.h"
+        .intel_syntax noprefix
+        .text
+
+/* SAVE/RESTORE: the four registers every template uses */
+.macro SAVE
+        push rax
+        push rcx
+        push rdx
+        push rsi
+.endm
+.macro RESTORE
+        pop rsi
+        pop rdx
+        pop rcx
+        pop rax
+.endm
+
+/* LOOKUP name, tag, nothread: rsi = control block, rcx = this thread's ring
+ * block; jumps to \nothread if the thread has no slot (counted). */
+.macro LOOKUP name, tag, nothread
+        movabs rsi, 0x1122334455667788
+mt_\name\()_pp_ctl\tag\()_abs64:
+        rdfsbase rax
+        mov rcx, rax
+        shr rcx, MT_SLOT_HASH_SHIFT
+        and ecx, MT_SLOTS - 1
+        shl ecx, 4
+        lea rcx, [rsi + rcx + MT_SLOT_TABLE]
+1:      mov rdx, [rcx]
+        cmp rdx, rax
+        je 2f
+        test rdx, rdx
+        jz 3f
+        add rcx, MT_SLOT_ENTRY_SIZE
+        jmp 1b
+3:      lock inc qword ptr [rsi + MT_CTL_UNREGISTERED]
+        jmp \nothread
+2:      mov rcx, [rcx + 8]
+.endm
+
+/* EMIT name, tag, ts, rsp_off, done: write one record into ring rcx (control
+ * block rsi) if tracing is enabled; clobbers rax, rdx, rsi.  The site code
+ * (site id << 1 | kind) is patch point mt_<name>_pp_code<tag>_imm32. */
+.macro EMIT name, tag, ts, rsp_off, done
+        test byte ptr [rsi + MT_CTL_FLAGS], MT_FLAG_ENABLED
+        jz \done
+        mov rax, [rcx + MT_RING_HEAD]
+4:      mov rdx, rax
+        sub rdx, [rcx + MT_RING_TAIL]
+        cmp rdx, MT_RING_RECORDS
+        jae 6f
+        mov rsi, rax
+        and esi, MT_RING_MASK
+        shl esi, 4
+        add rsi, rcx
+        lea rdx, [rsp + \rsp_off]
+        shl rdx, 32
+        or rdx, 0x7fffffff
+mt_\name\()_pp_code\tag\()_imm32:
+        mov [rsi + MT_RING_RECORDS_OFF + 8], rdx
+.if \ts
+        rdtsc
+        shl rdx, 32
+        or rax, rdx
+.else
+        xor eax, eax
+.endif
+        mov [rsi + MT_RING_RECORDS_OFF], rax
+        inc qword ptr [rcx + MT_RING_HEAD]
+        jmp \done
+        /* ring full: wait for the tracer to drain, up to MT_SPIN_LIMIT pauses */
+6:      test byte ptr [rsi + MT_CTL_FLAGS], MT_FLAG_NOWAIT
+        jnz 8f
+        push MT_SPIN_LIMIT
+7:      pause
+        mov rax, [rcx + MT_RING_HEAD]
+        mov rdx, rax
+        sub rdx, [rcx + MT_RING_TAIL]
+        cmp rdx, MT_RING_RECORDS
+        jb 9f
+        dec qword ptr [rsp]
+        jnz 7b
+        add rsp, 8
+        or byte ptr [rsi + MT_CTL_FLAGS], MT_FLAG_NOWAIT
+8:      inc qword ptr [rcx + MT_RING_DROPS]
+        jmp \done
+9:      add rsp, 8
+        jmp 4b
+.endm
+
+/* ---------------------------------------------------------------------------
+ * Call-site trampoline: the site's `call f` became `jmp mt_callsite`.
+ * entry record, call f (rsp as at the original call), exit record, jmp back.
+ * Record rsp = callee entry rsp = call-site rsp - 8 = [rsp + 32 - 8].
+ */
+.macro CALLSITE name, ts
+        .globl mt_\name\()_start
+mt_\name\()_start:
+        SAVE
+        LOOKUP \name, _entry, 10f
+        EMIT \name, _entry, \ts, 24, 10f
+10:     RESTORE
+        .byte 0xe8
+        .long 0
+mt_\name\()_pp_target_rel32:
+        SAVE
+        LOOKUP \name, _exit, 11f
+        EMIT \name, _exit, \ts, 24, 11f
+11:     RESTORE
+        .byte 0xe9
+        .long 0
+mt_\name\()_pp_return_rel32:
+mt_\name\()_end:
+.endm
+
+/* ---------------------------------------------------------------------------
+ * Tail-call trampoline: the site's `jmp f` became `jmp mt_tailsite`.
+ * entry record (flagged by the site table as a tail call), then jmp f; the
+ * callee returns straight to our caller's caller, so there is no exit record:
+ * the tracer closes the frame when the enclosing one returns (rsp order).
+ */
+.macro TAILSITE name, ts
+mt_\name\()_start:
+        SAVE
+        LOOKUP \name, _entry, 10f
+        EMIT \name, _entry, \ts, 32, 10f
+10:     RESTORE
+        .byte 0xe9
+        .long 0
+mt_\name\()_pp_target_rel32:
+mt_\name\()_end:
+.endm
+
+/* ---------------------------------------------------------------------------
+ * Function-entry trampoline (functions also reached indirectly): entry
+ * record, the return address is saved on the thread's shadow stack and
+ * replaced by the function's exit stub; then the relocated first
+ * instructions (appended by the tracer) and a jmp back into the function.
+ * rsp at entry points at the return address = [rsp + 32] after SAVE.
+ */
+.macro ENTRY name, ts
+mt_\name\()_start:
+        SAVE
+        LOOKUP \name, _entry, 19f
+        push rcx
+        EMIT \name, _entry, \ts, 40, 12f
+12:     pop rcx
+        mov rax, [rcx + MT_RING_SHADOW_TOP]
+        cmp rax, MT_SHADOW_ENTRIES
+        jae 18f
+        mov rdx, rax
+        shl rdx, 4
+        add rdx, rcx
+        mov rsi, [rsp + 32]
+        mov [rdx + MT_RING_SHADOW], rsi
+        lea rsi, [rsp + 32]
+        mov [rdx + MT_RING_SHADOW + 8], rsi
+        inc rax
+        mov [rcx + MT_RING_SHADOW_TOP], rax
+        movabs rax, 0x1122334455667788
+mt_\name\()_pp_exitstub_abs64:
+        mov [rsp + 32], rax
+        jmp 19f
+18:     inc qword ptr [rcx + MT_RING_EXITS_LOST]
+19:     RESTORE
+mt_\name\()_end:
+        /* the tracer appends: relocated instructions, jmp rel32 f+consumed */
+.endm
+
+/* Exit stub of an entry-patched function: the function returned here
+ * (rsp = entry rsp + 8).  Pop the shadow stack down to this frame (frames
+ * above it were left by longjmp), write the exit record, return to the
+ * saved address. */
+.macro EXITSTUB name, ts
+mt_\name\()_start:
+        sub rsp, 8
+        SAVE
+        LOOKUP \name, _exit, 29f
+        lea rdx, [rsp + 32]
+        mov rax, [rcx + MT_RING_SHADOW_TOP]
+20:     test rax, rax
+        jz 29f
+        dec rax
+        mov rsi, rax
+        shl rsi, 4
+        add rsi, rcx
+        cmp [rsi + MT_RING_SHADOW + 8], rdx
+        jb 20b
+        mov [rcx + MT_RING_SHADOW_TOP], rax
+        mov rax, [rsi + MT_RING_SHADOW]
+        mov [rsp + 32], rax
+        EMIT \name, _exit, \ts, 32, 21f
+21:     RESTORE
+        ret
+29:     ud2     /* no shadow frame: cannot happen unless memory was corrupted */
+mt_\name\()_end:
+.endm
+
+        CALLSITE callsite_ts, 1
+        CALLSITE callsite_nots, 0
+        TAILSITE tailsite_ts, 1
+        TAILSITE tailsite_nots, 0
+        ENTRY entry_ts, 1
+        ENTRY entry_nots, 0
+        EXITSTUB exitstub_ts, 1
+        EXITSTUB exitstub_nots, 0

@@ -1,0 +1,1 @@
+"""Event capture: the per-thread rings of function records (``rings``)."""

@@ -1,0 +1,104 @@
+"""Memory madtrace creates inside the target.
+
+``SharedArea``: a memfd created by a remote memfd_create, mapped MAP_SHARED in
+the target (by remote mmap) and in the tracer (through /proc/PID/fd/N), so the
+tracer reads and writes it with plain memory accesses and no ptrace call.
+Used for the control block and rings (RW in the target) and for code areas
+(R-X in the target, written by the tracer through its own RW mapping).
+
+``find_gap_near``: a free, page-aligned address range for a code area within
+rel32 reach (+-2 GiB) of a whole module, never overlapping a mapping and
+keeping clear of the brk heap's room to grow.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+from ..binary.maps import Mapping, read_maps
+from ..errors import TracerInternalError
+from ..process.remote_syscall import (MAP_FIXED_NOREPLACE, MAP_SHARED, PROT_EXEC, PROT_READ,
+                                      PROT_WRITE, RemoteSyscalls)
+
+PAGE = 4096
+MFD_CLOEXEC = 1
+REL32_REACH = (1 << 31) - PAGE
+HEAP_GROWTH_ROOM = 1 << 30
+
+
+def page_round(n: int) -> int:
+    return (n + PAGE - 1) & ~(PAGE - 1)
+
+
+class SharedArea:
+    """One memfd-backed area, mapped in both processes."""
+
+    def __init__(self, rs: RemoteSyscalls, size: int, name: str, executable: bool,
+                 address: int | None = None):
+        tracee = rs.tracee
+        self.size = page_round(size)
+        self.name = name
+        # the memfd's name goes on the stopped thread's stack, well below its red zone
+        scratch = (rs.saved_regs.rsp - 4096) & ~15
+        tracee.mem.write(scratch, name.encode() + b"\0")
+        fd = rs.call("memfd_create", scratch, MFD_CLOEXEC)
+        try:
+            local_fd = os.open(f"/proc/{tracee.pid}/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
+            try:
+                os.ftruncate(local_fd, self.size)
+                self.local = mmap.mmap(local_fd, self.size, mmap.MAP_SHARED,
+                                       mmap.PROT_READ | mmap.PROT_WRITE)
+            finally:
+                os.close(local_fd)
+            prot = PROT_READ | (PROT_EXEC if executable else PROT_WRITE)
+            flags = MAP_SHARED | (MAP_FIXED_NOREPLACE if address is not None else 0)
+            self.address = rs.mmap(address or 0, self.size, prot, flags, fd, 0)
+            if address is not None and self.address != address:
+                rs.munmap(self.address, self.size)
+                raise TracerInternalError(f"{name}: kernel placed it at {self.address:#x}, not {address:#x}")
+        finally:
+            rs.call("close", fd)
+
+    @property
+    def end(self) -> int:
+        return self.address + self.size
+
+    def write(self, address: int, data: bytes) -> None:
+        """Write into the area at a target address (through the tracer's mapping)."""
+        offset = address - self.address
+        if offset < 0 or offset + len(data) > self.size:
+            raise TracerInternalError(f"{self.name}: write outside the area at {address:#x}")
+        self.local[offset:offset + len(data)] = data
+
+
+def find_gap_near(mappings: list[Mapping], lo: int, hi: int, size: int) -> int:
+    """A free range of ``size`` bytes from which every address in [lo, hi) is
+    within rel32 reach (and vice versa)."""
+    size = page_round(size)
+    allowed_lo = max(hi - REL32_REACH, 0x10000)
+    allowed_hi = lo + REL32_REACH
+    spans = sorted((m.start, m.end) for m in mappings)
+    heap = next(((m.start, m.end) for m in mappings if m.path == "[heap]"), None)
+    if heap is not None:  # keep room for brk to grow
+        spans.append((heap[0], heap[0] + HEAP_GROWTH_ROOM))
+    else:  # no heap yet: it will start right after the main executable's data
+        spans.append((hi, hi + HEAP_GROWTH_ROOM))
+    spans.sort()
+    candidates = []
+    cursor = allowed_lo
+    for start, end in spans + [(allowed_hi + size, allowed_hi + size)]:
+        if start > cursor:
+            gap_lo, gap_hi = cursor, min(start, allowed_hi)
+            if gap_hi - gap_lo >= size:
+                # closest to the module: the top of a gap below it, the bottom of one above it
+                addr = gap_hi - size if gap_hi <= lo else gap_lo
+                candidates.append((abs(addr - lo), addr))
+        cursor = max(cursor, end)
+    if not candidates:
+        raise TracerInternalError(f"no free address range of {size} bytes within 2 GiB of {lo:#x}")
+    return min(candidates)[1] & ~(PAGE - 1)
+
+
+def gap_for_module(pid: int, lo: int, hi: int, size: int) -> int:
+    return find_gap_near(read_maps(pid), lo, hi, size)

@@ -1,0 +1,242 @@
+"""Function tracing in a live target: inject, patch, follow threads, restore.
+
+``FunctionTracer.install`` (all threads stopped):
+ 1. plans the functions (``plan``), 2. maps the shared rings and one code
+ area per patched module within rel32 reach (``areas``), 3. registers every
+ thread's ring, 4. writes the trampolines through the tracer's mapping of
+ the code areas, 5. applies the 5-byte patches (``patchset``), 6. starts the
+ drain thread.  ``restore`` un-patches live; trampolines and rings stay
+ mapped, because a frame may still return into them.  ``detach`` restores
+ everything and stops recording.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+from ..arch.x86_64.relocate import relocate_entry
+from ..binary.address_space import AddressSpace
+from ..capture.rings import RingSet
+from ..errors import TracerInternalError
+from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_READ,
+                                      PROT_WRITE, RemoteSyscalls)
+from ..process.tracee import Tracee
+from .areas import SharedArea, gap_for_module, page_round
+from .patchset import Patch, PatchConflict, PatchSet
+from .plan import Plan, Site, TracedFunction, make_plan
+from .templates import load_injector
+
+JMP_REL32 = 0xE9
+
+
+def jmp_rel32(at: int, to: int) -> bytes:
+    return struct.pack("<Bi", JMP_REL32, to - (at + 5))
+
+
+class CodeArea:
+    """A bump allocator over one SharedArea mapped R-X near a module."""
+
+    def __init__(self, area: SharedArea):
+        self.area = area
+        self.cursor = area.address
+
+    def allocate(self, size: int) -> int:
+        address = (self.cursor + 15) & ~15
+        if address + size > self.area.end:
+            raise TracerInternalError(f"code area {self.area.name} is full")
+        self.cursor = address + size
+        return address
+
+
+class FunctionTracer:
+    def __init__(self, tracee: Tracee, space: AddressSpace, out_dir: str, timestamps: bool = True):
+        self.tracee = tracee
+        self.space = space
+        self.out_dir = out_dir
+        self.timestamps = timestamps
+        self.injector = load_injector()
+        self.plan: Plan | None = None
+        self.rings: RingSet | None = None
+        self.code_areas: dict[str, CodeArea] = {}
+        self.patches = PatchSet()
+        self.patches_of: dict[int, list[int]] = {}   # function id -> patch addresses
+        self.report: dict = {"patched": [], "skipped": [], "inexact": []}
+        self.active = False
+
+    # --------------------------------------------------------------- install
+    def install(self, patterns: list[str]) -> dict:
+        tracee = self.tracee
+        plan = self.plan = make_plan(self.space, patterns)
+        self.report["skipped"] = [{"what": w, "why": y} for w, y in plan.skipped]
+        with RemoteSyscalls(tracee) as rs:
+            ring_area = SharedArea(rs, RingSet.size_for(self.injector), "madtrace-rings",
+                                   executable=False)
+            self.rings = RingSet(ring_area, self.injector, self.out_dir)
+            for module in {fn.module.name: fn.module for fn in plan.functions}.values():
+                fns = [fn for fn in plan.functions if fn.module is module]
+                size = page_round(self._code_size(plan, fns) + 65536)
+                address = gap_for_module(tracee.pid, module.start, module.end, size)
+                area = SharedArea(rs, size, f"madtrace-code-{module.name}", executable=True,
+                                  address=address)
+                self.code_areas[module.name] = CodeArea(area)
+        for tid in list(tracee.threads):
+            self.register_thread(tid)
+        rips = [tracee.get_regs(tid).rip for tid in tracee.threads]
+        for fn in plan.functions:
+            self._patch_function(fn, rips)
+        self.rings.set_enabled(True)
+        self.rings.start()
+        self.active = True
+        self._write_tables()
+        return self.report
+
+    def _code_size(self, plan: Plan, fns: list[TracedFunction]) -> int:
+        total = 0
+        for fn in fns:
+            for sid in fn.site_ids:
+                kind = plan.sites[sid].kind
+                if kind == "entry":
+                    total += (self.injector.template("entry", self.timestamps).size
+                              + self.injector.template("exitstub", self.timestamps).size + 96)
+                else:
+                    total += self.injector.template("callsite" if kind == "call" else "tailsite",
+                                                    self.timestamps).size + 16
+        return total
+
+    def _patch_function(self, fn: TracedFunction, rips: list[int]) -> None:
+        area = self.code_areas[fn.module.name]
+        patches: list[Patch] = []
+        try:
+            for sid in fn.site_ids:
+                site = self.plan.sites[sid]
+                patches.append(self._build_site(site, area))
+            self.patches.apply(self.tracee.mem, patches, rips)
+        except (PatchConflict, _Refused) as exc:
+            self.report["skipped"].append({"what": fn.name, "why": str(exc)})
+            fn.method = "skipped"
+            return
+        self.patches_of[fn.fid] = [p.address for p in patches]
+        entry = {"function": fn.name, "module": fn.module.name, "method": fn.method,
+                 "reason": fn.reason, "sites": len(patches)}
+        self.report["patched"].append(entry)
+        if fn.inexact:
+            self.report["inexact"].append({"what": fn.name, "why": fn.inexact})
+
+    def _build_site(self, site: Site, area: CodeArea) -> Patch:
+        ts = self.timestamps
+        ctl = self.rings.control_address
+        mem = self.tracee.mem
+        if site.kind in ("call", "tail"):
+            original = mem.read(site.address, 5)
+            target = site.address + 5 + struct.unpack("<i", original[1:])[0]
+            tpl = self.injector.template("callsite" if site.kind == "call" else "tailsite", ts)
+            at = area.allocate(tpl.size)
+            fields = dict(ctl_entry=ctl, code_entry=site.sid << 1, target=target)
+            if site.kind == "call":
+                fields.update(ctl_exit=ctl, code_exit=(site.sid << 1) | 1, **{"return": site.address + 5})
+            area.area.write(at, bytes(tpl.instantiate(at, **fields)))
+            return Patch(site.address, original, jmp_rel32(site.address, at),
+                         f"{site.kind} site of {site.function.name} at {site.address:#x}")
+        # function entry
+        fn = site.function
+        code = mem.read(fn.address, fn.size)
+        entry_tpl = self.injector.template("entry", ts)
+        exit_tpl = self.injector.template("exitstub", ts)
+        exit_at = area.allocate(exit_tpl.size)
+        entry_at = area.allocate(entry_tpl.size + 64 + 5)
+        scan, bias = self.plan.scans[fn.module.name].scan, fn.module.bias
+        reloc = relocate_entry(code, fn.address, fn.size, entry_at + entry_tpl.size,
+                               branches_into=lambda lo, hi: scan.branches_into(lo - bias, hi - bias))
+        if not reloc:
+            raise _Refused(f"entry of {fn.name} cannot be relocated: {reloc.reason}")
+        area.area.write(exit_at, bytes(exit_tpl.instantiate(
+            exit_at, ctl_exit=ctl, code_exit=(site.sid << 1) | 1)))
+        body = bytes(entry_tpl.instantiate(entry_at, ctl_entry=ctl, code_entry=site.sid << 1,
+                                           exitstub=exit_at)) + reloc.code
+        body += jmp_rel32(entry_at + len(body), fn.address + reloc.consumed)
+        area.area.write(entry_at, body)
+        patched = jmp_rel32(fn.address, entry_at) + b"\xcc" * (reloc.consumed - 5)
+        return Patch(fn.address, code[:reloc.consumed], patched, f"entry of {fn.name}")
+
+    # ------------------------------------------------------------- threads
+    def register_thread(self, tid: int) -> None:
+        if self.rings is not None:
+            self.rings.register(tid, self.tracee.get_regs(tid).fs_base)
+
+    def thread_exited(self, tid: int) -> None:
+        if self.rings is not None:
+            self.rings.unregister(tid)
+
+    # ------------------------------------------------------------- restore
+    def restore(self, names: set[str] | None = None) -> int:
+        """Un-patch functions (all if ``names`` is None); threads must be stopped."""
+        restored = 0
+        for fn in self.plan.functions if self.plan else []:
+            if names is not None and fn.name not in names:
+                continue
+            addresses = self.patches_of.pop(fn.fid, [])
+            restored += self.patches.revert(self.tracee.mem, addresses)
+        return restored
+
+    def detach(self) -> None:
+        """Restore all code, stop recording, drain what is left."""
+        self.restore()
+        if self.rings is not None:
+            self.rings.set_enabled(False)
+            if self.active:
+                self.rings.stop()
+        self.active = False
+
+    def forget_after_exec(self) -> None:
+        """The image was replaced: no patch exists any more, nothing to restore."""
+        self.patches.applied.clear()
+        self.patches_of.clear()
+        if self.rings is not None and self.active:
+            self.rings.stop()
+        self.active = False
+
+    def fork_child(self, child: Tracee) -> None:
+        """A fork child we leave untraced: put its code back and give it a private
+        copy of the shared area with recording off, so that frames still inside
+        trampolines return normally and it never writes into our rings."""
+        if not self.active:
+            return
+        self.patches.revert_copy(child.mem)
+        L, area = self.injector, self.rings.area
+        with RemoteSyscalls(child) as rs:
+            rs.mmap(area.address, area.size, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED)
+        # control block and slot table, recording off; then each ring's header and shadow stack
+        control = bytearray(area.local[:L.MT_RINGS])
+        control[L.MT_CTL_FLAGS] &= ~L.MT_FLAG_ENABLED & 0xFF
+        child.mem.write(area.address, bytes(control))
+        for index in self.rings.thread_ring.values():
+            off = self.rings.ring_offset(index)
+            child.mem.write(area.address + off, bytes(area.local[off: off + L.MT_RING_RECORDS_OFF]))
+
+    # ------------------------------------------------------------- results
+    def _write_tables(self) -> None:
+        sites = [{"sid": s.sid, "function": s.function.name, "kind": s.kind,
+                  "address": s.address, "caller": s.caller} for s in self.plan.sites]
+        functions = [{"fid": f.fid, "name": f.name, "module": f.module.name, "address": f.address,
+                      "size": f.size, "method": f.method, "reason": f.reason}
+                     for f in self.plan.functions]
+        with open(os.path.join(self.out_dir, "functions.json"), "w") as f:
+            json.dump({"timestamps": self.timestamps, "sites": sites, "functions": functions,
+                       "report": self.report}, f, indent=1)
+
+    def call_counts(self) -> dict[str, int]:
+        counts = {fn.name: 0 for fn in self.plan.functions if fn.method != "skipped"}
+        if self.rings is None:
+            return counts
+        per_site = self.rings.entry_counts
+        for site in self.plan.sites:
+            if site.sid < len(per_site) and site.function.name in counts:
+                counts[site.function.name] += int(per_site[site.sid])
+        return counts
+
+
+class _Refused(Exception):
+    pass

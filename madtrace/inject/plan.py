@@ -1,0 +1,127 @@
+"""Which functions to trace, and how each one is patched.
+
+Every selected function gets exactly one method, so no call is counted twice:
+- ``callsite`` (HMTT_FBI): each direct ``call rel32`` / ``jmp rel32`` to it in
+  its module becomes a ``jmp`` to a per-site trampoline.  Exact only when
+  every call is direct: the function is local to its module's code (not
+  exported, so no other module calls it through a PLT) and its address is
+  never taken (no call through a pointer).
+- ``entry``: the first instructions are relocated into an entry trampoline
+  that also redirects the return address to an exit stub (a per-thread
+  shadow stack keeps the real one).  Used for exported and address-taken
+  functions, and where some direct site cannot be patched (a 2-byte jmp).
+A function that fits neither exactly is reported in ``skipped`` or
+``inexact`` with the reason; the patch report lists them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..arch.x86_64.callsites import address_taken, find_call_sites
+from ..binary.address_space import AddressSpace, Module, ModuleSymbol
+from ..errors import UnknownSymbolError
+
+# functions that must never be entry-patched: they do not return normally or run
+# before the thread can have a registered slot
+NEVER_ENTRY = frozenset({"_start", "_init", "_fini", "_dl_relocate_static_pie", "__libc_csu_init",
+                         "__libc_csu_fini", "deregister_tm_clones", "register_tm_clones",
+                         "__do_global_dtors_aux", "frame_dummy"})
+
+
+@dataclass
+class TracedFunction:
+    fid: int
+    name: str           # key in summaries: plain name, "module:name" if the plain one is taken
+    module: Module
+    address: int        # absolute
+    size: int
+    method: str         # "callsite" | "entry"
+    reason: str         # why this method
+    site_ids: list[int] = field(default_factory=list)
+    inexact: str | None = None
+
+
+@dataclass
+class Site:
+    sid: int
+    function: TracedFunction
+    kind: str           # "call" | "tail" | "entry"
+    address: int        # absolute address of the patched instruction (or function start)
+    caller: str | None
+
+
+@dataclass
+class Plan:
+    functions: list[TracedFunction] = field(default_factory=list)
+    sites: list[Site] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)   # (what, why)
+    scans: dict = field(default_factory=dict)   # module name -> _ModuleScan
+
+    def add_site(self, function: TracedFunction, kind: str, address: int, caller) -> Site:
+        site = Site(len(self.sites), function, kind, address, caller)
+        self.sites.append(site)
+        function.site_ids.append(site.sid)
+        return site
+
+
+def select_functions(space: AddressSpace, patterns: list[str]) -> list[ModuleSymbol]:
+    """Unscoped patterns match the main executable; 'lib:pattern' another module."""
+    chosen: dict[int, ModuleSymbol] = {}
+    for pattern in patterns:
+        scoped = ":" in pattern and not pattern.startswith("::")
+        query = pattern if scoped or space.main is None else f"{space.main.name}:{pattern}"
+        found = [ms for ms in space.find_functions(query) if ms.symbol.size > 0]
+        if not found:
+            raise UnknownSymbolError(f"no function matches {pattern!r}")
+        for ms in found:
+            chosen.setdefault(ms.address, ms)   # aliases share an address: trace once
+    return sorted(chosen.values(), key=lambda ms: ms.address)
+
+
+class _ModuleScan:
+    """Call sites and address-taken functions of one module, computed once."""
+
+    def __init__(self, module: Module):
+        self.module = module
+        self.scan = find_call_sites(module.image)
+        self.taken = address_taken(module.image)
+        self.sites_by_target: dict[int, list] = {}
+        for site in self.scan.sites:
+            self.sites_by_target.setdefault(site.target, []).append(site)
+        self.unpatchable_by_target: dict[int, list] = {}
+        for item in self.scan.unpatchable:
+            self.unpatchable_by_target.setdefault(item.target, []).append(item)
+
+
+def make_plan(space: AddressSpace, patterns: list[str]) -> Plan:
+    plan = Plan()
+    scans = plan.scans
+    names_used: set[str] = set()
+    for ms in select_functions(space, patterns):
+        module, sym = ms.module, ms.symbol
+        scan = scans.get(module.name) or scans.setdefault(module.name, _ModuleScan(module))
+        name = sym.name if sym.name not in names_used else f"{module.name}:{sym.name}"
+        names_used.add(name)
+        rel = sym.address
+        if sym.dynamic and sym.binding != "LOCAL":
+            method, reason = "entry", "exported: other modules call it through their PLT"
+        elif rel in scan.taken:
+            method, reason = "entry", "address taken: may be called through a pointer"
+        elif rel in scan.unpatchable_by_target:
+            method, reason = "entry", scan.unpatchable_by_target[rel][0].reason
+        else:
+            method, reason = "callsite", "every call is a direct call or jmp rel32"
+        if method == "entry" and sym.name in NEVER_ENTRY:
+            method, reason = "callsite", f"{reason}; but {sym.name} is never entry-patched"
+        fn = TracedFunction(len(plan.functions), name, module, ms.address, sym.size, method, reason)
+        plan.functions.append(fn)
+        if method == "entry":
+            plan.add_site(fn, "entry", ms.address, None)
+        else:
+            for site in scan.sites_by_target.get(rel, []):
+                plan.add_site(fn, "call" if site.kind == "call" else "tail",
+                              module.bias + site.address, site.caller)
+            if rel in scan.taken or (sym.dynamic and sym.binding != "LOCAL"):
+                fn.inexact = "calls through pointers or other modules are not seen"
+    return plan

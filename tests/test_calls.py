@@ -1,0 +1,120 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Function tracing (-f) is exact: every call of every selected function is
+counted, whatever the way in (call, tail jmp, indirect call, PLT, callback
+from libc, another thread) or out (return, longjmp).
+
+Contract exercised, through the CLI only:
+  madtrace record -q -o DIR -f PATTERN... [--no-time] -- PROG ARGS
+  madtrace summary DIR --json   ->  {"calls": {name: completed_calls}, "dropped_events": 0, ...}
+
+Oracle: valgrind's callgrind on the same binary (tests/oracles.py, itself
+checked in tests/test_oracles.py), which counts entries; and the untraced run
+for the output and the exit status.  A call abandoned by longjmp is over
+once it has been unwound, so it counts as completed like any other.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import pytest
+
+from .oracles import callgrind_calls, program_output
+from .util import VARIANTS, madtrace, prog
+
+# program -> (arguments, -f patterns)
+CASES = {
+    "calls_recursion": ([], ["fib", "is_even", "is_odd", "depth_sum"]),
+    "calls_tail": ([], ["tail_?", "finish", "dispatch", "op?", "gcd"]),
+    "calls_plt": (["500"], ["fill", "mix", "libc.so.6:malloc", "libc.so.6:free",
+                            "libc.so.6:calloc", "libc.so.6:realloc", "libc.so.6:strdup"]),
+    "calls_qsort": ([], ["cmp_*", "check_sorted"]),
+    "calls_callbacks": ([], ["op_*", "apply", "run_table"]),
+    "calls_longjmp": ([], ["dive", "bail", "after", "attempt"]),
+    "calls_threads": ([], ["work", "leaf_op", "thread_main", "libc.so.6:malloc",
+                           "libc.so.6:free"]),
+}
+
+MODES = {"time": [], "no-time": ["--no-time"]}
+
+
+@lru_cache(maxsize=None)
+def expected_calls(argv: tuple, patterns: tuple) -> dict:
+    calls = callgrind_calls(list(argv), list(patterns), timeout=120)
+    return {name: n for name, n in calls.items() if n}
+
+
+@lru_cache(maxsize=None)
+def untraced(argv: tuple):
+    return program_output(list(argv))
+
+
+def record(tmp_path, argv, patterns, extra=()):
+    out = tmp_path / "trace"
+    args = ["record", "-q", "-o", str(out), *extra]
+    for p in patterns:
+        args += ["-f", p]
+    return madtrace(*args, "--", *argv, timeout=300), out
+
+
+def summary(directory) -> dict:
+    result = madtrace("summary", str(directory), "--json")
+    assert result.returncode == 0, result.stderr.decode()
+    return json.loads(result.stdout)
+
+
+def check_exact(tmp_path, argv: list, patterns: list, extra=()) -> None:
+    native = untraced(tuple(argv))
+    result, out = record(tmp_path, argv, patterns, extra)
+    assert result.returncode == native.returncode, result.stderr.decode()
+    assert result.stdout == native.stdout
+    s = summary(out)
+    assert s["dropped_events"] == 0
+    got = {name: n for name, n in s["calls"].items() if n}
+    assert got == expected_calls(tuple(argv), tuple(patterns))
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_call_counts_equal_callgrind(tmp_path, name, variant, mode):
+    args, patterns = CASES[name]
+    check_exact(tmp_path, [prog(name, variant), *args], patterns, MODES[mode])
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name,args,patterns", [
+    # strlen is a GNU IFUNC in libc: the calls go to the implementation its
+    # resolver chose (__strlen_evex, __strlen_avx2...), counted as "strlen"
+    ("calls_plt", ["300"], ["libc.so.6:strlen", "libc.so.6:malloc"]),
+    # tail_strlen ends in "jmp strlen@plt"
+    ("calls_tail", [], ["tail_strlen", "libc.so.6:strlen"]),
+])
+def test_ifunc_library_function(tmp_path, variant, name, args, patterns):
+    check_exact(tmp_path, [prog(name, variant), *args], patterns)
+
+
+def test_counts_do_not_depend_on_the_variant(tmp_path):
+    """Same source, same counts: the four builds of calls_callbacks agree
+    with each other as well as with callgrind."""
+    args, patterns = CASES["calls_callbacks"]
+    seen = []
+    for variant in VARIANTS:
+        (tmp_path / variant).mkdir()
+        result, out = record(tmp_path / variant, [prog("calls_callbacks", variant), *args],
+                             patterns)
+        assert result.returncode == 0, result.stderr.decode()
+        seen.append({k: v for k, v in summary(out)["calls"].items() if v})
+    assert all(s == seen[0] for s in seen)
+
+
+@pytest.mark.parametrize("pattern", ["no_such_function_xyz", "libc.so.6:no_such_function_xyz"])
+def test_unknown_function_is_a_one_line_error(tmp_path, pattern):
+    result, _ = record(tmp_path, [prog("calls_recursion", "O2-pie")], [pattern])
+    err = result.stderr.decode()
+    assert result.returncode == 16, (result.returncode, err)
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("madtrace: ") and "no_such_function_xyz" in lines[0], lines[0]
