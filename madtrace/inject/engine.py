@@ -68,9 +68,10 @@ class FunctionTracer:
     # --------------------------------------------------------------- install
     def install(self, patterns: list[str]) -> dict:
         tracee = self.tracee
-        plan = self.plan = make_plan(self.space, patterns)
-        self.report["skipped"] = [{"what": w, "why": y} for w, y in plan.skipped]
         with RemoteSyscalls(tracee) as rs:
+            plan = self.plan = make_plan(self.space, patterns,
+                                         resolve_ifunc=lambda ms: rs.call_function(ms.address))
+            self.report["skipped"] = [{"what": w, "why": y} for w, y in plan.skipped]
             ring_area = SharedArea(rs, RingSet.size_for(self.injector), "madtrace-rings",
                                    executable=False)
             self.rings = RingSet(ring_area, self.injector, self.out_dir)

@@ -16,7 +16,9 @@ A function that fits neither exactly is reported in ``skipped`` or
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..arch.x86_64.callsites import address_taken, find_call_sites
 from ..binary.address_space import AddressSpace, Module, ModuleSymbol
@@ -94,7 +96,18 @@ class _ModuleScan:
             self.unpatchable_by_target.setdefault(item.target, []).append(item)
 
 
-def make_plan(space: AddressSpace, patterns: list[str]) -> Plan:
+def _implementation_size(scan: _ModuleScan, rel: int) -> int:
+    """Size of a function known only by its start (an IFUNC implementation in a
+    stripped library): up to the next known function start."""
+    starts = sorted(scan.scan.function_starts)
+    i = bisect.bisect_right(starts, rel)
+    return min(starts[i] - rel, 1 << 16) if i < len(starts) else 64
+
+
+def make_plan(space: AddressSpace, patterns: list[str],
+              resolve_ifunc: Callable[[ModuleSymbol], int] | None = None) -> Plan:
+    """``resolve_ifunc`` returns the absolute address of the implementation an
+    IFUNC resolves to in the target (its resolver runs there)."""
     plan = Plan()
     scans = plan.scans
     names_used: set[str] = set()
@@ -103,6 +116,21 @@ def make_plan(space: AddressSpace, patterns: list[str]) -> Plan:
         scan = scans.get(module.name) or scans.setdefault(module.name, _ModuleScan(module))
         name = sym.name if sym.name not in names_used else f"{module.name}:{sym.name}"
         names_used.add(name)
+        if sym.kind == "IFUNC":
+            if resolve_ifunc is None:
+                plan.skipped.append((name, "IFUNC: its implementation is chosen at run time"))
+                continue
+            impl = resolve_ifunc(ms)
+            rel = impl - module.bias
+            known = module.image.symbol_at(rel)
+            size = known.size if known is not None and known.address == rel and known.size \
+                else _implementation_size(scan, rel)
+            impl_name = known.name if known is not None and known.address == rel else f"{impl:#x}"
+            fn = TracedFunction(len(plan.functions), name, module, impl, size, "entry",
+                                f"IFUNC resolved to {impl_name}: called through GOT entries")
+            plan.functions.append(fn)
+            plan.add_site(fn, "entry", impl, None)
+            continue
         rel = sym.address
         if sym.dynamic and sym.binding != "LOCAL":
             method, reason = "entry", "exported: other modules call it through their PLT"

@@ -110,6 +110,22 @@ class RemoteSyscalls:
             pr.cont(self.tid, 0)
             state.running = True
 
+    def call_function(self, address: int, *args: int) -> int:
+        """Call a function of the target (SysV ABI, up to 6 integer arguments) and
+        return rax.  Its return address is the gadget's int3; its stack frame goes
+        well below the thread's red zone, 16-byte aligned as at any call."""
+        regs = self._saved_regs.copy()
+        regs.orig_rax = 0xFFFFFFFFFFFFFFFF
+        regs.rax = 0
+        regs.rip = address
+        rsp = ((self._saved_regs.rsp - 8192) & ~15) - 8
+        self.tracee.mem.write_u64(rsp, self.gadget + 2)  # returns onto the int3
+        regs.rsp = rsp
+        for reg, value in zip(("rdi", "rsi", "rdx", "rcx", "r8", "r9"), args):
+            setattr(regs, reg, value & 0xFFFFFFFFFFFFFFFF)
+        pr.set_regs(self.tid, regs)
+        return self._run_to_trap(self.tracee.threads[self.tid], regs).rax
+
     # convenience wrappers -------------------------------------------------
     def mmap(self, addr: int, length: int, prot: int, flags: int, fd: int = -1, offset: int = 0) -> int:
         return self.call("mmap", addr, length, prot, flags, fd, offset)
