@@ -33,6 +33,7 @@ class RecordOptions:
     quiet: bool = False
     trace_functions: bool = True     # default: every function of the main executable
     timestamps: bool = True
+    method: str = "auto"             # patching method: auto (exact), callsite, entry
 
 
 def exit_code_of(event) -> int | None:
@@ -181,9 +182,11 @@ class Recording:
             return
         try:
             engine = FunctionTracer(self.tracee, self.address_space, self.options.output,
-                                    timestamps=self.options.timestamps)
+                                    timestamps=self.options.timestamps, method=self.options.method)
             self.functions = engine
+            started = time.perf_counter()
             report = engine.install(self.options.functions or ["*"])
+            report["install_seconds"] = round(time.perf_counter() - started, 3)
         except BaseException:
             if self.functions is not None:
                 self.functions.detach()  # restores whatever was already patched
@@ -194,10 +197,16 @@ class Recording:
         self.controller.before_detach.append(lambda tracee: engine.detach())
         patched = report["patched"]
         sites = sum(p["sites"] for p in patched)
-        self.log(f"tracing {len(patched)} functions ({sites} patched sites"
-                 f"{', %d skipped' % len(report['skipped']) if report['skipped'] else ''})")
-        for item in report["skipped"]:
+        methods = {m: sum(1 for p in patched if p["method"] == m) for m in ("callsite", "entry")}
+        self.log(f"tracing {len(patched)} functions ({methods['callsite']} at their call sites, "
+                 f"{methods['entry']} at their entry; {sites} patches"
+                 f"{', %d skipped' % len(report['skipped']) if report['skipped'] else ''}) "
+                 f"in {report['install_seconds']:.2f} s")
+        for item in report["skipped"][:10]:
             self.log(f"not traced: {item['what']}: {item['why']}")
+        if len(report["skipped"]) > 10:
+            self.log(f"... {len(report['skipped']) - 10} more not traced: see the patch report "
+                     f"(functions.json in the trace directory)")
 
     def _snapshot_at_exit(self, tracee: Tracee, tid: int) -> None:
         if tid == tracee.pid or len(tracee.threads) <= 1:

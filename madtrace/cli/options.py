@@ -20,6 +20,10 @@ def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str
                         "main executable, or those given with -f)")
     parser.add_argument("--no-time", dest="timestamps", action="store_false",
                         help="no timestamps in call records (cheaper; order is still exact)")
+    parser.add_argument("--method", choices=("auto", "callsite", "entry"), default="auto",
+                        help="how functions are patched: auto picks the exact method per function "
+                        "(call sites for local functions, entry for exported or address-taken "
+                        "ones); callsite/entry force one (the patch report flags inexact ones)")
     parser.add_argument("--data", action="store_true", help="trace data memory accesses")
     parser.add_argument("--follow-forks", action="store_true",
                         help="trace fork/vfork children too (default: leave them untraced)")
@@ -34,4 +38,4 @@ def recording_options(args, output: str) -> RecordOptions:
                          data=args.data, follow_forks=args.follow_forks,
                          start_at=getattr(args, "start_at", "entry"), duration=duration,
                          quiet=args.quiet, trace_functions=args.trace_functions,
-                         timestamps=args.timestamps)
+                         timestamps=args.timestamps, method=args.method)

@@ -51,7 +51,9 @@ class CodeArea:
 
 
 class FunctionTracer:
-    def __init__(self, tracee: Tracee, space: AddressSpace, out_dir: str, timestamps: bool = True):
+    def __init__(self, tracee: Tracee, space: AddressSpace, out_dir: str, timestamps: bool = True,
+                 method: str = "auto"):
+        self.method = method
         self.tracee = tracee
         self.space = space
         self.out_dir = out_dir
@@ -70,7 +72,8 @@ class FunctionTracer:
         tracee = self.tracee
         with RemoteSyscalls(tracee) as rs:
             plan = self.plan = make_plan(self.space, patterns,
-                                         resolve_ifunc=lambda ms: rs.call_function(ms.address))
+                                         resolve_ifunc=lambda ms: rs.call_function(ms.address),
+                                         method=self.method)
             self.report["skipped"] = [{"what": w, "why": y} for w, y in plan.skipped]
             ring_area = SharedArea(rs, RingSet.size_for(self.injector), "madtrace-rings",
                                    executable=False)

@@ -22,7 +22,7 @@ from typing import Callable
 
 from ..arch.x86_64.callsites import address_taken, find_call_sites
 from ..binary.address_space import AddressSpace, Module, ModuleSymbol
-from ..errors import UnknownSymbolError
+from ..errors import UnknownSymbolError, UsageError
 
 # functions that must never be entry-patched: they do not return normally or run
 # before the thread can have a registered slot
@@ -104,10 +104,18 @@ def _implementation_size(scan: _ModuleScan, rel: int) -> int:
     return min(starts[i] - rel, 1 << 16) if i < len(starts) else 64
 
 
+METHODS = ("auto", "callsite", "entry")
+
+
 def make_plan(space: AddressSpace, patterns: list[str],
-              resolve_ifunc: Callable[[ModuleSymbol], int] | None = None) -> Plan:
+              resolve_ifunc: Callable[[ModuleSymbol], int] | None = None,
+              method: str = "auto") -> Plan:
     """``resolve_ifunc`` returns the absolute address of the implementation an
-    IFUNC resolves to in the target (its resolver runs there)."""
+    IFUNC resolves to in the target (its resolver runs there).  ``method``
+    forces one patching method for every function ("auto": the exact one)."""
+    if method not in METHODS:
+        raise UsageError(f"--method must be one of {', '.join(METHODS)}")
+    forced = method
     plan = Plan()
     scans = plan.scans
     names_used: set[str] = set()
@@ -133,23 +141,34 @@ def make_plan(space: AddressSpace, patterns: list[str],
             continue
         rel = sym.address
         if sym.dynamic and sym.binding != "LOCAL":
-            method, reason = "entry", "exported: other modules call it through their PLT"
+            chosen, reason = "entry", "exported: other modules call it through their PLT"
         elif rel in scan.taken:
-            method, reason = "entry", "address taken: may be called through a pointer"
+            chosen, reason = "entry", "address taken: may be called through a pointer"
         elif rel in scan.unpatchable_by_target:
-            method, reason = "entry", scan.unpatchable_by_target[rel][0].reason
+            chosen, reason = "entry", scan.unpatchable_by_target[rel][0].reason
         else:
-            method, reason = "callsite", "every call is a direct call or jmp rel32"
-        if method == "entry" and sym.name in NEVER_ENTRY:
-            method, reason = "callsite", f"{reason}; but {sym.name} is never entry-patched"
-        fn = TracedFunction(len(plan.functions), name, module, ms.address, sym.size, method, reason)
+            chosen, reason = "callsite", "every call is a direct call or jmp rel32"
+        if forced != "auto" and forced != chosen:
+            chosen, reason = forced, f"forced by --method {forced} (auto: {chosen}, {reason})"
+        if chosen == "entry" and sym.name in NEVER_ENTRY:
+            chosen, reason = "callsite", f"{reason}; but {sym.name} is never entry-patched"
+        fn = TracedFunction(len(plan.functions), name, module, ms.address, sym.size, chosen, reason)
         plan.functions.append(fn)
-        if method == "entry":
+        if chosen == "entry":
             plan.add_site(fn, "entry", ms.address, None)
         else:
-            for site in scan.sites_by_target.get(rel, []):
-                plan.add_site(fn, "call" if site.kind == "call" else "tail",
-                              module.bias + site.address, site.caller)
+            # direct calls of the function, and of its own PLT stub (calls of an exported
+            # function from inside its module go through the PLT unless bound locally)
+            targets = [rel]
+            plt_stub = module.image.plt.get(f"{sym.name}@plt")
+            if plt_stub is not None:
+                targets.append(plt_stub)
+            for target in targets:
+                for site in scan.sites_by_target.get(target, []):
+                    plan.add_site(fn, "call" if site.kind == "call" else "tail",
+                                  module.bias + site.address, site.caller)
             if rel in scan.taken or (sym.dynamic and sym.binding != "LOCAL"):
                 fn.inexact = "calls through pointers or other modules are not seen"
+            elif rel in scan.unpatchable_by_target:
+                fn.inexact = f"{len(scan.unpatchable_by_target[rel])} direct sites cannot be patched"
     return plan
