@@ -42,10 +42,10 @@
 #define MT_RING_SHADOW        4096   /* shadow stack: {u64 return address, u64 entry rsp} */
 #define MT_SHADOW_ENTRIES     4096
 #define MT_RING_RECORDS_OFF   69632  /* MT_RING_SHADOW + 16 * MT_SHADOW_ENTRIES */
-#define MT_RING_RECORDS       65536  /* power of two */
-#define MT_RING_MASK          65535
-#define MT_RING_BLOCK         1118208 /* MT_RING_RECORDS_OFF + 16 * MT_RING_RECORDS */
-#define MT_SPIN_LIMIT         200000 /* pause iterations a writer waits on a full ring */
+#define MT_RING_RECORDS       262144 /* power of two (4 MiB of records per thread) */
+#define MT_RING_MASK          262143
+#define MT_RING_BLOCK         4263936 /* MT_RING_RECORDS_OFF + 16 * MT_RING_RECORDS */
+#define MT_SPIN_LIMIT         4000000 /* pause iterations a writer waits on a full ring (~0.1-0.5 s) */
 
 /* one record = 16 bytes:
  *   u64 timestamp (rdtsc; 0 without timestamps)

@@ -140,26 +140,32 @@ class RingSet:
         base = ring + L.MT_RING_RECORDS_OFF
         start = tail & L.MT_RING_MASK
         first = min(n, L.MT_RING_RECORDS - start)
-        buf = bytes(self.mem[base + start * 16: base + (start + first) * 16])
-        if first < n:
-            buf += bytes(self.mem[base: base + (n - first) * 16])
-        # records are consumed: the target may overwrite them now
-        self._u64(ring + L.MT_RING_TAIL, head)
-        records = np.frombuffer(buf, dtype=RECORD_DTYPE)
-        entries = records["code"][(records["code"] & L.MT_KIND_EXIT) == 0] >> 1
-        if len(entries):
-            top = int(entries.max())
-            if top >= len(self.entry_counts):
-                grown = np.zeros(max(top + 1, 2 * len(self.entry_counts)), dtype=np.int64)
-                grown[:len(self.entry_counts)] = self.entry_counts
-                self.entry_counts = grown
-            self.entry_counts += np.bincount(entries, minlength=len(self.entry_counts))
         f = self.files.get(tid)
         if f is None:
             f = self.files[tid] = open(os.path.join(self.out_dir, "calls", f"{tid}.rec"), "ab")
-        f.write(buf)
+        # zero-copy views of the shared ring: counted, written out, then released
+        for offset, count in ((start, first), (0, n - first)):
+            if count:
+                records = np.frombuffer(self.mem, dtype=RECORD_DTYPE, count=count,
+                                        offset=base + offset * L.MT_RECORD_SIZE)
+                self._count_entries(records["code"])
+                f.write(records.data)
+                del records
+        # records are consumed: the target may overwrite them now
+        self._u64(ring + L.MT_RING_TAIL, head)
         self.records_per_thread[tid] = self.records_per_thread.get(tid, 0) + n
         return n
+
+    def _count_entries(self, codes: np.ndarray) -> None:
+        entries = codes[(codes & self.L.MT_KIND_EXIT) == 0] >> 1
+        if not len(entries):
+            return
+        top = int(entries.max())
+        if top >= len(self.entry_counts):
+            grown = np.zeros(max(top + 1, 2 * len(self.entry_counts)), dtype=np.int64)
+            grown[:len(self.entry_counts)] = self.entry_counts
+            self.entry_counts = grown
+        self.entry_counts[:top + 1] += np.bincount(entries, minlength=top + 1)
 
     def drain_all(self) -> int:
         with self.lock:
@@ -172,11 +178,15 @@ class RingSet:
             return total
 
     def start(self, interval: float = 0.001) -> None:
+        busy = self.L.MT_RING_RECORDS // 8
+
         def loop():
             idle = interval
             while not self._stop.is_set():
                 moved = self.drain_all()
-                idle = interval if moved else min(idle * 2, 0.02)
+                if moved >= busy:
+                    continue  # a thread is producing fast: drain again at once
+                idle = interval if moved else min(idle * 2, 0.004)
                 self._stop.wait(idle)
 
         self._thread = threading.Thread(target=loop, name="madtrace-drain", daemon=True)
