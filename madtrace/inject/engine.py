@@ -19,6 +19,7 @@ import struct
 from ..arch.x86_64.relocate import relocate_entry
 from ..binary.address_space import AddressSpace
 from ..capture.rings import RingSet
+from ..capture.tsc import tsc_flags, tsc_hz
 from ..errors import TracerInternalError
 from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_READ,
                                       PROT_WRITE, RemoteSyscalls)
@@ -228,8 +229,11 @@ class FunctionTracer:
                       "size": f.size, "method": f.method, "reason": f.reason}
                      for f in self.plan.functions]
         with open(os.path.join(self.out_dir, "functions.json"), "w") as f:
-            json.dump({"timestamps": self.timestamps, "sites": sites, "functions": functions,
-                       "report": self.report}, f, indent=1)
+            json.dump({"timestamps": self.timestamps,
+                       "tsc_hz": tsc_hz() if self.timestamps else None, "tsc_flags": tsc_flags(),
+                       "record_format": {"size": 16, "fields": ["tsc:u64", "code:u32", "rsp_low32:u32"],
+                                         "code": "site id << 1 | 1 for exit records"},
+                       "sites": sites, "functions": functions, "report": self.report}, f, indent=1)
 
     def call_counts(self) -> dict[str, int]:
         counts = {fn.name: 0 for fn in self.plan.functions if fn.method != "skipped"}
