@@ -6,10 +6,10 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_STAMP := build/.apt-installed
-APT_PACKAGES := gcc make valgrind uftrace binutils procps
+APT_PACKAGES := gcc g++ make valgrind uftrace binutils procps
 
-TEST_SRCS := $(wildcard tests/progs/*.c)
-TEST_NAMES := $(notdir $(TEST_SRCS:.c=))
+TEST_SRCS := $(wildcard tests/progs/*.c) $(wildcard tests/progs/*.cc)
+TEST_NAMES := $(basename $(notdir $(TEST_SRCS)))
 # every test program at -O0 and -O2, PIE and non-PIE
 VARIANTS := O0-pie O0-nopie O2-pie O2-nopie
 TEST_BINS := $(foreach n,$(TEST_NAMES),$(foreach v,$(VARIANTS),build/tests/$(n)-$(v)))
@@ -58,15 +58,27 @@ $(INJECTOR_OUT): injector/trampolines.S injector/layout.h injector/build_templat
 build/tests/%-O0-pie: tests/progs/%.c
 	@mkdir -p $(@D)
 	gcc $(CFLAGS_COMMON) -O0 -fPIE -pie -o $@ $<
+build/tests/%-O0-pie: tests/progs/%.cc
+	@mkdir -p $(@D)
+	g++ $(CFLAGS_COMMON) -O0 -fPIE -pie -o $@ $<
 build/tests/%-O0-nopie: tests/progs/%.c
 	@mkdir -p $(@D)
 	gcc $(CFLAGS_COMMON) -O0 -fno-pie -no-pie -o $@ $<
+build/tests/%-O0-nopie: tests/progs/%.cc
+	@mkdir -p $(@D)
+	g++ $(CFLAGS_COMMON) -O0 -fno-pie -no-pie -o $@ $<
 build/tests/%-O2-pie: tests/progs/%.c
 	@mkdir -p $(@D)
 	gcc $(CFLAGS_COMMON) -O2 -fPIE -pie -o $@ $<
+build/tests/%-O2-pie: tests/progs/%.cc
+	@mkdir -p $(@D)
+	g++ $(CFLAGS_COMMON) -O2 -fPIE -pie -o $@ $<
 build/tests/%-O2-nopie: tests/progs/%.c
 	@mkdir -p $(@D)
 	gcc $(CFLAGS_COMMON) -O2 -fno-pie -no-pie -o $@ $<
+build/tests/%-O2-nopie: tests/progs/%.cc
+	@mkdir -p $(@D)
+	g++ $(CFLAGS_COMMON) -O2 -fno-pie -no-pie -o $@ $<
 build/tests/%-O2-pie-stripped: build/tests/%-O2-pie
 	strip -o $@ $<
 build/examples/%: examples/%.c

@@ -32,7 +32,7 @@ import tempfile
 from common import ROOT, best_of, prog, table
 
 NATIVE_SIZES = (2_000_000, 20_000_000)
-TRACED_SIZES = (200_000, 2_000_000)
+TRACED_SIZES = (1_000_000, 10_000_000)
 REPEAT = 5
 MADTRACE = [sys.executable, "-m", "madtrace.cli.main"]
 ENV = dict(os.environ, PYTHONPATH=ROOT)

@@ -29,7 +29,7 @@ READY_TIMEOUT = 20.0  # generous safety net only; never a measured timing
 
 
 def _programs_stale() -> bool:
-    for src in Path(PROGS_SRC).glob("*.c"):
+    for src in [*Path(PROGS_SRC).glob("*.c"), *Path(PROGS_SRC).glob("*.cc")]:
         for v in ALL_VARIANTS:
             b = Path(BUILD) / f"{src.stem}-{v}"
             if not b.exists() or b.stat().st_mtime < src.stat().st_mtime:

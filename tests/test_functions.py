@@ -155,3 +155,18 @@ def test_patch_report_lists_methods_and_reasons(tmp_path):
     assert functions["op_add"]["method"] == "entry"
     assert "address taken" in functions["op_add"]["reason"]
     assert functions["main"]["method"] == "entry"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cxx_exceptions_still_caught(tmp_path, variant):
+    """A module using C++ exceptions is left unpatched, with the reason reported."""
+    argv = [prog("cxx_throw", variant)]
+    expected = plain(argv)
+    assert expected.stdout == b"sum=8628 caught=14\n"
+    result = madtrace("record", "-o", str(tmp_path / "t"), "--", *argv)
+    assert result.returncode == expected.returncode == 0
+    assert result.stdout == expected.stdout
+    assert b"C++ exceptions" in result.stderr
+    report = meta(tmp_path / "t")["function_tracing"]["patch_report"] \
+        if (tmp_path / "t" / "functions.json").exists() else None
+    assert report is None or not report["patched"]

@@ -81,11 +81,24 @@ def select_functions(space: AddressSpace, patterns: list[str]) -> list[ModuleSym
     return sorted(chosen.values(), key=lambda ms: ms.address)
 
 
+# a module that uses these may throw or catch C++ exceptions: an exception unwinding
+# through a trampoline or an exit stub (no unwind info is registered for them)
+# would terminate the program, so such modules are not patched
+CXX_EXCEPTION_SYMBOLS = ("__gxx_personality_v0", "__cxa_throw", "__cxa_begin_catch", "_Unwind_Resume")
+
+
+def uses_cxx_exceptions(module: Module) -> bool:
+    image = module.image
+    names = {s.name for s in image.symbols if s.dynamic} | {n.split("@")[0] for n in image.plt}
+    return any(name in names for name in CXX_EXCEPTION_SYMBOLS)
+
+
 class _ModuleScan:
     """Call sites and address-taken functions of one module, computed once."""
 
     def __init__(self, module: Module):
         self.module = module
+        self.cxx = uses_cxx_exceptions(module)
         self.scan = find_call_sites(module.image)
         self.taken = address_taken(module.image)
         self.sites_by_target: dict[int, list] = {}
@@ -124,6 +137,10 @@ def make_plan(space: AddressSpace, patterns: list[str],
         scan = scans.get(module.name) or scans.setdefault(module.name, _ModuleScan(module))
         name = sym.name if sym.name not in names_used else f"{module.name}:{sym.name}"
         names_used.add(name)
+        if scan.cxx:
+            plan.skipped.append((name, f"{module.name} uses C++ exceptions, which cannot unwind "
+                                       "through trampolines yet"))
+            continue
         if sym.kind == "IFUNC":
             if resolve_ifunc is None:
                 plan.skipped.append((name, "IFUNC: its implementation is chosen at run time"))
