@@ -37,6 +37,9 @@
 #define MT_RING_DROPS         8      /* u64, written by the target: records dropped (ring full) */
 #define MT_RING_SHADOW_TOP    16     /* u64, written by the target: shadow stack depth */
 #define MT_RING_EXITS_LOST    24     /* u64: entries not redirected (shadow stack full) */
+#define MT_RING_TAIL_CACHE    32     /* u64, the target's copy of TAIL: re-read only when the
+                                        ring looks full, so the fast path never touches the
+                                        cache line the tracer writes */
 #define MT_RING_TAIL          64     /* u64, written by the tracer: records consumed */
 #define MT_RING_TID           72     /* u64, written by the tracer: owner thread id */
 #define MT_RING_SHADOW        4096   /* shadow stack: {u64 return address, u64 entry rsp} */

@@ -67,10 +67,10 @@ mt_\name\()_pp_ctl\tag\()_abs64:
         jz \done
         mov rax, [rcx + MT_RING_HEAD]
 4:      mov rdx, rax
-        sub rdx, [rcx + MT_RING_TAIL]
+        sub rdx, [rcx + MT_RING_TAIL_CACHE]
         cmp rdx, MT_RING_RECORDS
-        jae 6f
-        mov rsi, rax
+        jae 5f
+13:     mov rsi, rax
         and esi, MT_RING_MASK
         shl esi, 4
         add rsi, rcx
@@ -89,6 +89,13 @@ mt_\name\()_pp_code\tag\()_imm32:
         mov [rsi + MT_RING_RECORDS_OFF], rax
         inc qword ptr [rcx + MT_RING_HEAD]
         jmp \done
+        /* ring full by the cached tail: refresh it from the tracer's */
+5:      mov rdx, [rcx + MT_RING_TAIL]
+        mov [rcx + MT_RING_TAIL_CACHE], rdx
+        mov rdx, rax
+        sub rdx, [rcx + MT_RING_TAIL_CACHE]
+        cmp rdx, MT_RING_RECORDS
+        jb 13b
         /* ring full: wait for the tracer to drain, up to MT_SPIN_LIMIT pauses */
 6:      test byte ptr [rsi + MT_CTL_FLAGS], MT_FLAG_NOWAIT
         jnz 8f

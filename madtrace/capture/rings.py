@@ -85,7 +85,7 @@ class RingSet:
             index = self.free_rings.pop(0)
             ring = self.ring_offset(index)
             for field in ("MT_RING_HEAD", "MT_RING_DROPS", "MT_RING_SHADOW_TOP",
-                          "MT_RING_EXITS_LOST", "MT_RING_TAIL"):
+                          "MT_RING_EXITS_LOST", "MT_RING_TAIL_CACHE", "MT_RING_TAIL"):
                 self._u64(ring + getattr(self.L, field), 0)
             self._u64(ring + self.L.MT_RING_TID, tid)
             slot = self._probe(fs_base, for_insert=True)
@@ -185,7 +185,10 @@ class RingSet:
             while not self._stop.is_set():
                 moved = self.drain_all()
                 if moved >= busy:
-                    continue  # a thread is producing fast: drain again at once
+                    # a thread is producing fast: drain again soon, but not in a tight
+                    # loop (each drain takes the ring's cache lines away from the writer)
+                    self._stop.wait(0.0002)
+                    continue
                 idle = interval if moved else min(idle * 2, 0.004)
                 self._stop.wait(idle)
 

@@ -15,6 +15,9 @@ SUMMARY_KEYS = ("exit_status", "exit_signal", "threads", "calls", "accesses", "d
                 "symbols")
 
 
+TOP = 15
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("directory", help="trace directory written by madtrace record/attach")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -48,6 +51,18 @@ def print_human_summary(meta: dict, directory: str, out) -> None:
         flag = "  [stripped]" if m.get("stripped") else ""
         print(f"     {name:<28} {m.get('symbols', 0):>7} symbols  bias {m.get('bias', 0):#x}{flag}",
               file=out)
+    calls = s.get("calls") or {}
+    if calls:
+        ft = meta.get("function_tracing", {})
+        report = ft.get("patch_report", {})
+        print(f"   functions: {len(calls)} traced, {sum(calls.values())} calls, "
+              f"{ft.get('records', 0)} records, {len(report.get('skipped', []))} not traced"
+              f"{', timestamps off' if not ft.get('timestamps', True) else ''}", file=out)
+        for name, n in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP]:
+            if n:
+                print(f"     {n:>12}  {name}", file=out)
+        for item in report.get("inexact", []):
+            print(f"   inexact: {item['what']}: {item['why']}", file=out)
     print(f"   dropped events: {s['dropped_events']}", file=out)
 
 

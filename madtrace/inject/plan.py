@@ -168,7 +168,9 @@ def make_plan(space: AddressSpace, patterns: list[str],
         if forced != "auto" and forced != chosen:
             chosen, reason = forced, f"forced by --method {forced} (auto: {chosen}, {reason})"
         if chosen == "entry" and sym.name in NEVER_ENTRY:
-            chosen, reason = "callsite", f"{reason}; but {sym.name} is never entry-patched"
+            plan.skipped.append((name, "start-up code: called by the loader before tracing "
+                                       "starts, or never returns"))
+            continue
         fn = TracedFunction(len(plan.functions), name, module, ms.address, sym.size, chosen, reason)
         plan.functions.append(fn)
         if chosen == "entry":
