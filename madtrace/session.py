@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from .binary.address_space import AddressSpace
 from .binary.maps import read_maps
+from .capture.data import DataEngine
 from .inject.engine import FunctionTracer
 from .errors import StrippedBinaryError, UnknownSymbolError, UsageError
 from .process.controller import Controller
@@ -57,8 +58,6 @@ class Recording:
         self.options = options
         if options.functions and not options.trace_functions:
             raise UsageError("-f and --no-functions contradict each other")
-        if options.data:
-            raise UsageError("data tracing (--data) is not available in this version yet")
         if options.start_at not in ("entry", "main"):
             raise UsageError(f"--start-at must be 'entry' or 'main', not {options.start_at!r}")
         self.tracee: Tracee | None = None
@@ -68,6 +67,7 @@ class Recording:
         self._maps_end = ""
         self._warned_stripped = False
         self.functions: FunctionTracer | None = None
+        self.data: DataEngine | None = None
 
     def log(self, message: str) -> None:
         if not self.options.quiet:
@@ -169,6 +169,8 @@ class Recording:
             self.log(f"{main.name} is stripped: only dynamic symbols and PLT entries are named")
         if self.options.trace_functions and self.tracee.exit_event is None:
             self._install_function_tracing()
+        if self.options.data and self.tracee.exit_event is None:
+            self._install_data_tracing()
         store.write_text(self.options.output, "maps.start.txt", read_maps_text(self.tracee.pid))
         self.controller.on_thread_exit.append(self._snapshot_at_exit)
         self.controller.on_exec.append(self._on_exec)
@@ -208,11 +210,31 @@ class Recording:
             self.log(f"... {len(report['skipped']) - 10} more not traced: see the patch report "
                      f"(functions.json in the trace directory)")
 
+    def _install_data_tracing(self) -> None:
+        functions = self.functions
+        engine = DataEngine(self.tracee, self.address_space, self.options.output,
+                            sequence_of=functions.sequence_of if functions else None)
+        self.data = engine
+        try:
+            engine.install()
+        except BaseException:
+            engine.detach()
+            raise
+        self.controller.signal_claimers.append(engine.claim_signal)
+        self.controller.syscall_claimers.append(engine.claim_syscall)
+        self.controller.on_fork_child.append(lambda child, pid: engine.fork_child(child))
+        self.controller.before_detach.append(lambda tracee: engine.detach())
+        self.log(f"tracing data accesses to {len(engine.regions.regions)} regions "
+                 f"({len(engine.protected)} pages)")
+
     def _snapshot_at_exit(self, tracee: Tracee, tid: int) -> None:
         if tid == tracee.pid or len(tracee.threads) <= 1:
             self._maps_end = read_maps_text(tracee.pid)
 
     def _on_exec(self, tracee: Tracee) -> None:
+        if self.data is not None and self.data.active:
+            self.data.forget_after_exec()
+            self.log("the target called exec: data tracing ends with the old image")
         if self.functions is not None and self.functions.active:
             self.functions.forget_after_exec()
             self.log("the target called exec: function tracing ends with the old image")
@@ -260,6 +282,17 @@ class Recording:
                                      patch_report=engine.report),
         }
 
+    def _data_results(self) -> dict:
+        engine = self.data
+        if engine is None:
+            return {"accesses": {}}
+        engine.write()
+        return {"accesses": engine.access_counts(),
+                "data_tracing": {"faults": engine.faults, "untraced_faults": engine.untraced_faults,
+                                 "syscalls_opened": engine.syscalls_opened,
+                                 "open_windows": engine.open_windows,
+                                 "regions": [[r.start, r.end, r.label] for r in engine.regions.regions]}}
+
     def finish(self, outcome: str) -> int | None:
         status = exit_code_of(self.tracee.exit_event) if self.tracee else None
         modules = self.module_summaries()
@@ -275,9 +308,9 @@ class Recording:
             signals_forwarded=self.controller.signals_forwarded,
             modules=modules,
             symbols=sum(m["symbols"] for m in modules),
-            accesses={},
         )
         self.meta.update(self._function_results())
+        self.meta.update(self._data_results())
         if self._maps_end:
             store.write_text(self.options.output, "maps.end.txt", self._maps_end)
         store.write_meta(self.options.output, self.meta)

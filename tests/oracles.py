@@ -271,3 +271,36 @@ def self_counts(stdout: bytes, label: str = "calls") -> dict:
         if line.startswith(label + ":"):
             return {k: int(v) for k, v in (item.split("=") for item in line.split()[1:])}
     raise ValueError(f"no '{label}:' line in {stdout!r}")
+
+
+# ---------------------------------------------------------------- lackey
+def lackey_accesses(argv: list, code_range: tuple[int, int], data_ranges: list[tuple[int, int]],
+                    timeout: float = 300) -> dict[tuple[int, str], int]:
+    """Per-instruction load/store counts from ``valgrind --tool=lackey
+    --trace-mem=yes``: {(instruction address, "L"|"S"): n} for instructions in
+    ``code_range`` whose data address falls in one of ``data_ranges``.  Lackey's
+    "M" (modify) counts one load and one store.  Addresses are absolute, so the
+    program must be non-PIE (valgrind loads PIE executables elsewhere)."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "lackey.log")
+        subprocess.run(["valgrind", "--tool=lackey", "--trace-mem=yes", f"--log-file={log}", *argv],
+                       capture_output=True, timeout=timeout, check=True)
+        counts: dict[tuple[int, str], int] = {}
+        current = None
+        lo, hi = code_range
+        with open(log) as f:
+            for line in f:
+                if line.startswith("I "):
+                    addr = int(line[3:].split(",")[0], 16)
+                    current = addr if lo <= addr < hi else None
+                    continue
+                if current is None or len(line) < 3 or line[0] != " " or line[1] not in "LSM":
+                    continue
+                kind = line[1]
+                addr = int(line[3:].split(",")[0], 16)
+                if not any(a <= addr < b for a, b in data_ranges):
+                    continue
+                for k in ("LS" if kind == "M" else kind):
+                    counts[(current, k)] = counts.get((current, k), 0) + 1
+    return counts

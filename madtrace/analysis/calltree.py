@@ -254,11 +254,11 @@ class ThreadReplay:
         tree_child = self.tree.child
         code_fid, code_exit, code_kind = tables.code_fid, tables.code_exit, tables.code_kind
         exit_slow, entry_slow = self._exit_slow, self._entry_slow
-        stack: list[tuple] = []
+        # stack[0] is a sentinel that is never closed; the top frame is also
+        # unpacked in locals
+        stack: list[tuple] = [(SENTINEL_RSP, self.root, 0, NO_EXIT, KIND_ROOT)]
         push, pop = stack.append, stack.pop
-        # the top frame lives in locals; the sentinel (never popped) starts there
-        top_rsp, top_node, top_start, top_exit, top_kind = (
-            SENTINEL_RSP, self.root, 0, NO_EXIT, KIND_ROOT)
+        top_rsp, top_node, top_start, top_exit, _ = stack[-1]
         base = None
         last = 0
         for chunk in self._chunks(f, path, chunk_records):
@@ -276,25 +276,25 @@ class ThreadReplay:
                     if c == top_exit and r == top_rsp:            # the usual return
                         top_node[1] += t - top_start              # INCL
                         top_node[3] += 1                          # COMPLETED
-                        top_rsp, top_node, top_start, top_exit, top_kind = pop()
+                        pop()
+                        top_rsp, top_node, top_start, top_exit, _ = stack[-1]
                         continue
-                    push((top_rsp, top_node, top_start, top_exit, top_kind))
                     exit_slow(stack, t, c, r)
-                    top_rsp, top_node, top_start, top_exit, top_kind = pop()
                 elif r < top_rsp:                                 # the usual call
                     fid = code_fid[c]
                     node = top_node[6].get(fid)                   # CHILDREN
                     if node is None:
                         node = tree_child(top_node, fid)
                     node[0] += 1                                  # CALLS
-                    push((top_rsp, top_node, top_start, top_exit, top_kind))
-                    top_rsp, top_node, top_start, top_exit, top_kind = (
-                        r, node, t, code_exit[c], code_kind[c])
+                    top_exit = code_exit[c]
+                    push((r, node, t, top_exit, code_kind[c]))
+                    top_rsp = r
+                    top_node = node
+                    top_start = t
+                    continue
                 else:
-                    push((top_rsp, top_node, top_start, top_exit, top_kind))
                     entry_slow(stack, t, c, r)
-                    top_rsp, top_node, top_start, top_exit, top_kind = pop()
-        push((top_rsp, top_node, top_start, top_exit, top_kind))
+                top_rsp, top_node, top_start, top_exit, _ = stack[-1]
         totals.entries = totals.records - totals.exits
         totals.last_tsc = last
         # frames still open at the end: timed up to the last record

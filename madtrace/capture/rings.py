@@ -126,6 +126,9 @@ class RingSet:
             if f:
                 f.close()
 
+    def head_of(self, tid: int) -> int:
+        return self._u64(self.ring_offset(self.thread_ring[tid]) + self.L.MT_RING_HEAD)
+
     # ------------------------------------------------------------- draining
     def _drain_one(self, tid: int) -> int:
         L = self.L

@@ -170,6 +170,13 @@ class FunctionTracer:
         if self.rings is not None:
             self.rings.register(tid, self.tracee.get_regs(tid).fs_base)
 
+    def sequence_of(self, tid: int) -> int:
+        """How many records the thread has written so far: an access made now
+        lies between record number (this - 1) and record number (this)."""
+        if self.rings is None or tid not in self.rings.thread_ring:
+            return 0
+        return self.rings.head_of(tid)
+
     def thread_exited(self, tid: int) -> None:
         if self.rings is not None:
             self.rings.unregister(tid)

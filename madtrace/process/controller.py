@@ -49,6 +49,8 @@ class Controller:
         self.on_thread_exit: list[Callable[[Tracee, int], None]] = []
         # engines claim signals they caused (breakpoints, protection faults); return True if handled
         self.signal_claimers: list[Callable[[Tracee, SignalStop], bool]] = []
+        # syscall entry/exit stops (when tracee.trace_syscalls): return True if handled (resumed)
+        self.syscall_claimers: list[Callable[[Tracee, SyscallStop], bool]] = []
         self._pending_foreign: dict[int, int] = {}  # pid -> wait status of not-yet-announced fork children
 
     # ------------------------------------------------------------ stop requests
@@ -130,7 +132,13 @@ class Controller:
                     hook(tracee, tid)
             tracee.resume(tid, 0)
             return
-        if isinstance(event, (GroupStop, TrapStop, SyscallStop)):
+        if isinstance(event, SyscallStop):
+            for claim in self.syscall_claimers:
+                if claim(tracee, event):
+                    return
+            tracee.resume(tid, 0)
+            return
+        if isinstance(event, (GroupStop, TrapStop)):
             tracee.resume(tid, 0)
             return
         raise AssertionError(f"unhandled event {event!r}")

@@ -147,6 +147,10 @@ def cont(tid: int, signum: int = 0) -> None:
     ptrace(PTRACE_CONT, tid, 0, signum)
 
 
+def syscall(tid: int, signum: int = 0) -> None:
+    ptrace(PTRACE_SYSCALL, tid, 0, signum)
+
+
 def listen(tid: int) -> None:
     ptrace(PTRACE_LISTEN, tid)
 

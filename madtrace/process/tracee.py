@@ -145,6 +145,8 @@ class Tracee:
         self.foreign: list[tuple[int, int]] = []
         # called with the tid of each new thread before it first runs
         self.on_new_thread: list = []
+        # resume with PTRACE_SYSCALL (syscall entry/exit stops) instead of PTRACE_CONT
+        self.trace_syscalls = False
 
     # ---------------------------------------------------------------- creation
     @classmethod
@@ -307,7 +309,10 @@ class Tracee:
             pr.listen(tid)  # stay job-control stopped, but report SIGCONT / interrupts
             state.group_stopped = True
         else:
-            pr.cont(tid, signum)
+            if self.trace_syscalls:
+                pr.syscall(tid, signum)
+            else:
+                pr.cont(tid, signum)
             state.group_stopped = False
         state.running = True
 

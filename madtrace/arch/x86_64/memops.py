@@ -1,0 +1,107 @@
+"""Memory operands of one instruction, and their effective addresses.
+
+``memory_accesses(code, address)`` decodes the instruction at ``address``
+(capstone, detail on; cache the result by address) into ``MemInstruction``:
+its length and the memory operands it really reads or writes (``lea``,
+``nop`` and prefetches have a memory operand but access nothing).  Each
+``MemOperand`` knows its size and whether it is loaded, stored or both (a
+read-modify-write counts one load and one store, as lackey's "M").
+``effective_address(op, regs)`` computes the address from the registers of
+the stopped thread (fs/gs bases included; RIP-relative from the
+instruction's end).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from capstone import CS_AC_READ, CS_AC_WRITE
+from capstone.x86 import X86_OP_MEM, X86_REG_FS, X86_REG_GS, X86_REG_INVALID, X86_REG_RIP
+
+from .decode import capstone_detail
+
+NO_ACCESS_MNEMONICS = ("lea", "nop", "prefetch", "clflush", "clwb", "clflushopt", "endbr64")
+STRING_MNEMONICS = ("movs", "stos", "lods", "cmps", "scas", "ins", "outs")
+
+_REG64 = {
+    "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11",
+    "r12", "r13", "r14", "r15",
+}
+_REG32 = {"eax": "rax", "ebx": "rbx", "ecx": "rcx", "edx": "rdx", "esi": "rsi", "edi": "rdi",
+          "ebp": "rbp", "esp": "rsp", **{f"r{i}d": f"r{i}" for i in range(8, 16)}}
+
+
+@dataclass(frozen=True, slots=True)
+class MemOperand:
+    base: str | None        # register name ("rip" for RIP-relative)
+    index: str | None
+    scale: int
+    disp: int
+    segment: str | None     # "fs" / "gs" / None
+    size: int
+    load: bool
+    store: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MemInstruction:
+    address: int
+    size: int
+    mnemonic: str
+    text: str
+    operands: tuple[MemOperand, ...]
+    rep: bool               # a string instruction with a rep prefix: one iteration per step
+
+    @property
+    def end(self) -> int:
+        return self.address + self.size
+
+
+def memory_accesses(code: bytes, address: int) -> MemInstruction | None:
+    md = capstone_detail()
+    insn = next(md.disasm(code, address, 1), None)
+    if insn is None:
+        return None
+    mnemonic = insn.mnemonic
+    operands: list[MemOperand] = []
+    if not mnemonic.startswith(NO_ACCESS_MNEMONICS):
+        for op in insn.operands:
+            if op.type != X86_OP_MEM:
+                continue
+            access = op.access
+            mem = op.mem
+            segment = {X86_REG_FS: "fs", X86_REG_GS: "gs"}.get(mem.segment)
+            base = insn.reg_name(mem.base) if mem.base != X86_REG_INVALID else None
+            if mem.base == X86_REG_RIP:
+                base = "rip"
+            index = insn.reg_name(mem.index) if mem.index != X86_REG_INVALID else None
+            operands.append(MemOperand(base, index, mem.scale, mem.disp, segment, op.size,
+                                       bool(access & CS_AC_READ), bool(access & CS_AC_WRITE)))
+    rep = mnemonic.startswith(("rep", "repe", "repne")) and any(
+        s in mnemonic for s in STRING_MNEMONICS)
+    return MemInstruction(insn.address, insn.size, mnemonic, f"{mnemonic} {insn.op_str}",
+                          tuple(operands), rep)
+
+
+def _reg(regs, name: str) -> int:
+    if name in _REG64:
+        return getattr(regs, name)
+    if name in _REG32:
+        return getattr(regs, _REG32[name]) & 0xFFFFFFFF
+    raise ValueError(f"unsupported address register {name}")
+
+
+def effective_address(op: MemOperand, regs, insn: MemInstruction) -> int:
+    if op.base == "rip":
+        addr = insn.end + op.disp
+    else:
+        addr = op.disp
+        if op.base:
+            addr += _reg(regs, op.base)
+    if op.index:
+        addr += _reg(regs, op.index) * op.scale
+    if op.segment == "fs":
+        addr += regs.fs_base
+    elif op.segment == "gs":
+        addr += regs.gs_base
+    return addr & 0xFFFFFFFFFFFFFFFF

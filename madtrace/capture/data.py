@@ -1,0 +1,288 @@
+"""The data access engine (MadT): page protections and the fault loop.
+
+Traced pages (``regions``) are mprotect()ed to PROT_NONE inside the target.
+Each access faults (SIGSEGV, SEGV_ACCERR at a protected page); the tracer
+decodes the instruction (cached by address), computes the effective address
+of every memory operand from the thread's registers, records those that fall
+in a traced range, opens the pages the instruction touches, single-steps it,
+and protects the pages again.  A fault anywhere else is the target's own and
+is delivered unchanged.
+
+System calls never fault on protected pages: the kernel returns EFAULT
+(pitfall 4).  So threads run under PTRACE_SYSCALL; at the entry of a call
+that may touch user memory the call is skipped and rewound, the pages are
+opened, the call runs for real, and the pages are closed at its exit.  brk
+growth extends the heap region.  A fork child gets its original protections
+back before it runs; a vfork shares the pages, so they stay open until the
+parent resumes.
+
+This first version is exact for single-threaded programs; in a
+multi-threaded one, other threads run while a page is open for one
+instruction or one system call, and their accesses to it in that window are
+not seen (counted in ``open_windows``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import struct
+from collections import Counter
+
+import numpy as np
+
+from ..arch.x86_64.memops import MemInstruction, effective_address, memory_accesses
+from ..binary.address_space import AddressSpace
+from ..binary.maps import read_maps
+from ..process import ptrace_raw as pr
+from ..process.events import SignalStop, SyscallStop
+from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
+from ..process.tracee import Tracee
+from .regions import PAGE, Region, RegionSet, default_regions, page_protections, page_runs
+
+SEGV_ACCERR = 2
+SYS_BRK = 12
+# system calls that never read or write user memory through a pointer
+SAFE_SYSCALLS = frozenset({
+    3, 8, 9, 10, 11, 12, 24, 32, 33, 34, 39, 60, 62, 102, 104, 107, 108, 110, 186, 200,
+    231, 234, 292,
+})
+ACCESS_DTYPE = np.dtype([("seq", "<u8"), ("rip", "<u8"), ("addr", "<u8"),
+                         ("size", "<u2"), ("kind", "u1"), ("pad", "u1", 5)])
+KIND_LOAD, KIND_STORE = 1, 2
+PTRACE_GET_SYSCALL_INFO = 0x420E
+
+
+class _SyscallInfo(ctypes.Structure):
+    _fields_ = [("op", ctypes.c_uint8), ("pad", ctypes.c_uint8 * 3), ("arch", ctypes.c_uint32),
+                ("instruction_pointer", ctypes.c_uint64), ("stack_pointer", ctypes.c_uint64),
+                ("nr", ctypes.c_uint64), ("args", ctypes.c_uint64 * 6)]
+
+
+def syscall_op(tid: int) -> tuple[int, int]:
+    """(1 entry | 2 exit, syscall number at entry)."""
+    info = _SyscallInfo()
+    pr.ptrace(PTRACE_GET_SYSCALL_INFO, tid, ctypes.sizeof(info),
+              ctypes.cast(ctypes.byref(info), ctypes.c_void_p))
+    return info.op, info.nr
+
+
+class DataEngine:
+    def __init__(self, tracee: Tracee, space: AddressSpace, out_dir: str,
+                 sequence_of=None):
+        self.tracee = tracee
+        self.space = space
+        self.out_dir = out_dir
+        self.sequence_of = sequence_of or (lambda tid: 0)   # position in the thread's call records
+        self.regions = RegionSet([])
+        self.protected: dict[int, int] = {}   # page -> original PROT_* bits
+        self.decoded: dict[int, MemInstruction | None] = {}
+        self.counts: Counter = Counter()      # (rip, "L"/"S") -> n
+        self.buffers: dict[int, list] = {}    # tid -> [(seq, rip, addr, size, kind)]
+        self.faults = 0
+        self.untraced_faults = 0
+        self.open_windows = 0
+        self.syscalls_opened = 0
+        self._syscall_open: dict[int, int] = {}   # tid -> syscall number running with pages open
+        self._skipping: dict[int, pr.UserRegs] = {}
+        self.active = False
+
+    # ---------------------------------------------------------------- install
+    def install(self) -> None:
+        mappings = read_maps(self.tracee.pid)
+        self.regions = RegionSet(default_regions(self.space, mappings))
+        pages = self.regions.pages()
+        self.protected = page_protections(mappings, pages)
+        with RemoteSyscalls(self.tracee) as rs:
+            self._protect(rs, self.protected)
+        self.tracee.trace_syscalls = True
+        self.active = True
+
+    def _protect(self, rs: RemoteSyscalls, pages) -> None:
+        for start, end in page_runs(pages):
+            rs.mprotect(start, end - start, PROT_NONE)
+
+    def _unprotect(self, rs: RemoteSyscalls, pages) -> None:
+        by_prot: dict[int, list[int]] = {}
+        for page in pages:
+            by_prot.setdefault(self.protected[page], []).append(page)
+        for prot, group in by_prot.items():
+            for start, end in page_runs(group):
+                rs.mprotect(start, end - start, prot)
+
+    # ------------------------------------------------------------------ faults
+    def claim_signal(self, tracee: Tracee, event: SignalStop) -> bool:
+        if not self.active or event.signum != signal.SIGSEGV or tracee is not self.tracee:
+            return False
+        info = pr.get_siginfo(event.tid)
+        page = info.si_addr & ~(PAGE - 1)
+        if info.si_code != SEGV_ACCERR or page not in self.protected:
+            return False  # the target's own fault: delivered unchanged
+        self._step_one(event.tid, {page})
+        tracee.resume(event.tid, 0)
+        return True
+
+    def _decode(self, rip: int) -> MemInstruction | None:
+        if rip not in self.decoded:
+            self.decoded[rip] = memory_accesses(self.tracee.mem.read(rip, 16), rip)
+        return self.decoded[rip]
+
+    def _step_one(self, tid: int, pages: set[int]) -> None:
+        self.faults += 1
+        regs = self.tracee.get_regs(tid)
+        insn = self._decode(regs.rip)
+        recorded = False
+        if insn is not None:
+            seq = self.sequence_of(tid)
+            buf = self.buffers.setdefault(tid, [])
+            for op in insn.operands:
+                address = effective_address(op, regs, insn)
+                for page in range(address & ~(PAGE - 1), address + op.size, PAGE):
+                    if page in self.protected:
+                        pages.add(page)
+                if self.regions.find(address) is None:
+                    continue
+                recorded = True
+                if op.load:
+                    self.counts[(regs.rip, "L")] += 1
+                    buf.append((seq, regs.rip, address, op.size, KIND_LOAD))
+                if op.store:
+                    self.counts[(regs.rip, "S")] += 1
+                    buf.append((seq, regs.rip, address, op.size, KIND_STORE))
+        if not recorded:
+            self.untraced_faults += 1
+        if len(self.tracee.threads) > 1:
+            self.open_windows += 1
+        opened: set[int] = set()
+        state = self.tracee.threads[tid]
+        while True:
+            new = pages - opened
+            if new:
+                with RemoteSyscalls(self.tracee, tid) as rs:
+                    self._unprotect(rs, new)
+                opened |= new
+            pr.singlestep(tid, 0)
+            state.running = True
+            event = self.tracee.wait_event(block=True, tid=tid)
+            if isinstance(event, SignalStop) and event.signum == signal.SIGTRAP:
+                break
+            if isinstance(event, SignalStop) and event.signum == signal.SIGSEGV:
+                info = pr.get_siginfo(tid)
+                page = info.si_addr & ~(PAGE - 1)
+                if info.si_code == SEGV_ACCERR and page in self.protected and page not in opened:
+                    pages.add(page)  # a page the decoder did not predict: open it too
+                    continue
+                state.pending_signal = event.signum  # a genuine fault of the target
+                break
+            if isinstance(event, SignalStop):
+                state.pending_signal = event.signum  # delivered when it resumes
+                continue
+            if event is None or not isinstance(event, SignalStop):
+                break
+        if opened and tid in self.tracee.threads:
+            with RemoteSyscalls(self.tracee, tid) as rs:
+                self._protect(rs, opened)
+
+    # ---------------------------------------------------------------- syscalls
+    def claim_syscall(self, tracee: Tracee, event: SyscallStop) -> bool:
+        if not self.active or tracee is not self.tracee:
+            return False
+        tid = event.tid
+        op, nr = syscall_op(tid)
+        if op == 1:  # entry
+            if tid in self._syscall_open or nr in SAFE_SYSCALLS:
+                tracee.resume(tid, 0)
+                return True
+            if tid in self._skipping:
+                return False
+            # skip this attempt (orig_rax = -1), rewind at its exit, open, run it again
+            regs = tracee.get_regs(tid)
+            self._skipping[tid] = regs.copy()
+            regs.orig_rax = 0xFFFFFFFFFFFFFFFF
+            tracee.set_regs(regs, tid)
+            tracee.resume(tid, 0)
+            return True
+        if op == 2:
+            if tid in self._skipping:
+                saved = self._skipping.pop(tid)
+                saved.rax = saved.orig_rax
+                saved.rip -= 2          # back onto the syscall instruction
+                saved.orig_rax = 0xFFFFFFFFFFFFFFFF
+                tracee.set_regs(saved, tid)
+                with RemoteSyscalls(tracee, tid) as rs:
+                    self._unprotect(rs, self.protected)
+                self._syscall_open[tid] = saved.rax
+                self.syscalls_opened += 1
+                tracee.resume(tid, 0)
+                return True
+            number = self._syscall_open.pop(tid, None)
+            if number is not None or nr == SYS_BRK:
+                with RemoteSyscalls(tracee, tid) as rs:
+                    if number is not None:
+                        self._protect(rs, self.protected)
+                    self._refresh_heap(rs)
+            tracee.resume(tid, 0)
+            return True
+        return False
+
+    def _refresh_heap(self, rs: RemoteSyscalls) -> None:
+        heap = next((m for m in read_maps(self.tracee.pid) if m.path == "[heap]"), None)
+        self.regions.replace("[heap]", Region(heap.start, heap.end, "[heap]") if heap else None)
+        wanted = self.regions.pages()
+        new = {p: 3 for p in wanted if p not in self.protected}
+        gone = [p for p in self.protected if p not in wanted]
+        for p in gone:
+            del self.protected[p]
+        if new:
+            self.protected.update(new)
+            self._protect(rs, new)
+
+    # ------------------------------------------------------- forks and leaving
+    def fork_child(self, child: Tracee) -> None:
+        if self.active and self.protected:
+            with RemoteSyscalls(child) as rs:
+                self._unprotect(rs, self.protected)
+
+    def detach(self) -> None:
+        """Restore every page's protection (all threads stopped)."""
+        if not self.active:
+            return
+        self.active = False
+        self.tracee.trace_syscalls = False
+        if self.tracee.threads and self.protected:
+            with RemoteSyscalls(self.tracee) as rs:
+                self._unprotect(rs, self.protected)
+
+    def forget_after_exec(self) -> None:
+        self.active = False
+        self.tracee.trace_syscalls = False
+        self.protected.clear()
+
+    # ----------------------------------------------------------------- results
+    def write(self) -> None:
+        os.makedirs(os.path.join(self.out_dir, "data"), exist_ok=True)
+        for tid, rows in self.buffers.items():
+            arr = np.zeros(len(rows), dtype=ACCESS_DTYPE)
+            if rows:
+                seq, rip, addr, size, kind = zip(*rows)
+                arr["seq"], arr["rip"], arr["addr"], arr["size"], arr["kind"] = seq, rip, addr, size, kind
+            arr.tofile(os.path.join(self.out_dir, "data", f"{tid}.acc"))
+
+    def access_counts(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for (rip, kind), n in self.counts.items():
+            entry = out.setdefault(self.instruction_name(rip), {"L": 0, "S": 0})
+            entry[kind] += n
+        return out
+
+    def instruction_name(self, rip: int) -> str:
+        """``func+0xoff`` of an instruction (``module+0xoff`` without a symbol)."""
+        module = self.space.module_for(rip)
+        if module is None:
+            return f"{rip:#x}"
+        rel = rip - module.bias
+        symbol = module.image.symbol_at(rel)
+        if symbol is None:
+            return f"{module.name}+{rel:#x}"
+        return f"{symbol.name}+{rel - symbol.address:#x}"

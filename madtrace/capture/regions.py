@@ -1,0 +1,100 @@
+"""Which bytes the data engine traces, and which pages it must protect.
+
+Traced ranges are exact (pitfall 5): the .data and .bss sections of every
+module except the dynamic loader and the vdso, and the brk heap.  Never
+code, stacks, or madtrace's own areas.  Protection is per page, so a page
+may hold traced and untraced bytes (.got.plt beside .data): faults on the
+untraced bytes are executed and not recorded.  Each page remembers its
+original protection, restored exactly when tracing ends.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from ..binary.address_space import AddressSpace
+from ..binary.maps import Mapping
+
+PAGE = 4096
+TRACED_SECTIONS = (".data", ".bss")
+SKIPPED_MODULES = ("ld-linux", "ld64", "[vdso]")
+
+
+@dataclass(frozen=True)
+class Region:
+    start: int
+    end: int
+    label: str          # ".bss of prog", "[heap]"
+
+
+def default_regions(space: AddressSpace, mappings: list[Mapping]) -> list[Region]:
+    regions = []
+    for module in space.modules:
+        if module.name.startswith(SKIPPED_MODULES):
+            continue
+        for section in module.image.sections:
+            if section.name in TRACED_SECTIONS and section.size:
+                start = module.bias + section.address
+                regions.append(Region(start, start + section.size, f"{section.name} of {module.name}"))
+    for m in mappings:
+        if m.path == "[heap]":
+            regions.append(Region(m.start, m.end, "[heap]"))
+    return sorted(regions, key=lambda r: r.start)
+
+
+class RegionSet:
+    """Sorted, non-overlapping traced ranges with bisect lookup."""
+
+    def __init__(self, regions: list[Region]):
+        self.regions = sorted(regions, key=lambda r: r.start)
+        self._starts = [r.start for r in self.regions]
+
+    def find(self, address: int) -> Region | None:
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i >= 0 and address < self.regions[i].end:
+            return self.regions[i]
+        return None
+
+    def add(self, region: Region) -> None:
+        self.regions.append(region)
+        self.regions.sort(key=lambda r: r.start)
+        self._starts = [r.start for r in self.regions]
+
+    def replace(self, label: str, region: Region | None) -> None:
+        self.regions = [r for r in self.regions if r.label != label]
+        if region is not None:
+            self.regions.append(region)
+        self.regions.sort(key=lambda r: r.start)
+        self._starts = [r.start for r in self.regions]
+
+    def pages(self) -> set[int]:
+        out: set[int] = set()
+        for r in self.regions:
+            out.update(range(r.start & ~(PAGE - 1), r.end, PAGE))
+        return out
+
+
+def page_runs(pages) -> list[tuple[int, int]]:
+    """Contiguous [start, end) runs of a set of page addresses."""
+    runs: list[tuple[int, int]] = []
+    for page in sorted(pages):
+        if runs and runs[-1][1] == page:
+            runs[-1] = (runs[-1][0], page + PAGE)
+        else:
+            runs.append((page, page + PAGE))
+    return runs
+
+
+def page_protections(mappings: list[Mapping], pages) -> dict[int, int]:
+    """The current PROT_* bits of each page (from /proc/PID/maps)."""
+    starts = [m.start for m in mappings]
+    out = {}
+    for page in pages:
+        i = bisect.bisect_right(starts, page) - 1
+        if i < 0 or page >= mappings[i].end:
+            continue
+        perms = mappings[i].perms
+        out[page] = (1 if perms[0] == "r" else 0) | (2 if perms[1] == "w" else 0) | \
+            (4 if perms[2] == "x" else 0)
+    return out
