@@ -217,6 +217,9 @@ mt_\name\()_start:
         mov [rcx + MT_RING_SHADOW_TOP], rax
         mov rax, [rsi + MT_RING_SHADOW]
         mov [rsp + 32], rax
+        /* rsi served as the shadow entry pointer: EMIT needs the control block */
+        movabs rsi, 0x1122334455667788
+mt_\name\()_pp_ctlreload_exit_abs64:
         EMIT \name, _exit, \ts, 32, 21f
 21:     RESTORE
         ret

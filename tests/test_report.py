@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from functools import lru_cache
 
 import numpy as np
@@ -51,7 +52,12 @@ def recorded(tmp_path_factory):
 def report_json(directory: str, *args: str) -> dict:
     result = madtrace("report", directory, "--json", *args)
     assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20000))   # recursions make trees 1000s of levels deep
+    try:
+        return json.loads(result.stdout)
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def summary_calls(directory: str) -> dict:
@@ -65,12 +71,20 @@ def program_counts(stdout: str) -> dict[str, int]:
     return {k: int(v) for k, v in (item.split("=") for item in line[len("calls: "):].split())}
 
 
+# entry-patched functions that are the outermost frame of their thread: a lost
+# exit record only leaves them open at the end, it changes no other frame
+OUTERMOST = ("main", "thread_main")
+
+
 def entry_exits_missing(directory: str) -> bool:
-    """True when entry-patched functions were entered but no entry site ever
-    wrote an exit record (the exit stub of the injector did not emit)."""
+    """True when entry-patched functions (but the outermost ones) wrote fewer
+    exit records than entry records (the programs this is asked about return
+    from every call: the exit stub of the injector did not emit)."""
     with open(os.path.join(directory, "functions.json")) as f:
         sites = json.load(f)["sites"]
-    entry_sids = np.array([s["sid"] for s in sites if s["kind"] == "entry"], dtype=np.int64)
+    entry_sids = np.array([s["sid"] for s in sites
+                           if s["kind"] == "entry" and s["function"] not in OUTERMOST],
+                          dtype=np.int64)
     if not len(entry_sids):
         return False
     entered = exited = 0
@@ -79,7 +93,7 @@ def entry_exits_missing(directory: str) -> bool:
         is_entry_site = np.isin(codes >> 1, entry_sids)
         entered += int(np.count_nonzero(is_entry_site & (codes & 1 == 0)))
         exited += int(np.count_nonzero(is_entry_site & (codes & 1 == 1)))
-    return entered > 0 and exited == 0
+    return exited < entered
 
 
 def xfail_if_entry_exits_missing(directory: str) -> None:
@@ -94,11 +108,14 @@ def child(node: dict, name: str) -> dict:
     return matches[0]
 
 
-def without_times(node: dict) -> dict:
-    return {"name": node["name"], "calls": node["calls"], "completed": node["completed"],
-            "unwound": node["unwound"], "open": node["open"],
-            "children": sorted((without_times(c) for c in node["children"]),
-                               key=lambda n: (n["name"], n["calls"]))}
+def without_times(tree: dict) -> dict:
+    """{path of names: (calls, completed, unwound, open)} (iterative: deep trees)."""
+    flat, pending = {}, [((), tree)]
+    while pending:
+        path, node = pending.pop()
+        flat[path] = (node["calls"], node["completed"], node["unwound"], node["open"])
+        pending.extend((path + (c["name"],), c) for c in node["children"])
+    return flat
 
 
 def one_line_error(result, code: int, needle: str) -> None:
@@ -207,10 +224,7 @@ def test_no_time_gives_null_times_and_the_same_tree(recorded, name):
     assert {k: {x: v for x, v in f.items() if x not in TIME_FIELDS}
             for k, f in b["functions"].items()} == \
         {k: {x: v for x, v in f.items() if x not in TIME_FIELDS} for k, f in a["functions"].items()}
-    if name == "calls_threads":   # interleaving differs, the merged tree does not
-        assert without_times(a["tree"])["children"] == without_times(b["tree"])["children"]
-    else:
-        assert without_times(a["tree"]) == without_times(b["tree"])
+    assert without_times(a["tree"]) == without_times(b["tree"])
     assert b["counters"]["span_ns"] is None
 
 

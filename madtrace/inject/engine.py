@@ -157,7 +157,7 @@ class FunctionTracer:
         if not reloc:
             raise _Refused(f"entry of {fn.name} cannot be relocated: {reloc.reason}")
         area.area.write(exit_at, bytes(exit_tpl.instantiate(
-            exit_at, ctl_exit=ctl, code_exit=(site.sid << 1) | 1)))
+            exit_at, ctl_exit=ctl, ctlreload_exit=ctl, code_exit=(site.sid << 1) | 1)))
         body = bytes(entry_tpl.instantiate(entry_at, ctl_entry=ctl, code_entry=site.sid << 1,
                                            exitstub=exit_at)) + reloc.code
         body += jmp_rel32(entry_at + len(body), fn.address + reloc.consumed)
