@@ -177,8 +177,21 @@ class Recording:
         self.meta["pid"] = self.tracee.pid
         self.meta["start_time"] = time.time()
 
-    def _install_function_tracing(self) -> None:
-        if not self.options.functions and not self.address_space.main.image.functions():
+    def add_functions(self, patterns: list[str]) -> dict:
+        """Instrument more functions of the live target (every thread stopped; the
+        REPL and the daemon). Returns the report of this addition."""
+        if self.functions is not None and self.functions.plan is not None:
+            return self.functions.add(patterns)
+        try:
+            self._install_function_tracing(patterns)
+        except BaseException:
+            self.functions = None
+            raise
+        return self.functions.report
+
+    def _install_function_tracing(self, patterns: list[str] | None = None) -> None:
+        patterns = patterns or self.options.functions
+        if not patterns and not self.address_space.main.image.functions():
             self.log(f"{self.address_space.main.name} has no function symbols: "
                      "function tracing is off (name functions with -f)")
             return
@@ -187,7 +200,7 @@ class Recording:
                                     timestamps=self.options.timestamps, method=self.options.method)
             self.functions = engine
             started = time.perf_counter()
-            report = engine.install(self.options.functions or ["*"])
+            report = engine.install(patterns or ["*"])
             report["install_seconds"] = round(time.perf_counter() - started, 3)
         except BaseException:
             if self.functions is not None:

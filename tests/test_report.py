@@ -96,10 +96,10 @@ def entry_exits_missing(directory: str) -> bool:
     return exited < entered
 
 
-def xfail_if_entry_exits_missing(directory: str) -> None:
-    if entry_exits_missing(directory):
-        pytest.xfail("entry-patched functions wrote no exit record (injector EXITSTUB: "
-                     "rsi no longer holds the control block when it emits)")
+def assert_entry_exits_present(directory: str) -> None:
+    """Entry-patched functions must write their exit records (their exit stubs
+    once lost the control block pointer and silently wrote none)."""
+    assert not entry_exits_missing(directory), "entry-patched functions wrote no exit record"
 
 
 def child(node: dict, name: str) -> dict:
@@ -152,7 +152,7 @@ def test_report_calls_equal_summary_calls(recorded, name, variant):
         pending.extend(node["children"])
     assert tree_calls == counters["entries"]
     if name != "calls_longjmp":
-        xfail_if_entry_exits_missing(directory)
+        assert_entry_exits_present(directory)
         assert counters["unwound_frames"] == 0
         for key, f in functions.items():
             assert f["completed"] + f["open"] == f["calls"], (key, f)
@@ -183,7 +183,7 @@ def test_longjmp_unwound_frames_are_the_abandoned_ones(recorded, variant):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_recursion_tree_and_times(recorded, variant):
     directory, _ = recorded("calls_recursion", variant)
-    xfail_if_entry_exits_missing(directory)   # is_even/is_odd are entry-patched at -O2
+    assert_entry_exits_present(directory)   # is_even/is_odd are entry-patched at -O2
     report = report_json(directory)
     fib = report["functions"]["fib"]
     assert fib["calls"] == 21891

@@ -63,6 +63,7 @@ class FunctionTracer:
         self.plan: Plan | None = None
         self.rings: RingSet | None = None
         self.code_areas: dict[str, CodeArea] = {}
+        self.retired_code_areas: list[CodeArea] = []   # full areas replaced by ``add``
         self.patches = PatchSet()
         self.patches_of: dict[int, list[int]] = {}   # function id -> patch addresses
         self.report: dict = {"patched": [], "skipped": [], "inexact": []}
@@ -96,6 +97,69 @@ class FunctionTracer:
         self.active = True
         self._write_tables()
         return self.report
+
+    def add(self, patterns: list[str]) -> dict:
+        """Instrument more functions while tracing (every thread stopped). Functions
+        already patched stay as they are; restored ones are patched again (their
+        counts go on). Returns the report of this addition alone."""
+        if self.plan is None or self.rings is None:
+            return self.install(patterns)
+        tracee = self.tracee
+        before = {key: len(items) for key, items in self.report.items()}
+        with RemoteSyscalls(tracee) as rs:
+            fresh = make_plan(self.space, patterns,
+                              resolve_ifunc=lambda ms: rs.call_function(ms.address),
+                              method=self.method)
+            chosen = self._merge_plan(fresh)
+            self.report["skipped"] += [{"what": w, "why": y} for w, y in fresh.skipped]
+            for module in {fn.module.name: fn.module for fn in chosen}.values():
+                need = self._code_size(self.plan, [fn for fn in chosen if fn.module is module])
+                area = self.code_areas.get(module.name)
+                if area is not None and area.cursor + need + 16 <= area.area.end:
+                    continue
+                if area is not None:
+                    self.retired_code_areas.append(area)   # its trampolines stay in use
+                size = page_round(need + 65536)
+                address = gap_for_module(tracee.pid, module.start, module.end, size)
+                self.code_areas[module.name] = CodeArea(SharedArea(
+                    rs, size, f"madtrace-code-{module.name}", executable=True, address=address))
+        rips = [tracee.get_regs(tid).rip for tid in tracee.threads]
+        for fn in chosen:
+            self._patch_function(fn, rips)
+        self._write_tables()
+        return {key: items[before[key]:] for key, items in self.report.items()}
+
+    def _merge_plan(self, fresh: Plan) -> list[TracedFunction]:
+        """Appends the functions of ``fresh`` that are new to ``self.plan`` (with new
+        function and site ids); returns those to patch, including known functions
+        that were restored."""
+        plan = self.plan
+        known = {fn.address: fn for fn in plan.functions}
+        names = {fn.name for fn in plan.functions}
+        chosen = []
+        for fn in fresh.functions:
+            old = known.get(fn.address)
+            if old is not None:
+                if old.fid not in self.patches_of and old.method != "skipped":
+                    self.report["patched"] = [p for p in self.report["patched"]
+                                              if (p["function"], p["module"]) != (old.name, old.module.name)]
+                    chosen.append(old)
+                continue
+            if fn.name in names:
+                fn.name = f"{fn.module.name}:{fn.name.split(':')[-1]}"
+            sites = [fresh.sites[sid] for sid in fn.site_ids]
+            fn.fid, fn.site_ids = len(plan.functions), []
+            plan.functions.append(fn)
+            for site in sites:
+                site.sid = len(plan.sites)
+                plan.sites.append(site)
+                fn.site_ids.append(site.sid)
+            names.add(fn.name)
+            chosen.append(fn)
+        for name, scan in fresh.scans.items():
+            plan.scans.setdefault(name, scan)
+        plan.skipped += fresh.skipped
+        return chosen
 
     def _code_size(self, plan: Plan, fns: list[TracedFunction]) -> int:
         total = 0

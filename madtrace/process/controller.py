@@ -28,6 +28,10 @@ from .tracee import Tracee, ThreadState, thread_group_of
 
 SIGTRAP = signal.SIGTRAP
 INT3 = b"\xcc"
+# polling period of the run loop when a command hook is set: short after
+# activity, backing off while the target runs quietly
+POLL_MIN = 0.001
+POLL_MAX = 0.010
 
 
 class Controller:
@@ -52,6 +56,9 @@ class Controller:
         # syscall entry/exit stops (when tracee.trace_syscalls): return True if handled (resumed)
         self.syscall_claimers: list[Callable[[Tracee, SyscallStop], bool]] = []
         self._pending_foreign: dict[int, int] = {}  # pid -> wait status of not-yet-announced fork children
+        # REPL/daemon commands: when set, the run loop polls for events instead of
+        # blocking, and calls this between polls (it runs queued commands at a safe stop)
+        self.command_poll: Callable[[], None] | None = None
 
     # ------------------------------------------------------------ stop requests
     def request_stop(self, reason: str) -> None:
@@ -93,6 +100,7 @@ class Controller:
         """Runs until the target exits ('exited') or a stop request ('detached')."""
         tracee = self.tracee
         tracee.resume_all()
+        idle = POLL_MIN
         while True:
             if self.stop_reason is not None:
                 self.detach_all()
@@ -100,12 +108,21 @@ class Controller:
             if tracee.exit_event is not None and not tracee.threads:
                 self._reap_children()
                 return "exited"
-            event = tracee.wait_event(block=True)
+            polling = self.command_poll is not None
+            if polling:
+                self.command_poll()
+                if self.stop_reason is not None:
+                    continue
+            event = tracee.wait_event(block=not polling)
             self._route_foreign()
             if event is None:
                 if tracee.exit_event is None and not tracee.threads:
                     return "exited"
+                if polling:
+                    time.sleep(idle)
+                    idle = min(idle * 2, POLL_MAX)
                 continue
+            idle = POLL_MIN
             self.handle(event)
 
     def handle(self, event, tracee: Tracee | None = None) -> None:

@@ -1,0 +1,83 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The REPL's commands: a base class and a registry filled by the modules of
+``madtrace.repl.commands`` (each one defines and registers one command).
+
+A command says where it runs: ``side = "tracer"`` commands run in the tracer
+thread, inside the run loop (``run(session, args)`` -> JSON-able data, then
+``render(data)`` -> text); ``side = "frontend"`` commands (help, sleep,
+quit) run where the user is (``run_frontend(frontend, args)``).  Its class
+docstring is its help text; ``summary`` is the one-line description listed
+by ``help``.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+# a tracer command returns this to answer only when the session has ended
+# (detach, kill): its reply is the session's final message
+WAIT_FOR_END = object()
+
+
+class Command:
+    name = ""
+    aliases: tuple[str, ...] = ()
+    arguments = ""                 # usage after the name, e.g. "GLOB"
+    summary = ""
+    min_args = 0
+    max_args: int | None = 0       # None: no limit
+    json_form = False              # accepts --json
+    side = "tracer"                # "tracer" or "frontend"
+    stops_target = False           # needs every thread stopped while it runs
+    completes: str | None = None   # what its arguments complete to (see LiveSession.complete)
+
+    def run(self, session, args: list[str]):
+        raise NotImplementedError
+
+    def run_frontend(self, frontend, args: list[str]):
+        raise NotImplementedError
+
+    def render(self, data) -> str:
+        return "" if data is None else str(data)
+
+    @property
+    def usage(self) -> str:
+        json = " [--json]" if self.json_form else ""
+        return f"{self.name} {self.arguments}{json}".replace("  ", " ").strip()
+
+    @property
+    def description(self) -> str:
+        return inspect.cleandoc(type(self).__doc__ or self.summary)
+
+
+_COMMANDS: dict[str, Command] = {}
+
+
+def register(cls: type[Command]) -> type[Command]:
+    command = cls()
+    for name in (command.name, *command.aliases):
+        if name in _COMMANDS:
+            raise ValueError(f"REPL command {name!r} registered twice")
+        _COMMANDS[name] = command
+    return cls
+
+
+def _load() -> None:
+    from . import commands  # noqa: F401  (its modules register themselves)
+
+
+def lookup(name: str) -> Command | None:
+    _load()
+    return _COMMANDS.get(name)
+
+
+def all_commands() -> list[Command]:
+    """Each command once, by name."""
+    _load()
+    return sorted({id(c): c for c in _COMMANDS.values()}.values(), key=lambda c: c.name)
+
+
+def names() -> list[str]:
+    """Every name a command answers to, aliases included."""
+    _load()
+    return sorted(_COMMANDS)
