@@ -86,9 +86,11 @@ build/examples/%: examples/%.c
 	gcc $(CFLAGS_COMMON) -O0 -o $@ $<
 
 demo: setup
-	@rm -rf build/demo.data
-	$(VENV)/bin/madtrace record -o build/demo.data -- build/examples/demo 
+	$(VENV)/bin/madtrace record --force --data -o build/demo.data -- build/examples/demo
 	$(VENV)/bin/madtrace summary build/demo.data
+	$(VENV)/bin/madtrace report build/demo.data --kind calls
+	@echo; echo "== the function-segmented trace: each call with its data accesses, in order"
+	$(VENV)/bin/madtrace report build/demo.data --kind segments --top 4
 
 test: setup
 	$(VENV)/bin/python -m pytest -q tests

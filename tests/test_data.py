@@ -79,3 +79,19 @@ def test_handler_program_with_data_tracing(tmp_path):
     native = subprocess.run(argv, capture_output=True, timeout=60)
     result = madtrace("record", "-q", "--data", "-o", str(tmp_path / "t"), "--", *argv)
     assert result.returncode == 0 and result.stdout == native.stdout
+
+
+def test_function_segmented_listing(tmp_path):
+    """Each call's accesses appear inside it, named from DWARF, with exact totals."""
+    argv = [prog("data_globals", "O0-nopie")]
+    madtrace_accesses_dir = tmp_path / "t"
+    result = madtrace("record", "-q", "--data", "-f", "fill", "-f", "sum", "-f", "move_points",
+                      "-o", str(madtrace_accesses_dir), "--", *argv, timeout=300)
+    assert result.returncode == 0, result.stderr
+    report = madtrace("report", str(madtrace_accesses_dir), "--kind", "segments", "--top", "2")
+    assert report.returncode == 0, report.stderr
+    text = report.stdout.decode()
+    assert "> fill" in text and "< fill [200 accesses]" in text       # values[i] = ...
+    assert "< sum [202 accesses]" in text                              # 200 loads, total L+S
+    assert "S$ values[0],[.bss of data_globals-O0-nopie],fill+" in text
+    assert "points[0].x" in text

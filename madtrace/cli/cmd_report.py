@@ -1,4 +1,4 @@
-"""madtrace report DIR [--kind calls] [--json] [--top N] [--depth D]"""
+"""madtrace report DIR [--kind calls|segments] [--json] [--top N] [--depth D]"""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ import json
 import sys
 
 from ..analysis.calltree import CallAnalysis, analyze_calls, thread_dict
+from ..analysis.segments import segments
 from ..errors import UsageError
 
 NAME = "report"
 HELP = ("analyse a trace directory: per-function call counts and times, and the call tree "
-        "(one JSON object with --json)")
-KINDS = ("calls",)
+        "(one JSON object with --json); --kind segments: each call with its data accesses")
+KINDS = ("calls", "segments")
 DEFAULT_TOP = 10      # human report: table rows and children per tree node
 DEFAULT_DEPTH = 8     # human report: tree levels below the root
 
@@ -153,6 +154,13 @@ def print_human_report(analysis: CallAnalysis, top: int, depth: int, out) -> Non
 
 
 def run(args) -> int:
+    if args.kind == "segments":
+        if args.json:
+            raise UsageError("--kind segments has no --json form yet: use `madtrace summary --json`")
+        for line in segments(args.directory, max_accesses=args.top or 8,
+                             max_lines=400 if args.depth is None else max(args.depth, 1) * 50):
+            print(line)
+        return 0
     for option in ("top", "depth"):
         value = getattr(args, option)
         if value is not None and value < (0 if option == "depth" else 1):

@@ -1,0 +1,216 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The tracer thread's side of an interactive session.
+
+ptrace requests must all come from the thread that attached, so a front end
+(the REPL thread, a daemon's socket server) never touches the target: it
+``submit``s an ``Invocation`` and waits for the ``Reply``.  The run loop
+calls ``poll`` between its event polls (``Controller.command_poll``); at
+that safe point queued commands run, every thread stopped first when one of
+them needs it (``stops_target``), and the target resumes afterwards: the
+stop events are then handled as the run loop would have (signals forwarded
+unchanged, forks, exits...).  When the recording ends, ``end`` answers the
+commands waiting for it (detach, kill) and refuses the rest.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass
+from fnmatch import fnmatch
+
+from ..errors import MadtraceError, NoSuchProcessError
+from ..process.events import ThreadKilled
+from .parser import Invocation
+from .registry import WAIT_FOR_END
+
+INTERNAL_ERROR = 70
+
+
+@dataclass
+class Reply:
+    ok: bool
+    text: str = ""
+    data: object = None
+    error: str = ""
+    code: int = 0
+    ended: bool = False      # the session is over
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Reply":
+        return cls(**{k: d.get(k, getattr(cls, k, None)) for k in cls.__dataclass_fields__})
+
+
+def failure(exc: BaseException) -> Reply:
+    if isinstance(exc, MadtraceError):
+        return Reply(False, error=str(exc), code=exc.exit_code)
+    return Reply(False, error=f"internal error: {type(exc).__name__}: {exc}", code=INTERNAL_ERROR)
+
+
+def end_message(recording, status: int | None) -> str:
+    tracee = recording.tracee
+    where = f"trace written to {recording.options.output}"
+    if status is None:
+        reason = recording.controller.stop_reason if recording.controller else None
+        return f"detached from process {tracee.pid} ({reason}); {where}"
+    if isinstance(tracee.exit_event, ThreadKilled):
+        return f"process {tracee.pid} was killed by signal {tracee.exit_event.signum}; {where}"
+    return f"process {tracee.pid} exited with status {status}; {where}"
+
+
+class LiveSession:
+    def __init__(self, recording):
+        self.recording = recording
+        self.scratch: dict = {}          # per-command state kept between calls (top)
+        self.on_end: list = []           # callables(message), run in the tracer thread
+        self.ended_message: str | None = None
+        self._queue: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._waiting_for_end: list[Future] = []
+        self._names: dict[str, list[str]] = {}
+        self._refresh_names()
+        recording.controller.command_poll = self.poll
+        recording.controller.on_exec.append(lambda tracee: self._refresh_names())
+
+    # ------------------------------------------------------------ state
+    @property
+    def tracee(self):
+        return self.recording.tracee
+
+    @property
+    def controller(self):
+        return self.recording.controller
+
+    @property
+    def space(self):
+        return self.recording.address_space
+
+    @property
+    def functions(self):
+        """The FunctionTracer, or None before the first ``instrument``."""
+        engine = self.recording.functions
+        return engine if engine is not None and engine.plan is not None else None
+
+    @property
+    def pid(self) -> int:
+        return self.tracee.pid
+
+    def request_stop(self, reason: str) -> None:
+        self.controller.request_stop(reason)
+
+    def traced_functions(self, patched_only: bool = False) -> list:
+        engine = self.functions
+        if engine is None:
+            return []
+        return [fn for fn in list(engine.plan.functions) if fn.method != "skipped"
+                and (not patched_only or fn.fid in engine.patches_of)]
+
+    # ------------------------------------------------------- completion
+    def _refresh_names(self) -> None:
+        space = self.space
+        main = space.main if space is not None else None
+        symbols = main.image.symbols if main is not None else []
+        self._names = {
+            "functions": sorted({s.name for s in symbols if s.kind in ("FUNC", "IFUNC")}),
+            "variables": sorted({s.name for s in symbols if s.kind in ("OBJECT", "COMMON")}),
+            "modules": sorted(m.name for m in space.modules) if space is not None else [],
+        }
+
+    def complete(self, kind: str | None, word: str) -> list[str]:
+        """Candidates for an argument being typed (called from the front end's thread:
+        reads snapshots only, never the target)."""
+        names = self._names
+        if kind in ("functions", "symbols") and ":" in word:
+            scope = word.split(":", 1)[0]
+            module = self.space.module_named(scope) if self.space else None
+            if module is None:
+                return []
+            found = {s.name for s in module.image.symbols if s.kind in ("FUNC", "IFUNC")}
+            return [f"{scope}:{n}" for n in sorted(found)]
+        if kind == "functions":
+            return names["functions"] + [f"{m}:" for m in names["modules"]]
+        if kind == "symbols":
+            return names["functions"] + names["variables"]
+        if kind == "traced":
+            return sorted(fn.name for fn in self.traced_functions(patched_only=True)) + ["all"]
+        if kind == "threads":
+            return [str(t) for t in sorted(list(self.tracee.threads))]
+        return []
+
+    # ---------------------------------------------------- any thread
+    def submit(self, invocation: Invocation) -> Reply:
+        """Run a tracer command at the next safe point and wait for its reply."""
+        future: Future = Future()
+        with self._lock:
+            if self.ended_message is not None:
+                return Reply(False, error=f"the session has ended: {self.ended_message}",
+                             code=NoSuchProcessError.exit_code, ended=True)
+            self._queue.put((invocation, future))
+        return future.result()
+
+    # ----------------------------------------------- the tracer thread
+    def poll(self) -> None:
+        if self._queue.empty():
+            return
+        batch = []
+        while True:
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        stop = any(invocation.command.stops_target for invocation, _ in batch)
+        events = self.tracee.stop_all() if stop else []
+        try:
+            for invocation, future in batch:
+                self._execute(invocation, future)
+        finally:
+            if stop:
+                self._resume(events)
+
+    def _execute(self, invocation: Invocation, future: Future) -> None:
+        command = invocation.command
+        try:
+            data = command.run(self, invocation.args)
+            if data is WAIT_FOR_END:
+                self._waiting_for_end.append(future)
+                return
+            reply = Reply(True, text=command.render(data), data=data)
+        except Exception as exc:  # every failure is one reply; the session goes on
+            reply = failure(exc)
+        future.set_result(reply)
+
+    def _resume(self, events) -> None:
+        """Give the stop events to the run loop's policy (which resumes their
+        threads), then resume the others."""
+        tracee = self.tracee
+        for event in events:
+            state = tracee.threads.get(event.tid)
+            if state is not None and not state.running:
+                self.controller.handle(event)
+        if tracee.threads:
+            tracee.resume_all()
+
+    def end(self, message: str) -> None:
+        """The recording is over (tracer thread): answer and refuse what is queued."""
+        with self._lock:
+            self.ended_message = message
+            pending = []
+            while not self._queue.empty():
+                pending.append(self._queue.get_nowait())
+        self.controller.command_poll = None
+        for future in self._waiting_for_end:
+            future.set_result(Reply(True, text=message, data={"ended": message}, ended=True))
+        self._waiting_for_end.clear()
+        for _, future in pending:
+            future.set_result(Reply(False, error=f"the session has ended: {message}",
+                                    code=NoSuchProcessError.exit_code, ended=True))
+        for callback in self.on_end:
+            callback(message)
+
+
+def matching_functions(session: LiveSession, pattern: str, patched_only: bool) -> list:
+    return [fn for fn in session.traced_functions(patched_only) if fnmatch(fn.name, pattern)]
