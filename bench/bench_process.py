@@ -13,7 +13,6 @@ import subprocess
 
 from common import best_of, prog, table
 
-from madtrace.process import ptrace_raw as pr
 from madtrace.process.remote_syscall import RemoteSyscalls
 from madtrace.process.tracee import Tracee
 

@@ -116,6 +116,15 @@ mt_\name\()_pp_code\tag\()_imm32:
         jmp 4b
 .endm
 
+/* TAG: one record with every register preserved (rsp_off: where the callee's
+ * entry stack pointer is, relative to rsp after SAVE). */
+.macro TAG name, tag, ts, rsp_off
+        SAVE
+        LOOKUP \name, \tag, 10f
+        EMIT \name, \tag, \ts, \rsp_off, 10f
+10:     RESTORE
+.endm
+
 /* ---------------------------------------------------------------------------
  * Call-site trampoline: the site's `call f` became `jmp mt_callsite`.
  * entry record, call f (rsp as at the original call), exit record, jmp back.
@@ -124,17 +133,11 @@ mt_\name\()_pp_code\tag\()_imm32:
 .macro CALLSITE name, ts
         .globl mt_\name\()_start
 mt_\name\()_start:
-        SAVE
-        LOOKUP \name, _entry, 10f
-        EMIT \name, _entry, \ts, 24, 10f
-10:     RESTORE
+        TAG \name, _entry, \ts, 24
         .byte 0xe8
         .long 0
 mt_\name\()_pp_target_rel32:
-        SAVE
-        LOOKUP \name, _exit, 11f
-        EMIT \name, _exit, \ts, 24, 11f
-11:     RESTORE
+        TAG \name, _exit, \ts, 24
         .byte 0xe9
         .long 0
 mt_\name\()_pp_return_rel32:
@@ -149,10 +152,7 @@ mt_\name\()_end:
  */
 .macro TAILSITE name, ts
 mt_\name\()_start:
-        SAVE
-        LOOKUP \name, _entry, 10f
-        EMIT \name, _entry, \ts, 32, 10f
-10:     RESTORE
+        TAG \name, _entry, \ts, 32
         .byte 0xe9
         .long 0
 mt_\name\()_pp_target_rel32:

@@ -15,13 +15,12 @@ once it has been unwound, so it counts as completed like any other.
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 
 import pytest
 
 from .oracles import callgrind_calls, program_output
-from .util import VARIANTS, madtrace, prog
+from .util import VARIANTS, madtrace, prog, summary_json
 
 # program -> (arguments, -f patterns)
 CASES = {
@@ -58,18 +57,12 @@ def record(tmp_path, argv, patterns, extra=()):
     return madtrace(*args, "--", *argv, timeout=300), out
 
 
-def summary(directory) -> dict:
-    result = madtrace("summary", str(directory), "--json")
-    assert result.returncode == 0, result.stderr.decode()
-    return json.loads(result.stdout)
-
-
 def check_exact(tmp_path, argv: list, patterns: list, extra=()) -> None:
     native = untraced(tuple(argv))
     result, out = record(tmp_path, argv, patterns, extra)
     assert result.returncode == native.returncode, result.stderr.decode()
     assert result.stdout == native.stdout
-    s = summary(out)
+    s = summary_json(out)
     assert s["dropped_events"] == 0
     got = {name: n for name, n in s["calls"].items() if n}
     assert got == expected_calls(tuple(argv), tuple(patterns))
@@ -105,7 +98,7 @@ def test_counts_do_not_depend_on_the_variant(tmp_path):
         result, out = record(tmp_path / variant, [prog("calls_callbacks", variant), *args],
                              patterns)
         assert result.returncode == 0, result.stderr.decode()
-        seen.append({k: v for k, v in summary(out)["calls"].items() if v})
+        seen.append({k: v for k, v in summary_json(out)["calls"].items() if v})
     assert all(s == seen[0] for s in seen)
 
 

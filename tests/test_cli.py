@@ -4,47 +4,27 @@ Oracle: the program run without madtrace (stdout, exit status)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from madtrace.process.tracee import Tracee
 
-from .util import ROOT, VARIANTS, madtrace, prog, start_ready, wait_in_syscall
-
-
-def plain(argv, **kw):
-    return subprocess.run(argv, capture_output=True, timeout=60, **kw)
-
-
-def summary(directory) -> dict:
-    result = madtrace("summary", str(directory), "--json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
-
-
-def one_line_error(result, code: int, needle: str) -> None:
-    err = result.stderr.decode()
-    assert result.returncode == code, (result.returncode, err)
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("madtrace: ") and needle in lines[0], lines[0]
+from .util import (ROOT, VARIANTS, madtrace, one_line_error, prog, run_untraced, start_ready,
+                   summary_json, wait_in_syscall)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_record_keeps_output_and_exit_status(tmp_path, variant):
     argv = [prog("threads", variant), "3", "200000"]
-    expected = plain(argv)
+    expected = run_untraced(argv)
     result = madtrace("record", "-q", "-o", str(tmp_path / "t"), "--", *argv)
     assert result.returncode == expected.returncode == 0
     assert result.stdout == expected.stdout
-    s = summary(tmp_path / "t")
+    s = summary_json(tmp_path / "t")
     assert s["exit_status"] == 0 and s["threads"] == 4
     main = [name for name, m in s["modules"].items() if m["main"]]
     assert main == [f"threads-{variant}"]
@@ -55,12 +35,12 @@ def test_record_keeps_output_and_exit_status(tmp_path, variant):
                                          (["die", "15"], 128 + 15)])
 def test_target_killed_by_signal(tmp_path, args, status):
     argv = [prog("signals", "O2-pie"), *args]
-    expected = plain(argv)
+    expected = run_untraced(argv)
     assert expected.returncode == -(status - 128)
     result = madtrace("record", "-q", "-o", str(tmp_path / "t"), "--", *argv)
     assert result.returncode == status
     assert result.stdout == expected.stdout
-    s = summary(tmp_path / "t")
+    s = summary_json(tmp_path / "t")
     assert s["exit_status"] == status and s["exit_signal"] == status - 128
 
 
@@ -68,12 +48,12 @@ def test_target_killed_by_signal(tmp_path, args, status):
 @pytest.mark.parametrize("follow", [False, True])
 def test_signals_fork_exec_behave_as_untraced(tmp_path, mode, follow):
     argv = [prog("signals", "O0-nopie"), *mode]
-    expected = plain(argv)
+    expected = run_untraced(argv)
     extra = ["--follow-forks"] if follow else []
     result = madtrace("record", "-q", *extra, "-o", str(tmp_path / "t"), "--", *argv)
     assert result.returncode == expected.returncode
     assert result.stdout == expected.stdout
-    s = summary(tmp_path / "t")
+    s = summary_json(tmp_path / "t")
     if mode == ["fork"]:
         assert s["forks"] == 1
     if mode == ["handler"]:
@@ -83,7 +63,7 @@ def test_signals_fork_exec_behave_as_untraced(tmp_path, mode, follow):
 
 def test_default_run_prints_summary_and_start_at_main(tmp_path):
     argv = [prog("threads", "O2-nopie"), "1", "1000"]
-    expected = plain(argv)
+    expected = run_untraced(argv)
     result = subprocess.run([sys.executable, "-m", "madtrace.cli.main", "--start-at", "main",
                              "--", *argv], capture_output=True, cwd=tmp_path, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -99,7 +79,7 @@ def test_default_run_prints_summary_and_start_at_main(tmp_path):
 
 def test_attach_duration_then_target_finishes_unchanged(tmp_path):
     argv = [prog("threads", "O2-pie"), "4", "300000000", "ready"]
-    expected = plain(argv, input=b"go\n").stdout
+    expected = run_untraced(argv, input=b"go\n").stdout
     proc = start_ready(argv)
     try:
         result = madtrace("attach", str(proc.pid), "-q", "-o", str(tmp_path / "a"),
@@ -109,7 +89,7 @@ def test_attach_duration_then_target_finishes_unchanged(tmp_path):
     finally:
         proc.kill()
     assert b"ready\n" + out == expected
-    s = summary(tmp_path / "a")
+    s = summary_json(tmp_path / "a")
     assert s["threads"] == 5 and s["exit_status"] is None
     assert s["outcome"] == "detached" and s["stop_reason"] == "duration"
 
@@ -132,7 +112,7 @@ def test_tracer_signal_detaches_and_interrupted_syscall_restarts(tmp_path, sig):
         proc.kill()
     assert out == b"slept 1500\n"
     assert proc.returncode == 0
-    assert summary(tmp_path / "a")["stop_reason"] == signal.Signals(sig).name
+    assert summary_json(tmp_path / "a")["stop_reason"] == signal.Signals(sig).name
 
 
 def test_attach_to_process_in_blocking_read(tmp_path):

@@ -19,13 +19,9 @@ from madtrace.binary.address_space import AddressSpace
 from madtrace.inject.engine import FunctionTracer
 from madtrace.process.tracee import Tracee
 
-from .util import ROOT, VARIANTS, madtrace, prog, start_ready
+from .util import ROOT, VARIANTS, madtrace, prog, run_untraced, start_ready
 
 LIBPYTHON = "libpython3.11.so.1.0"
-
-
-def plain(argv, **kw):
-    return subprocess.run(argv, capture_output=True, timeout=120, **kw)
 
 
 def meta(directory) -> dict:
@@ -37,7 +33,7 @@ def meta(directory) -> dict:
 @pytest.mark.parametrize("follow", [[], ["--follow-forks"]])
 def test_fork_child_runs_unpatched_and_is_not_counted(tmp_path, variant, follow):
     argv = [prog("fork_calls", variant)]
-    expected = plain(argv)
+    expected = run_untraced(argv)
     result = madtrace("record", "-q", *follow, "-o", str(tmp_path / "t"), "-f", "work", "--", *argv)
     assert result.returncode == expected.returncode == 0
     assert sorted(result.stdout.splitlines()) == sorted(expected.stdout.splitlines())
@@ -58,7 +54,7 @@ def test_every_call_site_of_libpython(tmp_path):
     """All ~44k direct call sites of libpython patched; python's output unchanged."""
     python = _python_with_libpython()
     code = "import json, re; print(sorted(json.loads(json.dumps({'a': [1, 2, 3]}))), re.sub('b+', 'x', 'abbbc'))"
-    expected = plain([python, "-c", code])
+    expected = run_untraced([python, "-c", code])
     result = madtrace("record", "-q", "--method", "callsite", "-o", str(tmp_path / "t"),
                       "-f", f"{LIBPYTHON}:*", "--", python, "-c", code, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -74,7 +70,7 @@ def test_every_call_site_of_libpython(tmp_path):
 def test_auto_method_on_libpython_is_exact_for_exported_functions(tmp_path):
     python = _python_with_libpython()
     code = "print(len([i * i for i in range(1000)]))"
-    expected = plain([python, "-c", code])
+    expected = run_untraced([python, "-c", code])
     result = madtrace("record", "-q", "-o", str(tmp_path / "t"), "-f", f"{LIBPYTHON}:PyList_*",
                       "-f", f"{LIBPYTHON}:list_*", "--", python, "-c", code, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -93,7 +89,7 @@ def _counts(engine: FunctionTracer) -> dict:
 
 def test_restore_one_function_live_then_detach(tmp_path):
     argv = [prog("live_calls", "O2-pie"), "400000"]
-    expected = plain(argv).stdout
+    expected = run_untraced(argv).stdout
     proc = start_ready(argv)
     try:
         tracee = Tracee.attach(proc.pid)
@@ -125,7 +121,7 @@ def test_target_survives_sigkill_of_the_tracer(tmp_path):
     """Patches stay in place when the tracer dies: the trampolines keep working
     without anyone draining (the writer waits a bounded time, then drops)."""
     argv = [prog("live_calls", "O2-nopie"), "3000"]
-    expected = plain(argv).stdout
+    expected = run_untraced(argv).stdout
     env = dict(os.environ, PYTHONPATH=ROOT)
     tracer = subprocess.Popen([sys.executable, "-m", "madtrace.cli.main", "record", "-o",
                                str(tmp_path / "t"), "-f", "tick", "-f", "tock", "--", *argv],
@@ -161,7 +157,7 @@ def test_patch_report_lists_methods_and_reasons(tmp_path):
 def test_cxx_exceptions_still_caught(tmp_path, variant):
     """A module using C++ exceptions is left unpatched, with the reason reported."""
     argv = [prog("cxx_throw", variant)]
-    expected = plain(argv)
+    expected = run_untraced(argv)
     assert expected.stdout == b"sum=8628 caught=14\n"
     result = madtrace("record", "-o", str(tmp_path / "t"), "--", *argv)
     assert result.returncode == expected.returncode == 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 
 import pytest
@@ -17,11 +16,7 @@ from madtrace.process.remote_syscall import (MAP_ANONYMOUS, MAP_PRIVATE, PROT_RE
                                              RemoteSyscalls)
 from madtrace.process.tracee import Tracee
 
-from .util import VARIANTS, prog, start_ready, wait_in_syscall
-
-
-def untraced(argv, **kw):
-    return subprocess.run(argv, capture_output=True, timeout=60, **kw)
+from .util import VARIANTS, prog, run_untraced, start_ready, wait_in_syscall
 
 
 def test_launch_stops_at_entry_and_runs_to_exit():
@@ -40,7 +35,7 @@ def test_remote_syscalls_in_working_threads_then_detach(variant):
     """Attach to a multi-threaded program while it works, run 1000 injected
     syscalls (getpid, mmap/munmap), detach: its output is byte-identical."""
     argv = [prog("threads", variant), "4", "60000000", "ready"]
-    expected = untraced(argv, input=b"go\n").stdout
+    expected = run_untraced(argv, input=b"go\n").stdout
     proc = start_ready(argv)
     try:
         tracee = Tracee.attach(proc.pid)

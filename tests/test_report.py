@@ -27,7 +27,7 @@ import pytest
 from madtrace.analysis import calltree
 from madtrace.errors import CorruptTraceError
 
-from .util import VARIANTS, madtrace, prog
+from .util import VARIANTS, madtrace, one_line_error, prog, summary_json
 
 PROGRAMS = ("calls_recursion", "calls_longjmp", "calls_tail", "calls_threads")
 TIME_FIELDS = ("incl_ns", "excl_ns")
@@ -61,9 +61,7 @@ def report_json(directory: str, *args: str) -> dict:
 
 
 def summary_calls(directory: str) -> dict:
-    result = madtrace("summary", directory, "--json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)["calls"]
+    return summary_json(directory)["calls"]
 
 
 def program_counts(stdout: str) -> dict[str, int]:
@@ -116,15 +114,6 @@ def without_times(tree: dict) -> dict:
         flat[path] = (node["calls"], node["completed"], node["unwound"], node["open"])
         pending.extend((path + (c["name"],), c) for c in node["children"])
     return flat
-
-
-def one_line_error(result, code: int, needle: str) -> None:
-    err = result.stderr.decode()
-    assert result.returncode == code, (result.returncode, err)
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("madtrace: ") and needle in lines[0], lines[0]
 
 
 # ------------------------------------------------------- real traces: counts

@@ -59,3 +59,26 @@ def wait_in_syscall(pid: int, number: int, timeout: float = 10) -> None:
             return
         time.sleep(0.005)
     raise TimeoutError(f"process {pid} never blocked in syscall {number}")
+
+
+def run_untraced(argv: list[str], **kw) -> subprocess.CompletedProcess:
+    """The program run without madtrace: the oracle for output and exit status."""
+    return subprocess.run(argv, capture_output=True, timeout=kw.pop("timeout", 120), **kw)
+
+
+def summary_json(directory) -> dict:
+    """``madtrace summary DIR --json``, parsed."""
+    import json
+    result = madtrace("summary", str(directory), "--json")
+    assert result.returncode == 0, result.stderr.decode()
+    return json.loads(result.stdout)
+
+
+def one_line_error(result: subprocess.CompletedProcess, code: int, needle: str) -> None:
+    """madtrace failed with exit ``code`` and exactly one line 'madtrace: ...needle...'."""
+    err = result.stderr.decode()
+    assert result.returncode == code, (result.returncode, err)
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("madtrace: ") and needle in lines[0], lines[0]

@@ -27,7 +27,6 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-import struct
 from collections import Counter
 
 import numpy as np

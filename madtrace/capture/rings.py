@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import struct
 import threading
-import time
 
 import numpy as np
 

@@ -16,6 +16,8 @@ def add_arguments(parser) -> None:
     add_recording_arguments(parser, default_output="madtrace.data")
     parser.add_argument("--duration", type=float, metavar="SECONDS",
                         help="detach after this many seconds")
+    parser.add_argument("--repl", action="store_true",
+                        help="control the process interactively (see madtrace repl)")
 
 
 def run(args) -> int:
@@ -25,9 +27,17 @@ def run(args) -> int:
         raise UsageError(f"not a PID: {args.pid!r}") from None
     if args.target_command:
         raise UsageError("attach takes a PID, not a command after --")
-    recording = Recording(recording_options(args, args.output))
+    options = recording_options(args, args.output)
+    if args.repl:
+        from ..repl.host import repl_options
+        options = repl_options(options)
+    recording = Recording(options)
     recording.attach(pid)
     recording.log(f"attached to process {pid} ({recording.tracee.threads_seen} threads)")
-    status = recording.run()
+    if args.repl:
+        from ..repl.host import run_with_frontend
+        status = run_with_frontend(recording)
+    else:
+        status = recording.run()
     recording.log(f"trace written to {args.output}")
     return 0 if status is None else status

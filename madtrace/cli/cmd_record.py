@@ -14,14 +14,24 @@ def add_arguments(parser) -> None:
     add_recording_arguments(parser, default_output="madtrace.data")
     parser.add_argument("--start-at", choices=("entry", "main"), default="entry",
                         help="where tracing starts: the program's entry point or main()")
+    parser.add_argument("--repl", action="store_true",
+                        help="control the program interactively while it runs (see madtrace repl)")
 
 
 def record(args, output: str) -> tuple[Recording, int | None]:
     if not args.target_command:
         raise UsageError("no command given: madtrace record [options] -- CMD ARGS...")
-    recording = Recording(recording_options(args, output))
+    options = recording_options(args, output)
+    if args.repl:
+        from ..repl.host import repl_options
+        options = repl_options(options)
+    recording = Recording(options)
     recording.launch(args.target_command)
-    status = recording.run()
+    if args.repl:
+        from ..repl.host import run_with_frontend
+        status = run_with_frontend(recording)
+    else:
+        status = recording.run()
     recording.log(f"trace written to {output}")
     return recording, status
 

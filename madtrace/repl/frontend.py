@@ -50,6 +50,7 @@ class Frontend:
         self.err = err or sys.stderr
         self.done = False          # the session ended, or the user left
         self.end_message: str | None = None
+        self.end_printed = False
         self.backend = None
         self.failures = 0
 
@@ -91,6 +92,7 @@ class Frontend:
         if reply.ended:
             self.done = True
             self.end_message = reply.text or reply.error
+            self.end_printed = True
 
     def session_ended(self, message: str) -> None:
         """Called from the tracer thread when the recording is over."""
@@ -159,7 +161,7 @@ class InteractiveFrontend(Frontend):
                         self.quit()
                     break
                 self.run_line(line)
-        if self.end_message:
+        if self.end_message and not self.end_printed:
             print(f"madtrace: {self.end_message}", file=sys.stderr, flush=True)
 
     def _exit_if_done(self) -> None:

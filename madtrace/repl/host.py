@@ -29,7 +29,7 @@ def run_with_frontend(recording, batch: str | None = None) -> int | None:
             frontend.run(backend)
         finally:
             if session.ended_message is None:  # the front end is gone: do not trace forever
-                session.request_stop("repl closed")
+                session.stop_soon("repl closed")
 
     thread = threading.Thread(target=front, name="madtrace-repl", daemon=True)
     thread.start()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from fnmatch import fnmatch
@@ -65,7 +66,7 @@ def end_message(recording, status: int | None) -> str:
 class LiveSession:
     def __init__(self, recording):
         self.recording = recording
-        self.scratch: dict = {}          # per-command state kept between calls (top)
+        self.scratch: dict = {"start": time.monotonic()}   # per-command state (top)
         self.on_end: list = []           # callables(message), run in the tracer thread
         self.ended_message: str | None = None
         self._queue: queue.Queue = queue.Queue()
@@ -100,7 +101,13 @@ class LiveSession:
         return self.tracee.pid
 
     def request_stop(self, reason: str) -> None:
+        """Tracer thread only: the run loop detaches when the command is done."""
         self.controller.request_stop(reason)
+
+    def stop_soon(self, reason: str) -> None:
+        """Any thread (no ptrace request): the polling run loop sees it within ms."""
+        if self.controller.stop_reason is None:
+            self.controller.stop_reason = reason
 
     def traced_functions(self, patched_only: bool = False) -> list:
         engine = self.functions

@@ -39,7 +39,6 @@ class Regs(Command):
         return data
 
     def render(self, d):
-        names = [n for n in SHOWN]
-        cells = [f"{n:<8}{d[n]:#018x}" for n in names]
+        cells = [f"{n:<9}{d[n]:#018x}" for n in SHOWN]
         rows = ["   ".join(cells[i:i + 3]) for i in range(0, len(cells), 3)]
         return "\n".join([f"thread {d['tid']}: rip at {d['rip_symbol']}"] + rows)
