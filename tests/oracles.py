@@ -274,18 +274,22 @@ def self_counts(stdout: bytes, label: str = "calls") -> dict:
 
 
 # ---------------------------------------------------------------- lackey
-def lackey_accesses(argv: list, code_range: tuple[int, int], data_ranges: list[tuple[int, int]],
+def lackey_accesses(argv: list, code_range: tuple[int, int], data_ranges,
                     timeout: float = 300) -> dict[tuple[int, str], int]:
     """Per-instruction load/store counts from ``valgrind --tool=lackey
     --trace-mem=yes``: {(instruction address, "L"|"S"): n} for instructions in
     ``code_range`` whose data address falls in one of ``data_ranges``.  Lackey's
     "M" (modify) counts one load and one store.  Addresses are absolute, so the
-    program must be non-PIE (valgrind loads PIE executables elsewhere)."""
+    program must be non-PIE (valgrind loads PIE executables elsewhere).
+    ``data_ranges`` may be a function of the program's stderr (under valgrind)
+    returning the ranges, for ranges only the program knows (its brk heap)."""
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "lackey.log")
-        subprocess.run(["valgrind", "--tool=lackey", "--trace-mem=yes", f"--log-file={log}", *argv],
-                       capture_output=True, timeout=timeout, check=True)
+        run = subprocess.run(["valgrind", "--tool=lackey", "--trace-mem=yes", f"--log-file={log}",
+                              *argv], capture_output=True, timeout=timeout, check=True)
+        if callable(data_ranges):
+            data_ranges = data_ranges(run.stderr.decode())
         counts: dict[tuple[int, str], int] = {}
         current = None
         lo, hi = code_range

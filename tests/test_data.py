@@ -95,3 +95,35 @@ def test_function_segmented_listing(tmp_path):
     assert "< sum [202 accesses]" in text                              # 200 loads, total L+S
     assert "S$ values[0],[.bss of data_globals-O0-nopie],fill+" in text
     assert "points[0].x" in text
+
+
+@pytest.mark.parametrize("variant", ["O0-nopie", "O2-nopie"])
+def test_heap_per_instruction_equal_lackey(tmp_path, variant):
+    """Pointer chasing over malloc'd nodes, matrix multiply on heap arrays,
+    realloc growth: the executable's own loads and stores to its data and to
+    the brk heap, per instruction, equal lackey's."""
+    path = prog("data_heap", variant)
+    argv = [path]
+    native = subprocess.run(argv, capture_output=True, timeout=60)
+    accesses, meta, stdout = madtrace_accesses(tmp_path, argv)
+    assert stdout == native.stdout
+    image = ElfImage.load(path)
+    text = image.section(".text")
+    static = sections(path, ".data", ".bss")
+
+    def ranges(stderr: str):
+        heap = [line.split() for line in stderr.splitlines() if line.startswith("heap ")][-1]
+        return static + [(int(heap[1], 16), int(heap[2], 16))]
+
+    oracle = lackey_accesses(argv, (text.address, text.address + text.size), ranges)
+    expected: dict[str, dict[str, int]] = {}
+    for (address, kind), n in oracle.items():
+        symbol = image.symbol_at(address)
+        name = f"{symbol.name}+{address - symbol.address:#x}" if symbol \
+            else f"{os.path.basename(path)}+{address:#x}"
+        expected.setdefault(name, {"L": 0, "S": 0})[kind] += n
+    own = {s.name for s in image.functions()} | {os.path.basename(path)}
+    got = {name: c for name, c in accesses.items() if name.split("+")[0] in own}
+    assert got == expected
+    chase = {k: v for k, v in got.items() if k.startswith("chase+")}
+    assert sum(c["L"] for c in chase.values()) >= 100     # 50 nodes: next and value

@@ -60,7 +60,7 @@ class _SyscallInfo(ctypes.Structure):
 
 
 def syscall_op(tid: int) -> tuple[int, int]:
-    """(1 entry | 2 exit, syscall number at entry)."""
+    """(1 entry | 2 exit, the syscall number at entry / the result at exit)."""
     info = _SyscallInfo()
     pr.ptrace(PTRACE_GET_SYSCALL_INFO, tid, ctypes.sizeof(info),
               ctypes.cast(ctypes.byref(info), ctypes.c_void_p))
@@ -85,6 +85,7 @@ class DataEngine:
         self.syscalls_opened = 0
         self._syscall_open: dict[int, int] = {}   # tid -> syscall number running with pages open
         self._skipping: dict[int, pr.UserRegs] = {}
+        self._entry_nr: dict[int, int] = {}      # tid -> number of the syscall it is in
         self.active = False
 
     # ---------------------------------------------------------------- install
@@ -189,7 +190,8 @@ class DataEngine:
             return False
         tid = event.tid
         op, nr = syscall_op(tid)
-        if op == 1:  # entry
+        if op == 1:  # entry (at exit the kernel reports the result, not the number)
+            self._entry_nr[tid] = nr
             if tid in self._syscall_open or nr in SAFE_SYSCALLS:
                 tracee.resume(tid, 0)
                 return True
@@ -216,7 +218,7 @@ class DataEngine:
                 tracee.resume(tid, 0)
                 return True
             number = self._syscall_open.pop(tid, None)
-            if number is not None or nr == SYS_BRK:
+            if number is not None or self._entry_nr.pop(tid, None) == SYS_BRK:
                 with RemoteSyscalls(tracee, tid) as rs:
                     if number is not None:
                         self._protect(rs, self.protected)

@@ -160,6 +160,7 @@ class InteractiveFrontend(Frontend):
                     if not self.done:
                         self.quit()
                     break
+                open("/tmp/rt1/dbg.txt","a").write(f"line {line!r}\n")
                 self.run_line(line)
         if self.end_message and not self.end_printed:
             print(f"madtrace: {self.end_message}", file=sys.stderr, flush=True)

@@ -65,10 +65,18 @@ def memory_accesses(code: bytes, address: int) -> MemInstruction | None:
     mnemonic = insn.mnemonic
     operands: list[MemOperand] = []
     if not mnemonic.startswith(NO_ACCESS_MNEMONICS):
-        for op in insn.operands:
+        # capstone 5 marks some SSE moves' destination (movups [m], xmm) as read: for a
+        # plain two-operand move the first operand is written, the second read
+        # (string moves, movs[bwdq] [rdi], [rsi], have two memory operands and are left alone)
+        raw = insn.operands
+        plain_move = mnemonic.startswith(("mov", "vmov")) and len(raw) == 2 and \
+            sum(op.type == X86_OP_MEM for op in raw) == 1
+        for position, op in enumerate(insn.operands):
             if op.type != X86_OP_MEM:
                 continue
             access = op.access
+            if plain_move:
+                access = CS_AC_WRITE if position == 0 else CS_AC_READ
             mem = op.mem
             segment = {X86_REG_FS: "fs", X86_REG_GS: "gs"}.get(mem.segment)
             base = insn.reg_name(mem.base) if mem.base != X86_REG_INVALID else None
