@@ -17,6 +17,7 @@ from .capture.data import DataEngine
 from .inject.engine import FunctionTracer
 from .errors import StrippedBinaryError, UnknownSymbolError, UsageError
 from .process.controller import Controller
+from .process.cpu import SameCpu
 from .process.events import ThreadExited, ThreadKilled
 from .process.tracee import Tracee, check_traceable, resolve_command
 from .trace import store
@@ -233,12 +234,20 @@ class Recording:
         except BaseException:
             engine.detach()
             raise
+        # every access costs ptrace stops: ~10x cheaper with tracer and target on one CPU
+        self._same_cpu = SameCpu(list(self.tracee.threads), pid=self.tracee.pid).__enter__()
         self.controller.signal_claimers.append(engine.claim_signal)
         self.controller.syscall_claimers.append(engine.claim_syscall)
         self.controller.on_fork_child.append(lambda child, pid: engine.fork_child(child))
         self.controller.before_detach.append(lambda tracee: engine.detach())
+        self.controller.before_detach.append(lambda tracee: self._unpin())
         self.log(f"tracing data accesses to {len(engine.regions.regions)} regions "
                  f"({len(engine.protected)} pages)")
+
+    def _unpin(self) -> None:
+        if getattr(self, "_same_cpu", None) is not None:
+            self._same_cpu.__exit__(None, None, None)
+            self._same_cpu = None
 
     def _snapshot_at_exit(self, tracee: Tracee, tid: int) -> None:
         if tid == tracee.pid or len(tracee.threads) <= 1:
@@ -302,11 +311,14 @@ class Recording:
         engine.write()
         return {"accesses": engine.access_counts(),
                 "data_tracing": {"faults": engine.faults, "untraced_faults": engine.untraced_faults,
+                                 "fast_path": engine.fast,
+                                 "stubs": len(engine.stubs.stubs) if engine.stubs else 0,
                                  "syscalls_opened": engine.syscalls_opened,
                                  "open_windows": engine.open_windows,
                                  "regions": [[r.start, r.end, r.label] for r in engine.regions.regions]}}
 
     def finish(self, outcome: str) -> int | None:
+        self._unpin()
         status = exit_code_of(self.tracee.exit_event) if self.tracee else None
         modules = self.module_summaries()
         self.meta.update(

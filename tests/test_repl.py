@@ -117,7 +117,8 @@ def test_batch_file(tmp_path):
     target = start_ready(argv)
     batch = tmp_path / "commands.txt"
     batch.write_text("# a comment, then a blank line\n\n"
-                     "instrument tick tock --json\n"
+                     "instrument tick --json\n"
+                     "instrument t* --json\n"
                      "sleep 0.3\n"
                      "calls --json\n"
                      "frobnicate\n"
@@ -125,6 +126,9 @@ def test_batch_file(tmp_path):
                      "regs --json\n"
                      "funcs t* --json\n"
                      "restore all\n"
+                     "calls --json\n"
+                     "instrument tock\n"
+                     "sleep 0.2\n"
                      "calls --json\n")
     try:
         result = madtrace("repl", str(target.pid), "-q", "-o", str(tmp_path / "t"),
@@ -135,22 +139,27 @@ def test_batch_file(tmp_path):
     assert result.returncode == 0, result.stderr
     assert b"ready\n" + out == finish(expected)
     lines = result.stdout.decode().splitlines()
-    report = json.loads(lines[0])
-    assert sorted(p["function"] for p in report["patched"]) == ["tick", "tock"]
-    calls = json.loads(lines[1])
+    first = json.loads(lines[0])
+    assert [p["function"] for p in first["patched"]] == ["tick"]
+    added = json.loads(lines[1])         # incremental: only what is new
+    assert [p["function"] for p in added["patched"]] == ["tock"]
+    calls = json.loads(lines[2])
     assert calls["tick"] > 0 and calls["tock"] > 0
-    dump = json.loads(lines[2])
+    dump = json.loads(lines[3])
     assert dump["symbol"].startswith("tick (live_calls-O0-nopie)") and len(dump["hex"]) == 32
-    regs = json.loads(lines[3])
+    regs = json.loads(lines[4])
     assert regs["tid"] == target.pid and regs["rip"] > 0
-    funcs = {f["name"]: f for f in json.loads(lines[4])}
+    funcs = {f["name"]: f for f in json.loads(lines[5])}
     assert funcs["tick"]["state"].startswith("instrumented")
-    assert lines[5].startswith("restored 2 functions")
-    final = json.loads(lines[6])
-    assert final["tick"] >= calls["tick"]
+    assert lines[6].startswith("restored 2 functions")
+    restored = json.loads(lines[7])
+    assert restored["tick"] >= calls["tick"]
+    assert lines[8].startswith("instrumented 1 function")    # tock again, counting on
+    final = json.loads(lines[9])
+    assert final["tock"] > restored["tock"] and final["tick"] <= restored["tick"] + 1
     errors = result.stderr.decode().splitlines()
-    assert errors == ["error: commands.txt:6: unknown command 'frobnicate' (type 'help' for the list)"]
-    assert summary(tmp_path / "t")["calls"] == final
+    assert errors == ["error: commands.txt:7: unknown command 'frobnicate' (type 'help' for the list)"]
+    assert summary(tmp_path / "t")["calls"]["tock"] >= final["tock"]
 
 
 def test_launch_with_repl_reads_commands_from_stdin(tmp_path):
@@ -169,7 +178,7 @@ def test_launch_with_repl_reads_commands_from_stdin(tmp_path):
 
 
 def test_attach_with_repl_and_wrong_arguments(tmp_path):
-    target = start_ready([prog("live_calls", "O2-pie"), "300000"])
+    target = start_ready([prog("live_calls", "O2-pie"), "2000000"])
     try:
         result = madtrace("attach", str(target.pid), "--repl", "-q", "-o", str(tmp_path / "t"),
                           input=b"instrument no_such_function_*\nstatus --json\n")

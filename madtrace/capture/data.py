@@ -38,6 +38,7 @@ from ..process import ptrace_raw as pr
 from ..process.events import SignalStop, SyscallStop
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
 from ..process.tracee import Tracee
+from .datastubs import StubCache
 from .regions import PAGE, Region, RegionSet, default_regions, page_protections, page_runs
 
 SEGV_ACCERR = 2
@@ -69,7 +70,8 @@ def syscall_op(tid: int) -> tuple[int, int]:
 
 class DataEngine:
     def __init__(self, tracee: Tracee, space: AddressSpace, out_dir: str,
-                 sequence_of=None):
+                 sequence_of=None, fast_path: bool = True):
+        self.fast_path = fast_path
         self.tracee = tracee
         self.space = space
         self.out_dir = out_dir
@@ -87,6 +89,8 @@ class DataEngine:
         self._skipping: dict[int, pr.UserRegs] = {}
         self._entry_nr: dict[int, int] = {}      # tid -> number of the syscall it is in
         self.active = False
+        self.stubs: StubCache | None = None
+        self.fast = 0            # accesses handled by a stub (one stop)
 
     # ---------------------------------------------------------------- install
     def install(self) -> None:
@@ -96,6 +100,8 @@ class DataEngine:
         self.protected = page_protections(mappings, pages)
         with RemoteSyscalls(self.tracee) as rs:
             self._protect(rs, self.protected)
+            if self.fast_path:
+                self.stubs = StubCache(self.tracee, self.space, rs)
         self.tracee.trace_syscalls = True
         self.active = True
 
@@ -113,14 +119,37 @@ class DataEngine:
 
     # ------------------------------------------------------------------ faults
     def claim_signal(self, tracee: Tracee, event: SignalStop) -> bool:
-        if not self.active or event.signum != signal.SIGSEGV or tracee is not self.tracee:
+        if not self.active or tracee is not self.tracee:
             return False
-        info = pr.get_siginfo(event.tid)
+        if event.signum == signal.SIGTRAP and self.stubs is not None and \
+                self.tracee.get_regs(event.tid).rip in self.stubs.traps:
+            tracee.resume(event.tid, 0)   # end of a stub: on to the jmp back, syscalls traced
+            return True
+        if event.signum != signal.SIGSEGV:
+            return False
+        tid = event.tid
+        info = pr.get_siginfo(tid)
         page = info.si_addr & ~(PAGE - 1)
         if info.si_code != SEGV_ACCERR or page not in self.protected:
             return False  # the target's own fault: delivered unchanged
-        self._step_one(event.tid, {page})
-        tracee.resume(event.tid, 0)
+        regs = self.tracee.get_regs(tid)
+        if self.stubs is not None and self.stubs.contains(regs.rip):
+            # the relocated instruction touched a page its stub does not open (its
+            # accesses were recorded at the first fault): open it for this one step
+            self._single_step(tid, {page})
+        else:
+            pages = self._record(tid, regs, {page})
+            stub = self.stubs.stub_for(self._decode(regs.rip), pages, self.protected) \
+                if self.stubs is not None else None
+            if stub is not None:
+                regs.rip = stub
+                self.tracee.set_regs(regs, tid)
+                self.fast += 1
+                pr.cont(tid, 0)   # no syscall stops for the stub's mprotect calls
+                tracee.threads[tid].running = True
+                return True
+            self._single_step(tid, pages)
+        tracee.resume(tid, 0)
         return True
 
     def _decode(self, rip: int) -> MemInstruction | None:
@@ -128,9 +157,10 @@ class DataEngine:
             self.decoded[rip] = memory_accesses(self.tracee.mem.read(rip, 16), rip)
         return self.decoded[rip]
 
-    def _step_one(self, tid: int, pages: set[int]) -> None:
+    def _record(self, tid: int, regs, pages: set[int]) -> set[int]:
+        """Record the accesses of the instruction at rip; returns the protected pages
+        it touches."""
         self.faults += 1
-        regs = self.tracee.get_regs(tid)
         insn = self._decode(regs.rip)
         recorded = False
         if insn is not None:
@@ -154,6 +184,10 @@ class DataEngine:
             self.untraced_faults += 1
         if len(self.tracee.threads) > 1:
             self.open_windows += 1
+        return pages
+
+    def _single_step(self, tid: int, pages: set[int]) -> None:
+        """Slow path: open the pages, single-step the instruction, close them."""
         opened: set[int] = set()
         state = self.tracee.threads[tid]
         while True:
@@ -178,8 +212,7 @@ class DataEngine:
             if isinstance(event, SignalStop):
                 state.pending_signal = event.signum  # delivered when it resumes
                 continue
-            if event is None or not isinstance(event, SignalStop):
-                break
+            break
         if opened and tid in self.tracee.threads:
             with RemoteSyscalls(self.tracee, tid) as rs:
                 self._protect(rs, opened)
@@ -249,6 +282,10 @@ class DataEngine:
         """Restore every page's protection (all threads stopped)."""
         if not self.active:
             return
+        if self.stubs is not None:
+            # a thread inside a stub would close its pages after we restored them
+            for tid in list(self.tracee.threads):
+                self.stubs.leave(tid)
         self.active = False
         self.tracee.trace_syscalls = False
         if self.tracee.threads and self.protected:

@@ -105,12 +105,12 @@ class FunctionTracer:
         if self.plan is None or self.rings is None:
             return self.install(patterns)
         tracee = self.tracee
-        before = {key: len(items) for key, items in self.report.items()}
         with RemoteSyscalls(tracee) as rs:
             fresh = make_plan(self.space, patterns,
                               resolve_ifunc=lambda ms: rs.call_function(ms.address),
                               method=self.method)
             chosen = self._merge_plan(fresh)
+            before = {key: len(self.report[key]) for key in ("patched", "skipped", "inexact")}
             self.report["skipped"] += [{"what": w, "why": y} for w, y in fresh.skipped]
             for module in {fn.module.name: fn.module for fn in chosen}.values():
                 need = self._code_size(self.plan, [fn for fn in chosen if fn.module is module])
@@ -127,7 +127,7 @@ class FunctionTracer:
         for fn in chosen:
             self._patch_function(fn, rips)
         self._write_tables()
-        return {key: items[before[key]:] for key, items in self.report.items()}
+        return {key: self.report[key][start:] for key, start in before.items()}
 
     def _merge_plan(self, fresh: Plan) -> list[TracedFunction]:
         """Appends the functions of ``fresh`` that are new to ``self.plan`` (with new

@@ -19,9 +19,14 @@ def last_cpu(tid: int) -> int:
 
 
 class SameCpu:
-    def __init__(self, tids: list[int], cpu: int | None = None):
+    """``tids``: threads to pin now.  With ``pid``, threads of that process created
+    meanwhile (they inherit the pinned mask) get the leader's original mask back
+    when the scope ends."""
+
+    def __init__(self, tids: list[int], cpu: int | None = None, pid: int | None = None):
         self.tids = list(tids)
         self.cpu = cpu
+        self.pid = pid
         self._saved: dict[int, set[int]] = {}
 
     def __enter__(self) -> "SameCpu":
@@ -38,6 +43,13 @@ class SameCpu:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.pid is not None and self.pid in self._saved:
+            try:
+                current = [int(t) for t in os.listdir(f"/proc/{self.pid}/task")]
+            except OSError:
+                current = []
+            for tid in current:
+                self._saved.setdefault(tid, self._saved[self.pid])
         for tid, mask in self._saved.items():
             try:
                 os.sched_setaffinity(tid, mask)

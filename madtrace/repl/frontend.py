@@ -118,7 +118,8 @@ class BatchFrontend(Frontend):
                 continue
             self.run_line(line.rstrip("\n"), f"{self.name}:{number}: ")
         if not self.done and backend.owns_session:
-            self.run_line("detach")
+            backend.execute(parse("detach"))   # stdout keeps only the commands' output
+            self.done = True
 
 
 class InteractiveFrontend(Frontend):
@@ -139,7 +140,6 @@ class InteractiveFrontend(Frontend):
 
     def run(self, backend) -> None:
         from prompt_toolkit import PromptSession
-        from prompt_toolkit.patch_stdout import patch_stdout
 
         from .completion import CommandCompleter
         self.backend = backend
@@ -148,20 +148,18 @@ class InteractiveFrontend(Frontend):
                                 complete_while_typing=False)
         with self._lock:
             self._app = session.app
-        with patch_stdout(raw=True):
-            self.out, self.err = sys.stdout, sys.stderr
-            print("madtrace REPL: 'help' lists the commands, Ctrl-D leaves", flush=True)
-            while not self.done:
-                try:
-                    line = session.prompt(PROMPT, pre_run=self._exit_if_done)
-                except KeyboardInterrupt:
-                    continue
-                except EOFError:
-                    if not self.done:
-                        self.quit()
-                    break
-                open("/tmp/rt1/dbg.txt","a").write(f"line {line!r}\n")
-                self.run_line(line)
+        # no patch_stdout: replies are printed between prompts, by this thread
+        print("madtrace REPL: 'help' lists the commands, Ctrl-D leaves", file=self.out, flush=True)
+        while not self.done:
+            try:
+                line = session.prompt(PROMPT, pre_run=self._exit_if_done)
+            except KeyboardInterrupt:
+                continue
+            except EOFError:
+                if not self.done:
+                    self.quit()
+                break
+            self.run_line(line)
         if self.end_message and not self.end_printed:
             print(f"madtrace: {self.end_message}", file=sys.stderr, flush=True)
 

@@ -151,7 +151,6 @@ class LiveSession:
     # ---------------------------------------------------- any thread
     def submit(self, invocation: Invocation) -> Reply:
         """Run a tracer command at the next safe point and wait for its reply."""
-        open("/tmp/rt1/dbg.txt","a").write(f"submit {invocation.line}\n")
         future: Future = Future()
         with self._lock:
             if self.ended_message is not None:
@@ -170,7 +169,6 @@ class LiveSession:
                 batch.append(self._queue.get_nowait())
             except queue.Empty:
                 break
-        open("/tmp/rt1/dbg.txt","a").write(f"poll {batch}\n")
         stop = any(invocation.command.stops_target for invocation, _ in batch)
         events = self.tracee.stop_all() if stop else []
         try:
@@ -190,7 +188,6 @@ class LiveSession:
             reply = Reply(True, text=command.render(data), data=data)
         except Exception as exc:  # every failure is one reply; the session goes on
             reply = failure(exc)
-        open("/tmp/rt1/dbg.txt","a").write(f"reply {reply}\n")
         future.set_result(reply)
 
     def _resume(self, events) -> None:
