@@ -227,7 +227,8 @@ class Recording:
     def _install_data_tracing(self) -> None:
         functions = self.functions
         engine = DataEngine(self.tracee, self.address_space, self.options.output,
-                            sequence_of=functions.sequence_of if functions else None)
+                            sequence_of=functions.sequence_of if functions else None,
+                            patched_addresses=set(functions.patches.applied) if functions else None)
         self.data = engine
         try:
             engine.install()
@@ -243,6 +244,8 @@ class Recording:
         self.controller.before_detach.append(lambda tracee: self._unpin())
         self.log(f"tracing data accesses to {len(engine.regions.regions)} regions "
                  f"({len(engine.protected)} pages)")
+        for warning in engine.warnings:
+            self.log(warning)
 
     def _unpin(self) -> None:
         if getattr(self, "_same_cpu", None) is not None:
@@ -312,6 +315,8 @@ class Recording:
         return {"accesses": engine.access_counts(),
                 "data_tracing": {"faults": engine.faults, "untraced_faults": engine.untraced_faults,
                                  "fast_path": engine.fast,
+                                 "allocations": len(engine.alloc.blocks) if engine.alloc else 0,
+                                 "freed_accesses": engine.freed_accesses,
                                  "stubs": len(engine.stubs.stubs) if engine.stubs else 0,
                                  "syscalls_opened": engine.syscalls_opened,
                                  "open_windows": engine.open_windows,

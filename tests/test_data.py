@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -127,3 +128,27 @@ def test_heap_per_instruction_equal_lackey(tmp_path, variant):
     assert got == expected
     chase = {k: v for k, v in got.items() if k.startswith("chase+")}
     assert sum(c["L"] for c in chase.values()) >= 100     # 50 nodes: next and value
+
+
+def test_allocations_tracked_and_blocks_named_as_madt(tmp_path):
+    argv = [prog("data_heap", "O2-nopie")]
+    native = subprocess.run(argv, capture_output=True, timeout=60)
+    result = madtrace("record", "-q", "--data", "-f", "chase", "-f", "grow", "-o",
+                      str(tmp_path / "t"), "--", *argv, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == native.stdout
+    with open(tmp_path / "t" / "data" / "allocations.json") as f:
+        blocks = json.load(f)
+    by_site = {}
+    for b in blocks:
+        by_site.setdefault(b["site"].split("+")[0], []).append(b)
+    assert len(by_site["build_list"]) == 50 and all(b["size"] == 16 for b in by_site["build_list"])
+    reallocs = [b for b in blocks if b["kind"] == "realloc"]
+    assert len(reallocs) == 10
+    # each realloc but the last released the previous block
+    assert sum(1 for b in reallocs if b["freed_seq"] is not None) == 9
+    ids = [b["id"] for b in blocks]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    report = madtrace("report", str(tmp_path / "t"), "--kind", "segments", "--top", "2")
+    text = report.stdout.decode()
+    assert re.search(r"L\$ <malloc\d{4}@build_list\+\d+>\+8,\[\[heap\]\],chase\+0x", text), text

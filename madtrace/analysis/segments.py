@@ -11,6 +11,7 @@ a DWARF variable (``values[3]``, ``config.name+2``) when there is one, else
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -33,6 +34,21 @@ def address_space_of(directory: str) -> AddressSpace:
     return AddressSpace.from_maps([])
 
 
+def load_blocks(directory: str) -> dict[int, dict]:
+    path = os.path.join(directory, "data", "allocations.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return {b["id"]: b for b in json.load(f)}
+
+
+def block_name(block: dict, address: int, freed: bool) -> str:
+    """MadT's forged name: <malloc0014@func+230>+off, <freed:0014@...> once released."""
+    name = f"<freed:{block['id']:04d}@{block['site']}>" if freed else block["name"]
+    offset = address - block["address"]
+    return f"{name}+{offset}" if offset else name
+
+
 def data_name(space: AddressSpace, address: int) -> str:
     variable = space.variable_at(address)
     if variable is not None:
@@ -48,6 +64,7 @@ def segments(directory: str, max_accesses: int = 8, max_lines: int = 400):
     """Yields the lines of the segmented listing."""
     tables = load_tables(directory)
     space = address_space_of(directory)
+    blocks = load_blocks(directory)
     lines = 0
     for tid, path in thread_files(directory):
         records = np.fromfile(path, dtype=RECORD_DTYPE)
@@ -70,8 +87,12 @@ def segments(directory: str, max_accesses: int = 8, max_lines: int = 400):
                     continue
                 frame[1] += 1
                 indent = "  " * (len(stack) + 1)
+                address = int(acc["addr"])
+                block = blocks.get(int(acc["block"]))
+                name = block_name(block, address, bool(acc["freed"])) if block \
+                    else data_name(space, address)
                 yield (f"{indent}{KIND_CHAR.get(int(acc['kind']), '?')}$ "
-                       f"{data_name(space, int(acc['addr']))},[{space.region(int(acc['addr']))}],"
+                       f"{name},[{space.region(address)}],"
                        f"{instruction_name(space, int(acc['rip']))}")
 
         for i, record in enumerate(records):

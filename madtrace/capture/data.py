@@ -38,6 +38,7 @@ from ..process import ptrace_raw as pr
 from ..process.events import SignalStop, SyscallStop
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
 from ..process.tracee import Tracee
+from .alloc import AllocTracker
 from .datastubs import StubCache
 from .regions import PAGE, Region, RegionSet, default_regions, page_protections, page_runs
 
@@ -49,7 +50,7 @@ SAFE_SYSCALLS = frozenset({
     231, 234, 292,
 })
 ACCESS_DTYPE = np.dtype([("seq", "<u8"), ("rip", "<u8"), ("addr", "<u8"),
-                         ("size", "<u2"), ("kind", "u1"), ("pad", "u1", 5)])
+                         ("size", "<u2"), ("kind", "u1"), ("freed", "u1"), ("block", "<u4")])
 KIND_LOAD, KIND_STORE = 1, 2
 PTRACE_GET_SYSCALL_INFO = 0x420E
 
@@ -70,8 +71,12 @@ def syscall_op(tid: int) -> tuple[int, int]:
 
 class DataEngine:
     def __init__(self, tracee: Tracee, space: AddressSpace, out_dir: str,
-                 sequence_of=None, fast_path: bool = True):
+                 sequence_of=None, fast_path: bool = True, track_allocations: bool = True,
+                 patched_addresses: set[int] | None = None):
         self.fast_path = fast_path
+        self.track_allocations = track_allocations
+        self.patched_addresses = patched_addresses or set()
+        self.warnings: list[str] = []
         self.tracee = tracee
         self.space = space
         self.out_dir = out_dir
@@ -91,6 +96,8 @@ class DataEngine:
         self.active = False
         self.stubs: StubCache | None = None
         self.fast = 0            # accesses handled by a stub (one stop)
+        self.alloc: AllocTracker | None = None
+        self.freed_accesses = 0  # accesses to blocks already freed (use after free)
 
     # ---------------------------------------------------------------- install
     def install(self) -> None:
@@ -102,6 +109,9 @@ class DataEngine:
             self._protect(rs, self.protected)
             if self.fast_path:
                 self.stubs = StubCache(self.tracee, self.space, rs)
+            if self.track_allocations:
+                self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of)
+                self.warnings += self.alloc.install(rs, self.patched_addresses)
         self.tracee.trace_syscalls = True
         self.active = True
 
@@ -121,6 +131,8 @@ class DataEngine:
     def claim_signal(self, tracee: Tracee, event: SignalStop) -> bool:
         if not self.active or tracee is not self.tracee:
             return False
+        if self.alloc is not None and self.alloc.claim_signal(tracee, event):
+            return True
         if event.signum == signal.SIGTRAP and self.stubs is not None and \
                 self.tracee.get_regs(event.tid).rip in self.stubs.traps:
             tracee.resume(event.tid, 0)   # end of a stub: on to the jmp back, syscalls traced
@@ -174,12 +186,16 @@ class DataEngine:
                 if self.regions.find(address) is None:
                     continue
                 recorded = True
+                block = self.alloc.block_at(address) if self.alloc is not None else None
+                block_id, freed = (block.id, int(block.freed_seq is not None)) if block else (0, 0)
+                if freed:
+                    self.freed_accesses += 1
                 if op.load:
                     self.counts[(regs.rip, "L")] += 1
-                    buf.append((seq, regs.rip, address, op.size, KIND_LOAD))
+                    buf.append((seq, regs.rip, address, op.size, KIND_LOAD, freed, block_id))
                 if op.store:
                     self.counts[(regs.rip, "S")] += 1
-                    buf.append((seq, regs.rip, address, op.size, KIND_STORE))
+                    buf.append((seq, regs.rip, address, op.size, KIND_STORE, freed, block_id))
         if not recorded:
             self.untraced_faults += 1
         if len(self.tracee.threads) > 1:
@@ -274,6 +290,8 @@ class DataEngine:
 
     # ------------------------------------------------------- forks and leaving
     def fork_child(self, child: Tracee) -> None:
+        if self.alloc is not None and self.alloc.active:
+            self.alloc.remove(child.mem)
         if self.active and self.protected:
             with RemoteSyscalls(child) as rs:
                 self._unprotect(rs, self.protected)
@@ -286,6 +304,8 @@ class DataEngine:
             # a thread inside a stub would close its pages after we restored them
             for tid in list(self.tracee.threads):
                 self.stubs.leave(tid)
+        if self.alloc is not None and self.alloc.active:
+            self.alloc.remove()
         self.active = False
         self.tracee.trace_syscalls = False
         if self.tracee.threads and self.protected:
@@ -293,6 +313,8 @@ class DataEngine:
                 self._unprotect(rs, self.protected)
 
     def forget_after_exec(self) -> None:
+        if self.alloc is not None:
+            self.alloc.active = False
         self.active = False
         self.tracee.trace_syscalls = False
         self.protected.clear()
@@ -300,11 +322,14 @@ class DataEngine:
     # ----------------------------------------------------------------- results
     def write(self) -> None:
         os.makedirs(os.path.join(self.out_dir, "data"), exist_ok=True)
+        if self.alloc is not None:
+            self.alloc.write(self.out_dir)
         for tid, rows in self.buffers.items():
             arr = np.zeros(len(rows), dtype=ACCESS_DTYPE)
             if rows:
-                seq, rip, addr, size, kind = zip(*rows)
-                arr["seq"], arr["rip"], arr["addr"], arr["size"], arr["kind"] = seq, rip, addr, size, kind
+                for field, column in zip(("seq", "rip", "addr", "size", "kind", "freed", "block"),
+                                         zip(*rows)):
+                    arr[field] = column
             arr.tofile(os.path.join(self.out_dir, "data", f"{tid}.acc"))
 
     def access_counts(self) -> dict[str, dict[str, int]]:
