@@ -228,7 +228,8 @@ class Recording:
         functions = self.functions
         engine = DataEngine(self.tracee, self.address_space, self.options.output,
                             sequence_of=functions.sequence_of if functions else None,
-                            patched_addresses=set(functions.patches.applied) if functions else None)
+                            patched_addresses=set(functions.patches.applied) if functions else None,
+                            defer=self.controller.deferred.extend)
         self.data = engine
         try:
             engine.install()
@@ -320,6 +321,7 @@ class Recording:
                                  "stubs": len(engine.stubs.stubs) if engine.stubs else 0,
                                  "syscalls_opened": engine.syscalls_opened,
                                  "open_windows": engine.open_windows,
+                                 "held_stops": engine.held_stops,
                                  "regions": [[r.start, r.end, r.label] for r in engine.regions.regions]}}
 
     def finish(self, outcome: str) -> int | None:

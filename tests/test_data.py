@@ -31,8 +31,11 @@ def madtrace_accesses(tmp_path, argv) -> tuple[dict, dict, bytes]:
 
 
 @pytest.mark.parametrize("variant", ["O0-nopie", "O2-nopie"])
-def test_globals_per_instruction_equal_lackey(tmp_path, variant):
-    path = prog("data_globals", variant)
+@pytest.mark.parametrize("program", ["data_globals", "data_threads"])
+def test_globals_per_instruction_equal_lackey(tmp_path, variant, program):
+    """Globals of a single-threaded and of a multi-threaded program (while one
+    thread has a page open, the others are held, so nothing is missed)."""
+    path = prog(program, variant)
     argv = [path]
     native = subprocess.run(argv, capture_output=True, timeout=60)
     accesses, meta, stdout = madtrace_accesses(tmp_path, argv)

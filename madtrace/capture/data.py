@@ -16,10 +16,11 @@ growth extends the heap region.  A fork child gets its original protections
 back before it runs; a vfork shares the pages, so they stay open until the
 parent resumes.
 
-This first version is exact for single-threaded programs; in a
-multi-threaded one, other threads run while a page is open for one
-instruction or one system call, and their accesses to it in that window are
-not seen (counted in ``open_windows``).
+Threads: while pages are open for one thread's instruction, the other
+threads are held stopped (``exact_threads``), so no access is missed.  A
+system call runs with the pages open while the other threads run (it may
+block on them): their accesses in that window are not seen, and each such
+window is counted in ``open_windows``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
 from ..process.tracee import Tracee
 from .alloc import AllocTracker
 from .datastubs import StubCache
+from .syscall_memory import syscall_pages
 from .regions import PAGE, Region, RegionSet, default_regions, page_protections, page_runs
 
 SEGV_ACCERR = 2
@@ -61,18 +63,22 @@ class _SyscallInfo(ctypes.Structure):
                 ("nr", ctypes.c_uint64), ("args", ctypes.c_uint64 * 6)]
 
 
-def syscall_op(tid: int) -> tuple[int, int]:
-    """(1 entry | 2 exit, the syscall number at entry / the result at exit)."""
+def syscall_op(tid: int) -> tuple[int, int, list[int]]:
+    """(1 entry | 2 exit, the syscall number at entry / the result at exit, the
+    arguments at entry)."""
     info = _SyscallInfo()
     pr.ptrace(PTRACE_GET_SYSCALL_INFO, tid, ctypes.sizeof(info),
               ctypes.cast(ctypes.byref(info), ctypes.c_void_p))
-    return info.op, info.nr
+    return info.op, info.nr, list(info.args)
 
 
 class DataEngine:
     def __init__(self, tracee: Tracee, space: AddressSpace, out_dir: str,
                  sequence_of=None, fast_path: bool = True, track_allocations: bool = True,
-                 patched_addresses: set[int] | None = None):
+                 patched_addresses: set[int] | None = None, exact_threads: bool = True,
+                 defer=None):
+        self.exact_threads = exact_threads
+        self.defer = defer or (lambda events: None)
         self.fast_path = fast_path
         self.track_allocations = track_allocations
         self.patched_addresses = patched_addresses or set()
@@ -90,13 +96,15 @@ class DataEngine:
         self.untraced_faults = 0
         self.open_windows = 0
         self.syscalls_opened = 0
-        self._syscall_open: dict[int, int] = {}   # tid -> syscall number running with pages open
-        self._skipping: dict[int, pr.UserRegs] = {}
+        self._syscall_open: dict[int, set] = {}   # tid -> pages open for its running syscall
+        self._skipping: dict[int, tuple] = {}   # tid -> (registers at entry, pages to open)
         self._entry_nr: dict[int, int] = {}      # tid -> number of the syscall it is in
         self.active = False
         self.stubs: StubCache | None = None
         self.fast = 0            # accesses handled by a stub (one stop)
         self.alloc: AllocTracker | None = None
+        self._held: set[int] | None = None   # threads stopped while one thread's pages are open
+        self.held_stops = 0
         self.freed_accesses = 0  # accesses to blocks already freed (use after free)
 
     # ---------------------------------------------------------------- install
@@ -135,6 +143,7 @@ class DataEngine:
             return True
         if event.signum == signal.SIGTRAP and self.stubs is not None and \
                 self.tracee.get_regs(event.tid).rip in self.stubs.traps:
+            self._release_others()
             tracee.resume(event.tid, 0)   # end of a stub: on to the jmp back, syscalls traced
             return True
         if event.signum != signal.SIGSEGV:
@@ -145,14 +154,22 @@ class DataEngine:
         if info.si_code != SEGV_ACCERR or page not in self.protected:
             return False  # the target's own fault: delivered unchanged
         regs = self.tracee.get_regs(tid)
+        self._hold_others(tid)
         if self.stubs is not None and self.stubs.contains(regs.rip):
             # the relocated instruction touched a page its stub does not open (its
-            # accesses were recorded at the first fault): open it for this one step
+            # accesses were recorded at the first fault): open it for this one step,
+            # then let the stub finish (other threads stay held until its int3)
             self._single_step(tid, {page})
+            pr.cont(tid, 0)
+            tracee.threads[tid].running = True
+            return True
         else:
             pages = self._record(tid, regs, {page})
+            # stubs run unsupervised, so only while no other thread could run meanwhile;
+            # with threads, the window (others held, step, close) stays inside this call
+            single = len(self.tracee.threads) == 1
             stub = self.stubs.stub_for(self._decode(regs.rip), pages, self.protected) \
-                if self.stubs is not None else None
+                if self.stubs is not None and single else None
             if stub is not None:
                 regs.rip = stub
                 self.tracee.set_regs(regs, tid)
@@ -161,8 +178,29 @@ class DataEngine:
                 tracee.threads[tid].running = True
                 return True
             self._single_step(tid, pages)
+        self._release_others()
         tracee.resume(tid, 0)
         return True
+
+    # threads: while pages are open for one thread's instruction, the others must not
+    # run, or their accesses to those pages would go unseen
+    def _hold_others(self, tid: int) -> None:
+        if not self.exact_threads or len(self.tracee.threads) < 2:
+            return
+        running = {t for t, s in self.tracee.threads.items() if s.running and t != tid}
+        if not running:
+            return
+        events = self.tracee.stop_all()
+        self.defer(events)
+        self._held = (self._held or set()) | (running - {e.tid for e in events})
+        self.held_stops += 1
+
+    def _release_others(self) -> None:
+        held, self._held = self._held, None
+        for t in held or ():
+            state = self.tracee.threads.get(t)
+            if state is not None and not state.running:
+                self.tracee.resume(t)
 
     def _decode(self, rip: int) -> MemInstruction | None:
         if rip not in self.decoded:
@@ -198,7 +236,7 @@ class DataEngine:
                     buf.append((seq, regs.rip, address, op.size, KIND_STORE, freed, block_id))
         if not recorded:
             self.untraced_faults += 1
-        if len(self.tracee.threads) > 1:
+        if len(self.tracee.threads) > 1 and not self.exact_threads:
             self.open_windows += 1
         return pages
 
@@ -238,7 +276,7 @@ class DataEngine:
         if not self.active or tracee is not self.tracee:
             return False
         tid = event.tid
-        op, nr = syscall_op(tid)
+        op, nr, args = syscall_op(tid)
         if op == 1:  # entry (at exit the kernel reports the result, not the number)
             self._entry_nr[tid] = nr
             if tid in self._syscall_open or nr in SAFE_SYSCALLS:
@@ -246,39 +284,48 @@ class DataEngine:
                 return True
             if tid in self._skipping:
                 return False
+            pages = syscall_pages(nr, args, self.protected, self.tracee.mem.read)
+            pages = set(self.protected) if pages is None else pages
+            if not pages:
+                tracee.resume(tid, 0)   # touches no traced page: runs as it is
+                return True
             # skip this attempt (orig_rax = -1), rewind at its exit, open, run it again
             regs = tracee.get_regs(tid)
-            self._skipping[tid] = regs.copy()
+            self._skipping[tid] = (regs.copy(), pages)
             regs.orig_rax = 0xFFFFFFFFFFFFFFFF
             tracee.set_regs(regs, tid)
             tracee.resume(tid, 0)
             return True
         if op == 2:
             if tid in self._skipping:
-                saved = self._skipping.pop(tid)
+                saved, pages = self._skipping.pop(tid)
                 saved.rax = saved.orig_rax
                 saved.rip -= 2          # back onto the syscall instruction
                 saved.orig_rax = 0xFFFFFFFFFFFFFFFF
                 tracee.set_regs(saved, tid)
                 with RemoteSyscalls(tracee, tid) as rs:
-                    self._unprotect(rs, self.protected)
-                self._syscall_open[tid] = saved.rax
+                    self._unprotect(rs, pages)
+                self._syscall_open[tid] = pages
                 self.syscalls_opened += 1
+                if len(tracee.threads) > 1:
+                    self.open_windows += 1   # other threads run while the call has the pages
                 tracee.resume(tid, 0)
                 return True
-            number = self._syscall_open.pop(tid, None)
-            if number is not None or self._entry_nr.pop(tid, None) == SYS_BRK:
+            opened = self._syscall_open.pop(tid, None)
+            if opened is not None or self._entry_nr.pop(tid, None) == SYS_BRK:
                 with RemoteSyscalls(tracee, tid) as rs:
-                    if number is not None:
-                        self._protect(rs, self.protected)
+                    if opened is not None:
+                        self._protect(rs, [p for p in opened if p in self.protected])
                     self._refresh_heap(rs)
             tracee.resume(tid, 0)
             return True
         return False
 
     def _refresh_heap(self, rs: RemoteSyscalls) -> None:
-        heap = next((m for m in read_maps(self.tracee.pid) if m.path == "[heap]"), None)
-        self.regions.replace("[heap]", Region(heap.start, heap.end, "[heap]") if heap else None)
+        # our own mprotect calls split the heap into several mappings, all named [heap]
+        parts = [m for m in read_maps(self.tracee.pid) if m.path == "[heap]"]
+        heap = Region(min(m.start for m in parts), max(m.end for m in parts), "[heap]") if parts else None
+        self.regions.replace("[heap]", heap)
         wanted = self.regions.pages()
         new = {p: 3 for p in wanted if p not in self.protected}
         gone = [p for p in self.protected if p not in wanted]

@@ -105,13 +105,22 @@ class StubCache:
         entry[1] = (at + len(body) + 15) & ~15
         return at
 
-    def leave(self, tid: int, limit: int = 200) -> None:
-        """Single-step a stopped thread out of a stub (before protections are restored)."""
+    def leave(self, tid: int, limit: int = 400) -> None:
+        """Move a stopped thread out of a stub: single-step the rest of it (its
+        closing mprotect included) up to its final int3, which is not executed:
+        the thread is put straight on the instruction after the original one."""
         state = self.tracee.threads.get(tid)
         if state is None or state.running:
             return
         for _ in range(limit):
-            if not self.contains(self.tracee.get_regs(tid).rip):
+            regs = self.tracee.get_regs(tid)
+            if not self.contains(regs.rip):
+                return
+            if regs.rip + 1 in self.traps or regs.rip in self.traps:
+                jmp = regs.rip + 1 if regs.rip + 1 in self.traps else regs.rip
+                rel = int.from_bytes(self.tracee.mem.read(jmp + 1, 4), "little", signed=True)
+                regs.rip = jmp + 5 + rel
+                self.tracee.set_regs(regs, tid)
                 return
             pr.singlestep(tid, 0)
             state.running = True

@@ -37,9 +37,9 @@ def default_regions(space: AddressSpace, mappings: list[Mapping]) -> list[Region
             if section.name in TRACED_SECTIONS and section.size:
                 start = module.bias + section.address
                 regions.append(Region(start, start + section.size, f"{section.name} of {module.name}"))
-    for m in mappings:
-        if m.path == "[heap]":
-            regions.append(Region(m.start, m.end, "[heap]"))
+    heap = [m for m in mappings if m.path == "[heap]"]   # may be split by mprotect
+    if heap:
+        regions.append(Region(min(m.start for m in heap), max(m.end for m in heap), "[heap]"))
     return sorted(regions, key=lambda r: r.start)
 
 

@@ -56,6 +56,8 @@ class Controller:
         # syscall entry/exit stops (when tracee.trace_syscalls): return True if handled (resumed)
         self.syscall_claimers: list[Callable[[Tracee, SyscallStop], bool]] = []
         self._pending_foreign: dict[int, int] = {}  # pid -> wait status of not-yet-announced fork children
+        # events met by an engine's stop_all (the threads stay stopped until handled)
+        self.deferred: list = []
         # REPL/daemon commands: when set, the run loop polls for events instead of
         # blocking, and calls this between polls (it runs queued commands at a safe stop)
         self.command_poll: Callable[[], None] | None = None
@@ -108,6 +110,12 @@ class Controller:
             if tracee.exit_event is not None and not tracee.threads:
                 self._reap_children()
                 return "exited"
+            if self.deferred:
+                # events of threads an engine stopped while it worked (still stopped there)
+                event = self.deferred.pop(0)
+                if event.tid in tracee.threads:
+                    self.handle(event)
+                continue
             polling = self.command_poll is not None
             if polling:
                 self.command_poll()
