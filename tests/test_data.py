@@ -30,11 +30,10 @@ def madtrace_accesses(tmp_path, argv) -> tuple[dict, dict, bytes]:
     return meta["accesses"], meta, result.stdout
 
 
-@pytest.mark.parametrize("variant", ["O0-nopie", "O2-nopie"])
-@pytest.mark.parametrize("program", ["data_globals", "data_threads"])
-def test_globals_per_instruction_equal_lackey(tmp_path, variant, program):
-    """Globals of a single-threaded and of a multi-threaded program (while one
-    thread has a page open, the others are held, so nothing is missed)."""
+def compare_with_lackey(tmp_path, program: str, variant: str, data_ranges) -> dict:
+    """Trace ``program`` with madtrace and with lackey; the executable's own
+    instructions must make the same loads and stores, per instruction, to the
+    ranges ``data_ranges(static_ranges, stderr)`` names.  Returns madtrace's."""
     path = prog(program, variant)
     argv = [path]
     native = subprocess.run(argv, capture_output=True, timeout=60)
@@ -42,8 +41,9 @@ def test_globals_per_instruction_equal_lackey(tmp_path, variant, program):
     assert stdout == native.stdout
     image = ElfImage.load(path)
     text = image.section(".text")
-    data = sections(path, ".data", ".bss")
-    oracle = lackey_accesses(argv, (text.address, text.address + text.size), data)
+    static = sections(path, ".data", ".bss")
+    oracle = lackey_accesses(argv, (text.address, text.address + text.size),
+                             lambda stderr: data_ranges(static, stderr))
     # madtrace's keys are func+0xoff: turn the oracle's addresses into the same names
     expected: dict[str, dict[str, int]] = {}
     for (address, kind), n in oracle.items():
@@ -51,11 +51,20 @@ def test_globals_per_instruction_equal_lackey(tmp_path, variant, program):
         name = f"{symbol.name}+{address - symbol.address:#x}" if symbol \
             else f"{os.path.basename(path)}+{address:#x}"
         expected.setdefault(name, {"L": 0, "S": 0})[kind] += n
-    # madtrace also records libc's instructions (printf...) and heap accesses; the
-    # oracle covers the executable's own instructions and its .data/.bss
+    # madtrace also records libc's instructions (printf...); the oracle covers the
+    # executable's own instructions
     own = {s.name for s in image.functions()} | {os.path.basename(path)}
     got = {name: c for name, c in accesses.items() if name.split("+")[0] in own}
     assert got == expected
+    return got
+
+
+@pytest.mark.parametrize("variant", ["O0-nopie", "O2-nopie"])
+@pytest.mark.parametrize("program", ["data_globals", "data_threads"])
+def test_globals_per_instruction_equal_lackey(tmp_path, variant, program):
+    """Globals of a single-threaded and of a multi-threaded program (while one
+    thread has a page open, the others are held, so nothing is missed)."""
+    got = compare_with_lackey(tmp_path, program, variant, lambda static, stderr: static)
     assert sum(c["S"] for c in got.values()) > 50 and sum(c["L"] for c in got.values()) > 50
 
 
@@ -106,29 +115,11 @@ def test_heap_per_instruction_equal_lackey(tmp_path, variant):
     """Pointer chasing over malloc'd nodes, matrix multiply on heap arrays,
     realloc growth: the executable's own loads and stores to its data and to
     the brk heap, per instruction, equal lackey's."""
-    path = prog("data_heap", variant)
-    argv = [path]
-    native = subprocess.run(argv, capture_output=True, timeout=60)
-    accesses, meta, stdout = madtrace_accesses(tmp_path, argv)
-    assert stdout == native.stdout
-    image = ElfImage.load(path)
-    text = image.section(".text")
-    static = sections(path, ".data", ".bss")
-
-    def ranges(stderr: str):
+    def ranges(static, stderr: str):
         heap = [line.split() for line in stderr.splitlines() if line.startswith("heap ")][-1]
         return static + [(int(heap[1], 16), int(heap[2], 16))]
 
-    oracle = lackey_accesses(argv, (text.address, text.address + text.size), ranges)
-    expected: dict[str, dict[str, int]] = {}
-    for (address, kind), n in oracle.items():
-        symbol = image.symbol_at(address)
-        name = f"{symbol.name}+{address - symbol.address:#x}" if symbol \
-            else f"{os.path.basename(path)}+{address:#x}"
-        expected.setdefault(name, {"L": 0, "S": 0})[kind] += n
-    own = {s.name for s in image.functions()} | {os.path.basename(path)}
-    got = {name: c for name, c in accesses.items() if name.split("+")[0] in own}
-    assert got == expected
+    got = compare_with_lackey(tmp_path, "data_heap", variant, ranges)
     chase = {k: v for k, v in got.items() if k.startswith("chase+")}
     assert sum(c["L"] for c in chase.values()) >= 100     # 50 nodes: next and value
 

@@ -171,8 +171,7 @@ class Controller:
     # ------------------------------------------------------------ fork/vfork
     def _on_fork(self, parent: Tracee, child_pid: int, vfork: bool) -> None:
         self.forks_seen += 1
-        child = Tracee.__new__(Tracee)
-        Tracee.__init__(child, child_pid, launched=False, options=parent.options)
+        child = Tracee(child_pid, launched=False, options=parent.options)
         child.threads[child_pid] = ThreadState(child_pid, running=True)
         # the child's first stop (a TrapStop) may already have been read
         status = self._pending_foreign.pop(child_pid, None)

@@ -35,8 +35,6 @@ class ThreadState:
     running: bool = False
     # signal to deliver when the thread is next resumed (the target's own signal)
     pending_signal: int = 0
-    # PTRACE_INTERRUPTs sent whose TrapStop has not been seen yet
-    outstanding_interrupts: int = 0
     # in a job-control group-stop, resumed with PTRACE_LISTEN
     group_stopped: bool = False
     # a zombie leader (exited while other threads run): nothing to stop or resume
@@ -140,6 +138,7 @@ class Tracee:
         self.threads: dict[int, ThreadState] = _SeenDict()
         self.mem = ProcessMemory(pid)
         self.exit_event: ThreadExited | ThreadKilled | None = None
+        self._entry: int | None = None      # AT_ENTRY of the current image
         self._stashed: list[tuple[int, int]] = []  # (tid, status) read while waiting for someone else
         # statuses of processes that are not ours (fork children), for the controller
         self.foreign: list[tuple[int, int]] = []
@@ -288,8 +287,7 @@ class Tracee:
                     self.threads.pop(other, None)
             self.mem.close()
             self.mem = ProcessMemory(self.pid)
-        elif isinstance(event, TrapStop) and state.outstanding_interrupts:
-            state.outstanding_interrupts -= 1
+            self._entry = None
         return event
 
     # ----------------------------------------------------------- stop / resume
@@ -317,9 +315,7 @@ class Tracee:
         state.running = True
 
     def interrupt(self, tid: int) -> None:
-        state = self.threads[tid]
         pr.interrupt(tid)
-        state.outstanding_interrupts += 1
 
     def stop_all(self) -> list[Event]:
         """Bring every thread into a ptrace stop. Events other than our own interrupt
@@ -407,13 +403,17 @@ class Tracee:
         return len(self.threads.seen)
 
     def auxv_entry(self) -> int:
-        """AT_ENTRY: the executable's entry point (absolute)."""
-        with open(f"/proc/{self.pid}/auxv", "rb") as f:
-            data = f.read()
-        for key, value in struct.iter_unpack("<QQ", data):
-            if key == AT_ENTRY:
-                return value
-        raise TracerInternalError(f"process {self.pid} has no AT_ENTRY in its auxv")
+        """AT_ENTRY: the executable's entry point (absolute; read once per image)."""
+        if self._entry is None:
+            with open(f"/proc/{self.pid}/auxv", "rb") as f:
+                data = f.read()
+            for key, value in struct.iter_unpack("<QQ", data):
+                if key == AT_ENTRY:
+                    self._entry = value
+                    break
+            else:
+                raise TracerInternalError(f"process {self.pid} has no AT_ENTRY in its auxv")
+        return self._entry
 
     def get_regs(self, tid: int | None = None) -> pr.UserRegs:
         return pr.get_regs(self.pid if tid is None else tid)
