@@ -290,21 +290,27 @@ def lackey_accesses(argv: list, code_range: tuple[int, int], data_ranges,
                               *argv], capture_output=True, timeout=timeout, check=True)
         if callable(data_ranges):
             data_ranges = data_ranges(run.stderr.decode())
-        counts: dict[tuple[int, str], int] = {}
-        current = None
-        lo, hi = code_range
-        with open(log) as f:
-            for line in f:
-                if line.startswith("I "):
-                    addr = int(line[3:].split(",")[0], 16)
-                    current = addr if lo <= addr < hi else None
-                    continue
-                if current is None or len(line) < 3 or line[0] != " " or line[1] not in "LSM":
-                    continue
-                kind = line[1]
+        return parse_lackey(log, code_range, data_ranges)
+
+
+def parse_lackey(log: str, code_range: tuple[int, int], data_ranges) -> dict[tuple[int, str], int]:
+    """{(instruction, "L"|"S"): n} from a lackey --trace-mem log (or madtrace's
+    lackey export), for instructions in ``code_range`` and data in ``data_ranges``."""
+    counts: dict[tuple[int, str], int] = {}
+    current = None
+    lo, hi = code_range
+    with open(log) as f:
+        for line in f:
+            if line.startswith("I "):
                 addr = int(line[3:].split(",")[0], 16)
-                if not any(a <= addr < b for a, b in data_ranges):
-                    continue
-                for k in ("LS" if kind == "M" else kind):
-                    counts[(current, k)] = counts.get((current, k), 0) + 1
+                current = addr if lo <= addr < hi else None
+                continue
+            if current is None or len(line) < 3 or line[0] != " " or line[1] not in "LSM":
+                continue
+            kind = line[1]
+            addr = int(line[3:].split(",")[0], 16)
+            if not any(a <= addr < b for a, b in data_ranges):
+                continue
+            for k in ("LS" if kind == "M" else kind):
+                counts[(current, k)] = counts.get((current, k), 0) + 1
     return counts

@@ -41,8 +41,10 @@ class Block:
     site: str            # caller function+offset (decimal, as MadT)
     tid: int
     seq: int
+    order: int           # position among all events the tracer saw (accesses included)
     freed_seq: int | None = None
     freed_tid: int | None = None
+    freed_order: int | None = None
 
     @property
     def name(self) -> str:
@@ -51,7 +53,8 @@ class Block:
 
 
 class AllocTracker:
-    def __init__(self, tracee: Tracee, space: AddressSpace, sequence_of):
+    def __init__(self, tracee: Tracee, space: AddressSpace, sequence_of, next_order):
+        self.next_order = next_order
         self.tracee = tracee
         self.space = space
         self.sequence_of = sequence_of
@@ -187,7 +190,8 @@ class AllocTracker:
         if not result:
             return
         size = a0 * a1 if name == "calloc" else (a1 if name == "realloc" else a0)
-        block = Block(len(self.blocks) + 1, name, result, size, self._site(return_address), tid, seq)
+        block = Block(len(self.blocks) + 1, name, result, size, self._site(return_address), tid, seq,
+                      self.next_order())
         self.blocks.append(block)
         self.live[result] = block
         bisect.insort(self.live_starts, result)
@@ -201,7 +205,7 @@ class AllocTracker:
             return
         i = bisect.bisect_left(self.live_starts, address)
         del self.live_starts[i]
-        block.freed_seq, block.freed_tid = seq, tid
+        block.freed_seq, block.freed_tid, block.freed_order = seq, tid, self.next_order()
         if address not in self.freed:
             bisect.insort(self.freed_starts, address)
         self.freed[address] = block

@@ -51,8 +51,14 @@ SAFE_SYSCALLS = frozenset({
     3, 8, 9, 10, 11, 12, 24, 32, 33, 34, 39, 60, 62, 102, 104, 107, 108, 110, 186, 200,
     231, 234, 292,
 })
-ACCESS_DTYPE = np.dtype([("seq", "<u8"), ("rip", "<u8"), ("addr", "<u8"),
-                         ("size", "<u2"), ("kind", "u1"), ("freed", "u1"), ("block", "<u4")])
+# one data access (data/<tid>.acc): seq = call records the thread had written before it;
+# order = the tracer's event counter, shared with allocation events (a total order of
+# what the tracer saw); block = allocation id (0: none), freed = it was already freed;
+# first = the first access of one execution of the instruction
+ACCESS_DTYPE = np.dtype([("seq", "<u8"), ("order", "<u8"), ("rip", "<u8"), ("addr", "<u8"),
+                         ("block", "<u4"), ("size", "<u2"), ("kind", "u1"), ("freed", "u1"),
+                         ("ilen", "u1"), ("first", "u1"), ("pad", "u1", 6)])
+ACCESS_FIELDS = ("seq", "order", "rip", "addr", "block", "size", "kind", "freed", "ilen", "first")
 KIND_LOAD, KIND_STORE = 1, 2
 PTRACE_GET_SYSCALL_INFO = 0x420E
 
@@ -106,6 +112,7 @@ class DataEngine:
         self._held: set[int] | None = None   # threads stopped while one thread's pages are open
         self.held_stops = 0
         self.freed_accesses = 0  # accesses to blocks already freed (use after free)
+        self.order = 0           # event counter shared with the allocation tracker
 
     # ---------------------------------------------------------------- install
     def install(self) -> None:
@@ -118,7 +125,7 @@ class DataEngine:
             if self.fast_path:
                 self.stubs = StubCache(self.tracee, self.space, rs)
             if self.track_allocations:
-                self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of)
+                self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of, self._next_order)
                 self.warnings += self.alloc.install(rs, self.patched_addresses)
         self.tracee.trace_syscalls = True
         self.active = True
@@ -184,6 +191,10 @@ class DataEngine:
 
     # threads: while pages are open for one thread's instruction, the others must not
     # run, or their accesses to those pages would go unseen
+    def _next_order(self) -> int:
+        self.order += 1
+        return self.order
+
     def _hold_others(self, tid: int) -> None:
         if not self.exact_threads or len(self.tracee.threads) < 2:
             return
@@ -216,6 +227,7 @@ class DataEngine:
         if insn is not None:
             seq = self.sequence_of(tid)
             buf = self.buffers.setdefault(tid, [])
+            first = 1
             for op in insn.operands:
                 address = effective_address(op, regs, insn)
                 for page in range(address & ~(PAGE - 1), address + op.size, PAGE):
@@ -230,10 +242,16 @@ class DataEngine:
                     self.freed_accesses += 1
                 if op.load:
                     self.counts[(regs.rip, "L")] += 1
-                    buf.append((seq, regs.rip, address, op.size, KIND_LOAD, freed, block_id))
+                    self.order += 1
+                    buf.append((seq, self.order, regs.rip, address, block_id, op.size, KIND_LOAD,
+                                freed, insn.size, first))
+                    first = 0
                 if op.store:
                     self.counts[(regs.rip, "S")] += 1
-                    buf.append((seq, regs.rip, address, op.size, KIND_STORE, freed, block_id))
+                    self.order += 1
+                    buf.append((seq, self.order, regs.rip, address, block_id, op.size, KIND_STORE,
+                                freed, insn.size, first))
+                    first = 0
         if not recorded:
             self.untraced_faults += 1
         if len(self.tracee.threads) > 1 and not self.exact_threads:
@@ -374,8 +392,7 @@ class DataEngine:
         for tid, rows in self.buffers.items():
             arr = np.zeros(len(rows), dtype=ACCESS_DTYPE)
             if rows:
-                for field, column in zip(("seq", "rip", "addr", "size", "kind", "freed", "block"),
-                                         zip(*rows)):
+                for field, column in zip(ACCESS_FIELDS, zip(*rows)):
                     arr[field] = column
             arr.tofile(os.path.join(self.out_dir, "data", f"{tid}.acc"))
 

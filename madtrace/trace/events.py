@@ -1,0 +1,99 @@
+"""Reading a trace directory's data events back, in the order the tracer saw
+them: accesses (data/<tid>.acc) and allocation events
+(data/allocations.json), merged by their shared ``order`` counter."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..capture.data import ACCESS_DTYPE, KIND_LOAD
+from ..errors import CorruptTraceError
+
+
+@dataclass(frozen=True)
+class AllocEvent:
+    order: int
+    tid: int
+    kind: str            # "M" malloc, "C" calloc, "R" realloc, "F" free
+    block: dict
+
+
+def access_files(directory: str) -> list[tuple[int, str]]:
+    data = os.path.join(directory, "data")
+    if not os.path.isdir(data):
+        return []
+    out = []
+    for name in os.listdir(data):
+        stem, ext = os.path.splitext(name)
+        if ext == ".acc" and stem.isdigit():
+            out.append((int(stem), os.path.join(data, name)))
+    return sorted(out)
+
+
+def load_accesses(directory: str) -> dict[int, np.ndarray]:
+    out = {}
+    for tid, path in access_files(directory):
+        size = os.path.getsize(path)
+        if size % ACCESS_DTYPE.itemsize:
+            raise CorruptTraceError(f"{path}: size {size} is not a multiple of "
+                                    f"{ACCESS_DTYPE.itemsize}")
+        out[tid] = np.fromfile(path, dtype=ACCESS_DTYPE)
+    return out
+
+
+def load_allocations(directory: str) -> list[dict]:
+    path = os.path.join(directory, "data", "allocations.json")
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path) as f:
+            blocks = json.load(f)
+        for b in blocks:
+            b["id"], b["address"], b["size"]  # noqa: B018 - presence check
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptTraceError(f"{path}: corrupt ({exc})") from None
+    return blocks
+
+
+_ALLOC_KIND = {"malloc": "M", "calloc": "C", "realloc": "R"}
+
+
+def ordered_events(directory: str):
+    """Yields (order, tid, event) for every access (a numpy record) and every
+    allocation event (AllocEvent), in the tracer's order."""
+    accesses = load_accesses(directory)
+    items: list[tuple[int, int, object]] = []
+    for block in load_allocations(directory):
+        items.append((block["order"], block["tid"], AllocEvent(block["order"], block["tid"],
+                                                               _ALLOC_KIND[block["kind"]], block)))
+        if block.get("freed_order") is not None:
+            items.append((block["freed_order"], block["freed_tid"],
+                          AllocEvent(block["freed_order"], block["freed_tid"], "F", block)))
+    items.sort(key=lambda item: item[0])
+    cursors = {tid: 0 for tid in accesses}
+    # merge: accesses of all threads by order, with allocation events in between
+    heads = sorted((int(arr["order"][0]), tid) for tid, arr in accesses.items() if len(arr))
+    import heapq
+    heapq.heapify(heads)
+    a = 0
+    while heads or a < len(items):
+        next_alloc = items[a][0] if a < len(items) else None
+        if heads and (next_alloc is None or heads[0][0] < next_alloc):
+            order, tid = heapq.heappop(heads)
+            arr = accesses[tid]
+            i = cursors[tid]
+            yield order, tid, arr[i]
+            cursors[tid] = i + 1
+            if i + 1 < len(arr):
+                heapq.heappush(heads, (int(arr["order"][i + 1]), tid))
+        else:
+            yield items[a]
+            a += 1
+
+
+def is_load(record) -> bool:
+    return int(record["kind"]) == KIND_LOAD
