@@ -248,6 +248,22 @@ class Recording:
         for warning in engine.warnings:
             self.log(warning)
 
+    # live control (REPL / daemon), every thread stopped -------------------------
+    def start_data_tracing(self) -> str:
+        if self.data is not None:
+            raise UsageError("data tracing was already on once in this session; "
+                             "its results are kept (start a new session to trace again)")
+        self._install_data_tracing()
+        return (f"data tracing on: {len(self.data.regions.regions)} regions, "
+                f"{len(self.data.protected)} pages")
+
+    def stop_data_tracing(self) -> str:
+        if self.data is None or not self.data.active:
+            raise UsageError("data tracing is not on")
+        self.data.detach()
+        self._unpin()
+        return f"data tracing off after {self.data.faults} faults"
+
     def _unpin(self) -> None:
         if getattr(self, "_same_cpu", None) is not None:
             self._same_cpu.__exit__(None, None, None)

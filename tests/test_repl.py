@@ -18,7 +18,7 @@ import time
 import pexpect
 import pytest
 
-from .util import ROOT, madtrace, prog, start_ready
+from .util import ROOT, madtrace, prog, start_ready, summary_json
 
 ITERATIONS = "5000000"      # about 5 s: long enough for the session, short enough to finish
 PROMPT = "madtrace>"
@@ -82,7 +82,8 @@ def test_repl_through_a_terminal(tmp_path):
                               ("calls now", "error: calls takes no arguments"),
                               ('x "tick', "error: malformed command"),
                               ("restore nothing_here", "error: no instrumented function"),
-                              ("watch counter", "error: data tracing is not available yet"),
+                              ("watch counter", "error: watch is not available yet"),
+                              ("trace data sideways", "error: usage: trace data on|off"),
                               ("help --json", "error: help has no --json form")]:
             child.sendline(line)
             child.expect(re.escape(message) + r"[^\r\n]*\r\n")
@@ -194,3 +195,31 @@ def test_attach_with_repl_and_wrong_arguments(tmp_path):
     assert out.startswith(b"a=")
     bad = madtrace("repl", "notapid")
     assert bad.returncode == 2 and bad.stderr.decode().strip() == "madtrace: not a PID: 'notapid'"
+
+
+def test_data_tracing_on_and_off_live(tmp_path):
+    """trace data on while the target runs, its accesses to a global are
+    recorded; off restores the pages; the output is unchanged."""
+    argv = [prog("live_calls", "O2-nopie"), ITERATIONS]
+    expected = reference(argv)
+    target = start_ready(argv)
+    batch = tmp_path / "commands.txt"
+    batch.write_text("trace data on\nsleep 0.3\nstatus --json\ntrace data off\n"
+                     "trace data off\nsleep 0.1\n")
+    try:
+        result = madtrace("repl", str(target.pid), "-q", "-o", str(tmp_path / "t"),
+                          "--batch", str(batch))
+        out = finish(target)
+    finally:
+        target.kill()
+    assert result.returncode == 0, result.stderr
+    assert b"ready\n" + out == finish(expected)
+    lines = result.stdout.decode().splitlines()
+    assert lines[0].startswith("data tracing on: ")
+    status = json.loads(lines[1])
+    assert status["data_tracing"].startswith("on (")
+    assert lines[2].startswith("data tracing off after ")
+    assert "data tracing is not on" in result.stderr.decode()
+    accesses = summary_json(tmp_path / "t")["accesses"]
+    assert any(name.startswith("tick+") and c["L"] > 0 and c["S"] > 0
+               for name, c in accesses.items()), accesses

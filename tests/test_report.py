@@ -252,7 +252,7 @@ def test_human_report_lists_functions_and_tree(recorded):
     result = madtrace("report", directory, "--depth", "3", "--top", "2")
     assert result.returncode == 0, result.stderr
     text = result.stdout.decode()
-    for name in ("fib", "main", "is_even"):
+    for name in ("fib", "main"):   # the heaviest (the rest depends on timing with --top 2)
         assert name in text
     assert "call tree" in text
     lines = text.splitlines()

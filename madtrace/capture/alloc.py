@@ -67,6 +67,7 @@ class AllocTracker:
         self.freed: dict[int, Block] = {}         # address -> last freed block there
         self.freed_starts: list[int] = []
         self.trap = 0
+        self.leftover: dict[int, list] = {}     # pending calls when the breakpoints were removed
         self.missed_windows = 0
         self.events = 0
         self.active = False
@@ -104,6 +105,7 @@ class AllocTracker:
             if mem.read(address, 1) == INT3:
                 mem.write(address, byte)
         if mine:
+            self.leftover = {tid: list(stack) for tid, stack in self.pending.items()}
             for stack in self.pending.values():
                 for _name, _args, return_address, rsp in stack:
                     try:
@@ -116,10 +118,22 @@ class AllocTracker:
 
     # ---------------------------------------------------------------- stops
     def claim_signal(self, tracee: Tracee, event: SignalStop) -> bool:
-        if not self.active or event.signum != signal.SIGTRAP or tracee is not self.tracee:
+        if event.signum != signal.SIGTRAP or tracee is not self.tracee or not self.entries:
             return False
         tid = event.tid
         regs = tracee.get_regs(tid)
+        if not self.active:
+            # a breakpoint or return trap hit just before the breakpoints were taken
+            # out, reported after: finish the call as if nothing had been there
+            if regs.rip - 1 in self.entries:
+                regs.rip -= 1
+            elif regs.rip == self.trap + 1 and self.leftover.get(tid):
+                regs.rip = self.leftover[tid].pop()[2]
+            else:
+                return False
+            tracee.set_regs(regs, tid)
+            tracee.resume(tid, 0)
+            return True
         if regs.rip - 1 in self.entries:
             self._on_entry(tid, regs)
             return True

@@ -113,6 +113,7 @@ class DataEngine:
         self.held_stops = 0
         self.freed_accesses = 0  # accesses to blocks already freed (use after free)
         self.order = 0           # event counter shared with the allocation tracker
+        self.released: set[int] = set()   # pages given back when tracing stopped
 
     # ---------------------------------------------------------------- install
     def install(self) -> None:
@@ -144,7 +145,20 @@ class DataEngine:
 
     # ------------------------------------------------------------------ faults
     def claim_signal(self, tracee: Tracee, event: SignalStop) -> bool:
-        if not self.active or tracee is not self.tracee:
+        if tracee is not self.tracee:
+            return False
+        if not self.active:
+            # a fault taken just before tracing stopped, reported after: the page is
+            # open again, so the instruction simply runs when the thread resumes
+            if event.signum == signal.SIGSEGV and self.released:
+                if event.si_code == SEGV_ACCERR and event.si_addr & ~(PAGE - 1) in self.released:
+                    tracee.resume(event.tid, 0)
+                    return True
+            if event.signum == signal.SIGTRAP and self.stubs is not None \
+                    and event.tid in self.stubs.moved:
+                self.stubs.moved.discard(event.tid)   # the int3 of a stub it was moved out of
+                tracee.resume(event.tid, 0)
+                return True
             return False
         if self.alloc is not None and self.alloc.claim_signal(tracee, event):
             return True
@@ -156,9 +170,8 @@ class DataEngine:
         if event.signum != signal.SIGSEGV:
             return False
         tid = event.tid
-        info = pr.get_siginfo(tid)
-        page = info.si_addr & ~(PAGE - 1)
-        if info.si_code != SEGV_ACCERR or page not in self.protected:
+        page = event.si_addr & ~(PAGE - 1)
+        if event.si_code != SEGV_ACCERR or page not in self.protected:
             return False  # the target's own fault: delivered unchanged
         regs = self.tracee.get_regs(tid)
         self._hold_others(tid)
@@ -274,9 +287,8 @@ class DataEngine:
             if isinstance(event, SignalStop) and event.signum == signal.SIGTRAP:
                 break
             if isinstance(event, SignalStop) and event.signum == signal.SIGSEGV:
-                info = pr.get_siginfo(tid)
-                page = info.si_addr & ~(PAGE - 1)
-                if info.si_code == SEGV_ACCERR and page in self.protected and page not in opened:
+                page = event.si_addr & ~(PAGE - 1)
+                if event.si_code == SEGV_ACCERR and page in self.protected and page not in opened:
                     pages.add(page)  # a page the decoder did not predict: open it too
                     continue
                 state.pending_signal = event.signum  # a genuine fault of the target
@@ -291,9 +303,19 @@ class DataEngine:
 
     # ---------------------------------------------------------------- syscalls
     def claim_syscall(self, tracee: Tracee, event: SyscallStop) -> bool:
-        if not self.active or tracee is not self.tracee:
+        if tracee is not self.tracee:
             return False
         tid = event.tid
+        if not self.active:
+            if tid in self._skipping:
+                # skipped just before tracing stopped: put the call back so that it
+                # runs for real (every page is open now)
+                saved, _pages = self._skipping.pop(tid)
+                saved.rax, saved.rip, saved.orig_rax = saved.orig_rax, saved.rip - 2, 0xFFFFFFFFFFFFFFFF
+                tracee.set_regs(saved, tid)
+                tracee.resume(tid, 0)
+                return True
+            return False
         op, nr, args = syscall_op(tid)
         if op == 1:  # entry (at exit the kernel reports the result, not the number)
             self._entry_nr[tid] = nr
@@ -376,6 +398,7 @@ class DataEngine:
         if self.tracee.threads and self.protected:
             with RemoteSyscalls(self.tracee) as rs:
                 self._unprotect(rs, self.protected)
+        self.released = set(self.protected)
 
     def forget_after_exec(self) -> None:
         if self.alloc is not None:

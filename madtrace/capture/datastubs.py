@@ -21,7 +21,7 @@ from ..inject.templates import load_injector
 from ..process import ptrace_raw as pr
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
 from ..process.tracee import Tracee
-from .regions import PAGE, page_runs
+from .regions import page_runs
 
 AREA_SIZE = 8 << 20
 MAX_STUBS = 200_000
@@ -38,6 +38,10 @@ class StubCache:
         self.areas: dict[str, list] = {}      # module name -> [SharedArea, cursor]
         self.stubs: dict[tuple, int] = {}
         self.traps: set[int] = set()          # address after each stub's int3
+        self.moved: set[int] = set()          # threads moved out of a stub by leave()
+        self._stub_starts: list[int] = []
+        # stub -> (original instruction, next instruction, relocated copy, int3)
+        self._stub_info: dict[int, tuple] = {}
         self._ranges: list[tuple[int, int]] = []   # sorted (start, end) of areas
         self.refused = 0
         self._rs = rs                         # only during install
@@ -102,26 +106,34 @@ class StubCache:
                                                  **{"return": insn.end}, **ranges))
         area.write(at, body)
         self.traps.add(at + len(body) - 5)    # the int3 is followed by the 5-byte jmp back
+        bisect.insort(self._stub_starts, at)
+        self._stub_info[at] = (insn.address, insn.end, at + self.open_tpl.size, at + len(body) - 6)
         entry[1] = (at + len(body) + 15) & ~15
         return at
 
-    def leave(self, tid: int, limit: int = 400) -> None:
-        """Move a stopped thread out of a stub: single-step the rest of it (its
-        closing mprotect included) up to its final int3, which is not executed:
-        the thread is put straight on the instruction after the original one."""
+    def leave(self, tid: int, limit: int = 200) -> None:
+        """Move a stopped thread out of a stub.  The stub's save and restore code
+        moves the stack pointer, so the thread is single-stepped to the relocated
+        instruction (then put back onto the original one, which runs again
+        natively) or to the final int3 (then put on the next instruction)."""
         state = self.tracee.threads.get(tid)
         if state is None or state.running:
             return
+        regs = self.tracee.get_regs(tid)
+        if not self.contains(regs.rip):
+            return
+        start = self._stub_starts[bisect.bisect_right(self._stub_starts, regs.rip) - 1]
+        original, next_insn, reloc_start, int3 = self._stub_info[start]
         for _ in range(limit):
-            regs = self.tracee.get_regs(tid)
-            if not self.contains(regs.rip):
-                return
-            if regs.rip + 1 in self.traps or regs.rip in self.traps:
-                jmp = regs.rip + 1 if regs.rip + 1 in self.traps else regs.rip
-                rel = int.from_bytes(self.tracee.mem.read(jmp + 1, 4), "little", signed=True)
-                regs.rip = jmp + 5 + rel
-                self.tracee.set_regs(regs, tid)
-                return
+            if regs.rip == reloc_start:
+                regs.rip = original
+                break
+            if regs.rip in (int3, int3 + 1):
+                regs.rip = next_insn
+                break
             pr.singlestep(tid, 0)
             state.running = True
             self.tracee.wait_event(block=True, tid=tid)
+            regs = self.tracee.get_regs(tid)
+        self.tracee.set_regs(regs, tid)
+        self.moved.add(tid)   # its stub's int3 stop, if already reported, is void

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from . import ptrace_raw as pr
 
 STOP_SIGNALS = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU})
+FAULT_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGTRAP})
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,13 @@ class ThreadKilled:
 
 @dataclass(frozen=True)
 class SignalStop:
-    """Signal-delivery-stop: ``signum`` is about to be delivered to the thread."""
+    """Signal-delivery-stop: ``signum`` is about to be delivered to the thread.
+    For fault and trap signals, ``si_code`` and ``si_addr`` as they were at the
+    stop (a later injected syscall would change what GETSIGINFO returns)."""
     tid: int
     signum: int
+    si_code: int = 0
+    si_addr: int = 0
 
 
 @dataclass(frozen=True)
@@ -93,4 +98,7 @@ def decode_status(tid: int, status: int) -> Event:
         return PtraceEventStop(tid, event, pr.get_event_msg(tid))
     if sig == (signal.SIGTRAP | 0x80):
         return SyscallStop(tid)
+    if sig in FAULT_SIGNALS:
+        info = pr.get_siginfo(tid)
+        return SignalStop(tid, sig, info.si_code, info.si_addr)
     return SignalStop(tid, sig)

@@ -6,8 +6,11 @@
 #include <stdlib.h>
 #include <time.h>
 
+unsigned long ticks;   /* a global, for data tracing */
+
 __attribute__((noinline, noclone)) unsigned long tick(unsigned long x) {
     __asm__ volatile("" ::: "memory");
+    ticks++;
     return x * 2654435761u + 1;
 }
 
@@ -29,6 +32,6 @@ int main(int argc, char **argv) {
             nanosleep(&ts, NULL);
         }
     }
-    printf("a=%016lx b=%016lx\n", a, b);
+    printf("a=%016lx b=%016lx ticks=%lu\n", a, b, ticks);
     return 0;
 }

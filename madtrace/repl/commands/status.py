@@ -6,6 +6,13 @@ from __future__ import annotations
 from ..registry import Command, register
 
 
+def _data_state(engine) -> str:
+    if engine is None:
+        return "off"
+    state = "on" if engine.active else "off"
+    return f"{state} ({engine.faults} faults, {len(engine.protected)} pages)"
+
+
 @register
 class Status(Command):
     """The traced process: its threads, the instrumented functions and their
@@ -29,7 +36,7 @@ class Status(Command):
             "functions_restored": len(traced) - len(patched),
             "patches": len(engine.patches) if engine is not None else 0,
             "records": 0, "dropped_events": 0, "ring_fill": {},
-            "data_tracing": "not available yet",
+            "data_tracing": _data_state(session.recording.data),
         }
         rings = engine.rings if engine is not None else None
         if rings is not None:

@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""trace data on|off [REGIONS | in FUNC]"""
+"""trace data on|off"""
 
 from __future__ import annotations
 
 from ...errors import UsageError
 from ..registry import Command, register
 
-NOT_AVAILABLE = "data tracing is not available yet"
+NOT_AVAILABLE = "not available yet"
 
 
 class DataTracingUnavailable(UsageError):
@@ -15,14 +15,20 @@ class DataTracingUnavailable(UsageError):
 
 @register
 class Trace(Command):
-    """Turn data-access tracing on or off, for regions or inside a function.
-    Belongs to the data tracing engine, which the REPL cannot drive yet."""
+    """Turn data-access tracing on or off while the target runs: every load and
+    store to .data, .bss and the brk heap is recorded (madtrace record --data).
+    Restricting it to regions or to the inside of a function is not available yet."""
 
     name = "trace"
-    arguments = "data on|off [REGIONS | in FUNC]"
-    summary = f"data-access tracing ({NOT_AVAILABLE})"
+    arguments = "data on|off"
+    summary = "turn data-access tracing on or off"
     min_args = 2
-    max_args = None
+    max_args = 2
+    stops_target = True
 
     def run(self, session, args):
-        raise DataTracingUnavailable(NOT_AVAILABLE)
+        what, switch = args
+        if what != "data" or switch not in ("on", "off"):
+            raise UsageError("usage: trace data on|off")
+        recording = session.recording
+        return recording.start_data_tracing() if switch == "on" else recording.stop_data_tracing()
