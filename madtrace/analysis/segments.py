@@ -57,7 +57,7 @@ def data_name(space: AddressSpace, address: int) -> str:
 
 
 def instruction_name(space: AddressSpace, rip: int) -> str:
-    return space.symbolize(rip).split(" (")[0]
+    return space.code_location(rip)
 
 
 def segments(directory: str, max_accesses: int = 8, max_lines: int = 400):

@@ -181,14 +181,8 @@ class AllocTracker:
 
     # ---------------------------------------------------------------- blocks
     def _site(self, return_address: int) -> str:
-        call = return_address - 5
-        module = self.space.module_for(call)
-        if module is None:
-            return f"{call:#x}"
-        symbol = module.image.symbol_at(call - module.bias)
-        if symbol is None:
-            return f"{module.name}+{call - module.bias}"
-        return f"{symbol.name}+{call - module.bias - symbol.address}"
+        """The calling instruction as MadT names it: function+decimal offset."""
+        return self.space.code_location(return_address - 5, decimal=True)
 
     def _record(self, tid, name, a0, a1, result, return_address) -> None:
         self.events += 1

@@ -428,11 +428,4 @@ class DataEngine:
 
     def instruction_name(self, rip: int) -> str:
         """``func+0xoff`` of an instruction (``module+0xoff`` without a symbol)."""
-        module = self.space.module_for(rip)
-        if module is None:
-            return f"{rip:#x}"
-        rel = rip - module.bias
-        symbol = module.image.symbol_at(rel)
-        if symbol is None:
-            return f"{module.name}+{rel:#x}"
-        return f"{symbol.name}+{rel - symbol.address:#x}"
+        return self.space.code_location(rip)

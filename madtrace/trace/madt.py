@@ -41,13 +41,7 @@ def data_symbol(space: AddressSpace, address: int, block: dict | None, freed: bo
 
 
 def instruction_symbol(space: AddressSpace, rip: int) -> str:
-    module = space.module_for(rip)
-    if module is None:
-        return f"{rip:#x}"
-    symbol = module.image.symbol_at(rip - module.bias)
-    if symbol is None:
-        return f"{module.name}+{rip - module.bias:#x}"
-    return f"{symbol.name}+{rip - module.bias - symbol.address:#x}"
+    return space.code_location(rip)
 
 
 def bracketed(region: str) -> str:
