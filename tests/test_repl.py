@@ -16,7 +16,6 @@ import sys
 import time
 
 import pexpect
-import pytest
 
 from .util import ROOT, madtrace, prog, start_ready, summary_json
 
@@ -114,6 +113,20 @@ def test_repl_through_a_terminal(tmp_path):
     assert s["calls"]["tick"] >= stopped
 
 
+
+def run_batch(tmp_path, target, batch, expected):
+    """``madtrace repl PID --batch FILE`` on a running target; the target's
+    output must be the untraced one.  Returns the result and its stdout lines."""
+    try:
+        result = madtrace("repl", str(target.pid), "-q", "-o", str(tmp_path / "t"),
+                          "--batch", str(batch))
+        out = finish(target)
+    finally:
+        target.kill()
+    assert result.returncode == 0, result.stderr
+    assert b"ready\n" + out == finish(expected)
+    return result, result.stdout.decode().splitlines()
+
 def test_batch_file(tmp_path):
     argv = [prog("live_calls", "O0-nopie"), ITERATIONS]
     expected = reference(argv)
@@ -133,15 +146,7 @@ def test_batch_file(tmp_path):
                      "instrument tock\n"
                      "sleep 0.2\n"
                      "calls --json\n")
-    try:
-        result = madtrace("repl", str(target.pid), "-q", "-o", str(tmp_path / "t"),
-                          "--batch", str(batch))
-        out = finish(target)
-    finally:
-        target.kill()
-    assert result.returncode == 0, result.stderr
-    assert b"ready\n" + out == finish(expected)
-    lines = result.stdout.decode().splitlines()
+    result, lines = run_batch(tmp_path, target, batch, expected)
     first = json.loads(lines[0])
     assert [p["function"] for p in first["patched"]] == ["tick"]
     added = json.loads(lines[1])         # incremental: only what is new
@@ -206,15 +211,7 @@ def test_data_tracing_on_and_off_live(tmp_path):
     batch = tmp_path / "commands.txt"
     batch.write_text("trace data on\nsleep 0.3\nstatus --json\ntrace data off\n"
                      "trace data off\nsleep 0.1\n")
-    try:
-        result = madtrace("repl", str(target.pid), "-q", "-o", str(tmp_path / "t"),
-                          "--batch", str(batch))
-        out = finish(target)
-    finally:
-        target.kill()
-    assert result.returncode == 0, result.stderr
-    assert b"ready\n" + out == finish(expected)
-    lines = result.stdout.decode().splitlines()
+    result, lines = run_batch(tmp_path, target, batch, expected)
     assert lines[0].startswith("data tracing on: ")
     status = json.loads(lines[1])
     assert status["data_tracing"].startswith("on (")

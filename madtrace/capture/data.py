@@ -253,18 +253,14 @@ class DataEngine:
                 block_id, freed = (block.id, int(block.freed_seq is not None)) if block else (0, 0)
                 if freed:
                     self.freed_accesses += 1
-                if op.load:
-                    self.counts[(regs.rip, "L")] += 1
-                    self.order += 1
-                    buf.append((seq, self.order, regs.rip, address, block_id, op.size, KIND_LOAD,
-                                freed, insn.size, first))
-                    first = 0
-                if op.store:
-                    self.counts[(regs.rip, "S")] += 1
-                    self.order += 1
-                    buf.append((seq, self.order, regs.rip, address, block_id, op.size, KIND_STORE,
-                                freed, insn.size, first))
-                    first = 0
+                # a read-modify-write operand is one load, then one store
+                for wanted, letter, kind in ((op.load, "L", KIND_LOAD), (op.store, "S", KIND_STORE)):
+                    if wanted:
+                        self.counts[(regs.rip, letter)] += 1
+                        self.order += 1
+                        buf.append((seq, self.order, regs.rip, address, block_id, op.size, kind,
+                                    freed, insn.size, first))
+                        first = 0
         if not recorded:
             self.untraced_faults += 1
         if len(self.tracee.threads) > 1 and not self.exact_threads:
