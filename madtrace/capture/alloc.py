@@ -117,11 +117,12 @@ class AllocTracker:
             self.active = False
 
     # ---------------------------------------------------------------- stops
-    def claim_signal(self, tracee: Tracee, event: SignalStop) -> bool:
-        if event.signum != signal.SIGTRAP or tracee is not self.tracee or not self.entries:
+    def claim_trap(self, tracee: Tracee, event: SignalStop, regs) -> bool:
+        """A SIGTRAP stop (``regs``: the thread's registers there): ours if it is a
+        breakpoint or the return trap, also just after the breakpoints were removed."""
+        if tracee is not self.tracee or not self.entries:
             return False
         tid = event.tid
-        regs = tracee.get_regs(tid)
         if not self.active:
             # a breakpoint or return trap hit just before the breakpoints were taken
             # out, reported after: finish the call as if nothing had been there

@@ -147,26 +147,16 @@ class DataEngine:
     def claim_signal(self, tracee: Tracee, event: SignalStop) -> bool:
         if tracee is not self.tracee:
             return False
+        if event.signum == signal.SIGTRAP:
+            return self._claim_trap(tracee, event)
         if not self.active:
             # a fault taken just before tracing stopped, reported after: the page is
             # open again, so the instruction simply runs when the thread resumes
-            if event.signum == signal.SIGSEGV and self.released:
-                if event.si_code == SEGV_ACCERR and event.si_addr & ~(PAGE - 1) in self.released:
-                    tracee.resume(event.tid, 0)
-                    return True
-            if event.signum == signal.SIGTRAP and self.stubs is not None \
-                    and event.tid in self.stubs.moved:
-                self.stubs.moved.discard(event.tid)   # the int3 of a stub it was moved out of
+            if event.signum == signal.SIGSEGV and event.si_code == SEGV_ACCERR \
+                    and event.si_addr & ~(PAGE - 1) in self.released:
                 tracee.resume(event.tid, 0)
                 return True
             return False
-        if self.alloc is not None and self.alloc.claim_signal(tracee, event):
-            return True
-        if event.signum == signal.SIGTRAP and self.stubs is not None and \
-                self.tracee.get_regs(event.tid).rip in self.stubs.traps:
-            self._release_others()
-            tracee.resume(event.tid, 0)   # end of a stub: on to the jmp back, syscalls traced
-            return True
         if event.signum != signal.SIGSEGV:
             return False
         tid = event.tid
@@ -225,6 +215,22 @@ class DataEngine:
             state = self.tracee.threads.get(t)
             if state is not None and not state.running:
                 self.tracee.resume(t)
+
+    def _claim_trap(self, tracee: Tracee, event: SignalStop) -> bool:
+        """SIGTRAPs of ours: the end of a stub, the allocation tracker's
+        breakpoints; and those reported just after tracing stopped."""
+        regs = tracee.get_regs(event.tid)
+        if self.active and self.stubs is not None and regs.rip in self.stubs.traps:
+            self._release_others()
+            tracee.resume(event.tid, 0)   # end of a stub: on to the jmp back, syscalls traced
+            return True
+        if self.alloc is not None and self.alloc.claim_trap(tracee, event, regs):
+            return True
+        if not self.active and self.stubs is not None and event.tid in self.stubs.moved:
+            self.stubs.moved.discard(event.tid)   # the int3 of a stub it was moved out of
+            tracee.resume(event.tid, 0)
+            return True
+        return False
 
     def _decode(self, rip: int) -> MemInstruction | None:
         if rip not in self.decoded:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from . import ptrace_raw as pr
 
 STOP_SIGNALS = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU})
-FAULT_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGTRAP})
+FAULT_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS})
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class ThreadKilled:
 @dataclass(frozen=True)
 class SignalStop:
     """Signal-delivery-stop: ``signum`` is about to be delivered to the thread.
-    For fault and trap signals, ``si_code`` and ``si_addr`` as they were at the
+    For SIGSEGV and SIGBUS, ``si_code`` and ``si_addr`` as they were at the
     stop (a later injected syscall would change what GETSIGINFO returns)."""
     tid: int
     signum: int
