@@ -224,12 +224,13 @@ class Recording:
             self.log(f"... {len(report['skipped']) - 10} more not traced: see the patch report "
                      f"(functions.json in the trace directory)")
 
-    def _install_data_tracing(self) -> None:
+    def _install_data_tracing(self, **selection) -> None:
+        """``selection``: ``only_regions`` or ``region_filter`` (see DataEngine)."""
         functions = self.functions
         engine = DataEngine(self.tracee, self.address_space, self.options.output,
                             sequence_of=functions.sequence_of if functions else None,
                             patched_addresses=set(functions.patches.applied) if functions else None,
-                            defer=self.controller.deferred.extend)
+                            defer=self.controller.deferred.extend, **selection)
         self.data = engine
         try:
             engine.install()
@@ -249,12 +250,14 @@ class Recording:
             self.log(warning)
 
     # live control (REPL / daemon), every thread stopped -------------------------
-    def start_data_tracing(self) -> str:
+    def start_data_tracing(self, **selection) -> str:
         if self.data is not None:
             raise UsageError("data tracing was already on once in this session; "
                              "its results are kept (start a new session to trace again)")
-        self._install_data_tracing()
-        return (f"data tracing on: {len(self.data.regions.regions)} regions, "
+        self._install_data_tracing(**selection)
+        labels = ", ".join(r.label for r in self.data.regions.regions[:6])
+        more = "..." if len(self.data.regions.regions) > 6 else ""
+        return (f"data tracing on: {len(self.data.regions.regions)} regions ({labels}{more}), "
                 f"{len(self.data.protected)} pages")
 
     def stop_data_tracing(self) -> str:

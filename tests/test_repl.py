@@ -16,6 +16,7 @@ import sys
 import time
 
 import pexpect
+import pytest
 
 from .util import ROOT, madtrace, prog, start_ready, summary_json
 
@@ -81,8 +82,8 @@ def test_repl_through_a_terminal(tmp_path):
                               ("calls now", "error: calls takes no arguments"),
                               ('x "tick', "error: malformed command"),
                               ("restore nothing_here", "error: no instrumented function"),
-                              ("watch counter", "error: watch is not available yet"),
-                              ("trace data sideways", "error: usage: trace data on|off"),
+                              ("watch counter", "error: unknown variable: counter"),
+                              ("trace data sideways", "error: usage: trace data on"),
                               ("help --json", "error: help has no --json form")]:
             child.sendline(line)
             child.expect(re.escape(message) + r"[^\r\n]*\r\n")
@@ -220,3 +221,18 @@ def test_data_tracing_on_and_off_live(tmp_path):
     accesses = summary_json(tmp_path / "t")["accesses"]
     assert any(name.startswith("tick+") and c["L"] > 0 and c["S"] > 0
                for name, c in accesses.items()), accesses
+
+
+@pytest.mark.parametrize("command", ["watch ticks", "trace data on '.bss of live_calls*'"])
+def test_watch_one_variable_or_region_live(tmp_path, command):
+    """Only the selected bytes are traced: the global `ticks` (written by tick())."""
+    argv = [prog("live_calls", "O2-nopie"), ITERATIONS]
+    expected = reference(argv)
+    target = start_ready(argv)
+    batch = tmp_path / "commands.txt"
+    batch.write_text(f"{command}\nsleep 0.3\ntrace data off\n")
+    result, lines = run_batch(tmp_path, target, batch, expected)
+    assert lines[0].startswith("data tracing on: 1 regions (")
+    accesses = summary_json(tmp_path / "t")["accesses"]
+    assert accesses and all(name.startswith("tick+") for name in accesses), accesses
+    assert sum(c["L"] + c["S"] for c in accesses.values()) > 2

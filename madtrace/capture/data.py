@@ -35,6 +35,7 @@ import numpy as np
 from ..arch.x86_64.memops import MemInstruction, effective_address, memory_accesses
 from ..binary.address_space import AddressSpace
 from ..binary.maps import read_maps
+from ..errors import UsageError
 from ..process import ptrace_raw as pr
 from ..process.events import SignalStop, SyscallStop
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
@@ -82,7 +83,11 @@ class DataEngine:
     def __init__(self, tracee: Tracee, space: AddressSpace, out_dir: str,
                  sequence_of=None, fast_path: bool = True, track_allocations: bool = True,
                  patched_addresses: set[int] | None = None, exact_threads: bool = True,
-                 defer=None):
+                 defer=None, only_regions: list[Region] | None = None, region_filter=None):
+        """``only_regions``: trace exactly these ranges (a watched variable);
+        ``region_filter``: keep the default regions it accepts (--regions)."""
+        self.only_regions = only_regions
+        self.region_filter = region_filter
         self.exact_threads = exact_threads
         self.defer = defer or (lambda events: None)
         self.fast_path = fast_path
@@ -118,7 +123,14 @@ class DataEngine:
     # ---------------------------------------------------------------- install
     def install(self) -> None:
         mappings = read_maps(self.tracee.pid)
-        self.regions = RegionSet(default_regions(self.space, mappings))
+        if self.only_regions is not None:
+            regions = list(self.only_regions)
+        else:
+            regions = [r for r in default_regions(self.space, mappings)
+                       if self.region_filter is None or self.region_filter(r)]
+        if not regions:
+            raise UsageError("no data region to trace")
+        self.regions = RegionSet(regions)
         pages = self.regions.pages()
         self.protected = page_protections(mappings, pages)
         with RemoteSyscalls(self.tracee) as rs:
@@ -364,6 +376,9 @@ class DataEngine:
         return False
 
     def _refresh_heap(self, rs: RemoteSyscalls) -> None:
+        if self.only_regions is not None or (
+                self.region_filter is not None and not self.region_filter(Region(0, 0, "[heap]"))):
+            return  # the heap is not among the traced regions
         # our own mprotect calls split the heap into several mappings, all named [heap]
         parts = [m for m in read_maps(self.tracee.pid) if m.path == "[heap]"]
         heap = Region(min(m.start for m in parts), max(m.end for m in parts), "[heap]") if parts else None

@@ -3,21 +3,35 @@
 
 from __future__ import annotations
 
+from ...capture.regions import Region
+from ...errors import UsageError
 from ..registry import Command, register
-from .trace import NOT_AVAILABLE, DataTracingUnavailable
 
 
 @register
 class Watch(Command):
-    """Count the accesses to a variable or an address. Restricting data tracing
-    to one variable is not available yet (use `trace data on`)."""
+    """Trace the loads and stores of one variable (a global or static, by name,
+    its whole size) or of the 8 bytes at an address, while the target runs.
+    `status` shows the faults; the accesses go to the trace directory as with
+    `trace data on`, and `trace data off` ends the watch."""
 
     name = "watch"
     arguments = "VAR|ADDR"
-    summary = f"watch one variable's accesses ({NOT_AVAILABLE})"
+    summary = "trace the accesses to one variable or address"
     min_args = 1
     max_args = 1
     completes = "symbols"
+    stops_target = True
 
     def run(self, session, args):
-        raise DataTracingUnavailable(f"watch is {NOT_AVAILABLE}: use `trace data on`")
+        target = args[0]
+        try:
+            address, size, label = int(target, 0), 8, target
+        except ValueError:
+            variable = session.space.find_variable(target)
+            address, size = variable.address, max(variable.variable.size, 1)
+            label = variable.variable.name
+        if address <= 0:
+            raise UsageError(f"not an address: {target}")
+        return session.recording.start_data_tracing(
+            only_regions=[Region(address, address + size, label)])
