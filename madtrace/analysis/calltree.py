@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import CorruptTraceError
+from ..trace.store import per_thread_files
 
 RECORD_DTYPE = np.dtype([("tsc", "<u8"), ("code", "<u4"), ("rsp", "<u4")])
 RECORD_SIZE = RECORD_DTYPE.itemsize
@@ -150,15 +151,7 @@ def load_tables(directory: str) -> CallTables:
 
 def thread_files(directory: str) -> list[tuple[int, str]]:
     """(tid, path) of every calls/<tid>.rec, by tid."""
-    calls = os.path.join(directory, CALLS_DIR)
-    if not os.path.isdir(calls):
-        return []
-    found = []
-    for name in os.listdir(calls):
-        stem, ext = os.path.splitext(name)
-        if ext == ".rec" and stem.isdigit():
-            found.append((int(stem), os.path.join(calls, name)))
-    return sorted(found)
+    return per_thread_files(directory, CALLS_DIR, ".rec")
 
 
 # ------------------------------------------------------------------- tree

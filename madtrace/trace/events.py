@@ -4,6 +4,7 @@ them: accesses (data/<tid>.acc) and allocation events
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ import numpy as np
 
 from ..capture.data import ACCESS_DTYPE, KIND_LOAD
 from ..errors import CorruptTraceError
+from .store import per_thread_files
 
 
 @dataclass(frozen=True)
@@ -23,15 +25,7 @@ class AllocEvent:
 
 
 def access_files(directory: str) -> list[tuple[int, str]]:
-    data = os.path.join(directory, "data")
-    if not os.path.isdir(data):
-        return []
-    out = []
-    for name in os.listdir(data):
-        stem, ext = os.path.splitext(name)
-        if ext == ".acc" and stem.isdigit():
-            out.append((int(stem), os.path.join(data, name)))
-    return sorted(out)
+    return per_thread_files(directory, "data", ".acc")
 
 
 def load_accesses(directory: str) -> dict[int, np.ndarray]:
@@ -77,7 +71,6 @@ def ordered_events(directory: str):
     cursors = {tid: 0 for tid in accesses}
     # merge: accesses of all threads by order, with allocation events in between
     heads = sorted((int(arr["order"][0]), tid) for tid, arr in accesses.items() if len(arr))
-    import heapq
     heapq.heapify(heads)
     a = 0
     while heads or a < len(items):

@@ -47,6 +47,19 @@ def default_trace_dir(base: str = "madtrace.data") -> str:
     return f"{base}.{n}"
 
 
+def per_thread_files(directory: str, subdir: str, extension: str) -> list[tuple[int, str]]:
+    """(tid, path) of every ``subdir/<tid><extension>`` of a trace directory, by tid."""
+    folder = os.path.join(directory, subdir)
+    if not os.path.isdir(folder):
+        return []
+    found = []
+    for name in os.listdir(folder):
+        stem, ext = os.path.splitext(name)
+        if ext == extension and stem.isdigit():
+            found.append((int(stem), os.path.join(folder, name)))
+    return sorted(found)
+
+
 def write_text(path: str, name: str, text: str) -> None:
     with open(os.path.join(path, name), "w") as f:
         f.write(text)
