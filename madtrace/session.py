@@ -336,6 +336,9 @@ class Recording:
                 "data_tracing": {"faults": engine.faults, "untraced_faults": engine.untraced_faults,
                                  "fast_path": engine.fast,
                                  "allocations": len(engine.alloc.blocks) if engine.alloc else 0,
+                                 # allocator calls other threads made while a breakpoint was
+                                 # stepped over: those calls may be missing
+                                 "allocation_windows": engine.alloc.missed_windows if engine.alloc else 0,
                                  "freed_accesses": engine.freed_accesses,
                                  "stubs": len(engine.stubs.stubs) if engine.stubs else 0,
                                  "syscalls_opened": engine.syscalls_opened,

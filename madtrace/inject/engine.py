@@ -73,20 +73,14 @@ class FunctionTracer:
     def install(self, patterns: list[str]) -> dict:
         tracee = self.tracee
         with RemoteSyscalls(tracee) as rs:
-            plan = self.plan = make_plan(self.space, patterns,
-                                         resolve_ifunc=lambda ms: rs.call_function(ms.address),
-                                         method=self.method)
+            plan = self.plan = self._make_plan(rs, patterns)
             self.report["skipped"] = [{"what": w, "why": y} for w, y in plan.skipped]
             ring_area = SharedArea(rs, RingSet.size_for(self.injector), "madtrace-rings",
                                    executable=False)
             self.rings = RingSet(ring_area, self.injector, self.out_dir)
             for module in {fn.module.name: fn.module for fn in plan.functions}.values():
                 fns = [fn for fn in plan.functions if fn.module is module]
-                size = page_round(self._code_size(plan, fns) + 65536)
-                address = gap_for_module(tracee.pid, module.start, module.end, size)
-                area = SharedArea(rs, size, f"madtrace-code-{module.name}", executable=True,
-                                  address=address)
-                self.code_areas[module.name] = CodeArea(area)
+                self._new_code_area(rs, module, self._code_size(plan, fns))
         for tid in list(tracee.threads):
             self.register_thread(tid)
         rips = [tracee.get_regs(tid).rip for tid in tracee.threads]
@@ -106,9 +100,7 @@ class FunctionTracer:
             return self.install(patterns)
         tracee = self.tracee
         with RemoteSyscalls(tracee) as rs:
-            fresh = make_plan(self.space, patterns,
-                              resolve_ifunc=lambda ms: rs.call_function(ms.address),
-                              method=self.method)
+            fresh = self._make_plan(rs, patterns)
             chosen = self._merge_plan(fresh)
             before = {key: len(self.report[key]) for key in ("patched", "skipped", "inexact")}
             self.report["skipped"] += [{"what": w, "why": y} for w, y in fresh.skipped]
@@ -119,15 +111,24 @@ class FunctionTracer:
                     continue
                 if area is not None:
                     self.retired_code_areas.append(area)   # its trampolines stay in use
-                size = page_round(need + 65536)
-                address = gap_for_module(tracee.pid, module.start, module.end, size)
-                self.code_areas[module.name] = CodeArea(SharedArea(
-                    rs, size, f"madtrace-code-{module.name}", executable=True, address=address))
+                self._new_code_area(rs, module, need)
         rips = [tracee.get_regs(tid).rip for tid in tracee.threads]
         for fn in chosen:
             self._patch_function(fn, rips)
         self._write_tables()
         return {key: self.report[key][start:] for key, start in before.items()}
+
+    def _make_plan(self, rs: RemoteSyscalls, patterns: list[str]) -> Plan:
+        return make_plan(self.space, patterns, method=self.method,
+                         resolve_ifunc=lambda ms: rs.call_function(ms.address))
+
+    def _new_code_area(self, rs: RemoteSyscalls, module, need: int) -> None:
+        """A code area for ``need`` bytes of trampolines (and room to grow), within
+        rel32 reach of ``module``."""
+        size = page_round(need + 65536)
+        address = gap_for_module(self.tracee.pid, module.start, module.end, size)
+        self.code_areas[module.name] = CodeArea(SharedArea(
+            rs, size, f"madtrace-code-{module.name}", executable=True, address=address))
 
     def _merge_plan(self, fresh: Plan) -> list[TracedFunction]:
         """Appends the functions of ``fresh`` that are new to ``self.plan`` (with new

@@ -52,7 +52,6 @@ class RemoteSyscalls:
         self.gadget = tracee.auxv_entry()
         self._saved_regs: pr.UserRegs | None = None
         self._saved_code: bytes | None = None
-        self.calls = 0
 
     @property
     def saved_regs(self) -> pr.UserRegs:
@@ -87,7 +86,6 @@ class RemoteSyscalls:
         pr.set_regs(self.tid, regs)
         state = self.tracee.threads[self.tid]
         result = self._run_to_trap(state, regs).rax
-        self.calls += 1
         if check and result >= 0xFFFFFFFFFFFFF001:
             raise RemoteSyscallError(str(name), -(result - (1 << 64)))
         return result

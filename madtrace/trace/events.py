@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..capture.data import ACCESS_DTYPE, KIND_LOAD
+from ..capture.data import ACCESS_DTYPE
 from ..errors import CorruptTraceError
 from .store import per_thread_files
 
@@ -86,7 +86,3 @@ def ordered_events(directory: str):
         else:
             yield items[a]
             a += 1
-
-
-def is_load(record) -> bool:
-    return int(record["kind"]) == KIND_LOAD
