@@ -1,0 +1,60 @@
+"""Reading a trace directory back, in bounded memory: the one API that the
+analyses, exports and reports use, whatever the on-disk format.
+
+* ``iter_call_chunks(directory)``: (tid, chunk) per thread, in record order;
+  each chunk is a numpy array of ``RECORD_DTYPE`` (calls/<tid>.rec).
+* ``iter_access_chunks(directory)``: (tid, chunk) per thread, in access
+  order; each chunk is a numpy array of ``ACCESS_DTYPE`` (data/<tid>.acc).
+* ``thread_ids(directory)``: every thread with call records or accesses.
+
+Chunks hold at most ``chunk_rows`` rows, so a trace of any size is read with
+memory bounded by the chunk size.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import numpy as np
+
+from ..capture.data import ACCESS_DTYPE
+from ..capture.rings import RECORD_DTYPE
+from ..errors import CorruptTraceError
+from .store import per_thread_files
+
+DEFAULT_CHUNK_ROWS = 1 << 20
+
+
+def _chunks(path: str, dtype: np.dtype, chunk_rows: int) -> Iterator[np.ndarray]:
+    size = os.path.getsize(path)
+    if size % dtype.itemsize:
+        raise CorruptTraceError(f"{path}: size {size} is not a multiple of {dtype.itemsize}")
+    with open(path, "rb") as f:
+        while True:
+            chunk = np.fromfile(f, dtype=dtype, count=chunk_rows)
+            if not len(chunk):
+                return
+            yield chunk
+
+
+def iter_call_chunks(directory: str, tid: int | None = None,
+                     chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
+    for t, path in per_thread_files(directory, "calls", ".rec"):
+        if tid is None or t == tid:
+            for chunk in _chunks(path, RECORD_DTYPE, chunk_rows):
+                yield t, chunk
+
+
+def iter_access_chunks(directory: str, tid: int | None = None,
+                       chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
+    for t, path in per_thread_files(directory, "data", ".acc"):
+        if tid is None or t == tid:
+            for chunk in _chunks(path, ACCESS_DTYPE, chunk_rows):
+                yield t, chunk
+
+
+def thread_ids(directory: str) -> list[int]:
+    tids = {t for t, _ in per_thread_files(directory, "calls", ".rec")}
+    tids |= {t for t, _ in per_thread_files(directory, "data", ".acc")}
+    return sorted(tids)
