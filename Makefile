@@ -20,7 +20,7 @@ EXAMPLE_BINS := $(patsubst examples/%.c,build/examples/%,$(EXAMPLE_SRCS))
 
 CFLAGS_COMMON := -g -Wall -Wno-unused-result -fno-omit-frame-pointer -pthread
 
-.PHONY: all setup deps venv programs injector demo test bench clean distclean
+.PHONY: all setup deps venv programs injector native demo test bench clean distclean
 
 all: setup
 
@@ -45,7 +45,7 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install -q -e '.[test]'
 	@touch $@
 
-programs: $(TEST_BINS) $(STRIPPED_BINS) $(EXAMPLE_BINS) injector
+programs: $(TEST_BINS) $(STRIPPED_BINS) $(EXAMPLE_BINS) injector native
 
 # the code that runs inside the target: trampoline templates + shared layout
 INJECTOR_OUT := build/injector/templates.json
@@ -54,6 +54,13 @@ $(INJECTOR_OUT): injector/trampolines.S injector/layout.h injector/build_templat
 	@mkdir -p $(@D)
 	gcc -c -Iinjector -o build/injector/trampolines.o injector/trampolines.S
 	$(VPY) injector/build_templates.py build/injector/trampolines.o injector/layout.h $@
+
+# the data engine's hot loop (tracer side, C, loaded with ctypes)
+NATIVE_OUT := build/native/libmtloop.so
+native: $(NATIVE_OUT)
+$(NATIVE_OUT): madtrace/process/fault_loop.c injector/layout.h
+	@mkdir -p $(@D)
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
 
 build/tests/%-O0-pie: tests/progs/%.c
 	@mkdir -p $(@D)

@@ -237,67 +237,18 @@ mt_\name\()_end:
         EXITSTUB exitstub_nots, 0
 
 /* ---------------------------------------------------------------------------
- * Data-access stubs (MadT fast path): one per (instruction, pages) pair.
- * The tracer stops at the fault, records the access and points rip here:
- * open the pages (mprotect to their original rights), run the relocated
- * instruction, close them again (PROT_NONE), jmp back after the instruction.
- * Two ptrace stops per access (the fault and the final int3) instead of five.
- * The pages are immediates of the stub (two ranges; a zero length skips the
- * second), so it is safe with threads and signals.  The red zone is skipped;
- * flags and every register the syscalls touch are preserved.
+ * Data-access stub tail (MadT fast path, layout in layout.h "data area").
+ * The tracer writes the faulting instruction, re-encoded with its memory
+ * operand redirected to the thread's slot, and appends this tail: mark the
+ * slot done (rsp is never zero; a mov leaves the flags alone), then jump
+ * back after the original instruction through an absolute address, so that
+ * the data area may lie anywhere.  One ptrace stop per access: the stub
+ * makes no system call and the protected page is never opened.
  */
-.macro MPROTECT name, which, prot_field
-        movabs rdi, 0x1122334455667788
-mt_\name\()_pp_start\which\()_abs64:
-        movabs rsi, 0x1122334455667788
-mt_\name\()_pp_len\which\()_abs64:
-        test rsi, rsi
-        jz 1f
-        mov edx, 0x7fffffff
-mt_\name\()_pp_\prot_field\which\()_imm32:
-        mov eax, 10                       /* SYS_mprotect */
-        syscall
-1:
-.endm
-
-.macro DSAVE
-        lea rsp, [rsp - 128]
-        pushfq
-        push rax
-        push rcx
-        push rdx
-        push rsi
-        push rdi
-        push r11
-.endm
-.macro DRESTORE
-        pop r11
-        pop rdi
-        pop rsi
-        pop rdx
-        pop rcx
-        pop rax
-        popfq
-        lea rsp, [rsp + 128]
-.endm
-
-mt_dataopen_start:
-        DSAVE
-        MPROTECT dataopen, a, prot
-        MPROTECT dataopen, b, prot
-        DRESTORE
-mt_dataopen_end:
-        /* the tracer appends the relocated instruction here */
-mt_dataclose_start:
-        DSAVE
-        MPROTECT dataclose, a, none
-        MPROTECT dataclose, b, none
-        DRESTORE
-        /* back to the tracer: the stub ran resumed with PTRACE_CONT (so that its two
-           mprotect calls cost no syscall stops); the thread resumes from here under
-           PTRACE_SYSCALL again, and jumps back */
-        int3
-        .byte 0xe9
-        .long 0
-mt_dataclose_pp_return_rel32:
-mt_dataclose_end:
+mt_dataslot_start:
+        mov qword ptr [rip + 0x11223344], rsp
+mt_dataslot_pp_done_rel32:
+        jmp qword ptr [rip]
+        .quad 0x1122334455667788
+mt_dataslot_pp_return_abs64:
+mt_dataslot_end:

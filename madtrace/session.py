@@ -229,6 +229,7 @@ class Recording:
         functions = self.functions
         engine = DataEngine(self.tracee, self.address_space, self.options.output,
                             sequence_of=functions.sequence_of if functions else None,
+                            sequence_address=functions.sequence_address if functions else None,
                             patched_addresses=set(functions.patches.applied) if functions else None,
                             defer=self.controller.deferred.extend, **selection)
         self.data = engine
@@ -242,6 +243,7 @@ class Recording:
         self.controller.signal_claimers.append(engine.claim_signal)
         self.controller.syscall_claimers.append(engine.claim_syscall)
         self.controller.on_fork_child.append(lambda child, pid: engine.fork_child(child))
+        self.controller.on_thread_exit.append(lambda tracee, tid: engine.thread_exited(tid))
         self.controller.before_detach.append(lambda tracee: engine.detach())
         self.controller.before_detach.append(lambda tracee: self._unpin())
         self.log(f"tracing data accesses to {len(engine.regions.regions)} regions "
@@ -332,17 +334,24 @@ class Recording:
         if engine is None:
             return {"accesses": {}}
         engine.write()
+        loop = engine.loop_stats()
         return {"accesses": engine.access_counts(),
-                "data_tracing": {"faults": engine.faults, "untraced_faults": engine.untraced_faults,
-                                 "fast_path": engine.fast,
+                "data_tracing": {"faults": engine.faults,
+                                 "untraced_faults": loop["untraced"] + engine.untraced_faults,
+                                 "fast_path": loop["fast"], "slow_path": engine.slow,
+                                 "slow_reasons": dict(engine.slow_reasons),
+                                 "store_writebacks": loop["writebacks"],
+                                 "store_writeback_errors": loop["writeback_errors"],
+                                 "syscalls_resumed_natively": loop["syscalls"],
+                                 "mapped_regions": engine.syscalls.mapped_regions,
                                  "allocations": len(engine.alloc.blocks) if engine.alloc else 0,
                                  # allocator calls other threads made while a breakpoint was
                                  # stepped over: those calls may be missing
                                  "allocation_windows": engine.alloc.missed_windows if engine.alloc else 0,
                                  "freed_accesses": engine.freed_accesses,
-                                 "stubs": len(engine.stubs.stubs) if engine.stubs else 0,
-                                 "syscalls_opened": engine.syscalls_opened,
-                                 "open_windows": engine.open_windows,
+                                 "stubs": len(engine.area.stubs) if engine.area else 0,
+                                 "syscalls_opened": engine.syscalls.opened,
+                                 "open_windows": engine.syscalls.open_windows,
                                  "held_stops": engine.held_stops,
                                  "regions": [[r.start, r.end, r.label] for r in engine.regions.regions]}}
 

@@ -20,6 +20,8 @@ import os
 import signal
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from ..binary.address_space import AddressSpace
 from ..errors import UnknownSymbolError
 from ..inject.areas import SharedArea
@@ -69,7 +71,8 @@ class AllocTracker:
         self.trap = 0
         self.leftover: dict[int, list] = {}     # pending calls when the breakpoints were removed
         self.missed_windows = 0
-        self.events = 0
+        self.events = 0          # allocator calls seen (also the version of _arrays)
+        self._arrays = None      # (events, numpy tables for blocks_of)
         self.active = False
 
     # -------------------------------------------------------------- install
@@ -228,6 +231,28 @@ class AllocTracker:
                 if address < block.address + max(block.size, 1):
                     return block
         return None
+
+    def blocks_of(self, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``block_at`` for an array of addresses: (block ids, 0 or 1 freed); 0: no block."""
+        ids = np.zeros(len(addresses), dtype=np.uint32)
+        freed = np.zeros(len(addresses), dtype=np.uint8)
+        if self._arrays is None or self._arrays[0] != self.events:
+            tables = []
+            for starts, table in ((self.live_starts, self.live), (self.freed_starts, self.freed)):
+                blocks = [table[a] for a in starts]
+                tables.append((np.array(starts, dtype=np.uint64),
+                               np.array([b.address + max(b.size, 1) for b in blocks], dtype=np.uint64),
+                               np.array([b.id for b in blocks], dtype=np.uint32)))
+            self._arrays = (self.events, tables)
+        for flag, (starts, ends, block_ids) in enumerate(self._arrays[1]):
+            if not len(starts):
+                continue
+            i = np.searchsorted(starts, addresses, side="right") - 1
+            j = np.maximum(i, 0)
+            hit = (i >= 0) & (ids == 0) & (addresses < ends[j])
+            ids[hit] = block_ids[j[hit]]
+            freed[hit] = flag
+        return ids, freed
 
     def write(self, out_dir: str) -> None:
         os.makedirs(os.path.join(out_dir, "data"), exist_ok=True)

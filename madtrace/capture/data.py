@@ -1,31 +1,34 @@
 """The data access engine (MadT): page protections and the fault loop.
 
 Traced pages (``regions``) are mprotect()ed to PROT_NONE inside the target.
-Each access faults (SIGSEGV, SEGV_ACCERR at a protected page); the tracer
-decodes the instruction (cached by address), computes the effective address
-of every memory operand from the thread's registers, records those that fall
-in a traced range, opens the pages the instruction touches, single-steps it,
-and protects the pages again.  A fault anywhere else is the target's own and
-is delivered unchanged.
+Each access faults (SIGSEGV, SEGV_ACCERR at a protected page).  A fault
+anywhere else is the target's own and is delivered unchanged.
+
+Fast path, one ptrace stop per access (datastubs.py, process/fault_loop.c):
+the first fault of an instruction is decoded here (capstone, cached by
+address) and the instruction gets a stub per data slot: itself re-encoded
+with its memory operand redirected to the slot.  At each fault of it the C
+loop computes the effective address from the registers, copies the
+operand's bytes into the thread's slot, records the access and points the
+thread at the stub; the page is never opened.  A store is written back from
+the slot at the tracer's next stop, before anything else can observe the
+location: every access to the page faults first, every system call stops
+first.  Threads need no holding: nothing is ever open.
+
+Slow path (string instructions, control transfers through memory, locked
+instructions while several threads run, anything the re-encoder refuses):
+the accesses are recorded, the pages the instruction touches are opened, the
+instruction is single-stepped with the other threads held, and the pages are
+closed again.
 
 System calls never fault on protected pages: the kernel returns EFAULT
-(pitfall 4).  So threads run under PTRACE_SYSCALL; at the entry of a call
-that may touch user memory the call is skipped and rewound, the pages are
-opened, the call runs for real, and the pages are closed at its exit.  brk
-growth extends the heap region.  A fork child gets its original protections
-back before it runs; a vfork shares the pages, so they stay open until the
-parent resumes.
-
-Threads: while pages are open for one thread's instruction, the other
-threads are held stopped (``exact_threads``), so no access is missed.  A
-system call runs with the pages open while the other threads run (it may
-block on them): their accesses in that window are not seen, and each such
-window is counted in ``open_windows``.
+(pitfall 4).  Threads run under PTRACE_SYSCALL; data_syscalls.py opens the
+pages a call's arguments reach for the duration of the call, and keeps the
+traced regions in step with brk, mmap, munmap, mremap and mprotect.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 from collections import Counter
@@ -37,21 +40,15 @@ from ..binary.address_space import AddressSpace
 from ..binary.maps import read_maps
 from ..errors import UsageError
 from ..process import ptrace_raw as pr
-from ..process.events import SignalStop, SyscallStop
+from ..process.events import SignalStop
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
 from ..process.tracee import Tracee
 from .alloc import AllocTracker
-from .datastubs import StubCache
-from .syscall_memory import syscall_pages
+from .data_syscalls import SyscallGate
+from .datastubs import DataArea
 from .regions import PAGE, Region, RegionSet, default_regions, page_protections, page_runs
 
 SEGV_ACCERR = 2
-SYS_BRK = 12
-# system calls that never read or write user memory through a pointer
-SAFE_SYSCALLS = frozenset({
-    3, 8, 9, 10, 11, 12, 24, 32, 33, 34, 39, 60, 62, 102, 104, 107, 108, 110, 186, 200,
-    231, 234, 292,
-})
 # one data access (data/<tid>.acc): seq = call records the thread had written before it;
 # order = the tracer's event counter, shared with allocation events (a total order of
 # what the tracer saw); block = allocation id (0: none), freed = it was already freed;
@@ -61,64 +58,53 @@ ACCESS_DTYPE = np.dtype([("seq", "<u8"), ("order", "<u8"), ("rip", "<u8"), ("add
                          ("ilen", "u1"), ("first", "u1"), ("pad", "u1", 6)])
 ACCESS_FIELDS = ("seq", "order", "rip", "addr", "block", "size", "kind", "freed", "ilen", "first")
 KIND_LOAD, KIND_STORE = 1, 2
-PTRACE_GET_SYSCALL_INFO = 0x420E
-
-
-class _SyscallInfo(ctypes.Structure):
-    _fields_ = [("op", ctypes.c_uint8), ("pad", ctypes.c_uint8 * 3), ("arch", ctypes.c_uint32),
-                ("instruction_pointer", ctypes.c_uint64), ("stack_pointer", ctypes.c_uint64),
-                ("nr", ctypes.c_uint64), ("args", ctypes.c_uint64 * 6)]
-
-
-def syscall_op(tid: int) -> tuple[int, int, list[int]]:
-    """(1 entry | 2 exit, the syscall number at entry / the result at exit, the
-    arguments at entry)."""
-    info = _SyscallInfo()
-    pr.ptrace(PTRACE_GET_SYSCALL_INFO, tid, ctypes.sizeof(info),
-              ctypes.cast(ctypes.byref(info), ctypes.c_void_p))
-    return info.op, info.nr, list(info.args)
+SPOOL_ROWS = 1 << 18     # accesses a thread buffers before they go to its file
 
 
 class DataEngine:
     def __init__(self, tracee: Tracee, space: AddressSpace, out_dir: str,
-                 sequence_of=None, fast_path: bool = True, track_allocations: bool = True,
+                 sequence_of=None, sequence_address=None, track_allocations: bool = True,
                  patched_addresses: set[int] | None = None, exact_threads: bool = True,
-                 defer=None, only_regions: list[Region] | None = None, region_filter=None):
+                 defer=None, only_regions: list[Region] | None = None, region_filter=None,
+                 loads: bool = True, stores: bool = True):
         """``only_regions``: trace exactly these ranges (a watched variable);
-        ``region_filter``: keep the default regions it accepts (--regions)."""
+        ``region_filter``: keep the default regions it accepts (--regions);
+        ``sequence_of(tid)``: the thread's call-record count (function tracing),
+        ``sequence_address(tid)``: where the tracer's copy of it lives (0: none)."""
         self.only_regions = only_regions
         self.region_filter = region_filter
         self.exact_threads = exact_threads
         self.defer = defer or (lambda events: None)
-        self.fast_path = fast_path
         self.track_allocations = track_allocations
         self.patched_addresses = patched_addresses or set()
+        self.loads, self.stores = loads, stores
         self.warnings: list[str] = []
         self.tracee = tracee
         self.space = space
         self.out_dir = out_dir
-        self.sequence_of = sequence_of or (lambda tid: 0)   # position in the thread's call records
+        self.sequence_of = sequence_of or (lambda tid: 0)
+        self.sequence_address = sequence_address or (lambda tid: 0)
         self.regions = RegionSet([])
         self.protected: dict[int, int] = {}   # page -> original PROT_* bits
         self.decoded: dict[int, MemInstruction | None] = {}
         self.counts: Counter = Counter()      # (rip, "L"/"S") -> n
-        self.buffers: dict[int, list] = {}    # tid -> [(seq, rip, addr, size, kind)]
-        self.faults = 0
+        self.chunks: dict[int, list[np.ndarray]] = {}   # tid -> ACCESS_DTYPE chunks not written yet
+        self.rows: dict[int, int] = {}        # tid -> rows in chunks
+        self.slow_rows: dict[int, list] = {}  # tid -> slow-path accesses (tuples)
+        self.slow = 0            # faults handled by single-stepping
         self.untraced_faults = 0
-        self.open_windows = 0
-        self.syscalls_opened = 0
-        self._syscall_open: dict[int, set] = {}   # tid -> pages open for its running syscall
-        self._skipping: dict[int, tuple] = {}   # tid -> (registers at entry, pages to open)
-        self._entry_nr: dict[int, int] = {}      # tid -> number of the syscall it is in
-        self.active = False
-        self.stubs: StubCache | None = None
-        self.fast = 0            # accesses handled by a stub (one stop)
+        self.area: DataArea | None = None
         self.alloc: AllocTracker | None = None
+        self.syscalls = SyscallGate(self)
         self._held: set[int] | None = None   # threads stopped while one thread's pages are open
         self.held_stops = 0
         self.freed_accesses = 0  # accesses to blocks already freed (use after free)
-        self.order = 0           # event counter shared with the allocation tracker
+        self._order = 0          # event counter shared with the allocation tracker
+        self.active = False
         self.released: set[int] = set()   # pages given back when tracing stopped
+        self.slow_reasons: Counter = Counter()
+        self._loop_stats = dict.fromkeys(("fast", "untraced", "syscalls", "writebacks",
+                                          "writeback_errors"), 0)
 
     # ---------------------------------------------------------------- install
     def install(self) -> None:
@@ -131,36 +117,115 @@ class DataEngine:
         if not regions:
             raise UsageError("no data region to trace")
         self.regions = RegionSet(regions)
-        pages = self.regions.pages()
-        self.protected = page_protections(mappings, pages)
+        self.protected = page_protections(mappings, self.regions.pages())
+        os.makedirs(os.path.join(self.out_dir, "data"), exist_ok=True)
         with RemoteSyscalls(self.tracee) as rs:
+            self.area = DataArea(self.tracee, rs)
+            self.area.loop.set_kinds(self.loads, self.stores)
+            self.area.loop.set_safe_syscalls(self.syscalls.safe_numbers())
             self._protect(rs, self.protected)
-            if self.fast_path:
-                self.stubs = StubCache(self.tracee, self.space, rs)
             if self.track_allocations:
                 self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of, self._next_order)
                 self.warnings += self.alloc.install(rs, self.patched_addresses)
+        self.tables_changed()
+        for tid in self.tracee.threads:
+            self.add_thread(tid)
+        self.tracee.on_new_thread.append(self.add_thread)
         self.tracee.trace_syscalls = True
+        self.area.loop.set_resume(True)
+        self.tracee.fast_wait = self._fast_wait
+        self.tracee.after_stop = self.area.loop.flush
         self.active = True
 
+    def tables_changed(self) -> None:
+        """The protected pages or the traced ranges changed: tell the C loop."""
+        self.area.loop.set_protected(page_runs(p for p, prot in self.protected.items() if prot))
+        self.area.loop.set_traced([(r.start, r.end) for r in self.regions.regions])
+
     def _protect(self, rs: RemoteSyscalls, pages) -> None:
-        for start, end in page_runs(pages):
+        for start, end in page_runs(p for p in pages if self.protected.get(p)):
             rs.mprotect(start, end - start, PROT_NONE)
 
     def _unprotect(self, rs: RemoteSyscalls, pages) -> None:
         by_prot: dict[int, list[int]] = {}
         for page in pages:
-            by_prot.setdefault(self.protected[page], []).append(page)
+            if page in self.protected:
+                by_prot.setdefault(self.protected[page], []).append(page)
         for prot, group in by_prot.items():
             for start, end in page_runs(group):
                 rs.mprotect(start, end - start, prot)
+
+    # ----------------------------------------------------------------- threads
+    def add_thread(self, tid: int) -> None:
+        if self.area is not None and not self.area.add_thread(tid, self.sequence_address(tid)):
+            self.warnings.append(f"thread {tid}: no free data slot, its accesses take the slow path")
+
+    def refresh_sequences(self) -> None:
+        """Function tracing started after data tracing: give the loop the counters."""
+        for tid, slot in list(self.area.home.items()):
+            self.area.loop.set_thread(tid, slot, self.sequence_address(tid))
+
+    def thread_exited(self, tid: int) -> None:
+        if self.area is not None and not self.area.loop.closed:
+            self._drain_fast()
+            self.area.remove_thread(tid)
+
+    # ----------------------------------------------------------------- waiting
+    def _fast_wait(self, block: bool):
+        got = self.area.loop.wait(block)
+        self._drain_fast()
+        return got
+
+    def _next_order(self) -> int:
+        self._drain_fast()   # accesses before this allocation event keep their blocks
+        live = self.area is not None and not self.area.loop.closed
+        self._order = max(self._order, self.area.loop.order if live else 0) + 1
+        if live:
+            self.area.loop.order = self._order
+        return self._order
+
+    def _drain_fast(self) -> None:
+        if self.area is None or self.area.loop.closed:
+            return
+        records = self.area.loop.take_records()
+        if not len(records):
+            return
+        out = np.zeros(len(records), dtype=ACCESS_DTYPE)
+        for field in ("seq", "order", "rip", "addr", "size", "kind", "ilen", "first"):
+            out[field] = records[field]
+        if self.alloc is not None and self.alloc.blocks:
+            out["block"], out["freed"] = self.alloc.blocks_of(records["addr"])
+            self.freed_accesses += int(np.count_nonzero(out["freed"]))
+        keys, n = np.unique(np.stack([records["rip"], records["kind"].astype(np.uint64)]), axis=1,
+                            return_counts=True)
+        for (rip, kind), count in zip(keys.T.tolist(), n.tolist()):
+            self.counts[(rip, "L" if kind == KIND_LOAD else "S")] += count
+        tids = records["tid"]
+        for tid in np.unique(tids).tolist():
+            self._append(tid, out[tids == tid])
+
+    def _append(self, tid: int, chunk: np.ndarray) -> None:
+        self.chunks.setdefault(tid, []).append(chunk)
+        self.rows[tid] = self.rows.get(tid, 0) + len(chunk)
+        if self.rows[tid] >= SPOOL_ROWS:
+            self._spool(tid)
+
+    def _spool(self, tid: int) -> None:
+        chunks = self.chunks.pop(tid, [])
+        self.rows[tid] = 0
+        if chunks:
+            with open(os.path.join(self.out_dir, "data", f"{tid}.acc"), "ab") as f:
+                for chunk in chunks:
+                    f.write(chunk.tobytes())
 
     # ------------------------------------------------------------------ faults
     def claim_signal(self, tracee: Tracee, event: SignalStop) -> bool:
         if tracee is not self.tracee:
             return False
         if event.signum == signal.SIGTRAP:
-            return self._claim_trap(tracee, event)
+            self._drain_fast()
+            return self.alloc is not None and self.alloc.claim_trap(
+                tracee, event, tracee.get_regs(event.tid))
         if not self.active:
             # a fault taken just before tracing stopped, reported after: the page is
             # open again, so the instruction simply runs when the thread resumes
@@ -171,45 +236,48 @@ class DataEngine:
             return False
         if event.signum != signal.SIGSEGV:
             return False
-        tid = event.tid
         page = event.si_addr & ~(PAGE - 1)
-        if event.si_code != SEGV_ACCERR or page not in self.protected:
+        if event.si_code != SEGV_ACCERR or not self.protected.get(page):
             return False  # the target's own fault: delivered unchanged
+        tid = event.tid
         regs = self.tracee.get_regs(tid)
-        self._hold_others(tid)
-        if self.stubs is not None and self.stubs.contains(regs.rip):
-            # the relocated instruction touched a page its stub does not open (its
-            # accesses were recorded at the first fault): open it for this one step,
-            # then let the stub finish (other threads stay held until its int3)
-            self._single_step(tid, {page})
-            pr.cont(tid, 0)
+        insn = self._decode(regs.rip)
+        if self._fast_fault(tid, insn, event.si_addr):
             tracee.threads[tid].running = True
             return True
-        else:
-            pages = self._record(tid, regs, {page})
-            # stubs run unsupervised, so only while no other thread could run meanwhile;
-            # with threads, the window (others held, step, close) stays inside this call
-            single = len(self.tracee.threads) == 1
-            stub = self.stubs.stub_for(self._decode(regs.rip), pages, self.protected) \
-                if self.stubs is not None and single else None
-            if stub is not None:
-                regs.rip = stub
-                self.tracee.set_regs(regs, tid)
-                self.fast += 1
-                pr.cont(tid, 0)   # no syscall stops for the stub's mprotect calls
-                tracee.threads[tid].running = True
-                return True
-            self._single_step(tid, pages)
-        self._release_others()
-        tracee.resume(tid, 0)
+        self._slow_fault(tid, regs, page)
         return True
+
+    def _fast_fault(self, tid: int, insn: MemInstruction | None, address: int) -> bool:
+        area = self.area
+        slot = area.home.get(tid)
+        if insn is None or slot is None:
+            return False
+        if insn.atomic and len(self.tracee.threads) > 1:
+            self.slow_reasons["locked instruction with threads"] += 1
+            return False
+        if not area.register(insn, slot):
+            self.slow_reasons[area.refused.get(insn.address, "refused")] += 1
+            return False
+        if insn.address not in area.emulated and area.busy(slot):
+            # its stub was interrupted by a signal before it ran: another slot
+            slot = area.move_thread(tid, self.sequence_address(tid))
+            if slot is None or not area.register(insn, slot):
+                self.slow_reasons["no free data slot"] += 1
+                return False
+        self._drain_fast()
+        return area.loop.handle_fault(tid, address)
+
+    def _slow_fault(self, tid: int, regs, page: int) -> None:
+        self.slow += 1
+        self._hold_others(tid)
+        pages = self._record(tid, regs, {page})
+        self._single_step(tid, pages)
+        self._release_others()
+        self.tracee.resume(tid, 0)
 
     # threads: while pages are open for one thread's instruction, the others must not
     # run, or their accesses to those pages would go unseen
-    def _next_order(self) -> int:
-        self.order += 1
-        return self.order
-
     def _hold_others(self, tid: int) -> None:
         if not self.exact_threads or len(self.tracee.threads) < 2:
             return
@@ -228,61 +296,47 @@ class DataEngine:
             if state is not None and not state.running:
                 self.tracee.resume(t)
 
-    def _claim_trap(self, tracee: Tracee, event: SignalStop) -> bool:
-        """SIGTRAPs of ours: the end of a stub, the allocation tracker's
-        breakpoints; and those reported just after tracing stopped."""
-        regs = tracee.get_regs(event.tid)
-        if self.active and self.stubs is not None and regs.rip in self.stubs.traps:
-            self._release_others()
-            tracee.resume(event.tid, 0)   # end of a stub: on to the jmp back, syscalls traced
-            return True
-        if self.alloc is not None and self.alloc.claim_trap(tracee, event, regs):
-            return True
-        if not self.active and self.stubs is not None and event.tid in self.stubs.moved:
-            self.stubs.moved.discard(event.tid)   # the int3 of a stub it was moved out of
-            tracee.resume(event.tid, 0)
-            return True
-        return False
-
     def _decode(self, rip: int) -> MemInstruction | None:
         if rip not in self.decoded:
             self.decoded[rip] = memory_accesses(self.tracee.mem.read(rip, 16), rip)
         return self.decoded[rip]
 
     def _record(self, tid: int, regs, pages: set[int]) -> set[int]:
-        """Record the accesses of the instruction at rip; returns the protected pages
-        it touches."""
-        self.faults += 1
+        """Slow path: record the accesses of the instruction at rip; returns the
+        protected pages it touches."""
+        self._drain_fast()
         insn = self._decode(regs.rip)
         recorded = False
         if insn is not None:
             seq = self.sequence_of(tid)
-            buf = self.buffers.setdefault(tid, [])
             first = 1
+            rows = []
             for op in insn.operands:
                 address = effective_address(op, regs, insn)
                 for page in range(address & ~(PAGE - 1), address + op.size, PAGE):
-                    if page in self.protected:
+                    if self.protected.get(page):
                         pages.add(page)
                 if self.regions.find(address) is None:
                     continue
                 recorded = True
                 block = self.alloc.block_at(address) if self.alloc is not None else None
                 block_id, freed = (block.id, int(block.freed_seq is not None)) if block else (0, 0)
-                if freed:
-                    self.freed_accesses += 1
+                self.freed_accesses += freed
                 # a read-modify-write operand is one load, then one store
-                for wanted, letter, kind in ((op.load, "L", KIND_LOAD), (op.store, "S", KIND_STORE)):
+                for wanted, letter, kind in ((op.load and self.loads, "L", KIND_LOAD),
+                                             (op.store and self.stores, "S", KIND_STORE)):
                     if wanted:
                         self.counts[(regs.rip, letter)] += 1
-                        self.order += 1
-                        buf.append((seq, self.order, regs.rip, address, block_id, op.size, kind,
-                                    freed, insn.size, first))
+                        rows.append((seq, self._next_order(), regs.rip, address, block_id,
+                                     op.size, kind, freed, insn.size, first))
                         first = 0
+            if rows:
+                chunk = np.zeros(len(rows), dtype=ACCESS_DTYPE)
+                for field, column in zip(ACCESS_FIELDS, zip(*rows)):
+                    chunk[field] = column
+                self._append(tid, chunk)
         if not recorded:
             self.untraced_faults += 1
-        if len(self.tracee.threads) > 1 and not self.exact_threads:
-            self.open_windows += 1
         return pages
 
     def _single_step(self, tid: int, pages: set[int]) -> None:
@@ -302,7 +356,7 @@ class DataEngine:
                 break
             if isinstance(event, SignalStop) and event.signum == signal.SIGSEGV:
                 page = event.si_addr & ~(PAGE - 1)
-                if event.si_code == SEGV_ACCERR and page in self.protected and page not in opened:
+                if event.si_code == SEGV_ACCERR and self.protected.get(page) and page not in opened:
                     pages.add(page)  # a page the decoder did not predict: open it too
                     continue
                 state.pending_signal = event.signum  # a genuine fault of the target
@@ -316,81 +370,8 @@ class DataEngine:
                 self._protect(rs, opened)
 
     # ---------------------------------------------------------------- syscalls
-    def claim_syscall(self, tracee: Tracee, event: SyscallStop) -> bool:
-        if tracee is not self.tracee:
-            return False
-        tid = event.tid
-        if not self.active:
-            if tid in self._skipping:
-                # skipped just before tracing stopped: put the call back so that it
-                # runs for real (every page is open now)
-                saved, _pages = self._skipping.pop(tid)
-                saved.rax, saved.rip, saved.orig_rax = saved.orig_rax, saved.rip - 2, 0xFFFFFFFFFFFFFFFF
-                tracee.set_regs(saved, tid)
-                tracee.resume(tid, 0)
-                return True
-            return False
-        op, nr, args = syscall_op(tid)
-        if op == 1:  # entry (at exit the kernel reports the result, not the number)
-            self._entry_nr[tid] = nr
-            if tid in self._syscall_open or nr in SAFE_SYSCALLS:
-                tracee.resume(tid, 0)
-                return True
-            if tid in self._skipping:
-                return False
-            pages = syscall_pages(nr, args, self.protected, self.tracee.mem.read)
-            pages = set(self.protected) if pages is None else pages
-            if not pages:
-                tracee.resume(tid, 0)   # touches no traced page: runs as it is
-                return True
-            # skip this attempt (orig_rax = -1), rewind at its exit, open, run it again
-            regs = tracee.get_regs(tid)
-            self._skipping[tid] = (regs.copy(), pages)
-            regs.orig_rax = 0xFFFFFFFFFFFFFFFF
-            tracee.set_regs(regs, tid)
-            tracee.resume(tid, 0)
-            return True
-        if op == 2:
-            if tid in self._skipping:
-                saved, pages = self._skipping.pop(tid)
-                saved.rax = saved.orig_rax
-                saved.rip -= 2          # back onto the syscall instruction
-                saved.orig_rax = 0xFFFFFFFFFFFFFFFF
-                tracee.set_regs(saved, tid)
-                with RemoteSyscalls(tracee, tid) as rs:
-                    self._unprotect(rs, pages)
-                self._syscall_open[tid] = pages
-                self.syscalls_opened += 1
-                if len(tracee.threads) > 1:
-                    self.open_windows += 1   # other threads run while the call has the pages
-                tracee.resume(tid, 0)
-                return True
-            opened = self._syscall_open.pop(tid, None)
-            if opened is not None or self._entry_nr.pop(tid, None) == SYS_BRK:
-                with RemoteSyscalls(tracee, tid) as rs:
-                    if opened is not None:
-                        self._protect(rs, [p for p in opened if p in self.protected])
-                    self._refresh_heap(rs)
-            tracee.resume(tid, 0)
-            return True
-        return False
-
-    def _refresh_heap(self, rs: RemoteSyscalls) -> None:
-        if self.only_regions is not None or (
-                self.region_filter is not None and not self.region_filter(Region(0, 0, "[heap]"))):
-            return  # the heap is not among the traced regions
-        # our own mprotect calls split the heap into several mappings, all named [heap]
-        parts = [m for m in read_maps(self.tracee.pid) if m.path == "[heap]"]
-        heap = Region(min(m.start for m in parts), max(m.end for m in parts), "[heap]") if parts else None
-        self.regions.replace("[heap]", heap)
-        wanted = self.regions.pages()
-        new = {p: 3 for p in wanted if p not in self.protected}
-        gone = [p for p in self.protected if p not in wanted]
-        for p in gone:
-            del self.protected[p]
-        if new:
-            self.protected.update(new)
-            self._protect(rs, new)
+    def claim_syscall(self, tracee, event) -> bool:
+        return self.syscalls.claim(tracee, event)
 
     # ------------------------------------------------------- forks and leaving
     def fork_child(self, child: Tracee) -> None:
@@ -400,41 +381,61 @@ class DataEngine:
             with RemoteSyscalls(child) as rs:
                 self._unprotect(rs, self.protected)
 
+    def _unhook(self) -> None:
+        self.tracee.fast_wait = None
+        self.tracee.after_stop = None
+        if self.add_thread in self.tracee.on_new_thread:
+            self.tracee.on_new_thread.remove(self.add_thread)
+
     def detach(self) -> None:
         """Restore every page's protection (all threads stopped)."""
         if not self.active:
             return
-        if self.stubs is not None:
-            # a thread inside a stub would close its pages after we restored them
-            for tid in list(self.tracee.threads):
-                self.stubs.leave(tid)
+        self._drain_fast()
+        self.area.loop.flush()
+        for tid in list(self.tracee.threads):
+            self.area.leave(tid)
+        self.area.discard_unfinished()
         if self.alloc is not None and self.alloc.active:
             self.alloc.remove()
         self.active = False
+        self._unhook()
         self.tracee.trace_syscalls = False
         if self.tracee.threads and self.protected:
             with RemoteSyscalls(self.tracee) as rs:
                 self._unprotect(rs, self.protected)
         self.released = set(self.protected)
+        self.loop_stats()
+        self.area.close()
 
     def forget_after_exec(self) -> None:
+        self._drain_fast()
         if self.alloc is not None:
             self.alloc.active = False
         self.active = False
+        self._unhook()
         self.tracee.trace_syscalls = False
         self.protected.clear()
+        self.loop_stats()
+        self.area.close()
 
     # ----------------------------------------------------------------- results
     def write(self) -> None:
-        os.makedirs(os.path.join(self.out_dir, "data"), exist_ok=True)
+        self._drain_fast()
         if self.alloc is not None:
             self.alloc.write(self.out_dir)
-        for tid, rows in self.buffers.items():
-            arr = np.zeros(len(rows), dtype=ACCESS_DTYPE)
-            if rows:
-                for field, column in zip(ACCESS_FIELDS, zip(*rows)):
-                    arr[field] = column
-            arr.tofile(os.path.join(self.out_dir, "data", f"{tid}.acc"))
+        for tid in list(self.chunks):
+            self._spool(tid)
+
+    @property
+    def faults(self) -> int:
+        return self.loop_stats()["fast"] + self.slow
+
+    def loop_stats(self) -> dict[str, int]:
+        """The C loop's counters (kept when it is closed)."""
+        if self.area is not None and not self.area.loop.closed:
+            self._loop_stats = self.area.loop.stats()
+        return self._loop_stats
 
     def access_counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}

@@ -1,139 +1,186 @@
-"""Out-of-line stubs of the data engine's fast path (template: injector/
-trampolines.S, ``dataopen`` + relocated instruction + ``dataclose``).
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The data engine's area in the target: per-thread slots and access stubs.
 
-One stub per (faulting instruction, pages it touches): the pages are
-immediates of the stub, so stubs are safe with threads and signals.  They
-live in code areas within rel32 reach of the instruction's module (the
-relocated instruction may be RIP-relative), created on demand.  Instructions
-that branch, repeat (rep), or cannot be relocated take the slow path.
+Layout (injector/layout.h, "data area"): MT_DATA_SLOTS slots, then stubs.
+A stub serves one (instruction, slot) pair: the instruction re-encoded with
+its memory operand redirected to the slot (arch/x86_64/redirect.py), then
+the ``dataslot`` tail of injector/trampolines.S (mark the slot done, jump
+back after the original instruction).  The area is one memfd mapped RWX in
+the target (the stub writes its slot) and RW in the tracer, which writes
+stubs and slots with plain memory accesses.
+
+Slots: each thread has a home slot.  A slot is busy from the fault that
+fills it until the tracer's next stop after its stub ran (then its bytes are
+written back for a store).  A thread whose home slot is still busy (its
+stub was interrupted by a signal before it ran) moves to a free slot.
+
+The area is never unmapped: a signal frame may hold a stub address.
 """
 
 from __future__ import annotations
 
 import bisect
+import struct
 
 from ..arch.x86_64.memops import MemInstruction
-from ..arch.x86_64.relocate import relocate_entry
-from ..binary.address_space import AddressSpace
-from ..errors import MadtraceError
-from ..inject.areas import SharedArea, gap_for_module
+from ..arch.x86_64.redirect import emulation, redirect_operand, redirectable
+from ..errors import TracerInternalError
+from ..inject.areas import SharedArea
 from ..inject.templates import load_injector
-from ..process import ptrace_raw as pr
-from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
+from ..process.fastloop import ANY_SLOT, OP_CALL, OP_JMP, OP_MOVS, OP_STOS, FaultLoop
+from ..process.remote_syscall import RemoteSyscalls
 from ..process.tracee import Tracee
-from .regions import page_runs
 
-AREA_SIZE = 8 << 20
-MAX_STUBS = 200_000
-SLOW_MNEMONICS = ("call", "jmp", "ret", "j", "loop", "syscall", "int", "xbegin", "enter", "leave")
+AREA_SIZE = 16 << 20
+STUB_ALIGN = 16
 
 
-class StubCache:
-    def __init__(self, tracee: Tracee, space: AddressSpace, rs: RemoteSyscalls):
+class DataArea:
+    def __init__(self, tracee: Tracee, rs: RemoteSyscalls):
         self.tracee = tracee
-        self.space = space
-        self.injector = load_injector()
-        self.open_tpl = self.injector.templates["dataopen"]
-        self.close_tpl = self.injector.templates["dataclose"]
-        self.areas: dict[str, list] = {}      # module name -> [SharedArea, cursor]
-        self.stubs: dict[tuple, int] = {}
-        self.traps: set[int] = set()          # address after each stub's int3
-        self.moved: set[int] = set()          # threads moved out of a stub by leave()
+        self.L = load_injector()
+        self.tail = self.L.templates["dataslot"]
+        self.area = SharedArea(rs, AREA_SIZE, "madtrace-data", executable=True, writable_code=True)
+        self.loop = FaultLoop(tracee.pid, self.area.local, self.area.address)
+        self.cursor = self.area.address + self.L.MT_DATA_STUBS
+        self.stubs: dict[tuple[int, int], int] = {}       # (rip, slot) -> stub
+        self.emulated: dict[int, str] = {}                # rip -> what the C loop carries out
+        self.refused: dict[int, str] = {}                 # rip -> why it takes the slow path
+        self.home: dict[int, int] = {}                    # tid -> slot
+        self.free_slots = list(range(self.L.MT_DATA_SLOTS))
         self._stub_starts: list[int] = []
-        # stub -> (original instruction, next instruction, relocated copy, int3)
-        self._stub_info: dict[int, tuple] = {}
-        self._ranges: list[tuple[int, int]] = []   # sorted (start, end) of areas
-        self.refused = 0
-        self._rs = rs                         # only during install
+        self._stub_info: dict[int, tuple[int, int, int]] = {}   # stub -> (rip, end, tail)
+        self.full = False
 
+    # ------------------------------------------------------------------ slots
+    def slot_address(self, slot: int) -> int:
+        return self.area.address + slot * self.L.MT_DSLOT_SIZE
+
+    def _slot_u64(self, slot: int, field: int, value: int | None = None) -> int:
+        offset = slot * self.L.MT_DSLOT_SIZE + field
+        if value is None:
+            return struct.unpack_from("<Q", self.area.local, offset)[0]
+        struct.pack_into("<Q", self.area.local, offset, value)
+        return value
+
+    def busy(self, slot: int) -> bool:
+        return self._slot_u64(slot, self.L.MT_DSLOT_ADDR) != 0
+
+    def add_thread(self, tid: int, head_address: int) -> bool:
+        if tid in self.home:
+            return True
+        if not self.free_slots:
+            return False
+        slot = self.home[tid] = self.free_slots.pop(0)
+        self.loop.set_thread(tid, slot, head_address)
+        return True
+
+    def remove_thread(self, tid: int) -> None:
+        slot = self.home.pop(tid, None)
+        self.loop.remove_thread(tid)
+        if slot is not None:
+            self.loop.flush()
+            # a slot whose stub never ran (its thread is gone) is dropped, never reused
+            if not self.busy(slot):
+                self.free_slots.append(slot)
+
+    def move_thread(self, tid: int, head_address: int) -> int | None:
+        """Give a thread whose home slot is busy another free slot."""
+        if not self.free_slots:
+            return None
+        slot = self.home[tid] = self.free_slots.pop(0)
+        self.loop.set_thread(tid, slot, head_address)
+        return slot
+
+    # ------------------------------------------------------------------ stubs
     def contains(self, address: int) -> bool:
-        i = bisect.bisect_right(self._ranges, (address, 1 << 64)) - 1
-        return i >= 0 and self._ranges[i][0] <= address < self._ranges[i][1]
+        return self.area.address <= address < self.area.end
 
-    def stub_for(self, insn: MemInstruction | None, pages: set[int], protections: dict) -> int | None:
-        if insn is None or insn.rep or insn.mnemonic.startswith(SLOW_MNEMONICS):
-            return None
-        runs = []
-        for prot in sorted({protections[p] for p in pages}):
-            runs += [(start, end, prot) for start, end in page_runs(p for p in pages if protections[p] == prot)]
-        if len(runs) > 2:
-            return None
-        key = (insn.address, tuple(runs))
-        stub = self.stubs.get(key)
-        if stub is None and len(self.stubs) < MAX_STUBS:
-            stub = self._build(insn, runs)
-            if stub is not None:
-                self.stubs[key] = stub
-        return stub
+    def register(self, insn: MemInstruction, slot: int) -> bool:
+        """Give the instruction to the loop: carried out there (``emulated``) or
+        through its stub for ``slot`` (built once); False if it takes the slow path."""
+        key = (insn.address, slot)
+        if key in self.stubs or insn.address in self.emulated:
+            return True
+        if insn.address in self.refused:
+            return False
+        how = emulation(insn)
+        if how is not None:
+            op = insn.operands[-1] if how != "stos" else insn.operands[0]
+            self.loop.add_instruction(insn.address, ANY_SLOT, 0, op.base, op.index, op.scale,
+                                      op.disp, op.segment, op.size, op.load, op.store, insn.size,
+                                      addr32=False, atomic=False, op=_OPS[how], rep=insn.rep)
+            self.emulated[insn.address] = how
+            return True
+        why = redirectable(insn)
+        if why is None:
+            stub = self._build(insn, slot)
+            if isinstance(stub, str):
+                why = stub
+        if why is not None:
+            self.refused[insn.address] = why
+            return False
+        self.stubs[key] = stub
+        op = insn.operands[0]
+        self.loop.add_instruction(insn.address, slot, stub, op.base, op.index, op.scale, op.disp,
+                                  op.segment, op.size, op.load, op.store, insn.size,
+                                  addr32=op.base in _REG32 or op.index in _REG32,
+                                  atomic=insn.atomic)
+        return True
 
-    def _area_for(self, module) -> list | None:
-        entry = self.areas.get(module.name)
-        if entry is None:
-            address = gap_for_module(self.tracee.pid, module.start, module.end, AREA_SIZE)
-            with RemoteSyscalls(self.tracee) as rs:
-                area = SharedArea(rs, AREA_SIZE, f"madtrace-data-{module.name}", executable=True,
-                                  address=address)
-            entry = self.areas[module.name] = [area, area.address]
-            bisect.insort(self._ranges, (area.address, area.end))
-        return entry
-
-    def _build(self, insn: MemInstruction, runs) -> int | None:
-        module = self.space.module_for(insn.address)
-        if module is None:
-            self.refused += 1
-            return None
-        try:
-            entry = self._area_for(module)
-        except MadtraceError:
-            self.refused += 1
-            return None
-        area, cursor = entry
-        size = self.open_tpl.size + 32 + self.close_tpl.size
-        if cursor + size > area.end:
-            return None
-        at = cursor
-        code = self.tracee.mem.read(insn.address, 16)
-        reloc = relocate_entry(code, insn.address, 16, at + self.open_tpl.size, min_len=1,
-                               branches_into=lambda lo, hi: [])
-        if not reloc or reloc.consumed != insn.size:
-            self.refused += 1
-            return None
-        (sa, ea, pa), (sb, eb, pb) = (runs + [(0, 0, 0)])[:2]
-        ranges = dict(starta=sa, lena=ea - sa, startb=sb, lenb=eb - sb)
-        body = bytes(self.open_tpl.instantiate(at, prota=pa, protb=pb, **ranges)) + reloc.code
-        close_at = at + len(body)
-        body += bytes(self.close_tpl.instantiate(close_at, nonea=PROT_NONE, noneb=PROT_NONE,
-                                                 **{"return": insn.end}, **ranges))
-        area.write(at, body)
-        self.traps.add(at + len(body) - 5)    # the int3 is followed by the 5-byte jmp back
+    def _build(self, insn: MemInstruction, slot: int) -> int | str:
+        code = self.tracee.mem.read(insn.address, insn.size)
+        at = self.cursor
+        body = redirect_operand(code, insn.address, at, self.slot_address(slot) + self.L.MT_DSLOT_BYTES)
+        if not isinstance(body, bytes):
+            return str(body)
+        tail_at = at + len(body)
+        body += bytes(self.tail.instantiate(
+            tail_at, done=self.slot_address(slot) + self.L.MT_DSLOT_DONE, **{"return": insn.end}))
+        if at + len(body) > self.area.end:
+            self.full = True
+            return "the data area is full"
+        self.area.write(at, body)
+        self.cursor = (at + len(body) + STUB_ALIGN - 1) & ~(STUB_ALIGN - 1)
         bisect.insort(self._stub_starts, at)
-        self._stub_info[at] = (insn.address, insn.end, at + self.open_tpl.size, at + len(body) - 6)
-        entry[1] = (at + len(body) + 15) & ~15
+        self._stub_info[at] = (insn.address, insn.end, tail_at)
         return at
 
-    def leave(self, tid: int, limit: int = 200) -> None:
-        """Move a stopped thread out of a stub.  The stub's save and restore code
-        moves the stack pointer, so the thread is single-stepped to the relocated
-        instruction (then put back onto the original one, which runs again
-        natively) or to the final int3 (then put on the next instruction)."""
+    # ---------------------------------------------------------------- leaving
+    def leave(self, tid: int) -> None:
+        """Move a stopped thread out of a stub (tracing ends): before its
+        instruction ran, back onto the original instruction (which runs again
+        natively on the open page); after it, on the next instruction (the
+        slot is written back by the flush that precedes this)."""
         state = self.tracee.threads.get(tid)
         if state is None or state.running:
             return
         regs = self.tracee.get_regs(tid)
-        if not self.contains(regs.rip):
+        if not self.contains(regs.rip) or regs.rip < self.area.address + self.L.MT_DATA_STUBS:
             return
-        start = self._stub_starts[bisect.bisect_right(self._stub_starts, regs.rip) - 1]
-        original, next_insn, reloc_start, int3 = self._stub_info[start]
-        for _ in range(limit):
-            if regs.rip == reloc_start:
-                regs.rip = original
-                break
-            if regs.rip in (int3, int3 + 1):
-                regs.rip = next_insn
-                break
-            pr.singlestep(tid, 0)
-            state.running = True
-            self.tracee.wait_event(block=True, tid=tid)
-            regs = self.tracee.get_regs(tid)
+        i = bisect.bisect_right(self._stub_starts, regs.rip) - 1
+        if i < 0:
+            raise TracerInternalError(f"thread {tid} at {regs.rip:#x} in the data area, in no stub")
+        start = self._stub_starts[i]
+        original, next_insn, tail = self._stub_info[start]
+        regs.rip = original if regs.rip < tail else next_insn
         self.tracee.set_regs(regs, tid)
-        self.moved.add(tid)   # its stub's int3 stop, if already reported, is void
+
+    def discard_unfinished(self) -> int:
+        """Free the slots whose stub never ran (their thread was moved out): their
+        copy is stale.  Returns how many."""
+        n = 0
+        for slot in range(self.L.MT_DATA_SLOTS):
+            if self.busy(slot) and not self._slot_u64(slot, self.L.MT_DSLOT_DONE):
+                for field in (self.L.MT_DSLOT_LEN, self.L.MT_DSLOT_ADDR):
+                    self._slot_u64(slot, field, 0)
+                n += 1
+        return n
+
+    def close(self) -> None:
+        self.loop.close()
+
+
+_OPS = {"jmp": OP_JMP, "call": OP_CALL, "movs": OP_MOVS, "stos": OP_STOS}
+_REG32 = frozenset({"eax", "ebx", "ecx", "edx", "esi", "edi", "ebp", "esp",
+                    *(f"r{i}d" for i in range(8, 16))})

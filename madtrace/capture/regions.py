@@ -68,6 +68,20 @@ class RegionSet:
         self.regions.sort(key=lambda r: r.start)
         self._starts = [r.start for r in self.regions]
 
+    def cut(self, start: int, end: int) -> None:
+        """Remove [start, end) from every region (munmap): trimmed or split."""
+        kept = []
+        for r in self.regions:
+            if r.end <= start or r.start >= end:
+                kept.append(r)
+                continue
+            if r.start < start:
+                kept.append(Region(r.start, start, r.label))
+            if r.end > end:
+                kept.append(Region(end, r.end, r.label))
+        self.regions = sorted(kept, key=lambda r: r.start)
+        self._starts = [r.start for r in self.regions]
+
     def pages(self) -> set[int]:
         out: set[int] = set()
         for r in self.regions:

@@ -12,6 +12,7 @@ published HEAD (x86 stores are seen in order).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import struct
 import threading
@@ -44,6 +45,7 @@ class RingSet:
         self.unregistered_threads = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._base: int | None = None   # address of the tracer's mapping (head_address)
         self._u64(injector.MT_CTL_MAGIC, injector.MT_MAGIC)
         self._u64(injector.MT_CTL_VERSION, injector.MT_LAYOUT_VERSION)
 
@@ -124,6 +126,14 @@ class RingSet:
             f = self.files.pop(tid, None)
             if f:
                 f.close()
+
+    def head_address(self, tid: int) -> int:
+        """The address of the thread's HEAD in the tracer's own memory (0: no ring)."""
+        if tid not in self.thread_ring:
+            return 0
+        if self._base is None:
+            self._base = ctypes.addressof(ctypes.c_char.from_buffer(self.mem))
+        return self._base + self.ring_offset(self.thread_ring[tid]) + self.L.MT_RING_HEAD
 
     def head_of(self, tid: int) -> int:
         return self._u64(self.ring_offset(self.thread_ring[tid]) + self.L.MT_RING_HEAD)

@@ -35,7 +35,9 @@ class SharedArea:
     """One memfd-backed area, mapped in both processes."""
 
     def __init__(self, rs: RemoteSyscalls, size: int, name: str, executable: bool,
-                 address: int | None = None):
+                 address: int | None = None, writable_code: bool = False):
+        """``executable``: R-X in the target (code areas), else RW-;
+        ``writable_code``: RWX (code that writes data next to itself)."""
         tracee = rs.tracee
         self.size = page_round(size)
         self.name = name
@@ -52,6 +54,8 @@ class SharedArea:
             finally:
                 os.close(local_fd)
             prot = PROT_READ | (PROT_EXEC if executable else PROT_WRITE)
+            if writable_code:
+                prot = PROT_READ | PROT_WRITE | PROT_EXEC
             flags = MAP_SHARED | (MAP_FIXED_NOREPLACE if address is not None else 0)
             self.address = rs.mmap(address or 0, self.size, prot, flags, fd, 0)
             if address is not None and self.address != address:

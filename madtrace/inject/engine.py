@@ -242,6 +242,13 @@ class FunctionTracer:
             return 0
         return self.rings.head_of(tid)
 
+    def sequence_address(self, tid: int) -> int:
+        """Where ``sequence_of(tid)`` lives in the tracer's memory (0: nowhere), for
+        the data engine's C loop."""
+        if self.rings is None:
+            return 0
+        return self.rings.head_address(tid)
+
     def thread_exited(self, tid: int) -> None:
         if self.rings is not None:
             self.rings.unregister(tid)

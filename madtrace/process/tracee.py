@@ -146,6 +146,12 @@ class Tracee:
         self.on_new_thread: list = []
         # resume with PTRACE_SYSCALL (syscall entry/exit stops) instead of PTRACE_CONT
         self.trace_syscalls = False
+        # while data tracing: fast_wait(block) replaces waitpid(-1) (the C loop of
+        # fastloop.py: it handles the faults it can and returns (tid, status) of the
+        # first stop it cannot, or None); after_stop() runs after every other wait
+        # (it writes back the data stubs' stores)
+        self.fast_wait = None
+        self.after_stop = None
 
     # ---------------------------------------------------------------- creation
     @classmethod
@@ -247,7 +253,15 @@ class Tracee:
         flags = pr.WALL | (0 if block else os.WNOHANG)
         while True:
             try:
-                wtid, status = os.waitpid(tid, flags)
+                if tid == -1 and self.fast_wait is not None:
+                    got = self.fast_wait(block)
+                    if got is None:
+                        return None
+                    wtid, status = got
+                else:
+                    wtid, status = os.waitpid(tid, flags)
+                    if wtid and self.after_stop is not None:
+                        self.after_stop()
             except ChildProcessError:
                 return None
             if wtid == 0:

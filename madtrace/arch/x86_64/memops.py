@@ -51,6 +51,7 @@ class MemInstruction:
     text: str
     operands: tuple[MemOperand, ...]
     rep: bool               # a string instruction with a rep prefix: one iteration per step
+    atomic: bool = False    # lock-prefixed, or xchg with memory (implicitly locked)
 
     @property
     def end(self) -> int:
@@ -87,8 +88,9 @@ def memory_accesses(code: bytes, address: int) -> MemInstruction | None:
                                        bool(access & CS_AC_READ), bool(access & CS_AC_WRITE)))
     rep = mnemonic.startswith(("rep", "repe", "repne")) and any(
         s in mnemonic for s in STRING_MNEMONICS)
+    atomic = mnemonic.startswith("lock") or (mnemonic == "xchg" and bool(operands))
     return MemInstruction(insn.address, insn.size, mnemonic, f"{mnemonic} {insn.op_str}",
-                          tuple(operands), rep)
+                          tuple(operands), rep, atomic)
 
 
 def _reg(regs, name: str) -> int:

@@ -1,0 +1,221 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""System calls under data tracing (the data engine's other half).
+
+The target runs under PTRACE_SYSCALL while data tracing is on.
+* Calls in ``SAFE`` neither read nor write user memory through a pointer nor
+  change the address space: the C loop resumes them at once.
+* A call whose arguments reach protected pages (syscall_memory.py) is skipped
+  at its entry (orig_rax = -1), rewound at its exit, and runs again with those
+  pages open; they are closed at its real exit.  Other threads keep running
+  meanwhile: their accesses to those pages in that window are missed, and
+  each such window is counted (``open_windows``).
+* The address space stays in step: brk growth extends the heap region; an
+  anonymous private mapping the target creates (malloc's large blocks, thread
+  arenas; not stacks) becomes a traced region; munmap and mremap drop or move
+  traced pages; the target's own mprotect of traced pages is run for real,
+  remembered as those pages' protection, and the pages are closed again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from ..binary.maps import read_maps
+from ..process import ptrace_raw as pr
+from ..process.events import SyscallStop
+from ..process.remote_syscall import RemoteSyscalls
+from .regions import PAGE, Region
+from .syscall_memory import syscall_pages
+
+PTRACE_GET_SYSCALL_INFO = 0x420E
+SYS_MMAP, SYS_MPROTECT, SYS_MUNMAP, SYS_BRK, SYS_MREMAP = 9, 10, 11, 12, 25
+MAP_SHARED, MAP_PRIVATE, MAP_ANONYMOUS, MAP_STACK = 0x01, 0x02, 0x20, 0x20000
+# system calls that never touch user memory through a pointer nor change mappings
+SAFE = frozenset({
+    3, 8, 24, 32, 33, 34, 39, 60, 62, 102, 104, 107, 108, 110, 186, 200, 231, 234, 292,
+})
+MAPPING_CALLS = frozenset({SYS_MMAP, SYS_MPROTECT, SYS_MUNMAP, SYS_BRK, SYS_MREMAP})
+NO_RESULT = 0xFFFFFFFFFFFFFFFF
+
+
+class _SyscallInfo(ctypes.Structure):
+    _fields_ = [("op", ctypes.c_uint8), ("pad", ctypes.c_uint8 * 3), ("arch", ctypes.c_uint32),
+                ("instruction_pointer", ctypes.c_uint64), ("stack_pointer", ctypes.c_uint64),
+                ("nr", ctypes.c_uint64), ("args", ctypes.c_uint64 * 6)]
+
+
+def syscall_op(tid: int) -> tuple[int, int, list[int]]:
+    """(1 entry | 2 exit, the syscall number at entry / the result at exit, the
+    arguments at entry)."""
+    info = _SyscallInfo()
+    pr.ptrace(PTRACE_GET_SYSCALL_INFO, tid, ctypes.sizeof(info),
+              ctypes.cast(ctypes.byref(info), ctypes.c_void_p))
+    return info.op, info.nr, list(info.args)
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+class SyscallGate:
+    def __init__(self, engine):
+        self.engine = engine
+        self.opened = 0            # calls that ran with traced pages open
+        self.open_windows = 0
+        self.mapped_regions = 0
+        self._open: dict[int, set] = {}        # tid -> pages open for its running call
+        self._skipping: dict[int, tuple] = {}  # tid -> (registers at entry, pages to open)
+        self._entry: dict[int, tuple[int, list[int]]] = {}   # tid -> (number, arguments)
+
+    @staticmethod
+    def safe_numbers() -> frozenset[int]:
+        return SAFE
+
+    def claim(self, tracee, event: SyscallStop) -> bool:
+        engine = self.engine
+        if tracee is not engine.tracee:
+            return False
+        tid = event.tid
+        if not engine.active:
+            if tid in self._skipping:
+                # skipped just before tracing stopped: put the call back so that it
+                # runs for real (every page is open now)
+                saved, _pages = self._skipping.pop(tid)
+                saved.rax, saved.rip, saved.orig_rax = saved.orig_rax, saved.rip - 2, NO_RESULT
+                tracee.set_regs(saved, tid)
+                tracee.resume(tid, 0)
+                return True
+            return False
+        op, value, args = syscall_op(tid)
+        if op == 1:
+            return self._entry_stop(tracee, tid, value, args)
+        if op == 2:
+            return self._exit_stop(tracee, tid, value)
+        return False
+
+    def _entry_stop(self, tracee, tid: int, nr: int, args: list[int]) -> bool:
+        engine = self.engine
+        self._entry[tid] = (nr, args)
+        if tid in self._open or nr in SAFE or nr in MAPPING_CALLS:
+            tracee.resume(tid, 0)
+            return True
+        if tid in self._skipping:
+            return False
+        pages = syscall_pages(nr, args, engine.protected, engine.tracee.mem.read)
+        pages = {p for p in engine.protected if engine.protected[p]} if pages is None else \
+            {p for p in pages if engine.protected.get(p)}
+        if not pages:
+            tracee.resume(tid, 0)   # touches no traced page: runs as it is
+            return True
+        # skip this attempt (orig_rax = -1), rewind at its exit, open, run it again
+        regs = tracee.get_regs(tid)
+        self._skipping[tid] = (regs.copy(), pages)
+        regs.orig_rax = NO_RESULT
+        tracee.set_regs(regs, tid)
+        tracee.resume(tid, 0)
+        return True
+
+    def _exit_stop(self, tracee, tid: int, result: int) -> bool:
+        engine = self.engine
+        if tid in self._skipping:
+            saved, pages = self._skipping.pop(tid)
+            saved.rax = saved.orig_rax
+            saved.rip -= 2          # back onto the syscall instruction
+            saved.orig_rax = NO_RESULT
+            tracee.set_regs(saved, tid)
+            with RemoteSyscalls(tracee, tid) as rs:
+                engine._unprotect(rs, pages)
+            self._open[tid] = pages
+            self.opened += 1
+            if len(tracee.threads) > 1:
+                self.open_windows += 1   # other threads run while the call has the pages
+            tracee.resume(tid, 0)
+            return True
+        opened = self._open.pop(tid, None)
+        nr, args = self._entry.pop(tid, (None, []))
+        if opened is not None:
+            with RemoteSyscalls(tracee, tid) as rs:
+                engine._protect(rs, opened)
+        if nr in MAPPING_CALLS and _signed(result) >= 0 or nr == SYS_BRK:
+            self._mapping_changed(tracee, tid, nr, args, result)
+        tracee.resume(tid, 0)
+        return True
+
+    # ------------------------------------------------------ the address space
+    def _traces_new_mappings(self) -> bool:
+        engine = self.engine
+        return engine.only_regions is None and (
+            engine.region_filter is None or engine.region_filter(Region(0, 0, "[anon]")))
+
+    def _mapping_changed(self, tracee, tid: int, nr: int, args: list[int], result: int) -> None:
+        engine = self.engine
+        with RemoteSyscalls(tracee, tid) as rs:
+            if nr == SYS_BRK:
+                self._refresh_heap(rs)
+            elif nr == SYS_MUNMAP:
+                self._forget(args[0], args[0] + args[1])
+            elif nr == SYS_MMAP:
+                start, end = result, result + _page_up(args[1])
+                self._forget(start, end)   # MAP_FIXED over traced pages
+                flags = args[3]
+                if (flags & MAP_ANONYMOUS and flags & MAP_PRIVATE and not flags & MAP_STACK
+                        and self._traces_new_mappings()):
+                    engine.regions.add(Region(start, end, f"[anon {start:#x}]"))
+                    new = {p: args[2] & 7 for p in range(start, end, PAGE)}
+                    engine.protected.update(new)
+                    engine._protect(rs, new)
+                    self.mapped_regions += 1
+            elif nr == SYS_MREMAP:
+                self._moved(rs, args[0], _page_up(args[1]), result, _page_up(args[2]))
+            elif nr == SYS_MPROTECT:
+                start, end = args[0], args[0] + _page_up(args[1])
+                pages = [p for p in range(start, end, PAGE) if p in engine.protected]
+                if pages and len(tracee.threads) > 1:
+                    self.open_windows += 1   # open from the call until now
+                for p in pages:
+                    engine.protected[p] = args[2] & 7
+                engine._protect(rs, pages)   # closed again (those still accessible)
+        engine.tables_changed()
+
+    def _forget(self, start: int, end: int) -> None:
+        engine = self.engine
+        for p in [p for p in engine.protected if start <= p < end]:
+            del engine.protected[p]
+        engine.regions.cut(start, end)
+
+    def _moved(self, rs: RemoteSyscalls, old: int, old_size: int, new: int, new_size: int) -> None:
+        engine = self.engine
+        region = engine.regions.find(old)
+        if region is None:
+            return
+        prot = engine.protected.get(old & ~(PAGE - 1), 3)
+        self._forget(old, old + old_size)
+        engine.regions.add(Region(new, new + new_size, region.label))
+        pages = {p: prot for p in range(new, new + new_size, PAGE)}
+        engine.protected.update(pages)
+        engine._protect(rs, pages)   # the grown part of the mapping was never closed
+
+    def _refresh_heap(self, rs: RemoteSyscalls) -> None:
+        engine = self.engine
+        if engine.only_regions is not None or (
+                engine.region_filter is not None and not engine.region_filter(Region(0, 0, "[heap]"))):
+            return  # the heap is not among the traced regions
+        # our own mprotect calls split the heap into several mappings, all named [heap]
+        parts = [m for m in read_maps(engine.tracee.pid) if m.path == "[heap]"]
+        heap = Region(min(m.start for m in parts), max(m.end for m in parts), "[heap]") if parts else None
+        old = next((r for r in engine.regions.regions if r.label == "[heap]"), None)
+        engine.regions.replace("[heap]", heap)
+        wanted = set(range(heap.start, heap.end, PAGE)) if heap else set()
+        if old is not None:
+            for p in range(old.start & ~(PAGE - 1), old.end, PAGE):
+                if p not in wanted:
+                    engine.protected.pop(p, None)
+        new = {p: 3 for p in wanted if p not in engine.protected}
+        if new:
+            engine.protected.update(new)
+            engine._protect(rs, new)
+
+
+def _page_up(n: int) -> int:
+    return (n + PAGE - 1) & ~(PAGE - 1)
+
