@@ -67,16 +67,17 @@
  * slot and points the thread at a stub: the faulting instruction re-encoded
  * with its memory operand redirected to the slot ([rip + disp32]), then
  * "mov [rip + done], rsp" (marks the slot done), then "jmp [rip]; .quad back".
- * The page stays protected throughout; a store is written back from the slot
- * to its real address by the tracer at its next stop (any thread: every
+ * The page stays protected throughout; bytes the instruction changed are
+ * written back from the slot to their real address by the tracer at its next stop (any thread: every
  * access to the page faults first, every system call stops first), or by the
  * in-target guard if the tracer is gone.
  */
 #define MT_DATA_SLOTS         256
-#define MT_DSLOT_SIZE         128
+#define MT_DSLOT_SIZE         192
 #define MT_DSLOT_BYTES        0      /* 64 bytes: the operand's copy (64-byte aligned) */
 #define MT_DSLOT_BYTES_MAX    64
-#define MT_DSLOT_ADDR         64     /* u64: the real address of the bytes (0: slot free) */
-#define MT_DSLOT_LEN          72     /* u64: bytes to write back when done (0: a load) */
-#define MT_DSLOT_DONE         80     /* u64: nonzero once the stub's instruction ran */
-#define MT_DATA_STUBS         32768  /* MT_DATA_SLOTS * MT_DSLOT_SIZE: first stub */
+#define MT_DSLOT_ORIGINAL     64     /* 64 bytes: the copy as it was filled */
+#define MT_DSLOT_ADDR         128    /* u64: the real address of the bytes (0: slot free) */
+#define MT_DSLOT_LEN          136    /* u64: the operand's size */
+#define MT_DSLOT_DONE         144    /* u64: nonzero once the stub's instruction ran */
+#define MT_DATA_STUBS         49152  /* MT_DATA_SLOTS * MT_DSLOT_SIZE: first stub */

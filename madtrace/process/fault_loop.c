@@ -262,7 +262,9 @@ int mt_flush(struct mt_ctx *c) {
         if (!SLOT_U64(c, s, MT_DSLOT_ADDR) || !SLOT_U64(c, s, MT_DSLOT_DONE)) continue;
         __atomic_thread_fence(__ATOMIC_ACQUIRE);   /* bytes were stored before DONE */
         uint64_t addr = SLOT_U64(c, s, MT_DSLOT_ADDR), len = SLOT_U64(c, s, MT_DSLOT_LEN);
-        if (len) {
+        /* whatever the instruction changed goes back, whether or not the decoder
+         * called it a store */
+        if (len && memcmp(slot_of(c, s) + MT_DSLOT_BYTES, slot_of(c, s) + MT_DSLOT_ORIGINAL, len)) {
             if (pwrite(c->memfd, slot_of(c, s) + MT_DSLOT_BYTES, len, (off_t)addr) == (ssize_t)len)
                 c->writebacks++;
             else
@@ -314,8 +316,9 @@ static int redirect(struct mt_ctx *c, struct mt_thread *t, struct user_regs_stru
                     struct mt_insn *e, uint64_t ea) {
     uint8_t *slot = slot_of(c, t->slot);
     if (pread(c->memfd, slot + MT_DSLOT_BYTES, e->size, (off_t)ea) != e->size) return 0;
+    memcpy(slot + MT_DSLOT_ORIGINAL, slot + MT_DSLOT_BYTES, e->size);
     if (!record_operand(c, t, regs->rip, ea, e->size, e->kinds, e->ilen)) c->untraced++;
-    SLOT_U64(c, t->slot, MT_DSLOT_LEN) = (e->kinds & 2) ? e->size : 0;
+    SLOT_U64(c, t->slot, MT_DSLOT_LEN) = e->size;
     SLOT_U64(c, t->slot, MT_DSLOT_DONE) = 0;
     SLOT_U64(c, t->slot, MT_DSLOT_ADDR) = ea;
     if (ptrace(PTRACE_POKEUSER, t->tid, (void *)offsetof(struct user_regs_struct, rip),

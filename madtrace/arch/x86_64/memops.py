@@ -21,6 +21,16 @@ from capstone.x86 import X86_OP_MEM, X86_REG_FS, X86_REG_GS, X86_REG_INVALID, X8
 from .decode import capstone_detail
 
 NO_ACCESS_MNEMONICS = ("lea", "nop", "prefetch", "clflush", "clwb", "clflushopt", "endbr64")
+# capstone 5 marks these memory operands as read only: they are also (or only) written
+READ_WRITE = frozenset({"cmpxchg", "cmpxchg8b", "cmpxchg16b", "rol", "ror", "rcl", "rcr", "sal",
+                        "sar", "shl", "shr", "shld", "shrd", "xadd", "xchg", "inc", "dec", "neg",
+                        "not", "bts", "btr", "btc"})
+WRITE_ONLY = frozenset({"fst", "fstp", "fist", "fistp", "fisttp", "fbstp", "fnstcw", "fstcw",
+                        "fnstsw", "fstsw", "stmxcsr", "vstmxcsr", "pextrb", "pextrw", "pextrd",
+                        "pextrq", "extractps", "vpextrb", "vpextrw", "vpextrd", "vpextrq",
+                        "vextractps", "vextracti128", "vextractf128", "sgdt", "sidt", "sldt",
+                        "str", "smsw"})
+MASKED_STORES = ("vmaskmov", "vpmaskmov")
 STRING_MNEMONICS = ("movs", "stos", "lods", "cmps", "scas", "ins", "outs")
 
 _REG64 = {
@@ -76,8 +86,13 @@ def memory_accesses(code: bytes, address: int) -> MemInstruction | None:
             if op.type != X86_OP_MEM:
                 continue
             access = op.access
+            name = mnemonic.split()[-1]
             if plain_move:
                 access = CS_AC_WRITE if position == 0 else CS_AC_READ
+            elif name in READ_WRITE:
+                access = CS_AC_READ | CS_AC_WRITE
+            elif name in WRITE_ONLY or (position == 0 and name.startswith(MASKED_STORES)):
+                access = CS_AC_WRITE
             mem = op.mem
             segment = {X86_REG_FS: "fs", X86_REG_GS: "gs"}.get(mem.segment)
             base = insn.reg_name(mem.base) if mem.base != X86_REG_INVALID else None
