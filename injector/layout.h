@@ -80,4 +80,31 @@
 #define MT_DSLOT_ADDR         128    /* u64: the real address of the bytes (0: slot free) */
 #define MT_DSLOT_LEN          136    /* u64: the operand's size */
 #define MT_DSLOT_DONE         144    /* u64: nonzero once the stub's instruction ran */
-#define MT_DATA_STUBS         49152  /* MT_DATA_SLOTS * MT_DSLOT_SIZE: first stub */
+
+/* The guard: madtrace's SIGSEGV handler in the target while data tracing is on.
+ * The tracer never lets its own faults reach the target, so the guard only
+ * runs for a fault the tracer delivered (the target's own) or when no tracer
+ * is left (killed with SIGKILL).  It reads TracerPid in /proc/self/status:
+ * - a tracer is there: the fault is the target's own: the target's action
+ *   (kept in the table, as DELIVER) is put back and the handler returns, so the
+ *   instruction faults again and meets it; the tracer reinstalls the guard;
+ * - no tracer: every page gets its original protection back (the runs table),
+ *   finished slots are written back, the target's action is put back, and the
+ *   instruction runs again on its open page.
+ * The table (after the slots): */
+#define MT_GUARD              49152  /* MT_DATA_SLOTS * MT_DSLOT_SIZE */
+#define MT_GUARD_ACTIVE       0      /* u64: 1 while the guard is the SIGSEGV action */
+#define MT_GUARD_NRUNS        8      /* u64: entries of the runs table */
+#define MT_GUARD_FIRED        16     /* u64: set when the guard restored the pages */
+#define MT_GUARD_ACTION       32     /* 32 bytes: the target's own kernel sigaction */
+#define MT_GUARD_SELF         64     /* 32 bytes: the guard's kernel sigaction */
+#define MT_GUARD_DELIVER      96     /* 32 bytes: the target's action as the kernel gets it
+                                        while a tracer is there: SA_NODEFER, SIGSEGV never in
+                                        its mask (a fault of madtrace's inside the handler must
+                                        not meet a blocked SIGSEGV: the kernel would reset the
+                                        action to SIG_DFL) */
+#define MT_GUARD_RUNS         128    /* {u64 start, u64 length, u64 prot} per run */
+#define MT_GUARD_RUN_SIZE     24
+#define MT_GUARD_MAX_RUNS     4096
+#define MT_GUARD_CODE         151552 /* page-aligned, after the table */
+#define MT_DATA_STUBS         155648 /* first stub, after the guard's code */

@@ -252,3 +252,118 @@ mt_dataslot_pp_done_rel32:
         .quad 0x1122334455667788
 mt_dataslot_pp_return_abs64:
 mt_dataslot_end:
+
+/* ---------------------------------------------------------------------------
+ * The guard (layout.h "The guard"): the SIGSEGV handler installed while data
+ * tracing is on (SA_SIGINFO | SA_RESTORER, restorer: mt_sigreturn).  Every
+ * register is restored by rt_sigreturn from the signal frame, so the guard
+ * clobbers what it likes; it returns with rsp as it came.
+ */
+mt_guard_start:
+        mov r15, rsp
+        movabs rbx, 0x1122334455667788
+mt_guard_pp_table_abs64:
+        sub rsp, 4096
+        mov edi, -100                       /* AT_FDCWD */
+        lea rsi, [rip + 90f]
+        xor edx, edx                        /* O_RDONLY */
+        mov eax, 257                        /* openat */
+        syscall
+        test rax, rax
+        js 40f                              /* cannot tell: as if no tracer were left */
+        mov r12, rax
+        mov rdi, rax
+        mov rsi, rsp
+        mov edx, 4000
+        xor eax, eax                        /* read */
+        syscall
+        mov r13, rax
+        mov rdi, r12
+        mov eax, 3                          /* close */
+        syscall
+        test r13, r13
+        jle 40f
+        xor ecx, ecx
+20:     lea rax, [rcx + 12]
+        cmp rax, r13
+        ja 40f                              /* no TracerPid line: as if no tracer */
+        movabs rax, 0x6950726563617254      /* "TracerPi" */
+        cmp [rsp + rcx], rax
+        jne 21f
+        cmp word ptr [rsp + rcx + 8], 0x3a64 /* "d:" */
+        jne 21f
+        add rcx, 10
+22:     movzx eax, byte ptr [rsp + rcx]
+        cmp al, 9                           /* tab */
+        je 23f
+        cmp al, 32
+        jne 24f
+23:     inc rcx
+        cmp rcx, r13
+        jb 22b
+        jmp 40f
+24:     cmp al, 0x30                        /* "0\n": no tracer */
+        jne 30f
+        cmp byte ptr [rsp + rcx + 1], 10
+        je 40f
+        jmp 30f
+21:     inc rcx
+        jmp 20b
+        /* a tracer is there: the target's own fault, for the target's own action */
+30:     mov rsp, r15
+        lea rsi, [rbx + MT_GUARD_DELIVER]
+        jmp 51f
+        /* no tracer: original protections back, finished slots written back */
+40:     mov rsp, r15
+        mov r12, [rbx + MT_GUARD_NRUNS]
+        lea r13, [rbx + MT_GUARD_RUNS]
+41:     test r12, r12
+        jz 42f
+        mov rdi, [r13]
+        mov rsi, [r13 + 8]
+        mov rdx, [r13 + 16]
+        mov eax, 10                         /* mprotect */
+        syscall
+        add r13, MT_GUARD_RUN_SIZE
+        dec r12
+        jmp 41b
+42:     lea r13, [rbx - MT_GUARD]           /* slot 0 */
+        mov r12d, MT_DATA_SLOTS
+43:     cmp qword ptr [r13 + MT_DSLOT_ADDR], 0
+        je 44f
+        cmp qword ptr [r13 + MT_DSLOT_DONE], 0
+        je 45f
+        mov rcx, [r13 + MT_DSLOT_LEN]
+        test rcx, rcx
+        jz 45f
+        lea rsi, [r13 + MT_DSLOT_BYTES]
+        lea rdi, [r13 + MT_DSLOT_ORIGINAL]
+        repe cmpsb
+        je 45f                              /* unchanged: nothing to write */
+        mov rdi, [r13 + MT_DSLOT_ADDR]
+        lea rsi, [r13 + MT_DSLOT_BYTES]
+        mov rcx, [r13 + MT_DSLOT_LEN]
+        rep movsb
+45:     mov qword ptr [r13 + MT_DSLOT_ADDR], 0
+44:     add r13, MT_DSLOT_SIZE
+        dec r12
+        jnz 43b
+        mov qword ptr [rbx + MT_GUARD_NRUNS], 0
+        mov qword ptr [rbx + MT_GUARD_FIRED], 1
+        /* the target's own action back; the instruction runs (or faults) again */
+50:     lea rsi, [rbx + MT_GUARD_ACTION]
+51:     mov edi, 11                         /* SIGSEGV */
+        xor edx, edx
+        mov r10d, 8
+        mov eax, 13                         /* rt_sigaction */
+        syscall
+        mov qword ptr [rbx + MT_GUARD_ACTIVE], 0
+        ret
+90:     .asciz "/proc/self/status"
+mt_guard_end:
+
+/* the guard's sa_restorer */
+mt_sigreturn_start:
+        mov eax, 15                         /* rt_sigreturn */
+        syscall
+mt_sigreturn_end:

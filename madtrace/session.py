@@ -36,6 +36,7 @@ class RecordOptions:
     trace_functions: bool = True     # default: every function of the main executable
     timestamps: bool = True
     method: str = "auto"             # patching method: auto (exact), callsite, entry
+    track_allocations: bool = True   # with data: malloc/calloc/realloc/free named blocks
 
 
 def exit_code_of(event) -> int | None:
@@ -231,7 +232,8 @@ class Recording:
                             sequence_of=functions.sequence_of if functions else None,
                             sequence_address=functions.sequence_address if functions else None,
                             patched_addresses=set(functions.patches.applied) if functions else None,
-                            defer=self.controller.deferred.extend, **selection)
+                            defer=self.controller.deferred.extend,
+                            track_allocations=self.options.track_allocations, **selection)
         self.data = engine
         try:
             engine.install()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from madtrace.binary.elf import ElfImage
 
 from .oracles import lackey_accesses
-from .util import madtrace, prog
+from .util import MADTRACE, ROOT, madtrace, prog
 
 
 def sections(path: str, *names: str) -> list[tuple[int, int]]:
@@ -191,3 +192,43 @@ def test_special_instructions_and_mappings_equal_lackey(tmp_path, variant):
     assert any(k.startswith("protected_region+") for k in got)   # and the program's own region
     meta = json.loads((tmp_path / "t" / "meta.json").read_text())["data_tracing"]
     assert meta["slow_path"] == 0 and meta["mapped_regions"] == 2
+
+
+@pytest.mark.parametrize("variant", ["O0-pie", "O2-nopie"])
+def test_own_sigsegv_handler_recovers_and_reads_its_action(tmp_path, variant):
+    """The target installs its own SIGSEGV handler while data tracing is on (madtrace
+    answers its rt_sigaction), reads it back, recovers three times from NULL
+    dereferences with siglongjmp, and its handler touches traced globals (a fault of
+    madtrace's inside a SIGSEGV handler must not reset the action to SIG_DFL)."""
+    argv = [prog("signals", variant), "segvhandler"]
+    native = subprocess.run(argv, capture_output=True, timeout=60)
+    result = madtrace("record", "-q", "--data", "-o", str(tmp_path / "t"), "--", *argv, timeout=120)
+    assert result.returncode == native.returncode == 0, result.stderr
+    assert result.stdout == native.stdout
+    assert b"own action: yes" in result.stdout
+
+
+def test_target_finishes_when_the_tracer_is_killed_mid_trace(tmp_path):
+    """madtrace is SIGKILLed while pages are protected: the guard left in the target
+    restores every protection at the next fault and the program finishes with its
+    normal output."""
+    argv = [prog("bench_data_memory", "O2-nopie"), "400", "4096"]
+    native = subprocess.run(argv, capture_output=True, timeout=60)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    tracer = subprocess.Popen([*MADTRACE, "record", "--data", "--no-alloc", "--no-functions", "-o",
+                               str(tmp_path / "t"), "--", *argv],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        for line in tracer.stderr:                 # tracing is on once this is logged
+            if b"tracing data accesses" in line:
+                break
+        else:
+            pytest.fail("madtrace never started data tracing")
+        os.kill(tracer.pid, signal.SIGKILL)        # 400 rounds take minutes when traced
+        tracer.wait(timeout=30)
+        # the target inherited madtrace's stdout: end of file once it exits
+        out = tracer.stdout.read()
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+    assert out == native.stdout

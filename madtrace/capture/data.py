@@ -46,6 +46,7 @@ from ..process.tracee import Tracee
 from .alloc import AllocTracker
 from .data_syscalls import SyscallGate
 from .datastubs import DataArea
+from .guard import SegvGuard
 from .regions import PAGE, Region, RegionSet, default_regions, page_protections, page_runs
 
 SEGV_ACCERR = 2
@@ -94,6 +95,7 @@ class DataEngine:
         self.slow = 0            # faults handled by single-stepping
         self.untraced_faults = 0
         self.area: DataArea | None = None
+        self.guard: SegvGuard | None = None
         self.alloc: AllocTracker | None = None
         self.syscalls = SyscallGate(self)
         self._held: set[int] | None = None   # threads stopped while one thread's pages are open
@@ -123,11 +125,13 @@ class DataEngine:
             self.area = DataArea(self.tracee, rs)
             self.area.loop.set_kinds(self.loads, self.stores)
             self.area.loop.set_safe_syscalls(self.syscalls.safe_numbers())
+            self.guard = SegvGuard(self.area)
             self._protect(rs, self.protected)
+            self.tables_changed()
+            self.guard.install(rs)
             if self.track_allocations:
                 self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of, self._next_order)
                 self.warnings += self.alloc.install(rs, self.patched_addresses)
-        self.tables_changed()
         for tid in self.tracee.threads:
             self.add_thread(tid)
         self.tracee.on_new_thread.append(self.add_thread)
@@ -138,9 +142,20 @@ class DataEngine:
         self.active = True
 
     def tables_changed(self) -> None:
-        """The protected pages or the traced ranges changed: tell the C loop."""
-        self.area.loop.set_protected(page_runs(p for p, prot in self.protected.items() if prot))
+        """The protected pages or the traced ranges changed: tell the C loop and
+        the guard."""
+        runs = []
+        by_prot: dict[int, list[int]] = {}
+        for page, prot in self.protected.items():
+            if prot:
+                by_prot.setdefault(prot, []).append(page)
+        for prot, pages in by_prot.items():
+            runs += [(start, end, prot) for start, end in page_runs(pages)]
+        runs.sort()
+        self.area.loop.set_protected(runs)
         self.area.loop.set_traced([(r.start, r.end) for r in self.regions.regions])
+        if self.guard is not None:
+            self.guard.update(runs)
 
     def _protect(self, rs: RemoteSyscalls, pages) -> None:
         for start, end in page_runs(p for p in pages if self.protected.get(p)):
@@ -238,6 +253,7 @@ class DataEngine:
             return False
         page = event.si_addr & ~(PAGE - 1)
         if event.si_code != SEGV_ACCERR or not self.protected.get(page):
+            self.guard.delivering()
             return False  # the target's own fault: delivered unchanged
         tid = event.tid
         regs = self.tracee.get_regs(tid)
@@ -380,6 +396,7 @@ class DataEngine:
         if self.active and self.protected:
             with RemoteSyscalls(child) as rs:
                 self._unprotect(rs, self.protected)
+                self.guard.restore_in(rs)
 
     def _unhook(self) -> None:
         self.tracee.fast_wait = None
@@ -401,8 +418,9 @@ class DataEngine:
         self.active = False
         self._unhook()
         self.tracee.trace_syscalls = False
-        if self.tracee.threads and self.protected:
+        if self.tracee.threads:
             with RemoteSyscalls(self.tracee) as rs:
+                self.guard.remove(rs)
                 self._unprotect(rs, self.protected)
         self.released = set(self.protected)
         self.loop_stats()

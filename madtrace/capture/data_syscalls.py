@@ -29,6 +29,7 @@ from .syscall_memory import syscall_pages
 
 PTRACE_GET_SYSCALL_INFO = 0x420E
 SYS_MMAP, SYS_MPROTECT, SYS_MUNMAP, SYS_BRK, SYS_MREMAP = 9, 10, 11, 12, 25
+SYS_RT_SIGACTION, SIGSEGV = 13, 11
 MAP_SHARED, MAP_PRIVATE, MAP_ANONYMOUS, MAP_STACK = 0x01, 0x02, 0x20, 0x20000
 # system calls that never touch user memory through a pointer nor change mappings
 SAFE = frozenset({
@@ -44,13 +45,13 @@ class _SyscallInfo(ctypes.Structure):
                 ("nr", ctypes.c_uint64), ("args", ctypes.c_uint64 * 6)]
 
 
-def syscall_op(tid: int) -> tuple[int, int, list[int]]:
+def syscall_op(tid: int) -> tuple[int, int, list[int], int]:
     """(1 entry | 2 exit, the syscall number at entry / the result at exit, the
-    arguments at entry)."""
+    arguments at entry, the address of the syscall instruction's end)."""
     info = _SyscallInfo()
     pr.ptrace(PTRACE_GET_SYSCALL_INFO, tid, ctypes.sizeof(info),
               ctypes.cast(ctypes.byref(info), ctypes.c_void_p))
-    return info.op, info.nr, list(info.args)
+    return info.op, info.nr, list(info.args), info.instruction_pointer
 
 
 def _signed(value: int) -> int:
@@ -66,6 +67,12 @@ class SyscallGate:
         self._open: dict[int, set] = {}        # tid -> pages open for its running call
         self._skipping: dict[int, tuple] = {}  # tid -> (registers at entry, pages to open)
         self._entry: dict[int, tuple[int, list[int]]] = {}   # tid -> (number, arguments)
+        # tid -> True when the kernel must get the new SIGSEGV action at the exit: the
+        # target's rt_sigaction(SIGSEGV) answered from the guard's table
+        self._answered: dict[int, bool] = {}
+        # tid -> (rsi to restore, signal, oldact): rt_sigaction of another signal that the
+        # kernel gets without SIGSEGV in its mask
+        self._rewritten: dict[int, tuple[int, int, int]] = {}
 
     @staticmethod
     def safe_numbers() -> frozenset[int]:
@@ -86,8 +93,11 @@ class SyscallGate:
                 tracee.resume(tid, 0)
                 return True
             return False
-        op, value, args = syscall_op(tid)
+        op, value, args, ip = syscall_op(tid)
         if op == 1:
+            if engine.area.contains(ip):   # the guard's own calls run as they are
+                tracee.resume(tid, 0)
+                return True
             return self._entry_stop(tracee, tid, value, args)
         if op == 2:
             return self._exit_stop(tracee, tid, value)
@@ -96,6 +106,9 @@ class SyscallGate:
     def _entry_stop(self, tracee, tid: int, nr: int, args: list[int]) -> bool:
         engine = self.engine
         self._entry[tid] = (nr, args)
+        if nr == SYS_RT_SIGACTION and args[3] == 8 and 1 <= args[0] <= 64:
+            self._sigaction(tracee, tid, args)
+            return True
         if tid in self._open or nr in SAFE or nr in MAPPING_CALLS:
             tracee.resume(tid, 0)
             return True
@@ -117,6 +130,27 @@ class SyscallGate:
 
     def _exit_stop(self, tracee, tid: int, result: int) -> bool:
         engine = self.engine
+        if tid in self._answered:
+            kernel_now = self._answered.pop(tid)
+            regs = tracee.get_regs(tid)
+            regs.rax = 0
+            tracee.set_regs(regs, tid)
+            if kernel_now:
+                with RemoteSyscalls(tracee, tid) as rs:
+                    engine.guard.deliver_now(rs)
+            tracee.resume(tid, 0)
+            return True
+        if tid in self._rewritten:
+            rsi, signum, old = self._rewritten.pop(tid)
+            regs = tracee.get_regs(tid)
+            regs.rsi = rsi
+            tracee.set_regs(regs, tid)
+            if _signed(result) == 0:
+                engine.guard.answer_old(tracee.mem, signum, old)
+        if engine.guard.pending_reinstall:
+            # the target's own fault met the target's own action: the guard is back
+            with RemoteSyscalls(tracee, tid) as rs:
+                engine.guard.reinstall(rs)
         if tid in self._skipping:
             saved, pages = self._skipping.pop(tid)
             saved.rax = saved.orig_rax
@@ -140,6 +174,24 @@ class SyscallGate:
             self._mapping_changed(tracee, tid, nr, args, result)
         tracee.resume(tid, 0)
         return True
+
+    def _sigaction(self, tracee, tid: int, args: list[int]) -> None:
+        """rt_sigaction at its entry: SIGSEGV's is answered from the guard's table;
+        another signal's action goes to the kernel without SIGSEGV in its mask."""
+        guard = self.engine.guard
+        regs = tracee.get_regs(tid)
+        if args[0] == SIGSEGV:
+            self._answered[tid] = guard.emulate(tracee.mem, args[1], args[2])
+            regs.orig_rax = NO_RESULT          # skipped: the exit stop sets the result
+            tracee.set_regs(regs, tid)
+        else:
+            scratch = (regs.rsp - 1024) & ~15   # below the red zone, while the call runs
+            where = guard.kernel_version(tracee.mem, args[0], args[1], scratch)
+            self._rewritten[tid] = (regs.rsi, args[0], args[2])
+            if where is not None:
+                regs.rsi = where
+                tracee.set_regs(regs, tid)
+        tracee.resume(tid, 0)
 
     # ------------------------------------------------------ the address space
     def _traces_new_mappings(self) -> bool:

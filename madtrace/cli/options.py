@@ -25,6 +25,9 @@ def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str
                         "(call sites for local functions, entry for exported or address-taken "
                         "ones); callsite/entry force one (the patch report flags inexact ones)")
     parser.add_argument("--data", action="store_true", help="trace data memory accesses")
+    parser.add_argument("--no-alloc", dest="track_allocations", action="store_false",
+                        help="with --data: do not track malloc/calloc/realloc/free (no forged "
+                        "block names; two ptrace stops fewer per allocator call)")
     parser.add_argument("--follow-forks", action="store_true",
                         help="trace fork/vfork children too (default: leave them untraced)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
@@ -38,4 +41,5 @@ def recording_options(args, output: str) -> RecordOptions:
                          data=args.data, follow_forks=args.follow_forks,
                          start_at=getattr(args, "start_at", "entry"), duration=duration,
                          quiet=args.quiet, trace_functions=args.trace_functions,
-                         timestamps=args.timestamps, method=args.method)
+                         timestamps=args.timestamps, method=args.method,
+                         track_allocations=args.track_allocations)

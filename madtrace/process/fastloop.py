@@ -119,7 +119,8 @@ class FaultLoop:
 
     # ------------------------------------------------------------- tables
     def set_protected(self, runs) -> None:
-        arr = _runs_array(runs)
+        """``runs``: (start, end, original PROT_* bits) of the protected pages."""
+        arr = np.ascontiguousarray(np.array(sorted(runs), dtype=np.uint64).reshape(-1, 3))
         self.lib.mt_set_protected(self.ctx, arr.ctypes.data, len(arr))
 
     def set_traced(self, runs) -> None:

@@ -85,7 +85,7 @@ struct mt_ctx {
     int resume_request;    /* PTRACE_SYSCALL or PTRACE_CONT */
     uint8_t *area;         /* the tracer's mapping of the data area */
     uint64_t area_addr;    /* its address in the target */
-    uint64_t *prot_runs;   /* sorted [start, end) pairs: pages madtrace protected */
+    uint64_t *prot_runs;   /* sorted (start, end, original PROT_*) triples: pages madtrace protected */
     size_t n_prot;
     uint64_t *traced_runs; /* sorted [start, end) pairs: bytes that are recorded */
     size_t n_traced;
@@ -146,7 +146,13 @@ static int set_runs(uint64_t **dst, size_t *n, const uint64_t *runs, size_t coun
     return 0;
 }
 int mt_set_protected(struct mt_ctx *c, const uint64_t *runs, size_t n) {
-    return set_runs(&c->prot_runs, &c->n_prot, runs, n);
+    uint64_t *copy = malloc((n ? n : 1) * 3 * sizeof(uint64_t));
+    if (!copy) return -1;
+    memcpy(copy, runs, n * 3 * sizeof(uint64_t));
+    free(c->prot_runs);
+    c->prot_runs = copy;
+    c->n_prot = n;
+    return 0;
 }
 int mt_set_traced(struct mt_ctx *c, const uint64_t *runs, size_t n) {
     return set_runs(&c->traced_runs, &c->n_traced, runs, n);
@@ -181,6 +187,18 @@ static int in_runs(const uint64_t *runs, size_t n, uint64_t a) {
         else return 1;
     }
     return 0;
+}
+
+/* The original protection of a protected page, or -1. */
+static int prot_of(const uint64_t *runs, size_t n, uint64_t a) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (a < runs[3 * mid]) hi = mid;
+        else if (a >= runs[3 * mid + 1]) lo = mid + 1;
+        else return (int)runs[3 * mid + 2];
+    }
+    return -1;
 }
 
 /* ---------------------------------------------------------------- threads */
@@ -404,12 +422,15 @@ static int string_op(struct mt_ctx *c, struct mt_thread *t, struct user_regs_str
 static int handle_fault(struct mt_ctx *c, struct mt_thread *t, uint64_t fault_addr) {
     struct user_regs_struct regs;
     uint64_t page = fault_addr & ~(MT_PAGE - 1);
-    if (!in_runs(c->prot_runs, c->n_prot, page)) return 0;
+    int prot = prot_of(c->prot_runs, c->n_prot, page);
+    if (prot <= 0) return 0;
     if (c->n_rec + 2 > c->rec_cap) return 0;
     if (ptrace(PTRACE_GETREGS, t->tid, 0, &regs) < 0) return 0;
     struct mt_insn *e = find_insn(c, regs.rip, (uint32_t)t->slot);
     if (!e) e = find_insn(c, regs.rip, ANY_SLOT);
     if (!e || (e->atomic && c->n_threads > 1)) return 0;
+    /* an access the page's own protection forbids is the target's own fault */
+    if (((e->kinds & 1) && !(prot & 1)) || ((e->kinds & 2) && !(prot & 2))) return 0;
     if (e->op == OP_MOVS || e->op == OP_STOS) return string_op(c, t, &regs, e);
     uint64_t ea;
     if (e->base == OPND_REG_RIP) ea = regs.rip + e->ilen;
