@@ -60,6 +60,14 @@ def per_thread_files(directory: str, subdir: str, extension: str) -> list[tuple[
     return sorted(found)
 
 
+def copy_trace_files(source: str, destination: str) -> None:
+    """Copy every file of trace directory ``source`` into ``destination`` (which
+    exists), except meta.json: a snapshot writes its own."""
+    shutil.copytree(source, destination, dirs_exist_ok=True,
+                    ignore=lambda folder, names: [n for n in names if n.startswith(META)]
+                    if os.path.samefile(folder, source) else [])
+
+
 def write_text(path: str, name: str, text: str) -> None:
     with open(os.path.join(path, name), "w") as f:
         f.write(text)
