@@ -398,9 +398,10 @@ class Recording:
             meta.update(self._data_results())           # data/ of the live directory, now
             rings = self.functions.rings if self.functions is not None else None
             with rings.quiesced() if rings is not None else contextlib.nullcontext():
-                # calls/*.rec complete up to the counts, which do not move meanwhile
-                store.copy_trace_files(self.options.output, directory)
+                # the record files as far as the counts go (draining waits only for this)
                 meta.update(self._function_results(final=False))
+                sizes = store.record_file_sizes(self.options.output)
+            store.copy_trace_files(self.options.output, directory, sizes)
             store.write_text(directory, "maps.end.txt", read_maps_text(self.tracee.pid))
             store.write_meta(directory, meta)
         except BaseException:

@@ -33,8 +33,10 @@ PROMPT = "madtrace>"
 PATIENCE = 120.0       # a safety net for a loaded machine, never a measured time
 
 
-def spawn_repl(*args: str) -> pexpect.spawn:
+def spawn_repl(*args: str, state=None) -> pexpect.spawn:
     env = dict(os.environ, PYTHONPATH=ROOT, PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm")
+    if state is not None:
+        env["XDG_STATE_HOME"] = str(state)       # where the history goes
     return pexpect.spawn(sys.executable, ["-m", "madtrace.cli.main", *args], env=env,
                          dimensions=(50, 200), timeout=60, encoding="utf-8",
                          logfile=open(os.environ["REPL_LOG"], "w") if "REPL_LOG" in os.environ else None)
@@ -90,7 +92,7 @@ def madt_accesses(directory) -> list[tuple[str, str, str]]:
 def test_repl_through_a_terminal(tmp_path):
     argv = [prog("live_calls", "O2-pie")]
     target = start_ready(argv)          # runs until its stdin is closed
-    child = spawn_repl("repl", str(target.pid), "-o", str(tmp_path / "t"))
+    child = spawn_repl("repl", str(target.pid), "-o", str(tmp_path / "t"), state=tmp_path / "state")
     try:
         child.expect(PROMPT)
         child.send("watch tic\t")             # Tab completes a variable name...
@@ -148,6 +150,9 @@ def test_repl_through_a_terminal(tmp_path):
         assert status["functions_instrumented"] == 0 and status["functions_restored"] == 1
         assert status["patches"] == 0
         assert status["threads"] == [target.pid] and status["dropped_events"] == 0
+        child.send("\x1b[A\r")                 # Up: the history gives the last line back
+        child.expect(r"\{\"pid\": %d, [^\n]*\}\r\n" % target.pid)
+        child.expect(PROMPT)
         child.sendline("detach")
         child.expect("detached from process")
         child.expect(pexpect.EOF)
@@ -159,6 +164,8 @@ def test_repl_through_a_terminal(tmp_path):
         target.kill()
     check_live_output(argv[0], out)     # the program's output is the untraced one
     assert target.returncode == 0
+    history = (tmp_path / "state" / "madtrace" / "history").read_text()
+    assert "\n+instrument tick\n" in history and "\n+status --json\n" in history
     s = summary_json(tmp_path / "t")
     assert s["outcome"] == "detached" and s["exit_status"] is None
     assert s["calls"]["tick"] >= stopped
@@ -246,6 +253,7 @@ def test_save_snapshots_while_the_target_runs(tmp_path):
     assert first["calls"]["tick"] > 0 and first["accesses"] > 0
     assert again["calls"]["tick"] >= first["calls"]["tick"]
     assert second["directory"] == "two" and second["calls"]["tick"] >= again["calls"]["tick"]
+    assert summary_json(two)["calls"] == second["calls"]
     snap = summary_json(one)
     assert snap["outcome"] == "snapshot" and snap["calls"] == again["calls"]
     assert sum(c["L"] + c["S"] for c in snap["accesses"].values()) == again["accesses"]

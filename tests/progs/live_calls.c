@@ -1,5 +1,5 @@
 /* A long-running program for live instrument/restore tests.
- * Usage: live_calls [MIN_ITERATIONS]   (default 1000)
+ * Usage: live_calls [MIN_ITERATIONS]   (default 100)
  *
  * Prints "ready", then calls tick() and tock() in rounds of ROUND iterations.
  * After each round it looks at its stdin: while stdin is open it waits up to
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#define ROUND 1000
+#define ROUND 100
 
 unsigned long ticks, tocks;   /* .bss */
 unsigned long rounds = 1;   /* .data */
