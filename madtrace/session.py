@@ -4,6 +4,7 @@ recordings through this class."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -314,13 +315,16 @@ class Recording:
             self.log(f"detached from process {self.tracee.pid} ({controller.stop_reason})")
         return self.finish(outcome)
 
-    def _function_results(self) -> dict:
+    def _function_results(self, final: bool) -> dict:
+        """Call counts and drop accounting; ``final``: stop draining and close the
+        record files (the end of the recording)."""
         engine = self.functions
         if engine is None or engine.rings is None:
             return {"calls": {}, "dropped_events": 0}
-        if engine.active:
-            engine.rings.stop()
-        engine.rings.close()
+        if final:
+            if engine.active:
+                engine.rings.stop()
+            engine.rings.close()
         totals = engine.rings.totals()
         return {
             "calls": engine.call_counts(),
@@ -332,6 +336,7 @@ class Recording:
         }
 
     def _data_results(self) -> dict:
+        """Writes the data files (data/) into the trace directory; returns the counts."""
         engine = self.data
         if engine is None:
             return {"accesses": {}}
@@ -357,26 +362,63 @@ class Recording:
                                  "held_stops": engine.held_stops,
                                  "regions": [[r.start, r.end, r.label] for r in engine.regions.regions]}}
 
-    def finish(self, outcome: str) -> int | None:
-        self._unpin()
+    def _state_meta(self, outcome: str) -> dict:
+        """How the recording stands (or ended): the part of meta.json that the end
+        of the recording and a snapshot share."""
         status = exit_code_of(self.tracee.exit_event) if self.tracee else None
         modules = self.module_summaries()
-        self.meta.update(
+        return dict(
             outcome=outcome,
             stop_reason=self.controller.stop_reason if self.controller else None,
             exit_status=status,
             exit_signal=self.tracee.exit_event.signum
-            if isinstance(self.tracee.exit_event, ThreadKilled) else None,
-            threads=self.tracee.threads_seen,
+            if self.tracee and isinstance(self.tracee.exit_event, ThreadKilled) else None,
+            threads=self.tracee.threads_seen if self.tracee else 0,
             end_time=time.time(),
-            forks=self.controller.forks_seen,
-            signals_forwarded=self.controller.signals_forwarded,
+            forks=self.controller.forks_seen if self.controller else 0,
+            signals_forwarded=self.controller.signals_forwarded if self.controller else 0,
             modules=modules,
             symbols=sum(m["symbols"] for m in modules),
         )
-        self.meta.update(self._function_results())
+
+    def finish(self, outcome: str) -> int | None:
+        self._unpin()
+        self.meta.update(self._state_meta(outcome))
+        self.meta.update(self._function_results(final=True))
         self.meta.update(self._data_results())
         if self._maps_end:
             store.write_text(self.options.output, "maps.end.txt", self._maps_end)
         store.write_meta(self.options.output, self.meta)
-        return status
+        return self.meta["exit_status"]
+
+    # live control: the trace so far, the target still running ---------------------
+    def snapshot(self, directory: str, force: bool = False) -> dict:
+        """Write the trace directory of the recording so far to ``directory`` (what
+        the end of the recording writes, with outcome "snapshot" and the memory
+        map of now as maps.end.txt) while the target keeps running.  Tracer
+        thread only (the data engine's buffers are its own); never overwrites an
+        existing path without ``force``.  Returns where and what was written."""
+        live = os.path.realpath(self.options.output)
+        wanted = os.path.realpath(directory)
+        if wanted == live or wanted.startswith(live + os.sep) or live.startswith(wanted + os.sep):
+            raise UsageError(f"{directory} is (or contains, or is inside) the trace directory of "
+                             f"this session ({self.options.output}): save to another directory")
+        store.create_trace_dir(directory, force)
+        try:
+            meta = dict(self.meta, **self._state_meta("snapshot"), snapshot_of=live)
+            meta.update(self._data_results())           # data/ of the live directory, now
+            rings = self.functions.rings if self.functions is not None else None
+            with rings.quiesced() if rings is not None else contextlib.nullcontext():
+                # the record files as far as the counts go (draining waits only for this)
+                meta.update(self._function_results(final=False))
+                sizes = store.record_file_sizes(self.options.output)
+            store.copy_trace_files(self.options.output, directory, sizes)
+            store.write_text(directory, "maps.end.txt", read_maps_text(self.tracee.pid))
+            store.write_meta(directory, meta)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        return {"directory": directory, "calls": meta["calls"], "records":
+                meta.get("function_tracing", {}).get("records", 0),
+                "accesses": sum(c["L"] + c["S"] for c in meta["accesses"].values()),
+                "dropped_events": meta["dropped_events"], "threads": meta["threads"]}

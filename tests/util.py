@@ -42,6 +42,28 @@ def start_ready(argv: list[str]) -> subprocess.Popen:
     return proc
 
 
+def finish_live(proc: subprocess.Popen, timeout: float = 60) -> bytes:
+    """End a running tests/progs/live_calls: close its stdin (it stops after
+    its current round) and return what it printed after 'ready'."""
+    out, _ = proc.communicate(timeout=timeout)
+    return out
+
+
+def check_live_output(path: str, out: bytes) -> int:
+    """``out`` (what live_calls printed after 'ready') must be byte-identical
+    to an untraced run of the same program for the same number of iterations
+    (stdin at EOF: it does exactly that many, without waiting).  Returns it."""
+    import re
+    match = re.search(rb"^iterations=(\d+) ", out, re.M)
+    assert match, f"no iterations line in {out!r}"
+    iterations = match.group(1).decode()
+    reference = subprocess.run([path, iterations], stdin=subprocess.DEVNULL, capture_output=True,
+                               timeout=120)
+    assert reference.returncode == 0
+    assert b"ready\n" + out == reference.stdout, (out, reference.stdout)
+    return int(iterations)
+
+
 def madtrace(*args: str, **kw) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=ROOT)
     return subprocess.run(MADTRACE + list(args), capture_output=True, timeout=kw.pop("timeout", 120),

@@ -12,6 +12,7 @@ published HEAD (x86 stores are seen in order).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import struct
@@ -188,6 +189,17 @@ class RingSet:
             if flags & self.L.MT_FLAG_NOWAIT:  # writers may wait again: we are alive
                 self.mem[self.L.MT_CTL_FLAGS] = flags & ~self.L.MT_FLAG_NOWAIT
             return total
+
+    @contextlib.contextmanager
+    def quiesced(self):
+        """Drain every ring and flush the record files; nothing more is drained
+        until the block ends (a consistent copy of calls/ and of the counts)."""
+        with self.lock:
+            for tid in list(self.thread_ring):
+                self._drain_one(tid)
+            for f in self.files.values():
+                f.flush()
+            yield self
 
     def start(self, interval: float = 0.001) -> None:
         busy = self.L.MT_RING_RECORDS // 8

@@ -1,4 +1,6 @@
-"""madtrace attach PID -o DIR [-f PATTERN]... [--data] [--duration SECONDS]"""
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""madtrace attach PID -o DIR [-f PATTERN]... [--data] [--duration SECONDS]
+[--repl [--batch FILE] | --daemon]"""
 
 from __future__ import annotations
 
@@ -16,8 +18,13 @@ def add_arguments(parser) -> None:
     add_recording_arguments(parser, default_output="madtrace.data")
     parser.add_argument("--duration", type=float, metavar="SECONDS",
                         help="detach after this many seconds")
-    parser.add_argument("--repl", action="store_true",
-                        help="control the process interactively (see madtrace repl)")
+    live = parser.add_mutually_exclusive_group()
+    live.add_argument("--repl", action="store_true",
+                      help="control the process interactively (see madtrace repl)")
+    live.add_argument("--daemon", action="store_true",
+                      help="trace in the background: return once attached (see madtrace daemon)")
+    parser.add_argument("--batch", metavar="FILE",
+                        help="with --repl: run the commands of FILE, then detach")
 
 
 def run(args) -> int:
@@ -27,7 +34,12 @@ def run(args) -> int:
         raise UsageError(f"not a PID: {args.pid!r}") from None
     if args.target_command:
         raise UsageError("attach takes a PID, not a command after --")
+    if args.batch is not None and not args.repl:
+        raise UsageError("--batch goes with --repl")
     options = recording_options(args, args.output)
+    if args.daemon:
+        from .cmd_daemon import start
+        return start(pid, options)
     if args.repl:
         from ..repl.host import repl_options
         options = repl_options(options)
@@ -36,7 +48,7 @@ def run(args) -> int:
     recording.log(f"attached to process {pid} ({recording.tracee.threads_seen} threads)")
     if args.repl:
         from ..repl.host import run_with_frontend
-        status = run_with_frontend(recording)
+        status = run_with_frontend(recording, args.batch)
     else:
         status = recording.run()
     recording.log(f"trace written to {args.output}")

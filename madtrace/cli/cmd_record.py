@@ -1,4 +1,5 @@
-"""madtrace record -o DIR [-f PATTERN]... [--data] [--force] -- CMD ARGS..."""
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""madtrace record -o DIR [-f PATTERN]... [--data] [--force] [--repl [--batch FILE]] -- CMD ARGS..."""
 
 from __future__ import annotations
 
@@ -16,11 +17,16 @@ def add_arguments(parser) -> None:
                         help="where tracing starts: the program's entry point or main()")
     parser.add_argument("--repl", action="store_true",
                         help="control the program interactively while it runs (see madtrace repl)")
+    parser.add_argument("--batch", metavar="FILE",
+                        help="with --repl: run the commands of FILE (the program keeps its stdin), "
+                        "then detach")
 
 
 def record(args, output: str) -> tuple[Recording, int | None]:
     if not args.target_command:
         raise UsageError("no command given: madtrace record [options] -- CMD ARGS...")
+    if args.batch is not None and not args.repl:
+        raise UsageError("--batch goes with --repl")
     options = recording_options(args, output)
     if args.repl:
         from ..repl.host import repl_options
@@ -29,7 +35,7 @@ def record(args, output: str) -> tuple[Recording, int | None]:
     recording.launch(args.target_command)
     if args.repl:
         from ..repl.host import run_with_frontend
-        status = run_with_frontend(recording)
+        status = run_with_frontend(recording, args.batch)
     else:
         status = recording.run()
     recording.log(f"trace written to {output}")

@@ -35,7 +35,9 @@ def summary_of(meta: dict) -> dict:
 def print_human_summary(meta: dict, directory: str, out) -> None:
     s = summary_of(meta)
     command = " ".join(s["command"] or []) or f"pid {s['pid']}"
-    if s["exit_signal"]:
+    if s["outcome"] == "snapshot":
+        ending = "still running: a snapshot written by the REPL's save,"
+    elif s["exit_signal"]:
         ending = f"killed by signal {s['exit_signal']}"
     elif s["exit_status"] is not None:
         ending = f"exit status {s['exit_status']}"
@@ -43,7 +45,8 @@ def print_human_summary(meta: dict, directory: str, out) -> None:
         ending = f"detached ({s['stop_reason']})"
     print(f"== madtrace summary of {directory}", file=out)
     print(f"   target   : {command}", file=out)
-    print(f"   ended    : {ending} after {s['duration_s']:.3f} s", file=out)
+    label = "state" if s["outcome"] == "snapshot" else "ended"
+    print(f"   {label:<9}: {ending} after {s['duration_s']:.3f} s", file=out)
     print(f"   threads  : {s['threads']}   forks: {s['forks']}   "
           f"signals forwarded: {s['signals_forwarded']}", file=out)
     print(f"   modules  : {len(s['modules'])} ({s['symbols']} symbols)", file=out)

@@ -239,8 +239,18 @@ class Controller:
 
     # ---------------------------------------------------------------- leaving
     def detach_all(self) -> None:
+        """Stop every thread, let the engines restore what they changed, then
+        handle the stops met on the way as the run loop would (an engine finishes
+        those it caused: a fault on a page that is open again, a stub's trap; the
+        target's own signals are forwarded), and detach.  Before, a stop caused by
+        madtrace was taken for the target's signal and delivered at detach
+        (SIGSEGV or SIGTRAP killed a target detached while data tracing)."""
+        deferred, self.deferred = self.deferred, []
         for tracee in [self.tracee] + list(self.children.values()):
-            tracee.stop_all_quietly()
+            try:
+                events = [e for e in deferred if e.tid in tracee.threads] + tracee.stop_all()
+            except NoSuchProcessError:
+                events = []
             for hook in self.before_detach:
                 try:
                     hook(tracee)
@@ -248,7 +258,17 @@ class Controller:
                     # keep restoring and detaching: a half-restored target is still
                     # better than one left stopped under a dead tracer
                     pass
-            tracee.detach()
+            for event in events:
+                state = tracee.threads.get(event.tid)
+                if state is None or state.running:
+                    continue
+                try:
+                    self.handle(event, tracee)
+                except Exception:
+                    # it stays stopped: detach resumes it (with its signal if it had one)
+                    if isinstance(event, SignalStop):
+                        state.pending_signal = event.signum
+            tracee.detach()   # stops the resumed threads again (keeping their own signals)
 
     # --------------------------------------------------------- breakpoints
     def run_to(self, address: int) -> None:

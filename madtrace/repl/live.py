@@ -15,12 +15,14 @@ commands waiting for it (detach, kill) and refuses the rest.
 from __future__ import annotations
 
 import queue
+import shlex
 import threading
 import time
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from fnmatch import fnmatch
 
+from ..capture.regions import default_regions
 from ..errors import MadtraceError, NoSuchProcessError
 from ..process.events import ThreadKilled
 from .parser import Invocation
@@ -121,10 +123,12 @@ class LiveSession:
         space = self.space
         main = space.main if space is not None else None
         symbols = main.image.symbols if main is not None else []
+        regions = [r.label for r in default_regions(space, [])] if space is not None else []
         self._names = {
             "functions": sorted({s.name for s in symbols if s.kind in ("FUNC", "IFUNC")}),
             "variables": sorted({s.name for s in symbols if s.kind in ("OBJECT", "COMMON")}),
             "modules": sorted(m.name for m in space.modules) if space is not None else [],
+            "regions": [shlex.quote(label) for label in regions + ["[heap]"]],
         }
 
     def complete(self, kind: str | None, word: str) -> list[str]:
@@ -142,6 +146,8 @@ class LiveSession:
             return names["functions"] + [f"{m}:" for m in names["modules"]]
         if kind == "symbols":
             return names["functions"] + names["variables"]
+        if kind in ("variables", "regions"):
+            return names[kind]
         if kind == "traced":
             return sorted(fn.name for fn in self.traced_functions(patched_only=True)) + ["all"]
         if kind == "threads":
@@ -181,7 +187,7 @@ class LiveSession:
     def _execute(self, invocation: Invocation, future: Future) -> None:
         command = invocation.command
         try:
-            data = command.run(self, invocation.args)
+            data = command.execute(self, invocation)
             if data is WAIT_FOR_END:
                 self._waiting_for_end.append(future)
                 return

@@ -3,7 +3,8 @@
 
 Grammar: shell-like words (quotes, ``#`` comments); the first word names a
 command; ``--json`` anywhere selects the JSON form of commands that have
-one; any other word starting with ``--`` is an unknown option; the number of
+one, and the command's own flags (``save DIR --force``) may appear anywhere
+too; any other word starting with ``--`` is an unknown option; the number of
 remaining words must fit the command.
 """
 
@@ -23,6 +24,13 @@ class Invocation:
     args: list[str]
     json: bool
     line: str
+    flags: frozenset = frozenset()
+
+    def for_daemon(self) -> str:
+        """The line to send to a daemon: the command's paths made absolute here,
+        where the user is (the daemon runs in /)."""
+        words = [self.command.name, *self.command.localize(self.args), *sorted(self.flags)]
+        return shlex.join(words + (["--json"] if self.json else []))
 
 
 def _arity(command: Command) -> str:
@@ -52,10 +60,13 @@ def parse(line: str) -> Invocation | None:
     rest = [w for w in rest if w != "--json"]
     if want_json and not command.json_form:
         raise UsageError(f"{command.name} has no --json form")
+    flags = frozenset(w for w in rest if w in command.flags)
+    rest = [w for w in rest if w not in command.flags]
     for word in rest:
         if word.startswith("--"):
             raise UsageError(f"{command.name}: unknown option {word} (usage: {command.usage})")
     n, lo, hi = len(rest), command.min_args, command.max_args
     if n < lo or (hi is not None and n > hi):
         raise UsageError(f"{command.name} takes {_arity(command)}, not {n} (usage: {command.usage})")
-    return Invocation(command, rest, want_json, line.strip())
+    command.check(rest)
+    return Invocation(command, rest, want_json, line.strip(), flags)

@@ -30,6 +30,30 @@ class Command:
     side = "tracer"                # "tracer" or "frontend"
     stops_target = False           # needs every thread stopped while it runs
     completes: str | None = None   # what its arguments complete to (see LiveSession.complete)
+    flags: tuple[str, ...] = ()    # its own options, e.g. ("--force",)
+
+    def check(self, args: list[str]) -> None:
+        """Raise a one-line UsageError for a malformed argument list (at parse time,
+        before anything reaches the target or the daemon)."""
+
+    def completion_kind(self, args: list[str]) -> str | None:
+        """What the next argument completes to, after ``args`` (the words typed):
+        a kind of name (see LiveSession.complete), "commands" or "paths"."""
+        return self.completes
+
+    def keywords(self, args: list[str]) -> list[str]:
+        """Fixed words the next argument may be, after ``args`` (with the kind's names)."""
+        return []
+
+    def localize(self, args: list[str]) -> list[str]:
+        """``args`` as the daemon must see them (paths relative to the client's
+        directory made absolute)."""
+        return list(args)
+
+    def execute(self, session, invocation):
+        """Tracer side: run the invocation (flags included); most commands only
+        need ``run``."""
+        return self.run(session, invocation.args)
 
     def run(self, session, args: list[str]):
         raise NotImplementedError
@@ -42,8 +66,9 @@ class Command:
 
     @property
     def usage(self) -> str:
+        flags = "".join(f" [{flag}]" for flag in self.flags)
         json = " [--json]" if self.json_form else ""
-        return f"{self.name} {self.arguments}{json}".replace("  ", " ").strip()
+        return f"{self.name} {self.arguments}{flags}{json}".replace("  ", " ").strip()
 
     @property
     def description(self) -> str:

@@ -140,7 +140,7 @@ class DaemonClient:
 
     def execute(self, invocation: Invocation) -> Reply:
         try:
-            return Reply.from_dict(self.request({"line": invocation.line}))
+            return Reply.from_dict(self.request({"line": invocation.for_daemon()}))
         except NoSuchProcessError as exc:
             return Reply(False, error=str(exc), code=exc.exit_code, ended=True)
 

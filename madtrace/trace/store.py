@@ -60,6 +60,39 @@ def per_thread_files(directory: str, subdir: str, extension: str) -> list[tuple[
     return sorted(found)
 
 
+def record_file_sizes(directory: str) -> dict[str, int]:
+    """{name: bytes} of the call record files (calls/<tid>.rec) written so far."""
+    return {os.path.basename(path): os.path.getsize(path)
+            for _, path in per_thread_files(directory, "calls", ".rec")}
+
+
+def _copy_prefix(source: str, destination: str, size: int) -> None:
+    with open(source, "rb") as src, open(destination, "wb") as dst:
+        while size > 0:
+            chunk = src.read(min(size, 1 << 20))
+            if not chunk:
+                raise CorruptTraceError(f"{source}: shorter than the {size} bytes expected")
+            dst.write(chunk)
+            size -= len(chunk)
+
+
+def copy_trace_files(source: str, destination: str, record_sizes: dict[str, int]) -> None:
+    """Copy trace directory ``source`` into ``destination`` (which exists) for a
+    snapshot: every file but meta.json (the snapshot writes its own), the call
+    record files only up to ``record_sizes`` (what the snapshot's counts cover,
+    while the live files keep growing; files not in it are left out)."""
+    def ignore(folder, names):
+        if os.path.samefile(folder, source):
+            return [n for n in names if n.startswith(META) or n == "calls"]
+        return []
+    shutil.copytree(source, destination, dirs_exist_ok=True, ignore=ignore)
+    if record_sizes:
+        os.makedirs(os.path.join(destination, "calls"), exist_ok=True)
+    for name, size in record_sizes.items():
+        _copy_prefix(os.path.join(source, "calls", name), os.path.join(destination, "calls", name),
+                     size)
+
+
 def write_text(path: str, name: str, text: str) -> None:
     with open(os.path.join(path, name), "w") as f:
         f.write(text)

@@ -2,4 +2,4 @@
 """One module per REPL command; importing this package registers them all."""
 
 from . import (calls, detach, examine, funcs, help, instrument, kill, maps,  # noqa: F401
-               quit, regs, restore, sleep, status, top, trace, watch)
+               quit, regs, restore, save, sleep, status, top, trace, watch)

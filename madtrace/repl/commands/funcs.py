@@ -9,6 +9,12 @@ from ..registry import Command, register
 LIMIT = 200
 
 
+def find_functions(space, pattern: str) -> list:
+    """Functions matching GLOB: of the main executable, or 'module:GLOB'."""
+    query = pattern if ":" in pattern or space.main is None else f"{space.main.name}:{pattern}"
+    return space.find_functions(query)
+
+
 @register
 class Funcs(Command):
     """List the functions matching GLOB (default: every function of the main
@@ -24,9 +30,7 @@ class Funcs(Command):
 
     def run(self, session, args):
         pattern = args[0] if args else "*"
-        space = session.space
-        query = pattern if ":" in pattern or space.main is None else f"{space.main.name}:{pattern}"
-        found = space.find_functions(query)
+        found = find_functions(session.space, pattern)
         if not found:
             raise UnknownSymbolError(f"no function matches {pattern!r}")
         state = {}

@@ -6,11 +6,12 @@ from __future__ import annotations
 from ..registry import Command, register
 
 
-def _data_state(engine) -> str:
+def _data_state(engine, inside: list[str]) -> str:
     if engine is None:
         return "off"
     state = "on" if engine.active else "off"
-    return f"{state} ({engine.faults} faults, {len(engine.protected)} pages)"
+    where = f", only inside {', '.join(inside)}" if inside and engine.active else ""
+    return f"{state} ({engine.faults} faults, {len(engine.protected)} pages{where})"
 
 
 @register
@@ -36,7 +37,7 @@ class Status(Command):
             "functions_restored": len(traced) - len(patched),
             "patches": len(engine.patches) if engine is not None else 0,
             "records": 0, "dropped_events": 0, "ring_fill": {},
-            "data_tracing": _data_state(session.recording.data),
+            "data_tracing": _data_state(session.recording.data, session.scratch.get("data_in", [])),
         }
         rings = engine.rings if engine is not None else None
         if rings is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...capture.regions import Region
 from ...errors import UsageError
 from ..registry import Command, register
+from .trace import data_tracing_state
 
 
 @register
@@ -20,7 +21,8 @@ class Watch(Command):
     summary = "trace the accesses to one variable or address"
     min_args = 1
     max_args = 1
-    completes = "symbols"
+    json_form = True
+    completes = "variables"
     stops_target = True
 
     def run(self, session, args):
@@ -33,5 +35,9 @@ class Watch(Command):
             label = variable.variable.name
         if address <= 0:
             raise UsageError(f"not an address: {target}")
-        return session.recording.start_data_tracing(
+        message = session.recording.start_data_tracing(
             only_regions=[Region(address, address + size, label)])
+        return data_tracing_state(session, message)
+
+    def render(self, data):
+        return data["message"]
