@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import sys
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from .binary.address_space import AddressSpace
 from .binary.maps import read_maps
 from .capture.data import DataEngine
+from .capture.regions import Region, region_matcher
 from .inject.engine import FunctionTracer
 from .errors import StrippedBinaryError, UnknownSymbolError, UsageError
 from .process.controller import Controller
@@ -38,6 +40,39 @@ class RecordOptions:
     timestamps: bool = True
     method: str = "auto"             # patching method: auto (exact), callsite, entry
     track_allocations: bool = True   # with data: malloc/calloc/realloc/free named blocks
+    data_regions: list[str] = field(default_factory=list)   # region label globs
+    data_only: list[str] = field(default_factory=list)      # variables or heap block numbers
+    data_in: list[str] = field(default_factory=list)        # record only inside these functions
+    loads: bool = True
+    stores: bool = True
+
+
+BLOCK_NAME = re.compile(r"^<?(?:malloc|calloc|realloc|freed:)?(\d+)(?:@.*)?>?$")
+
+
+def data_selection(options: RecordOptions, space: AddressSpace) -> dict:
+    """DataEngine keywords for --regions, --only and --data-in."""
+    selection: dict = {}
+    if options.data_regions:
+        selection["region_filter"] = region_matcher(options.data_regions)
+    variables, blocks = [], set()
+    for name in options.data_only:
+        block = BLOCK_NAME.match(name)
+        if block:
+            blocks.add(int(block.group(1)))
+            continue
+        variable = space.find_variable(name)
+        variables.append(Region(variable.address, variable.address + max(variable.variable.size, 1),
+                                variable.variable.name))
+    if variables:
+        selection["only_regions"] = variables
+    if blocks:
+        selection["only_blocks"] = blocks
+        if "region_filter" not in selection:
+            selection["region_filter"] = region_matcher(["[heap]", "[anon*"])
+    if options.data_in:
+        selection["data_in"] = list(options.data_in)
+    return selection
 
 
 def exit_code_of(event) -> int | None:
@@ -173,7 +208,7 @@ class Recording:
         if self.options.trace_functions and self.tracee.exit_event is None:
             self._install_function_tracing()
         if self.options.data and self.tracee.exit_event is None:
-            self._install_data_tracing()
+            self._install_data_tracing(**data_selection(self.options, self.address_space))
         store.write_text(self.options.output, "maps.start.txt", read_maps_text(self.tracee.pid))
         self.controller.on_thread_exit.append(self._snapshot_at_exit)
         self.controller.on_exec.append(self._on_exec)
@@ -234,7 +269,8 @@ class Recording:
                             sequence_address=functions.sequence_address if functions else None,
                             patched_addresses=set(functions.patches.applied) if functions else None,
                             defer=self.controller.deferred.extend,
-                            track_allocations=self.options.track_allocations, **selection)
+                            track_allocations=self.options.track_allocations,
+                            loads=self.options.loads, stores=self.options.stores, **selection)
         self.data = engine
         try:
             engine.install()
@@ -359,6 +395,11 @@ class Recording:
                                  "stubs": len(engine.area.stubs) if engine.area else 0,
                                  "syscalls_opened": engine.syscalls.opened,
                                  "open_windows": engine.syscalls.open_windows,
+                                 "gate": {"functions": engine.gate.names,
+                                          "entries": engine.gate.entries,
+                                          "arms": engine.gate.arms} if engine.gate else None,
+                                 "guard": {"installed": engine.guard.installed if engine.guard else False,
+                                           "reinstalls": engine.guard.reinstalls if engine.guard else 0},
                                  "held_stops": engine.held_stops,
                                  "regions": [[r.start, r.end, r.label] for r in engine.regions.regions]}}
 

@@ -232,3 +232,81 @@ def test_target_finishes_when_the_tracer_is_killed_mid_trace(tmp_path):
         if tracer.poll() is None:
             tracer.kill()
     assert out == native.stdout
+
+
+def _record_data(tmp_path, argv, *options):
+    out = tmp_path / "t"
+    result = madtrace("record", "-q", "--data", "--no-functions", "-o", str(out), *options, "--",
+                      *argv, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return json.loads((out / "meta.json").read_text()), result.stdout
+
+
+@pytest.mark.parametrize("variant", ["O0-nopie", "O2-pie"])
+def test_selecting_what_is_traced(tmp_path, variant):
+    """--data-in, --only VAR, --regions, --loads-only / --stores-only select
+    exactly the accesses an unselected trace holds for that selection."""
+    argv = [prog("data_globals", variant)]
+    native = subprocess.run(argv, capture_output=True, timeout=60).stdout
+    full, out = _record_data(tmp_path / "all", argv)
+    assert out == native
+    own = {k: v for k, v in full["accesses"].items()
+           if k.split("+")[0] in ("fill", "sum", "count_vowels", "move_points")}
+
+    def part(prefixes):
+        return {k: v for k, v in own.items() if k.split("+")[0] in prefixes}
+
+    inside, out = _record_data(tmp_path / "in", argv, "--data-in", "sum", "--data-in", "move_*")
+    assert out == native
+    assert inside["accesses"] == part(("sum", "move_points"))
+    assert inside["data_tracing"]["gate"]["entries"] == 2
+
+    values, out = _record_data(tmp_path / "only", argv, "--only", "values")
+    assert out == native
+    # fill() stores values[0..199], sum() loads them (sum's `total += s` is not values)
+    assert all(own[k] == v for k, v in values["accesses"].items())
+    assert {k.split("+")[0] for k in values["accesses"]} == {"fill", "sum"}
+    assert {k: v for k, v in values["accesses"].items() if k.startswith("fill+")} == part(("fill",))
+    # every element is stored once and loaded once (200 ints, or 50 vectors at -O2)
+    stored = sum(c["S"] for c in values["accesses"].values())
+    assert stored in (200, 50) and sum(c["L"] for c in values["accesses"].values()) == stored
+
+    data_only, _ = _record_data(tmp_path / "regions", argv, "--regions", ".data of *")
+    labels = {r[2] for r in data_only["data_tracing"]["regions"]}
+    assert labels and all(label.startswith(".data of ") for label in labels)
+    assert {k: v for k, v in data_only["accesses"].items() if k in own} == part(("count_vowels",))
+
+    loads, _ = _record_data(tmp_path / "loads", argv, "--loads-only")
+    stores, _ = _record_data(tmp_path / "stores", argv, "--stores-only")
+    for name, counts in own.items():
+        assert loads["accesses"].get(name, {"L": 0})["L"] == counts["L"]
+        assert stores["accesses"].get(name, {"S": 0})["S"] == counts["S"]
+    assert all(c["S"] == 0 for c in loads["accesses"].values())
+    assert all(c["L"] == 0 for c in stores["accesses"].values())
+
+
+def test_only_one_heap_block(tmp_path):
+    """--only malloc0001-style names select one heap block's accesses."""
+    argv = [prog("data_heap", "O2-nopie")]
+    full, _ = _record_data(tmp_path / "all", argv)
+    blocks = json.loads((tmp_path / "all" / "t" / "data" / "allocations.json").read_text())
+    target = next(b for b in blocks if b["site"].startswith("build_list"))
+    only, out = _record_data(tmp_path / "one", argv, "--only", f"malloc{target['id']:04d}")
+    assert out == subprocess.run(argv, capture_output=True, timeout=60).stdout
+    from madtrace.trace.reader import iter_access_chunks
+    chunks = [c for _, c in iter_access_chunks(str(tmp_path / "one" / "t"))]
+    assert chunks and all((c["block"] == target["id"]).all() for c in chunks)
+    total = sum(len(c) for c in chunks)
+    assert total == sum(sum(v.values()) for v in only["accesses"].values()) >= 2
+
+
+def test_bad_data_selections_are_one_line_errors(tmp_path):
+    argv = [prog("data_globals", "O0-nopie")]
+    for options, code, words in ((["--data-in", "nope_*"], 16, "no function matches"),
+                                 (["--only", "no_such_var"], 16, "unknown variable"),
+                                 (["--loads-only", "--stores-only"], 2, "not allowed with")):
+        result = madtrace("record", "-q", "--data", "-o", str(tmp_path / "x"), *options, "--", *argv)
+        err = result.stderr.decode().strip()
+        assert result.returncode == code and words in err and "\n" not in err, (options, err)
+    result = madtrace("record", "-q", "--only", "values", "-o", str(tmp_path / "y"), "--", *argv)
+    assert result.returncode == 2 and b"add --data" in result.stderr

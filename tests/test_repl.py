@@ -367,7 +367,6 @@ def test_watch_one_variable_or_region_live(tmp_path, command):
     assert {kind for kind, _, _ in accesses} == {"L", "S"}
 
 
-@pytest.mark.skip(reason="needs DataEngine data_in")
 def test_trace_data_only_inside_a_function(tmp_path):
     """trace data in tick: the accesses made while a thread is inside tick(),
     the nested bump() included: to `ticks` only; bump() for tock() and main's

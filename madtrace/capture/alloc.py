@@ -1,10 +1,7 @@
 """The allocation tracker (MadT's dynamic memory tracker).
 
-malloc, calloc, realloc and free of libc are tracked with breakpoints: at a
-function's entry the tracer reads the arguments and the return address,
-replaces the return address with a trap in madtrace's code, and steps over
-the breakpoint; at the trap it reads the result and jumps to the real
-return address.  Each block gets MadT's forged name: allocator, a
+malloc, calloc, realloc and free of libc are tracked with entry and return
+hooks (call_hooks.py): the arguments at the entry, the result at the return.  Each block gets MadT's forged name: allocator, a
 program-wide counter and the call site, ``<malloc0014@build_list+39>``; a
 freed block keeps its number, as ``<freed:0014@build_list+39>``, so that
 accesses to released memory stand out.  Events are written to
@@ -17,21 +14,19 @@ from __future__ import annotations
 import bisect
 import json
 import os
-import signal
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ..binary.address_space import AddressSpace
 from ..errors import UnknownSymbolError
-from ..inject.areas import SharedArea
-from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
 from ..process.remote_syscall import RemoteSyscalls
 from ..process.tracee import Tracee
 
+from .call_hooks import CallHooks
+
 TRACKED = ("malloc", "calloc", "realloc", "free")
-INT3 = b"\xcc"
 
 
 @dataclass
@@ -60,26 +55,29 @@ class AllocTracker:
         self.tracee = tracee
         self.space = space
         self.sequence_of = sequence_of
-        self.entries: dict[int, str] = {}         # breakpoint address -> function
-        self.saved_byte: dict[int, bytes] = {}
-        self.pending: dict[int, list] = {}        # tid -> [(function, args, return address, rsp)]
+        self.hooks = CallHooks(tracee, "alloc", self._on_entry, self._on_return)
         self.blocks: list[Block] = []
         self.live_starts: list[int] = []          # sorted addresses of live blocks
         self.live: dict[int, Block] = {}
         self.freed: dict[int, Block] = {}         # address -> last freed block there
         self.freed_starts: list[int] = []
-        self.trap = 0
-        self.leftover: dict[int, list] = {}     # pending calls when the breakpoints were removed
-        self.missed_windows = 0
         self.events = 0          # allocator calls seen (also the version of _arrays)
         self._arrays = None      # (events, numpy tables for blocks_of)
-        self.active = False
+
+    @property
+    def active(self) -> bool:
+        return self.hooks.active
+
+    @property
+    def missed_windows(self) -> int:
+        return self.hooks.missed_windows
 
     # -------------------------------------------------------------- install
     def install(self, rs: RemoteSyscalls, patched: set[int]) -> list[str]:
         """Breakpoints on libc's allocator; ``patched``: addresses already patched
         by function tracing (left alone). Returns warnings."""
         warnings = []
+        functions = {}
         for name in TRACKED:
             try:
                 address = self.space.find_symbol(f"libc.so.6:{name}").address
@@ -89,99 +87,21 @@ class AllocTracker:
             if address in patched:
                 warnings.append(f"{name} is patched for function tracing: its blocks are not named")
                 continue
-            self.entries[address] = name
-        area = SharedArea(rs, 4096, "madtrace-alloc-trap", executable=True)
-        area.write(area.address, INT3 * 16)
-        self.trap = area.address
-        for address in self.entries:
-            self.saved_byte[address] = self.tracee.mem.read(address, 1)
-            self.tracee.mem.write(address, INT3)
-        self.active = True
+            functions[address] = name
+        self.hooks.install(rs, functions)
         return warnings
 
     def remove(self, mem=None) -> None:
-        """Take the breakpoints out (of ``mem``: a fork child's copy), and give every
-        thread still inside a tracked call its real return address back."""
-        mine = mem is None
-        mem = mem or self.tracee.mem
-        for address, byte in self.saved_byte.items():
-            if mem.read(address, 1) == INT3:
-                mem.write(address, byte)
-        if mine:
-            self.leftover = {tid: list(stack) for tid, stack in self.pending.items()}
-            for stack in self.pending.values():
-                for _name, _args, return_address, rsp in stack:
-                    try:
-                        if mem.read_u64(rsp) == self.trap:
-                            mem.write_u64(rsp, return_address)
-                    except Exception:
-                        pass  # the frame is gone (longjmp)
-            self.pending.clear()
-            self.active = False
+        self.hooks.remove(mem)
 
-    # ---------------------------------------------------------------- stops
     def claim_trap(self, tracee: Tracee, event: SignalStop, regs) -> bool:
-        """A SIGTRAP stop (``regs``: the thread's registers there): ours if it is a
-        breakpoint or the return trap, also just after the breakpoints were removed."""
-        if tracee is not self.tracee or not self.entries:
-            return False
-        tid = event.tid
-        if not self.active:
-            # a breakpoint or return trap hit just before the breakpoints were taken
-            # out, reported after: finish the call as if nothing had been there
-            if regs.rip - 1 in self.entries:
-                regs.rip -= 1
-            elif regs.rip == self.trap + 1 and self.leftover.get(tid):
-                regs.rip = self.leftover[tid].pop()[2]
-            else:
-                return False
-            tracee.set_regs(regs, tid)
-            tracee.resume(tid, 0)
-            return True
-        if regs.rip - 1 in self.entries:
-            self._on_entry(tid, regs)
-            return True
-        if regs.rip == self.trap + 1:
-            self._on_return(tid, regs)
-            return True
-        return False
+        return self.hooks.claim_trap(tracee, event, regs)
 
-    def _on_entry(self, tid: int, regs) -> None:
-        address = regs.rip - 1
-        name = self.entries[address]
-        return_address = self.tracee.mem.read_u64(regs.rsp)
-        self.pending.setdefault(tid, []).append((name, (regs.rdi, regs.rsi), return_address, regs.rsp))
-        self.tracee.mem.write_u64(regs.rsp, self.trap)
-        regs.rip = address
-        self.tracee.set_regs(regs, tid)
-        # step over the breakpoint: original byte back for one instruction
-        if len(self.tracee.threads) > 1:
-            self.missed_windows += 1
-        self.tracee.mem.write(address, self.saved_byte[address])
-        state = self.tracee.threads[tid]
-        while True:
-            pr.singlestep(tid, 0)
-            state.running = True
-            event = self.tracee.wait_event(block=True, tid=tid)
-            if isinstance(event, SignalStop) and event.signum != signal.SIGTRAP:
-                state.pending_signal = event.signum
-                continue
-            break
-        self.tracee.mem.write(address, INT3)
-        self.tracee.resume(tid, 0)
+    def _on_entry(self, tid: int, name: str, regs):
+        return regs.rdi, regs.rsi
 
-    def _on_return(self, tid: int, regs) -> None:
-        stack = self.pending.get(tid) or []
-        # the call whose frame this is: entry rsp + 8 == rsp now (frames above it were
-        # left by longjmp)
-        while stack and stack[-1][3] + 8 < regs.rsp:
-            stack.pop()
-        name, (a0, a1), return_address, _ = stack.pop()
-        result = regs.rax
-        self._record(tid, name, a0, a1, result, return_address)
-        regs.rip = return_address
-        self.tracee.set_regs(regs, tid)
-        self.tracee.resume(tid, 0)
+    def _on_return(self, tid: int, name: str, args, regs, return_address: int) -> None:
+        self._record(tid, name, args[0], args[1], regs.rax, return_address)
 
     # ---------------------------------------------------------------- blocks
     def _site(self, return_address: int) -> str:

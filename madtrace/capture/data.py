@@ -44,6 +44,7 @@ from ..process.events import SignalStop
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
 from ..process.tracee import Tracee
 from .alloc import AllocTracker
+from .data_gate import DataGate
 from .data_syscalls import SyscallGate
 from .datastubs import DataArea
 from .guard import SegvGuard
@@ -67,11 +68,14 @@ class DataEngine:
                  sequence_of=None, sequence_address=None, track_allocations: bool = True,
                  patched_addresses: set[int] | None = None, exact_threads: bool = True,
                  defer=None, only_regions: list[Region] | None = None, region_filter=None,
-                 loads: bool = True, stores: bool = True):
-        """``only_regions``: trace exactly these ranges (a watched variable);
-        ``region_filter``: keep the default regions it accepts (--regions);
+                 loads: bool = True, stores: bool = True, data_in: list[str] | None = None,
+                 only_blocks: set[int] | None = None):
+        """``only_regions``: trace these ranges (watched variables), and no default
+        region unless ``region_filter`` also keeps some (--regions);
+        ``only_blocks``: record only accesses to these heap blocks (--only malloc0014);
         ``sequence_of(tid)``: the thread's call-record count (function tracing),
-        ``sequence_address(tid)``: where the tracer's copy of it lives (0: none)."""
+        ``sequence_address(tid)``: where the tracer's copy of it lives (0: none);
+        ``data_in``: function globs: record only inside them (data_gate.py)."""
         self.only_regions = only_regions
         self.region_filter = region_filter
         self.exact_threads = exact_threads
@@ -79,6 +83,7 @@ class DataEngine:
         self.track_allocations = track_allocations
         self.patched_addresses = patched_addresses or set()
         self.loads, self.stores = loads, stores
+        self.only_blocks = only_blocks
         self.warnings: list[str] = []
         self.tracee = tracee
         self.space = space
@@ -96,6 +101,8 @@ class DataEngine:
         self.untraced_faults = 0
         self.area: DataArea | None = None
         self.guard: SegvGuard | None = None
+        self.gate: DataGate | None = DataGate(self, data_in) if data_in else None
+        self.armed = self.gate is None   # pages protected (always, without --data-in)
         self.alloc: AllocTracker | None = None
         self.syscalls = SyscallGate(self)
         self._held: set[int] | None = None   # threads stopped while one thread's pages are open
@@ -105,19 +112,20 @@ class DataEngine:
         self.active = False
         self.released: set[int] = set()   # pages given back when tracing stopped
         self.slow_reasons: Counter = Counter()
+        self._last_open_fault: dict[int, tuple[int, int]] = {}
         self._loop_stats = dict.fromkeys(("fast", "untraced", "syscalls", "writebacks",
                                           "writeback_errors"), 0)
 
     # ---------------------------------------------------------------- install
     def install(self) -> None:
         mappings = read_maps(self.tracee.pid)
-        if self.only_regions is not None:
-            regions = list(self.only_regions)
-        else:
-            regions = [r for r in default_regions(self.space, mappings)
-                       if self.region_filter is None or self.region_filter(r)]
-        if not regions:
-            raise UsageError("no data region to trace")
+        regions = list(self.only_regions or [])
+        if self.only_regions is None or self.region_filter is not None:
+            regions += [r for r in default_regions(self.space, mappings)
+                        if self.region_filter is None or self.region_filter(r)]
+        if not regions and not (self.syscalls.traces_default("[heap]")
+                                or self.syscalls.traces_default("[anon 0x0]")):
+            raise UsageError("no data region to trace")   # nor any the program could create
         self.regions = RegionSet(regions)
         self.protected = page_protections(mappings, self.regions.pages())
         os.makedirs(os.path.join(self.out_dir, "data"), exist_ok=True)
@@ -129,6 +137,8 @@ class DataEngine:
             self._protect(rs, self.protected)
             self.tables_changed()
             self.guard.install(rs)
+            if self.gate is not None:
+                self.gate.install(rs, self.patched_addresses)
             if self.track_allocations:
                 self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of, self._next_order)
                 self.warnings += self.alloc.install(rs, self.patched_addresses)
@@ -147,7 +157,7 @@ class DataEngine:
         runs = []
         by_prot: dict[int, list[int]] = {}
         for page, prot in self.protected.items():
-            if prot:
+            if prot and self.armed:
                 by_prot.setdefault(prot, []).append(page)
         for prot, pages in by_prot.items():
             runs += [(start, end, prot) for start, end in page_runs(pages)]
@@ -157,7 +167,12 @@ class DataEngine:
         if self.guard is not None:
             self.guard.update(runs)
 
+    def is_protected(self, page: int) -> bool:
+        return self.armed and bool(self.protected.get(page))
+
     def _protect(self, rs: RemoteSyscalls, pages) -> None:
+        if not self.armed:
+            return
         for start, end in page_runs(p for p in pages if self.protected.get(p)):
             rs.mprotect(start, end - start, PROT_NONE)
 
@@ -170,10 +185,51 @@ class DataEngine:
             for start, end in page_runs(group):
                 rs.mprotect(start, end - start, prot)
 
+    # --------------------------------------------------- --data-in: the gate
+    def arm(self, tid: int) -> None:
+        """A thread entered a --data-in function and none was inside: protect."""
+        self.armed = True
+        with RemoteSyscalls(self.tracee, tid) as rs:
+            self._protect(rs, self.protected)
+        self.tables_changed()
+
+    def disarm(self, tid: int) -> None:
+        """The last thread left the --data-in functions: every page back to its own
+        protection.  No slot may stay pending (its thread would later access the
+        open page, and the write-back would come after): threads still in a stub
+        are stopped and moved out of it first."""
+        self.area.loop.flush()
+        if self.area.pending_slots():
+            self.defer(self.tracee.stop_all())
+            self.area.loop.flush()
+            for other in list(self.tracee.threads):
+                self.area.leave(other)
+            self.area.discard_unfinished()
+            held = True
+        else:
+            held = False
+        with RemoteSyscalls(self.tracee, tid) as rs:
+            self._unprotect(rs, self.protected)
+        self.armed = False
+        self.tables_changed()
+        if held:
+            for other, state in list(self.tracee.threads.items()):
+                if other != tid and not state.running:
+                    self.tracee.resume(other)
+
+    def set_recording(self, tid: int, on: bool) -> None:
+        if self.area is not None and tid in self.area.home:
+            self.area.loop.set_recording(tid, on)
+
+    def recording(self, tid: int) -> bool:
+        return self.gate is None or self.gate.inside(tid)
+
     # ----------------------------------------------------------------- threads
     def add_thread(self, tid: int) -> None:
         if self.area is not None and not self.area.add_thread(tid, self.sequence_address(tid)):
             self.warnings.append(f"thread {tid}: no free data slot, its accesses take the slow path")
+        elif self.gate is not None:
+            self.set_recording(tid, self.gate.inside(tid))
 
     def refresh_sequences(self) -> None:
         """Function tracing started after data tracing: give the loop the counters."""
@@ -210,7 +266,12 @@ class DataEngine:
             out[field] = records[field]
         if self.alloc is not None and self.alloc.blocks:
             out["block"], out["freed"] = self.alloc.blocks_of(records["addr"])
-            self.freed_accesses += int(np.count_nonzero(out["freed"]))
+        if self.only_blocks is not None:
+            keep = np.isin(out["block"], np.array(sorted(self.only_blocks), dtype=np.uint32))
+            out, records = out[keep], records[keep]
+            if not len(out):
+                return
+        self.freed_accesses += int(np.count_nonzero(out["freed"]))
         keys, n = np.unique(np.stack([records["rip"], records["kind"].astype(np.uint64)]), axis=1,
                             return_counts=True)
         for (rip, kind), count in zip(keys.T.tolist(), n.tolist()):
@@ -239,8 +300,9 @@ class DataEngine:
             return False
         if event.signum == signal.SIGTRAP:
             self._drain_fast()
-            return self.alloc is not None and self.alloc.claim_trap(
-                tracee, event, tracee.get_regs(event.tid))
+            regs = tracee.get_regs(event.tid)
+            return (self.alloc is not None and self.alloc.claim_trap(tracee, event, regs)) or \
+                (self.gate is not None and self.gate.hooks.claim_trap(tracee, event, regs))
         if not self.active:
             # a fault taken just before tracing stopped, reported after: the page is
             # open again, so the instruction simply runs when the thread resumes
@@ -252,7 +314,15 @@ class DataEngine:
         if event.signum != signal.SIGSEGV:
             return False
         page = event.si_addr & ~(PAGE - 1)
-        if event.si_code != SEGV_ACCERR or not self.protected.get(page):
+        if event.si_code == SEGV_ACCERR and not self.armed and self.protected.get(page) \
+                and self._last_open_fault.get(event.tid) != (event.si_addr, page):
+            # taken just before the gate opened the pages, reported after: run it again
+            # (the same fault twice in a row is the target's own)
+            self._last_open_fault[event.tid] = (event.si_addr, page)
+            tracee.resume(event.tid, 0)
+            return True
+        self._last_open_fault.pop(event.tid, None)
+        if event.si_code != SEGV_ACCERR or not self.is_protected(page):
             self.guard.delivering()
             return False  # the target's own fault: delivered unchanged
         tid = event.tid
@@ -330,13 +400,15 @@ class DataEngine:
             for op in insn.operands:
                 address = effective_address(op, regs, insn)
                 for page in range(address & ~(PAGE - 1), address + op.size, PAGE):
-                    if self.protected.get(page):
+                    if self.is_protected(page):
                         pages.add(page)
-                if self.regions.find(address) is None:
+                if self.regions.find(address) is None or not self.recording(tid):
                     continue
                 recorded = True
                 block = self.alloc.block_at(address) if self.alloc is not None else None
                 block_id, freed = (block.id, int(block.freed_seq is not None)) if block else (0, 0)
+                if self.only_blocks is not None and block_id not in self.only_blocks:
+                    continue
                 self.freed_accesses += freed
                 # a read-modify-write operand is one load, then one store
                 for wanted, letter, kind in ((op.load and self.loads, "L", KIND_LOAD),
@@ -372,7 +444,7 @@ class DataEngine:
                 break
             if isinstance(event, SignalStop) and event.signum == signal.SIGSEGV:
                 page = event.si_addr & ~(PAGE - 1)
-                if event.si_code == SEGV_ACCERR and self.protected.get(page) and page not in opened:
+                if event.si_code == SEGV_ACCERR and self.is_protected(page) and page not in opened:
                     pages.add(page)  # a page the decoder did not predict: open it too
                     continue
                 state.pending_signal = event.signum  # a genuine fault of the target
@@ -393,6 +465,8 @@ class DataEngine:
     def fork_child(self, child: Tracee) -> None:
         if self.alloc is not None and self.alloc.active:
             self.alloc.remove(child.mem)
+        if self.gate is not None and self.gate.hooks.active:
+            self.gate.hooks.remove(child.mem)
         if self.active and self.protected:
             with RemoteSyscalls(child) as rs:
                 self._unprotect(rs, self.protected)
@@ -415,6 +489,8 @@ class DataEngine:
         self.area.discard_unfinished()
         if self.alloc is not None and self.alloc.active:
             self.alloc.remove()
+        if self.gate is not None and self.gate.hooks.active:
+            self.gate.hooks.remove()
         self.active = False
         self._unhook()
         self.tracee.trace_syscalls = False
@@ -429,7 +505,9 @@ class DataEngine:
     def forget_after_exec(self) -> None:
         self._drain_fast()
         if self.alloc is not None:
-            self.alloc.active = False
+            self.alloc.hooks.active = False
+        if self.gate is not None:
+            self.gate.hooks.active = False
         self.active = False
         self._unhook()
         self.tracee.trace_syscalls = False

@@ -115,8 +115,8 @@ class SyscallGate:
         if tid in self._skipping:
             return False
         pages = syscall_pages(nr, args, engine.protected, engine.tracee.mem.read)
-        pages = {p for p in engine.protected if engine.protected[p]} if pages is None else \
-            {p for p in pages if engine.protected.get(p)}
+        pages = {p for p in engine.protected if engine.is_protected(p)} if pages is None else \
+            {p for p in pages if engine.is_protected(p)}
         if not pages:
             tracee.resume(tid, 0)   # touches no traced page: runs as it is
             return True
@@ -194,10 +194,12 @@ class SyscallGate:
         tracee.resume(tid, 0)
 
     # ------------------------------------------------------ the address space
-    def _traces_new_mappings(self) -> bool:
+    def traces_default(self, label: str) -> bool:
+        """Whether the default region ``label`` is among the traced ones."""
         engine = self.engine
-        return engine.only_regions is None and (
-            engine.region_filter is None or engine.region_filter(Region(0, 0, "[anon]")))
+        if engine.region_filter is not None:
+            return engine.region_filter(Region(0, 0, label))
+        return engine.only_regions is None
 
     def _mapping_changed(self, tracee, tid: int, nr: int, args: list[int], result: int) -> None:
         engine = self.engine
@@ -211,7 +213,7 @@ class SyscallGate:
                 self._forget(start, end)   # MAP_FIXED over traced pages
                 flags = args[3]
                 if (flags & MAP_ANONYMOUS and flags & MAP_PRIVATE and not flags & MAP_STACK
-                        and self._traces_new_mappings()):
+                        and self.traces_default(f"[anon {start:#x}]")):
                     engine.regions.add(Region(start, end, f"[anon {start:#x}]"))
                     new = {p: args[2] & 7 for p in range(start, end, PAGE)}
                     engine.protected.update(new)
@@ -249,8 +251,7 @@ class SyscallGate:
 
     def _refresh_heap(self, rs: RemoteSyscalls) -> None:
         engine = self.engine
-        if engine.only_regions is not None or (
-                engine.region_filter is not None and not engine.region_filter(Region(0, 0, "[heap]"))):
+        if not self.traces_default("[heap]"):
             return  # the heap is not among the traced regions
         # our own mprotect calls split the heap into several mappings, all named [heap]
         parts = [m for m in read_maps(engine.tracee.pid) if m.path == "[heap]"]

@@ -166,6 +166,11 @@ class DataArea:
         regs.rip = original if regs.rip < tail else next_insn
         self.tracee.set_regs(regs, tid)
 
+    def pending_slots(self) -> int:
+        """Slots whose stub has not run yet."""
+        return sum(1 for slot in range(self.L.MT_DATA_SLOTS)
+                   if self.busy(slot) and not self._slot_u64(slot, self.L.MT_DSLOT_DONE))
+
     def discard_unfinished(self) -> int:
         """Free the slots whose stub never ran (their thread was moved out): their
         copy is stale.  Returns how many."""

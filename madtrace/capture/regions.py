@@ -11,6 +11,8 @@ original protection, restored exactly when tracing ends.
 from __future__ import annotations
 
 import bisect
+import fnmatch
+import re
 from dataclasses import dataclass
 
 from ..binary.address_space import AddressSpace
@@ -87,6 +89,14 @@ class RegionSet:
         for r in self.regions:
             out.update(range(r.start & ~(PAGE - 1), r.end, PAGE))
         return out
+
+
+def region_matcher(globs):
+    """A filter on region labels (".data of prog", "[heap]", "[anon 0x7f...]"): fnmatch
+    globs in which square brackets are literal (labels contain them)."""
+    patterns = [g.replace("[", "[[]").replace("]", "[]]").replace("[[[]]", "[[]") for g in globs]
+    patterns = [re.compile(fnmatch.translate(p)) for p in patterns]
+    return lambda region: any(p.match(region.label) for p in patterns)
 
 
 def page_runs(pages) -> list[tuple[int, int]]:

@@ -25,6 +25,19 @@ def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str
                         "(call sites for local functions, entry for exported or address-taken "
                         "ones); callsite/entry force one (the patch report flags inexact ones)")
     parser.add_argument("--data", action="store_true", help="trace data memory accesses")
+    parser.add_argument("--regions", action="append", default=[], metavar="GLOB",
+                        help="with --data: trace only the regions whose label matches (repeatable; "
+                        "labels as in the summary: '.data of prog', '.bss of libc.so.6', '[heap]', "
+                        "'[anon*' for mappings the program creates)")
+    parser.add_argument("--only", action="append", default=[], metavar="VAR|BLOCK",
+                        help="with --data: trace only this global variable, or only the heap "
+                        "block with this number (malloc0014, 14) (repeatable)")
+    parser.add_argument("--data-in", action="append", default=[], metavar="FUNC",
+                        help="with --data: record only while a thread is inside a function "
+                        "matching this glob (nested calls included; repeatable)")
+    kinds = parser.add_mutually_exclusive_group()
+    kinds.add_argument("--loads-only", action="store_true", help="with --data: record loads only")
+    kinds.add_argument("--stores-only", action="store_true", help="with --data: record stores only")
     parser.add_argument("--no-alloc", dest="track_allocations", action="store_false",
                         help="with --data: do not track malloc/calloc/realloc/free (no forged "
                         "block names; two ptrace stops fewer per allocator call)")
@@ -37,8 +50,14 @@ def recording_options(args, output: str) -> RecordOptions:
     duration = getattr(args, "duration", None)
     if duration is not None and duration <= 0:
         raise UsageError("--duration must be a positive number of seconds")
+    selecting = args.regions or args.only or args.data_in or args.loads_only or args.stores_only
+    if selecting and not args.data:
+        raise UsageError("--regions, --only, --data-in, --loads-only and --stores-only "
+                         "select data accesses: add --data")
     return RecordOptions(output=output, force=args.force, functions=args.functions,
                          data=args.data, follow_forks=args.follow_forks,
+                         data_regions=args.regions, data_only=args.only, data_in=args.data_in,
+                         loads=not args.stores_only, stores=not args.loads_only,
                          start_at=getattr(args, "start_at", "entry"), duration=duration,
                          quiet=args.quiet, trace_functions=args.trace_functions,
                          timestamps=args.timestamps, method=args.method,

@@ -64,6 +64,7 @@ def _library() -> ctypes.CDLL:
             "mt_insn_resize": (I, [P, SZ]),
             "mt_stats": (None, [P, P]),
             "mt_thread_set": (I, [P, I, I, P]), "mt_thread_del": (None, [P, I]),
+            "mt_thread_recording": (None, [P, I, I]),
             "mt_insn_add": (I, [P, U64, ctypes.c_uint32, U64, I, I, I, ctypes.c_int64, I, I, I, I,
                                 I, I, I, I]),
             "mt_flush": (I, [P]), "mt_handle_fault": (I, [P, I, U64]),
@@ -152,6 +153,10 @@ class FaultLoop:
         tracer's memory (0: none)."""
         if self.lib.mt_thread_set(self.ctx, tid, slot, head_address or None) < 0:
             raise TracerInternalError("too many threads for the data engine's hot loop")
+
+    def set_recording(self, tid: int, on: bool) -> None:
+        """Whether the thread's accesses are recorded (they are always carried out)."""
+        self.lib.mt_thread_recording(self.ctx, tid, int(on))
 
     def remove_thread(self, tid: int) -> None:
         self.lib.mt_thread_del(self.ctx, tid)

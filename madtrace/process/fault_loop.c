@@ -77,6 +77,7 @@ enum {
 struct mt_thread {
     int32_t tid;           /* 0: free */
     int32_t slot;
+    int32_t recording;     /* 0: its accesses are carried out, not recorded (--data-in) */
     const volatile uint64_t *head;  /* the thread's call-record count, or NULL */
 };
 
@@ -212,11 +213,17 @@ int mt_thread_set(struct mt_ctx *c, int tid, int slot, const uint64_t *head) {
     if (!t) {
         if (c->n_threads >= MAX_THREADS) return -1;
         t = &c->threads[c->n_threads++];
+        t->tid = 0;
     }
+    if (t->tid != tid) t->recording = 1;
     t->tid = tid;
     t->slot = slot;
     t->head = head;
     return 0;
+}
+void mt_thread_recording(struct mt_ctx *c, int tid, int on) {
+    struct mt_thread *t = find_thread(c, tid);
+    if (t) t->recording = on;
 }
 void mt_thread_del(struct mt_ctx *c, int tid) {
     struct mt_thread *t = find_thread(c, tid);
@@ -313,7 +320,7 @@ static void record(struct mt_ctx *c, struct mt_thread *t, uint64_t rip, uint64_t
 /* One execution's accesses of the operand at ea (loads before stores); 1 if any. */
 static int record_operand(struct mt_ctx *c, struct mt_thread *t, uint64_t rip, uint64_t ea,
                           int size, int kinds, int ilen) {
-    if (!in_runs(c->traced_runs, c->n_traced, ea)) return 0;
+    if (!t->recording || !in_runs(c->traced_runs, c->n_traced, ea)) return 0;
     int first = 1;
     for (int k = 1; k <= 2; k++) {
         if (!(kinds & k) || !(c->kinds_filter & k)) continue;
@@ -395,7 +402,7 @@ static int string_op(struct mt_ctx *c, struct mt_thread *t, struct user_regs_str
     }
     int64_t step = back ? -(int64_t)size : (int64_t)size;
     int any = 0;
-    for (uint64_t i = 0; i < n; i++) {
+    for (uint64_t i = 0; i < n && t->recording; i++) {
         int first = 1;
         if (e->op == OP_MOVS && (c->kinds_filter & 1) &&
             in_runs(c->traced_runs, c->n_traced, src + i * step)) {

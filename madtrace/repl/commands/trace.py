@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-import fnmatch
 
 from ...errors import UnknownSymbolError, UsageError
+from ...capture.regions import region_matcher
 from ..registry import Command, register
 from .funcs import find_functions
 
@@ -92,8 +92,7 @@ class Trace(Command):
         regions, functions = split_selection(args)
         selection = {}
         if regions:
-            selection["region_filter"] = lambda region: any(
-                fnmatch.fnmatchcase(region.label, glob) for glob in regions)
+            selection["region_filter"] = region_matcher(regions)
         if functions:
             for glob in functions:
                 if not find_functions(session.space, glob):

@@ -1,0 +1,143 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Entry and return hooks on a few functions, with breakpoints.
+
+At a hooked function's entry (an int3) the tracer reads the arguments and
+the return address, replaces the return address with a trap in madtrace's
+code, steps over the breakpoint and calls ``on_entry``; at the trap it calls
+``on_return`` with the registers (the result) and jumps to the real return
+address.  A frame left by longjmp is dropped at the thread's next return
+(its stack pointer is below the returning one).  Used by the allocation
+tracker (malloc & co.) and by the data gate (--data-in FUNC).
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Callable
+
+from ..inject.areas import SharedArea
+from ..process import ptrace_raw as pr
+from ..process.events import SignalStop
+from ..process.remote_syscall import RemoteSyscalls
+from ..process.tracee import Tracee
+
+INT3 = b"\xcc"
+
+
+class CallHooks:
+    def __init__(self, tracee: Tracee, name: str,
+                 on_entry: Callable[[int, str, object], object],
+                 on_return: Callable[[int, str, object, object, int], None]):
+        """``on_entry(tid, function, regs) -> state`` at an entry;
+        ``on_return(tid, function, state, regs, return_address)`` at its return."""
+        self.tracee = tracee
+        self.name = name
+        self.on_entry = on_entry
+        self.on_return = on_return
+        self.entries: dict[int, str] = {}         # breakpoint address -> function
+        self.saved_byte: dict[int, bytes] = {}
+        self.pending: dict[int, list] = {}        # tid -> [(function, state, return address, rsp)]
+        self.leftover: dict[int, list] = {}       # pending calls when the breakpoints were removed
+        self.trap = 0
+        self.missed_windows = 0
+        self.active = False
+
+    def install(self, rs: RemoteSyscalls, functions: dict[int, str]) -> None:
+        self.entries = dict(functions)
+        area = SharedArea(rs, 4096, f"madtrace-{self.name}-trap", executable=True)
+        area.write(area.address, INT3 * 16)
+        self.trap = area.address
+        for address in self.entries:
+            self.saved_byte[address] = self.tracee.mem.read(address, 1)
+            self.tracee.mem.write(address, INT3)
+        self.active = True
+
+    def remove(self, mem=None) -> None:
+        """Take the breakpoints out (of ``mem``: a fork child's copy), and give every
+        thread still inside a hooked call its real return address back."""
+        mine = mem is None
+        mem = mem or self.tracee.mem
+        for address, byte in self.saved_byte.items():
+            if mem.read(address, 1) == INT3:
+                mem.write(address, byte)
+        if mine:
+            self.leftover = {tid: list(stack) for tid, stack in self.pending.items()}
+            for stack in self.pending.values():
+                for _name, _state, return_address, rsp in stack:
+                    try:
+                        if mem.read_u64(rsp) == self.trap:
+                            mem.write_u64(rsp, return_address)
+                    except Exception:
+                        pass  # the frame is gone (longjmp)
+            self.pending.clear()
+            self.active = False
+
+    def depth(self, tid: int) -> int:
+        return len(self.pending.get(tid, ()))
+
+    # ---------------------------------------------------------------- stops
+    def claim_trap(self, tracee: Tracee, event: SignalStop, regs) -> bool:
+        """A SIGTRAP stop (``regs``: the thread's registers there): ours if it is a
+        breakpoint or the return trap, also just after the breakpoints were removed."""
+        if tracee is not self.tracee or not self.entries:
+            return False
+        tid = event.tid
+        if not self.active:
+            # a breakpoint or return trap hit just before the breakpoints were taken
+            # out, reported after: finish the call as if nothing had been there
+            if regs.rip - 1 in self.entries:
+                regs.rip -= 1
+            elif regs.rip == self.trap + 1 and self.leftover.get(tid):
+                regs.rip = self.leftover[tid].pop()[2]
+            else:
+                return False
+            tracee.set_regs(regs, tid)
+            tracee.resume(tid, 0)
+            return True
+        if regs.rip - 1 in self.entries:
+            self._entry(tid, regs)
+            return True
+        if regs.rip == self.trap + 1:
+            self._return(tid, regs)
+            return True
+        return False
+
+    def _entry(self, tid: int, regs) -> None:
+        address = regs.rip - 1
+        name = self.entries[address]
+        return_address = self.tracee.mem.read_u64(regs.rsp)
+        stack = self.pending.setdefault(tid, [])
+        while stack and stack[-1][3] < regs.rsp:
+            stack.pop()           # left by longjmp: we are above its frame now
+        state = self.on_entry(tid, name, regs)
+        stack.append((name, state, return_address, regs.rsp))
+        self.tracee.mem.write_u64(regs.rsp, self.trap)
+        regs.rip = address
+        self.tracee.set_regs(regs, tid)
+        # step over the breakpoint: original byte back for one instruction
+        if len(self.tracee.threads) > 1:
+            self.missed_windows += 1
+        self.tracee.mem.write(address, self.saved_byte[address])
+        thread = self.tracee.threads[tid]
+        while True:
+            pr.singlestep(tid, 0)
+            thread.running = True
+            event = self.tracee.wait_event(block=True, tid=tid)
+            if isinstance(event, SignalStop) and event.signum != signal.SIGTRAP:
+                thread.pending_signal = event.signum
+                continue
+            break
+        self.tracee.mem.write(address, INT3)
+        self.tracee.resume(tid, 0)
+
+    def _return(self, tid: int, regs) -> None:
+        stack = self.pending.get(tid) or []
+        # the call whose frame this is: entry rsp + 8 == rsp now (frames above it were
+        # left by longjmp)
+        while stack and stack[-1][3] + 8 < regs.rsp:
+            stack.pop()
+        name, state, return_address, _ = stack.pop()
+        self.on_return(tid, name, state, regs, return_address)
+        regs.rip = return_address
+        self.tracee.set_regs(regs, tid)
+        self.tracee.resume(tid, 0)
