@@ -81,21 +81,27 @@
 #define MT_DSLOT_LEN          136    /* u64: the operand's size */
 #define MT_DSLOT_DONE         144    /* u64: nonzero once the stub's instruction ran */
 
-/* The guard: madtrace's SIGSEGV handler in the target while data tracing is on.
- * The tracer never lets its own faults reach the target, so the guard only
- * runs for a fault the tracer delivered (the target's own) or when no tracer
- * is left (killed with SIGKILL).  It reads TracerPid in /proc/self/status:
- * - a tracer is there: the fault is the target's own: the target's action
- *   (kept in the table, as DELIVER) is put back and the handler returns, so the
- *   instruction faults again and meets it; the tracer reinstalls the guard;
+/* The guard: madtrace's SIGSEGV and SIGTRAP handler in the target while data
+ * tracing is on.  The tracer never lets its own faults and traps reach the
+ * target, so the guard only runs for a signal of the target's own that the
+ * tracer delivered, or when no tracer is left (killed with SIGKILL).  It reads
+ * TracerPid in /proc/self/status:
+ * - a tracer is there: the signal is the target's own: the target's action
+ *   (DELIVER for SIGSEGV) is put back and the signal queued again with its own
+ *   siginfo (rt_tgsigqueueinfo), delivered as the guard returns; the tracer
+ *   reinstalls the guard afterwards;
  * - no tracer: every page gets its original protection back (the runs table),
- *   finished slots are written back, the target's action is put back, and the
- *   instruction runs again on its open page.
+ *   finished slots are written back, the breakpoints get their original
+ *   bytes, the return addresses of calls that were to return through a trap
+ *   get their real value, a trap being taken resumes at the real return
+ *   address (or a breakpoint at its instruction), the target's own actions are
+ *   put back, and the program goes on.
  * The table (after the slots): */
 #define MT_GUARD              49152  /* MT_DATA_SLOTS * MT_DSLOT_SIZE */
 #define MT_GUARD_ACTIVE       0      /* u64: 1 while the guard is the SIGSEGV action */
 #define MT_GUARD_NRUNS        8      /* u64: entries of the runs table */
 #define MT_GUARD_FIRED        16     /* u64: set when the guard restored the pages */
+#define MT_GUARD_TRAP_ACTIVE  24     /* u64: 1 while the guard is the SIGTRAP action */
 #define MT_GUARD_ACTION       32     /* 32 bytes: the target's own kernel sigaction */
 #define MT_GUARD_SELF         64     /* 32 bytes: the guard's kernel sigaction */
 #define MT_GUARD_DELIVER      96     /* 32 bytes: the target's action as the kernel gets it
@@ -105,6 +111,17 @@
                                         action to SIG_DFL) */
 #define MT_GUARD_RUNS         128    /* {u64 start, u64 length, u64 prot} per run */
 #define MT_GUARD_RUN_SIZE     24
-#define MT_GUARD_MAX_RUNS     4096
+#define MT_GUARD_MAX_RUNS     2048
+#define MT_GUARD_TRAP_ACTION  49280  /* 32 bytes: the target's own SIGTRAP action */
+#define MT_GUARD_NBREAKS      49312  /* u64: breakpoints in the table */
+#define MT_GUARD_BREAKS       49344  /* {u64 address, u64 original byte, u64 page prot} */
+#define MT_GUARD_BREAK_SIZE   24
+#define MT_GUARD_MAX_BREAKS   64
+#define MT_GUARD_NTRAPS       50880  /* u64: trap entries in use (highest index + 1) */
+#define MT_GUARD_TRAPS        50944  /* {u64 trap address (0: free), u64 return address,
+                                        u64 address of the stack slot that holds the trap} */
+#define MT_GUARD_TRAP_SIZE    24
+#define MT_GUARD_MAX_TRAPS    1024
+#define MT_UC_RIP             168    /* offsetof(ucontext_t, uc_mcontext.gregs[REG_RIP]) */
 #define MT_GUARD_CODE         151552 /* page-aligned, after the table */
 #define MT_DATA_STUBS         155648 /* first stub, after the guard's code */

@@ -254,13 +254,17 @@ mt_dataslot_pp_return_abs64:
 mt_dataslot_end:
 
 /* ---------------------------------------------------------------------------
- * The guard (layout.h "The guard"): the SIGSEGV handler installed while data
- * tracing is on (SA_SIGINFO | SA_RESTORER, restorer: mt_sigreturn).  Every
- * register is restored by rt_sigreturn from the signal frame, so the guard
- * clobbers what it likes; it returns with rsp as it came.
+ * The guard (layout.h "The guard"): the SIGSEGV and SIGTRAP handler installed
+ * while data tracing is on (SA_SIGINFO | SA_RESTORER, restorer: mt_sigreturn).
+ * Every register is restored by rt_sigreturn from the signal frame, so the
+ * guard clobbers what it likes; it returns with rsp as it came.
+ * r14 = signal, r9 = siginfo, rbp = ucontext, rbx = table, r15 = rsp at entry.
  */
 mt_guard_start:
         mov r15, rsp
+        mov r14, rdi
+        mov r9, rsi                         /* syscalls leave r9 alone */
+        mov rbp, rdx
         movabs rbx, 0x1122334455667788
 mt_guard_pp_table_abs64:
         sub rsp, 4096
@@ -302,17 +306,44 @@ mt_guard_pp_table_abs64:
         cmp rcx, r13
         jb 22b
         jmp 40f
-24:     cmp al, 0x30                        /* "0\n": no tracer */
+24:     cmp al, 0x30                        /* "0" then a newline: no tracer */
         jne 30f
         cmp byte ptr [rsp + rcx + 1], 10
         je 40f
         jmp 30f
 21:     inc rcx
         jmp 20b
-        /* a tracer is there: the target's own fault, for the target's own action */
+
+        /* a tracer is there: a signal of the target's own, for the target's action:
+           that action goes back and the signal is queued again with its own siginfo
+           (pending until we return; a fault's handler returning runs the faulting
+           instruction again, as without the guard) */
 30:     mov rsp, r15
+        cmp r14, 5
+        je 31f
         lea rsi, [rbx + MT_GUARD_DELIVER]
-        jmp 51f
+        mov qword ptr [rbx + MT_GUARD_ACTIVE], 0
+        jmp 32f
+31:     lea rsi, [rbx + MT_GUARD_TRAP_ACTION]
+        mov qword ptr [rbx + MT_GUARD_TRAP_ACTIVE], 0
+32:     mov rdi, r14
+        xor edx, edx
+        mov r10d, 8
+        mov eax, 13                         /* rt_sigaction */
+        syscall
+        mov eax, 39                         /* getpid */
+        syscall
+        mov r12, rax
+        mov eax, 186                        /* gettid */
+        syscall
+        mov rsi, rax
+        mov rdi, r12
+        mov rdx, r14
+        mov r10, r9                         /* the siginfo we were given */
+        mov eax, 297                        /* rt_tgsigqueueinfo */
+        syscall
+        ret
+
         /* no tracer: original protections back, finished slots written back */
 40:     mov rsp, r15
         mov r12, [rbx + MT_GUARD_NRUNS]
@@ -349,13 +380,82 @@ mt_guard_pp_table_abs64:
         dec r12
         jnz 43b
         mov qword ptr [rbx + MT_GUARD_NRUNS], 0
+        /* the breakpoints get their original bytes (their page writable meanwhile) */
+        mov r12, [rbx + MT_GUARD_NBREAKS]
+        lea r13, [rbx + MT_GUARD_BREAKS]
+46:     test r12, r12
+        jz 47f
+        mov rdi, [r13]
+        and rdi, -4096
+        mov esi, 4096
+        mov edx, 7
+        mov eax, 10
+        syscall
+        mov rdi, [r13]
+        mov al, [r13 + 8]
+        mov [rdi], al
+        and rdi, -4096
+        mov esi, 4096
+        mov rdx, [r13 + 16]
+        mov eax, 10
+        syscall
+        add r13, MT_GUARD_BREAK_SIZE
+        dec r12
+        jmp 46b
+        /* calls that were to return through a trap return to their caller */
+47:     mov r12, [rbx + MT_GUARD_NTRAPS]
+        lea r13, [rbx + MT_GUARD_TRAPS]
+48:     test r12, r12
+        jz 49f
+        mov rax, [r13]
+        test rax, rax
+        jz 52f
+        mov rdi, [r13 + 16]
+        cmp [rdi], rax
+        jne 53f
+        mov rdx, [r13 + 8]
+        mov [rdi], rdx
+53:     inc rax                             /* a trap being taken: on to the caller */
+        cmp [rbp + MT_UC_RIP], rax
+        jne 52f
+        mov rdx, [r13 + 8]
+        mov [rbp + MT_UC_RIP], rdx
+52:     add r13, MT_GUARD_TRAP_SIZE
+        dec r12
+        jmp 48b
+        /* a breakpoint being taken: its instruction runs */
+49:     cmp r14, 5
+        jne 55f
+        mov r12, [rbx + MT_GUARD_NBREAKS]
+        lea r13, [rbx + MT_GUARD_BREAKS]
+        mov rax, [rbp + MT_UC_RIP]
+        dec rax
+54:     test r12, r12
+        jz 55f
+        cmp [r13], rax
+        jne 56f
+        mov [rbp + MT_UC_RIP], rax
+56:     add r13, MT_GUARD_BREAK_SIZE
+        dec r12
+        jmp 54b
+55:     mov qword ptr [rbx + MT_GUARD_NBREAKS], 0
+        mov qword ptr [rbx + MT_GUARD_NTRAPS], 0
         mov qword ptr [rbx + MT_GUARD_FIRED], 1
-        /* the target's own action back; the instruction runs (or faults) again */
-50:     lea rsi, [rbx + MT_GUARD_ACTION]
-51:     mov edi, 11                         /* SIGSEGV */
+        /* the target's own actions back */
+        cmp qword ptr [rbx + MT_GUARD_TRAP_ACTIVE], 0
+        je 57f
+        mov edi, 5
+        lea rsi, [rbx + MT_GUARD_TRAP_ACTION]
         xor edx, edx
         mov r10d, 8
-        mov eax, 13                         /* rt_sigaction */
+        mov eax, 13
+        syscall
+        mov qword ptr [rbx + MT_GUARD_TRAP_ACTIVE], 0
+57:     mov edi, 11
+        lea rsi, [rbx + MT_GUARD_ACTION]
+        xor edx, edx
+        mov r10d, 8
+        mov eax, 13
         syscall
         mov qword ptr [rbx + MT_GUARD_ACTIVE], 0
         ret

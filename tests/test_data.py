@@ -208,14 +208,17 @@ def test_own_sigsegv_handler_recovers_and_reads_its_action(tmp_path, variant):
     assert b"own action: yes" in result.stdout
 
 
-def test_target_finishes_when_the_tracer_is_killed_mid_trace(tmp_path):
-    """madtrace is SIGKILLed while pages are protected: the guard left in the target
-    restores every protection at the next fault and the program finishes with its
-    normal output."""
+@pytest.mark.parametrize("options", [["--no-functions"], [], ["--data-in", "pass"]],
+                         ids=["data", "data+functions", "data-in"])
+def test_target_finishes_when_the_tracer_is_killed_mid_trace(tmp_path, options):
+    """madtrace is SIGKILLed while pages are protected and breakpoints are in
+    (malloc/free, --data-in): the guard left in the target restores every
+    protection and original byte at the next fault or trap, and the program
+    finishes with its normal output."""
     argv = [prog("bench_data_memory", "O2-nopie"), "400", "4096"]
     native = subprocess.run(argv, capture_output=True, timeout=60)
     env = dict(os.environ, PYTHONPATH=ROOT)
-    tracer = subprocess.Popen([*MADTRACE, "record", "--data", "--no-alloc", "--no-functions", "-o",
+    tracer = subprocess.Popen([*MADTRACE, "record", "--data", *options, "-o",
                                str(tmp_path / "t"), "--", *argv],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
@@ -310,3 +313,14 @@ def test_bad_data_selections_are_one_line_errors(tmp_path):
         assert result.returncode == code and words in err and "\n" not in err, (options, err)
     result = madtrace("record", "-q", "--only", "values", "-o", str(tmp_path / "y"), "--", *argv)
     assert result.returncode == 2 and b"add --data" in result.stderr
+
+
+@pytest.mark.parametrize("signum", [5, 11])
+def test_target_dies_of_its_own_trap_or_fault_as_untraced(tmp_path, signum):
+    """raise(SIGTRAP) / raise(SIGSEGV) with the default action while the guard is
+    the action of both: the target dies of that signal, as without madtrace."""
+    argv = [prog("signals", "O2-pie"), "die", str(signum)]
+    native = subprocess.run(argv, capture_output=True, timeout=60)
+    result = madtrace("record", "-q", "--data", "-o", str(tmp_path / "t"), "--", *argv)
+    assert native.returncode == -signum
+    assert result.returncode == 128 + signum and result.stdout == native.stdout

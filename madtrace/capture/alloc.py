@@ -50,12 +50,12 @@ class Block:
 
 
 class AllocTracker:
-    def __init__(self, tracee: Tracee, space: AddressSpace, sequence_of, next_order):
+    def __init__(self, tracee: Tracee, space: AddressSpace, sequence_of, next_order, guard=None):
         self.next_order = next_order
         self.tracee = tracee
         self.space = space
         self.sequence_of = sequence_of
-        self.hooks = CallHooks(tracee, "alloc", self._on_entry, self._on_return)
+        self.hooks = CallHooks(tracee, "alloc", self._on_entry, self._on_return, guard)
         self.blocks: list[Block] = []
         self.live_starts: list[int] = []          # sorted addresses of live blocks
         self.live: dict[int, Block] = {}

@@ -3,11 +3,14 @@
 
 At a hooked function's entry (an int3) the tracer reads the arguments and
 the return address, replaces the return address with a trap in madtrace's
-code, steps over the breakpoint and calls ``on_entry``; at the trap it calls
-``on_return`` with the registers (the result) and jumps to the real return
-address.  A frame left by longjmp is dropped at the thread's next return
-(its stack pointer is below the returning one).  Used by the allocation
-tracker (malloc & co.) and by the data gate (--data-in FUNC).
+code (one int3 per pending call), steps over the breakpoint and calls
+``on_entry``; at the trap it calls ``on_return`` with the registers (the
+result) and jumps to the real return address.  A frame left by longjmp is
+dropped at the thread's next return (its stack pointer is below the
+returning one).  Every breakpoint and pending call is also in the guard's
+table (guard.py), so that the target outlives a tracer killed meanwhile.
+Used by the allocation tracker (malloc & co.) and by the data gate
+(--data-in FUNC).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import signal
 from typing import Callable
 
+from ..binary.maps import read_maps
 from ..inject.areas import SharedArea
 from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
@@ -22,21 +26,27 @@ from ..process.remote_syscall import RemoteSyscalls
 from ..process.tracee import Tracee
 
 INT3 = b"\xcc"
+TRAPS = 4096            # one int3 per pending call; the last one for calls the guard misses
+UNGUARDED = TRAPS - 1
 
 
 class CallHooks:
     def __init__(self, tracee: Tracee, name: str,
                  on_entry: Callable[[int, str, object], object],
-                 on_return: Callable[[int, str, object, object, int], None]):
+                 on_return: Callable[[int, str, object, object, int], None], guard=None):
         """``on_entry(tid, function, regs) -> state`` at an entry;
-        ``on_return(tid, function, state, regs, return_address)`` at its return."""
+        ``on_return(tid, function, state, regs, return_address)`` at its return;
+        ``guard``: the data engine's guard (guard.py)."""
+        self.guard = guard
+        self.unguarded_calls = 0
         self.tracee = tracee
         self.name = name
         self.on_entry = on_entry
         self.on_return = on_return
         self.entries: dict[int, str] = {}         # breakpoint address -> function
         self.saved_byte: dict[int, bytes] = {}
-        self.pending: dict[int, list] = {}        # tid -> [(function, state, return address, rsp)]
+        # tid -> [(function, state, return address, rsp, trap index)]
+        self.pending: dict[int, list] = {}
         self.leftover: dict[int, list] = {}       # pending calls when the breakpoints were removed
         self.trap = 0
         self.missed_windows = 0
@@ -44,11 +54,18 @@ class CallHooks:
 
     def install(self, rs: RemoteSyscalls, functions: dict[int, str]) -> None:
         self.entries = dict(functions)
-        area = SharedArea(rs, 4096, f"madtrace-{self.name}-trap", executable=True)
-        area.write(area.address, INT3 * 16)
+        area = SharedArea(rs, TRAPS, f"madtrace-{self.name}-trap", executable=True)
+        area.write(area.address, INT3 * TRAPS)
         self.trap = area.address
+        if self.guard is not None and self.entries:
+            self.guard.install_traps(rs)
+        maps = read_maps(self.tracee.pid)
         for address in self.entries:
             self.saved_byte[address] = self.tracee.mem.read(address, 1)
+            if self.guard is not None:
+                mapping = next((m for m in maps if m.start <= address < m.end), None)
+                prot = _prot(mapping.perms) if mapping else 5
+                self.guard.add_breakpoint(address, self.saved_byte[address], prot)
             self.tracee.mem.write(address, INT3)
         self.active = True
 
@@ -61,16 +78,27 @@ class CallHooks:
             if mem.read(address, 1) == INT3:
                 mem.write(address, byte)
         if mine:
+            if self.guard is not None:
+                self.guard.remove_breakpoints(self.saved_byte)
             self.leftover = {tid: list(stack) for tid, stack in self.pending.items()}
             for stack in self.pending.values():
-                for _name, _state, return_address, rsp in stack:
+                for _name, _state, return_address, rsp, index in stack:
                     try:
-                        if mem.read_u64(rsp) == self.trap:
+                        if mem.read_u64(rsp) == self.trap + index:
                             mem.write_u64(rsp, return_address)
                     except Exception:
                         pass  # the frame is gone (longjmp)
+                    self._free(index)
             self.pending.clear()
             self.active = False
+
+    def _free(self, index: int) -> None:
+        if self.guard is not None and index != UNGUARDED:
+            self.guard.free_trap(index)
+
+    def thread_exited(self, tid: int) -> None:
+        for entry in self.pending.pop(tid, []):
+            self._free(entry[4])
 
     def depth(self, tid: int) -> int:
         return len(self.pending.get(tid, ()))
@@ -85,10 +113,11 @@ class CallHooks:
         if not self.active:
             # a breakpoint or return trap hit just before the breakpoints were taken
             # out, reported after: finish the call as if nothing had been there
+            index = regs.rip - 1 - self.trap
             if regs.rip - 1 in self.entries:
                 regs.rip -= 1
-            elif regs.rip == self.trap + 1 and self.leftover.get(tid):
-                regs.rip = self.leftover[tid].pop()[2]
+            elif 0 <= index < TRAPS and any(e[4] == index for e in self.leftover.get(tid, ())):
+                regs.rip = next(e[2] for e in self.leftover[tid] if e[4] == index)
             else:
                 return False
             tracee.set_regs(regs, tid)
@@ -97,7 +126,7 @@ class CallHooks:
         if regs.rip - 1 in self.entries:
             self._entry(tid, regs)
             return True
-        if regs.rip == self.trap + 1:
+        if 0 <= regs.rip - 1 - self.trap < TRAPS:
             self._return(tid, regs)
             return True
         return False
@@ -108,10 +137,16 @@ class CallHooks:
         return_address = self.tracee.mem.read_u64(regs.rsp)
         stack = self.pending.setdefault(tid, [])
         while stack and stack[-1][3] < regs.rsp:
-            stack.pop()           # left by longjmp: we are above its frame now
+            self._free(stack.pop()[4])   # left by longjmp: we are above its frame now
         state = self.on_entry(tid, name, regs)
-        stack.append((name, state, return_address, regs.rsp))
-        self.tracee.mem.write_u64(regs.rsp, self.trap)
+        index = self.guard.new_trap() if self.guard is not None else UNGUARDED
+        if index < 0:
+            index = UNGUARDED
+            self.unguarded_calls += 1   # a tracer killed during this call kills the target
+        if index != UNGUARDED:
+            self.guard.set_trap(index, self.trap + index, return_address, regs.rsp)
+        stack.append((name, state, return_address, regs.rsp, index))
+        self.tracee.mem.write_u64(regs.rsp, self.trap + index)
         regs.rip = address
         self.tracee.set_regs(regs, tid)
         # step over the breakpoint: original byte back for one instruction
@@ -135,9 +170,15 @@ class CallHooks:
         # the call whose frame this is: entry rsp + 8 == rsp now (frames above it were
         # left by longjmp)
         while stack and stack[-1][3] + 8 < regs.rsp:
-            stack.pop()
-        name, state, return_address, _ = stack.pop()
+            self._free(stack.pop()[4])
+        name, state, return_address, _, index = stack.pop()
+        self._free(index)
         self.on_return(tid, name, state, regs, return_address)
         regs.rip = return_address
         self.tracee.set_regs(regs, tid)
         self.tracee.resume(tid, 0)
+
+
+def _prot(perms: str) -> int:
+    return (1 if perms[0] == "r" else 0) | (2 if perms[1] == "w" else 0) | \
+        (4 if perms[2] == "x" else 0)

@@ -134,13 +134,14 @@ class DataEngine:
             self.area.loop.set_kinds(self.loads, self.stores)
             self.area.loop.set_safe_syscalls(self.syscalls.safe_numbers())
             self.guard = SegvGuard(self.area)
-            self._protect(rs, self.protected)
             self.tables_changed()
-            self.guard.install(rs)
+            self.guard.install(rs)            # before any page is protected
+            self._protect(rs, self.protected)
             if self.gate is not None:
                 self.gate.install(rs, self.patched_addresses)
             if self.track_allocations:
-                self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of, self._next_order)
+                self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of, self._next_order,
+                                          self.guard)
                 self.warnings += self.alloc.install(rs, self.patched_addresses)
         for tid in self.tracee.threads:
             self.add_thread(tid)
@@ -173,6 +174,10 @@ class DataEngine:
     def _protect(self, rs: RemoteSyscalls, pages) -> None:
         if not self.armed:
             return
+        if self.area is not None and not self.area.loop.closed:
+            # the guard's table first: if the tracer dies between two mprotect calls,
+            # the guard restores every page that may be protected
+            self.tables_changed()
         for start, end in page_runs(p for p in pages if self.protected.get(p)):
             rs.mprotect(start, end - start, PROT_NONE)
 
@@ -191,7 +196,6 @@ class DataEngine:
         self.armed = True
         with RemoteSyscalls(self.tracee, tid) as rs:
             self._protect(rs, self.protected)
-        self.tables_changed()
 
     def disarm(self, tid: int) -> None:
         """The last thread left the --data-in functions: every page back to its own
@@ -237,6 +241,9 @@ class DataEngine:
             self.area.loop.set_thread(tid, slot, self.sequence_address(tid))
 
     def thread_exited(self, tid: int) -> None:
+        for hooks in (self.alloc.hooks if self.alloc else None, self.gate.hooks if self.gate else None):
+            if hooks is not None:
+                hooks.thread_exited(tid)
         if self.area is not None and not self.area.loop.closed:
             self._drain_fast()
             self.area.remove_thread(tid)
@@ -301,8 +308,12 @@ class DataEngine:
         if event.signum == signal.SIGTRAP:
             self._drain_fast()
             regs = tracee.get_regs(event.tid)
-            return (self.alloc is not None and self.alloc.claim_trap(tracee, event, regs)) or \
-                (self.gate is not None and self.gate.hooks.claim_trap(tracee, event, regs))
+            if (self.alloc is not None and self.alloc.claim_trap(tracee, event, regs)) or \
+                    (self.gate is not None and self.gate.hooks.claim_trap(tracee, event, regs)):
+                return True
+            if self.guard is not None:
+                self.guard.delivering(signal.SIGTRAP)
+            return False
         if not self.active:
             # a fault taken just before tracing stopped, reported after: the page is
             # open again, so the instruction simply runs when the thread resumes
@@ -323,7 +334,7 @@ class DataEngine:
             return True
         self._last_open_fault.pop(event.tid, None)
         if event.si_code != SEGV_ACCERR or not self.is_protected(page):
-            self.guard.delivering()
+            self.guard.delivering(signal.SIGSEGV)
             return False  # the target's own fault: delivered unchanged
         tid = event.tid
         regs = self.tracee.get_regs(tid)

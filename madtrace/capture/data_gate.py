@@ -21,7 +21,7 @@ class DataGate:
     def __init__(self, engine, patterns: list[str]):
         self.engine = engine
         self.patterns = list(patterns)
-        self.hooks = CallHooks(engine.tracee, "datagate", self._on_entry, self._on_return)
+        self.hooks = None      # made at install, with the engine's guard
         self.names: list[str] = []
         self.entries = 0          # outermost calls seen
         self.arms = 0             # times the pages were protected again
@@ -44,10 +44,12 @@ class DataGate:
         return functions
 
     def install(self, rs: RemoteSyscalls, patched: set[int]) -> None:
+        self.hooks = CallHooks(self.engine.tracee, "datagate", self._on_entry, self._on_return,
+                               self.engine.guard)
         self.hooks.install(rs, self.resolve(patched))
 
     def inside(self, tid: int) -> bool:
-        return self.hooks.depth(tid) > 0
+        return self.hooks is not None and self.hooks.depth(tid) > 0
 
     def anyone_inside(self) -> bool:
         return any(self.hooks.depth(tid) for tid in list(self.hooks.pending))

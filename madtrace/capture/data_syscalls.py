@@ -67,9 +67,9 @@ class SyscallGate:
         self._open: dict[int, set] = {}        # tid -> pages open for its running call
         self._skipping: dict[int, tuple] = {}  # tid -> (registers at entry, pages to open)
         self._entry: dict[int, tuple[int, list[int]]] = {}   # tid -> (number, arguments)
-        # tid -> True when the kernel must get the new SIGSEGV action at the exit: the
-        # target's rt_sigaction(SIGSEGV) answered from the guard's table
-        self._answered: dict[int, bool] = {}
+        # tid -> (signal, the kernel must get the new action at the exit): the target's
+        # rt_sigaction(SIGSEGV or SIGTRAP) answered from the guard's table
+        self._answered: dict[int, tuple[int, bool]] = {}
         # tid -> (rsi to restore, signal, oldact): rt_sigaction of another signal that the
         # kernel gets without SIGSEGV in its mask
         self._rewritten: dict[int, tuple[int, int, int]] = {}
@@ -131,13 +131,13 @@ class SyscallGate:
     def _exit_stop(self, tracee, tid: int, result: int) -> bool:
         engine = self.engine
         if tid in self._answered:
-            kernel_now = self._answered.pop(tid)
+            signum, kernel_now = self._answered.pop(tid)
             regs = tracee.get_regs(tid)
             regs.rax = 0
             tracee.set_regs(regs, tid)
             if kernel_now:
                 with RemoteSyscalls(tracee, tid) as rs:
-                    engine.guard.deliver_now(rs)
+                    engine.guard.deliver_now(rs, signum)
             tracee.resume(tid, 0)
             return True
         if tid in self._rewritten:
@@ -147,7 +147,7 @@ class SyscallGate:
             tracee.set_regs(regs, tid)
             if _signed(result) == 0:
                 engine.guard.answer_old(tracee.mem, signum, old)
-        if engine.guard.pending_reinstall:
+        if engine.guard.reinstall_due:
             # the target's own fault met the target's own action: the guard is back
             with RemoteSyscalls(tracee, tid) as rs:
                 engine.guard.reinstall(rs)
@@ -180,8 +180,8 @@ class SyscallGate:
         another signal's action goes to the kernel without SIGSEGV in its mask."""
         guard = self.engine.guard
         regs = tracee.get_regs(tid)
-        if args[0] == SIGSEGV:
-            self._answered[tid] = guard.emulate(tracee.mem, args[1], args[2])
+        if guard.answers(args[0]):
+            self._answered[tid] = (args[0], guard.emulate(tracee.mem, args[0], args[1], args[2]))
             regs.orig_rax = NO_RESULT          # skipped: the exit stop sets the result
             tracee.set_regs(regs, tid)
         else:

@@ -3,12 +3,15 @@
 
 While pages are protected, the target's SIGSEGV action is madtrace's guard
 (template ``guard`` of injector/trampolines.S, table and code in the data
-area; layout: injector/layout.h "The guard").  A live tracer never lets its
-own faults reach the target, so the guard runs only for a fault of the
-target's own that the tracer delivers, or when no tracer is left: then it
-gives every page its original protection back (the runs table, kept current
-by ``update``), writes back finished slots, and puts the target's own action
-back; the faulting instruction runs again on its open page.
+area; layout: injector/layout.h "The guard"), and while breakpoints are in
+(call_hooks.py: the allocation tracker, --data-in) its SIGTRAP action too.
+A live tracer never lets its own faults and traps reach the target, so the
+guard runs only for a signal of the target's own that the tracer delivers,
+or when no tracer is left: then it gives every page its original protection
+back (the runs table, kept current by ``update``), writes back finished
+slots, takes the breakpoints out (``add_breakpoint``), gives calls that were
+to return through a trap their real return address (``set_trap``), puts the
+target's own actions back, and the program goes on.
 
 The target's own ``rt_sigaction(SIGSEGV, ...)`` calls are answered from the
 table (``emulate``), so the target sees and sets its own action exactly as
@@ -27,10 +30,11 @@ from __future__ import annotations
 
 import struct
 
+from ..errors import TracerInternalError
 from ..inject.templates import load_injector
 from ..process.remote_syscall import RemoteSyscalls
 
-SIGSEGV = 11
+SIGSEGV, SIGTRAP = 11, 5
 SA_SIGINFO, SA_RESTORER, SA_ONSTACK = 0x4, 0x04000000, 0x08000000
 SIGACTION_SIZE = 32     # kernel struct sigaction: handler, flags, restorer, mask (8 bytes)
 SA_NODEFER = 0x40000000
@@ -63,6 +67,9 @@ class SegvGuard:
         # the guard gave a fault of the target's own back to the target's action, and
         # the tracer delivered it: reinstall at the next system call exit
         self.pending_reinstall = False
+        self._free_traps = list(range(self.L.MT_GUARD_MAX_TRAPS - 1, -1, -1))
+        self.pending_trap_reinstall = False
+        self.trap_guard = False              # the guard is (or was) the SIGTRAP action
         self.originals: dict[int, bytes] = {}   # signal -> the target's own action, where
         #                                         the kernel has kernel_action() of it
         guard = self.L.templates["guard"]
@@ -97,6 +104,10 @@ class SegvGuard:
         return bool(self._u64(self.L.MT_GUARD_ACTIVE))
 
     @property
+    def traps_installed(self) -> bool:
+        return bool(self._u64(self.L.MT_GUARD_TRAP_ACTIVE))
+
+    @property
     def fired(self) -> bool:
         return bool(self._u64(self.L.MT_GUARD_FIRED))
 
@@ -109,6 +120,52 @@ class SegvGuard:
         self._write(self.L.MT_GUARD_RUNS, data)
         self._u64(self.L.MT_GUARD_NRUNS, len(runs))
 
+    # ------------------------------------------------- breakpoints and traps
+    def add_breakpoint(self, address: int, original: bytes, page_prot: int) -> None:
+        n = self._u64(self.L.MT_GUARD_NBREAKS)
+        if n >= self.L.MT_GUARD_MAX_BREAKS:
+            raise TracerInternalError("too many breakpoints for the guard's table")
+        self._write(self.L.MT_GUARD_BREAKS + n * self.L.MT_GUARD_BREAK_SIZE,
+                    struct.pack("<QQQ", address, original[0], page_prot))
+        self._u64(self.L.MT_GUARD_NBREAKS, n + 1)
+
+    def remove_breakpoints(self, addresses) -> None:
+        size = self.L.MT_GUARD_BREAK_SIZE
+        n = self._u64(self.L.MT_GUARD_NBREAKS)
+        raw = self._read(self.L.MT_GUARD_BREAKS, n * size)
+        kept = [raw[i:i + size] for i in range(0, len(raw), size)
+                if struct.unpack_from("<Q", raw, i)[0] not in set(addresses)]
+        self._u64(self.L.MT_GUARD_NBREAKS, 0)
+        self._write(self.L.MT_GUARD_BREAKS, b"".join(kept))
+        self._u64(self.L.MT_GUARD_NBREAKS, len(kept))
+
+    def new_trap(self) -> int:
+        """A free trap entry (its index), or -1 when the table is full."""
+        if not self._free_traps:
+            return -1
+        index = self._free_traps.pop()
+        self._u64(self.L.MT_GUARD_NTRAPS, max(self._u64(self.L.MT_GUARD_NTRAPS), index + 1))
+        return index
+
+    def set_trap(self, index: int, trap: int, return_address: int, stack_slot: int) -> None:
+        """A call returns through ``trap`` instead of ``return_address`` (the value
+        at ``stack_slot``)."""
+        self._write(self.L.MT_GUARD_TRAPS + index * self.L.MT_GUARD_TRAP_SIZE,
+                    struct.pack("<QQQ", trap, return_address, stack_slot))
+
+    def free_trap(self, index: int) -> None:
+        self._write(self.L.MT_GUARD_TRAPS + index * self.L.MT_GUARD_TRAP_SIZE, bytes(8))
+        self._free_traps.append(index)
+
+    def install_traps(self, rs: RemoteSyscalls) -> None:
+        """The guard becomes the SIGTRAP action too (breakpoints are in)."""
+        if self.trap_guard:
+            return
+        self.trap_guard = True
+        if rs.call("rt_sigaction", SIGTRAP, self.table + self.L.MT_GUARD_SELF,
+                   self.table + self.L.MT_GUARD_TRAP_ACTION, 8) == 0:
+            self._u64(self.L.MT_GUARD_TRAP_ACTIVE, 1)
+
     # ------------------------------------------------------------- actions
     def install(self, rs: RemoteSyscalls) -> None:
         """The guard becomes the SIGSEGV action; the target's goes to the table.
@@ -116,7 +173,7 @@ class SegvGuard:
         scratch = self.scratch
         mem = rs.tracee.mem
         for signum in range(1, 65):
-            if signum in (9, 19, SIGSEGV):
+            if signum in (9, 19, SIGSEGV, SIGTRAP):
                 continue
             if rs.call("rt_sigaction", signum, 0, scratch, 8) != 0:
                 continue
@@ -137,23 +194,36 @@ class SegvGuard:
         self._write(self.L.MT_GUARD_DELIVER, kernel_action(raw, SIGSEGV))
 
     def reinstall(self, rs: RemoteSyscalls) -> None:
-        """After the guard handed a fault to the target's own action."""
-        self.pending_reinstall = False
-        if not self.installed and not self.fired:
+        """After the guard handed a signal to the target's own action."""
+        if self.pending_reinstall and not self.installed and not self.fired:
             rs.call("rt_sigaction", SIGSEGV, self.table + self.L.MT_GUARD_SELF, 0, 8)
             self._u64(self.L.MT_GUARD_ACTIVE, 1)
             self.reinstalls += 1
+        if self.pending_trap_reinstall and not self.traps_installed and not self.fired:
+            rs.call("rt_sigaction", SIGTRAP, self.table + self.L.MT_GUARD_SELF, 0, 8)
+            self._u64(self.L.MT_GUARD_TRAP_ACTIVE, 1)
+            self.reinstalls += 1
+        self.pending_reinstall = self.pending_trap_reinstall = False
 
-    def delivering(self) -> None:
-        """A SIGSEGV of the target's own is about to be delivered."""
-        if not self.installed:
+    @property
+    def reinstall_due(self) -> bool:
+        return self.pending_reinstall or self.pending_trap_reinstall
+
+    def delivering(self, signum: int) -> None:
+        """A SIGSEGV or SIGTRAP of the target's own is about to be delivered."""
+        if signum == SIGSEGV and not self.installed:
             self.pending_reinstall = True
+        elif signum == SIGTRAP and not self.traps_installed and self.trap_guard:
+            self.pending_trap_reinstall = True
 
     def remove(self, rs: RemoteSyscalls) -> None:
         """The target's own actions back (tracing ends)."""
         if not self.fired:
             rs.call("rt_sigaction", SIGSEGV, self.table + self.L.MT_GUARD_ACTION, 0, 8)
             self._u64(self.L.MT_GUARD_ACTIVE, 0)
+            if self.trap_guard:
+                rs.call("rt_sigaction", SIGTRAP, self.table + self.L.MT_GUARD_TRAP_ACTION, 0, 8)
+                self._u64(self.L.MT_GUARD_TRAP_ACTIVE, 0)
         self._restore_others(rs)
 
     def _restore_others(self, rs: RemoteSyscalls) -> None:
@@ -164,22 +234,36 @@ class SegvGuard:
     def restore_in(self, rs: RemoteSyscalls) -> None:
         """A fork child: the target's actions back in the child (same addresses)."""
         rs.call("rt_sigaction", SIGSEGV, self.table + self.L.MT_GUARD_ACTION, 0, 8)
+        if self.trap_guard:
+            rs.call("rt_sigaction", SIGTRAP, self.table + self.L.MT_GUARD_TRAP_ACTION, 0, 8)
         self._restore_others(rs)
 
-    def emulate(self, mem, new: int, old: int) -> bool:
-        """The target's rt_sigaction(SIGSEGV, new, old, 8), answered from the table.
-        True if the kernel must get the new action now (the guard is aside)."""
-        current = self._read(self.L.MT_GUARD_ACTION, SIGACTION_SIZE)
+    def answers(self, signum: int) -> bool:
+        """rt_sigaction(signum) is answered from the table."""
+        return signum == SIGSEGV or (signum == SIGTRAP and self.trap_guard)
+
+    def emulate(self, mem, signum: int, new: int, old: int) -> bool:
+        """The target's rt_sigaction(SIGSEGV or SIGTRAP, new, old, 8), answered from
+        the table.  True if the kernel must get the new action now (the guard is
+        aside while the target's own signal is handled)."""
+        field = self.L.MT_GUARD_ACTION if signum == SIGSEGV else self.L.MT_GUARD_TRAP_ACTION
+        current = self._read(field, SIGACTION_SIZE)
         if new:
-            self._set_action(mem.read(new, SIGACTION_SIZE))
+            raw = mem.read(new, SIGACTION_SIZE)
+            if signum == SIGSEGV:
+                self._set_action(raw)
+            else:
+                self._write(field, raw)
         if old:
             mem.write(old, current)
-        return bool(new) and not self.installed and not self.fired
+        aside = not self.installed if signum == SIGSEGV else not self.traps_installed
+        return bool(new) and aside and not self.fired
 
-    def deliver_now(self, rs: RemoteSyscalls) -> None:
-        """The guard is aside (a fault of the target's own is being handled): the
+    def deliver_now(self, rs: RemoteSyscalls, signum: int) -> None:
+        """The guard is aside (a signal of the target's own is being handled): the
         kernel gets the target's action as set just now."""
-        rs.call("rt_sigaction", SIGSEGV, self.table + self.L.MT_GUARD_DELIVER, 0, 8)
+        field = self.L.MT_GUARD_DELIVER if signum == SIGSEGV else self.L.MT_GUARD_TRAP_ACTION
+        rs.call("rt_sigaction", signum, self.table + field, 0, 8)
 
     def kernel_version(self, mem, signum: int, new: int, scratch: int) -> int | None:
         """rt_sigaction(signum != SIGSEGV, new, ...): where the kernel should read the
