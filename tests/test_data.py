@@ -324,3 +324,29 @@ def test_target_dies_of_its_own_trap_or_fault_as_untraced(tmp_path, signum):
     result = madtrace("record", "-q", "--data", "-o", str(tmp_path / "t"), "--", *argv)
     assert native.returncode == -signum
     assert result.returncode == 128 + signum and result.stdout == native.stdout
+
+
+def test_cxx_new_delete_and_mappings_are_named_blocks(tmp_path):
+    """operator new/delete blocks are named after their C++ call site (the malloc
+    block inside is marked part_of them), and the program's own mmap/mremap/
+    munmap show up as <memmap...>/<mremap...> blocks, <unmap:...> once unmapped."""
+    argv = [prog("data_cxx", "O2-pie")]
+    _, out = _record_data(tmp_path / "cxx", argv)
+    assert out == subprocess.run(argv, capture_output=True, timeout=60).stdout
+    blocks = json.loads((tmp_path / "cxx" / "t" / "data" / "allocations.json").read_text())
+    new = [b for b in blocks if b["kind"] == "new" and b["part_of"] is None]
+    by_site = {}
+    for b in new:
+        by_site.setdefault(b["site"].split("+")[0], []).append(b)
+    assert len(by_site["_Z13build_and_sumi"]) == 10 and len(by_site["_Z9array_sumi"]) == 1
+    assert all(b["freed_seq"] is not None and b["name"].startswith("<freed:") for b in new)
+    assert all(b["part_of"] for b in blocks if b["kind"] == "malloc" and b["site"].startswith("_Znwm"))
+
+    _record_data(tmp_path / "maps", [prog("data_special", "O2-nopie")])
+    blocks = json.loads((tmp_path / "maps" / "t" / "data" / "allocations.json").read_text())
+    kinds = [b["kind"] for b in blocks]
+    assert "memmap" in kinds and "mremap" in kinds
+    mapped = [b for b in blocks if b["kind"] in ("memmap", "mremap")]
+    assert all(b["name"].startswith("<unmap:") for b in mapped)    # all unmapped by exit
+    region = next(b for b in mapped if b["site"].startswith("protected_region"))
+    assert region["size"] == 4 * 4096

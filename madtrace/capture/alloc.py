@@ -26,13 +26,22 @@ from ..process.tracee import Tracee
 
 from .call_hooks import CallHooks
 
-TRACKED = ("malloc", "calloc", "realloc", "free")
+# (module, symbol, kind): what the tracker hooks; kind "free" releases a block
+TRACKED = (("libc.so.6", "malloc", "malloc"), ("libc.so.6", "calloc", "calloc"),
+           ("libc.so.6", "realloc", "realloc"), ("libc.so.6", "free", "free"),
+           # C++: operator new / new[] (also the nothrow forms) and delete / delete[]
+           ("libstdc++.so.6", "_Znwm", "new"), ("libstdc++.so.6", "_Znam", "new"),
+           ("libstdc++.so.6", "_ZnwmRKSt9nothrow_t", "new"),
+           ("libstdc++.so.6", "_ZnamRKSt9nothrow_t", "new"),
+           ("libstdc++.so.6", "_ZdlPv", "free"), ("libstdc++.so.6", "_ZdaPv", "free"),
+           ("libstdc++.so.6", "_ZdlPvm", "free"), ("libstdc++.so.6", "_ZdaPvm", "free"))
+MAPPING_KINDS = ("memmap", "mremap")     # blocks the program mapped itself (mmap, mremap)
 
 
 @dataclass
 class Block:
     id: int
-    kind: str            # malloc / calloc / realloc
+    kind: str            # malloc / calloc / realloc / new / memmap / mremap
     address: int
     size: int
     site: str            # caller function+offset (decimal, as MadT)
@@ -42,10 +51,14 @@ class Block:
     freed_seq: int | None = None
     freed_tid: int | None = None
     freed_order: int | None = None
+    part_of: int | None = None   # operator new's block made of this malloc block (same bytes)
 
     @property
     def name(self) -> str:
-        prefix = f"<{self.kind}" if self.freed_seq is None else "<freed:"
+        if self.freed_seq is None:
+            prefix = f"<{self.kind}"
+        else:
+            prefix = "<unmap:" if self.kind in MAPPING_KINDS else "<freed:"
         return f"{prefix}{self.id:04d}@{self.site}>"
 
 
@@ -78,16 +91,18 @@ class AllocTracker:
         by function tracing (left alone). Returns warnings."""
         warnings = []
         functions = {}
-        for name in TRACKED:
+        for module, symbol, kind in TRACKED:
+            if not any(m.name.startswith(module) for m in self.space.modules):
+                continue            # no C++ runtime in this program
             try:
-                address = self.space.find_symbol(f"libc.so.6:{name}").address
+                address = self.space.find_symbol(f"{module}:{symbol}").address
             except UnknownSymbolError:
-                warnings.append(f"{name} not found in libc: not tracked")
+                warnings.append(f"{symbol} not found in {module}: not tracked")
                 continue
             if address in patched:
-                warnings.append(f"{name} is patched for function tracing: its blocks are not named")
+                warnings.append(f"{symbol} is patched for function tracing: its blocks are not named")
                 continue
-            functions[address] = name
+            functions.setdefault(address, kind)
         self.hooks.install(rs, functions)
         return warnings
 
@@ -102,6 +117,20 @@ class AllocTracker:
 
     def _on_return(self, tid: int, name: str, args, regs, return_address: int) -> None:
         self._record(tid, name, args[0], args[1], regs.rax, return_address)
+
+    def mapped(self, tid: int, kind: str, address: int, size: int, return_address: int) -> None:
+        """The program mapped memory itself (mmap, mremap: ``kind``)."""
+        self.events += 1
+        self._add(Block(len(self.blocks) + 1, kind, address, size, self._site(return_address), tid,
+                        self.sequence_of(tid), self.next_order()))
+
+    def unmapped(self, tid: int, start: int, end: int) -> None:
+        """munmap (or the old range of an mremap): the mapped blocks inside are released."""
+        self.events += 1
+        seq = self.sequence_of(tid)
+        for address in [a for a in self.live_starts if start <= a < end]:
+            if self.live[address].kind in MAPPING_KINDS:
+                self._release(address, tid, seq)
 
     # ---------------------------------------------------------------- blocks
     def _site(self, return_address: int) -> str:
@@ -122,9 +151,17 @@ class AllocTracker:
         if not result:
             return
         size = a0 * a1 if name == "calloc" else (a1 if name == "realloc" else a0)
-        block = Block(len(self.blocks) + 1, name, result, size, self._site(return_address), tid, seq,
-                      self.next_order())
+        self._add(Block(len(self.blocks) + 1, name, result, size, self._site(return_address), tid,
+                        seq, self.next_order()))
+
+    def _add(self, block: Block) -> None:
+        result = block.address
         self.blocks.append(block)
+        inner = self.live.get(result)
+        if inner is not None:      # operator new returns the block its malloc made
+            inner.part_of = block.id
+            del self.live[result]
+            del self.live_starts[bisect.bisect_left(self.live_starts, result)]
         self.live[result] = block
         bisect.insort(self.live_starts, result)
         if result in self.freed:   # the address is reused: the freed block is gone

@@ -45,13 +45,14 @@ class _SyscallInfo(ctypes.Structure):
                 ("nr", ctypes.c_uint64), ("args", ctypes.c_uint64 * 6)]
 
 
-def syscall_op(tid: int) -> tuple[int, int, list[int], int]:
+def syscall_op(tid: int) -> tuple[int, int, list[int], int, int]:
     """(1 entry | 2 exit, the syscall number at entry / the result at exit, the
-    arguments at entry, the address of the syscall instruction's end)."""
+    arguments at entry, the address of the syscall instruction's end, the stack
+    pointer)."""
     info = _SyscallInfo()
     pr.ptrace(PTRACE_GET_SYSCALL_INFO, tid, ctypes.sizeof(info),
               ctypes.cast(ctypes.byref(info), ctypes.c_void_p))
-    return info.op, info.nr, list(info.args), info.instruction_pointer
+    return info.op, info.nr, list(info.args), info.instruction_pointer, info.stack_pointer
 
 
 def _signed(value: int) -> int:
@@ -67,6 +68,7 @@ class SyscallGate:
         self._open: dict[int, set] = {}        # tid -> pages open for its running call
         self._skipping: dict[int, tuple] = {}  # tid -> (registers at entry, pages to open)
         self._entry: dict[int, tuple[int, list[int]]] = {}   # tid -> (number, arguments)
+        self._stack: dict[int, int] = {}       # tid -> stack pointer at the call's entry
         # tid -> (signal, the kernel must get the new action at the exit): the target's
         # rt_sigaction(SIGSEGV or SIGTRAP) answered from the guard's table
         self._answered: dict[int, tuple[int, bool]] = {}
@@ -93,11 +95,12 @@ class SyscallGate:
                 tracee.resume(tid, 0)
                 return True
             return False
-        op, value, args, ip = syscall_op(tid)
+        op, value, args, ip, sp = syscall_op(tid)
         if op == 1:
             if engine.area.contains(ip):   # the guard's own calls run as they are
                 tracee.resume(tid, 0)
                 return True
+            self._stack[tid] = sp
             return self._entry_stop(tracee, tid, value, args)
         if op == 2:
             return self._exit_stop(tracee, tid, value)
@@ -201,13 +204,23 @@ class SyscallGate:
             return engine.region_filter(Region(0, 0, label))
         return engine.only_regions is None
 
+    def _caller(self, tid: int) -> int:
+        """The return address of the libc wrapper that made the call (MadT's site)."""
+        try:
+            return self.engine.tracee.mem.read_u64(self._stack.get(tid, 0))
+        except Exception:
+            return 0
+
     def _mapping_changed(self, tracee, tid: int, nr: int, args: list[int], result: int) -> None:
         engine = self.engine
+        alloc = engine.alloc if engine.alloc is not None and engine.alloc.active else None
         with RemoteSyscalls(tracee, tid) as rs:
             if nr == SYS_BRK:
                 self._refresh_heap(rs)
             elif nr == SYS_MUNMAP:
                 self._forget(args[0], args[0] + args[1])
+                if alloc:
+                    alloc.unmapped(tid, args[0], args[0] + _page_up(args[1]))
             elif nr == SYS_MMAP:
                 start, end = result, result + _page_up(args[1])
                 self._forget(start, end)   # MAP_FIXED over traced pages
@@ -219,8 +232,14 @@ class SyscallGate:
                     engine.protected.update(new)
                     engine._protect(rs, new)
                     self.mapped_regions += 1
+                    if alloc:
+                        alloc.mapped(tid, "memmap", start, args[1], self._caller(tid))
             elif nr == SYS_MREMAP:
                 self._moved(rs, args[0], _page_up(args[1]), result, _page_up(args[2]))
+                if alloc and any(b.kind in ("memmap", "mremap") for b in
+                                 (alloc.live.get(args[0]),) if b is not None):
+                    alloc.unmapped(tid, args[0], args[0] + _page_up(args[1]))
+                    alloc.mapped(tid, "mremap", result, args[2], self._caller(tid))
             elif nr == SYS_MPROTECT:
                 start, end = args[0], args[0] + _page_up(args[1])
                 pages = [p for p in range(start, end, PAGE) if p in engine.protected]

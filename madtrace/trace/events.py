@@ -53,7 +53,11 @@ def load_allocations(directory: str) -> list[dict]:
     return blocks
 
 
-_ALLOC_KIND = {"malloc": "M", "calloc": "C", "realloc": "R"}
+# MadT's event letters: M malloc (and C++ new), C calloc, R realloc, P mmap, E mremap;
+# a block's release: F free (and delete), U munmap
+_ALLOC_KIND = {"malloc": "M", "new": "M", "calloc": "C", "realloc": "R", "memmap": "P",
+               "mremap": "E"}
+_RELEASE_KIND = {"memmap": "U", "mremap": "U"}
 
 
 def ordered_events(directory: str):
@@ -66,7 +70,8 @@ def ordered_events(directory: str):
                                                                _ALLOC_KIND[block["kind"]], block)))
         if block.get("freed_order") is not None:
             items.append((block["freed_order"], block["freed_tid"],
-                          AllocEvent(block["freed_order"], block["freed_tid"], "F", block)))
+                          AllocEvent(block["freed_order"], block["freed_tid"],
+                                     _RELEASE_KIND.get(block["kind"], "F"), block)))
     items.sort(key=lambda item: item[0])
     cursors = {tid: 0 for tid in accesses}
     # merge: accesses of all threads by order, with allocation events in between

@@ -58,10 +58,12 @@ def access_line(kind: str, thread: int, record, space: AddressSpace, block, raw:
 
 
 def alloc_line(kind: str, thread: int, block: dict, raw: bool) -> str:
-    if kind == "F":
-        what = f"{block['address']:#x}" if raw else f"<freed:{block['id']:04d}@{block['site']}>"
-        return f"F{'#' if raw else '$'}{thread}:{what}"
-    what = f"{block['address']:#x}" if raw else block["name"]
+    if kind in ("F", "U"):
+        prefix = "<unmap:" if kind == "U" else "<freed:"
+        what = f"{block['address']:#x}" if raw else f"{prefix}{block['id']:04d}@{block['site']}>"
+        return f"{kind}{'#' if raw else '$'}{thread}:{what}"
+    # the name the block had when it was made (it becomes <freed:...> when released)
+    what = f"{block['address']:#x}" if raw else f"<{block['kind']}{block['id']:04d}@{block['site']}>"
     return f"{kind}{'#' if raw else '$'}{thread}:{what},{block['size']}"
 
 
