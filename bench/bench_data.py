@@ -25,6 +25,9 @@ Three measurements:
    50x faster than lackey, memory-heavy no slower than lackey, at most 10 us
    per access.
 
+4. the floor under any ptrace-driven tracer on this machine (bench/ptrace_floor.c):
+   a bare stop, and a stop with the requests madtrace's fault loop makes.
+
 Before any timing each program's output under madtrace must equal its native
 output (exit status 1 otherwise).  Whole-run ratios include the fixed start-up
 of each tool (python, symbol loading, protection set-up; valgrind's own
@@ -158,6 +161,21 @@ def count_lackey(path: str) -> tuple[int, int]:
     return records, data
 
 
+def ptrace_floor(tmp: str) -> tuple[float, float] | None:
+    """(µs per bare ptrace stop, µs per stop with the fault loop's requests), from
+    bench/ptrace_floor.c on this machine, or None if it cannot be built."""
+    exe = os.path.join(tmp, "ptrace_floor")
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ptrace_floor.c")
+    if subprocess.run(["gcc", "-O2", "-o", exe, src], capture_output=True).returncode != 0:
+        return None
+    values = []
+    for mode in ("bare", "full"):
+        runs = [float(subprocess.run([exe, mode, "50000"], capture_output=True, text=True,
+                                     timeout=120).stdout) for _ in range(3)]
+        values.append(median(runs))
+    return values[0], values[1]
+
+
 def met(ok: bool) -> str:
     return "MET" if ok else "not met"
 
@@ -189,6 +207,7 @@ def main() -> int:
             l_mem_small, _, data_mem_small, n5 = b.lackey(mem_small, REPEAT_LACKEY)
             l_mem, rec_mem, data_mem, n6 = b.lackey(mem_large, REPEAT_LACKEY)
             notes += n4 + n5 + n6
+            floor = ptrace_floor(tmp)
         except Mismatch as e:
             print(f"bench_data: check failed, benchmark stopped: {e}",
                   file=sys.stderr)
@@ -239,6 +258,11 @@ def main() -> int:
     # madtrace's time is almost all fixed cost, so its ratio grows with the run
     print(f"  compute-heavy: madtrace's fixed cost (madtrace - native) "
           f"{m_compute - native_c:.2f} s; the ratio grows with the size of the run")
+    if floor is not None:
+        print(f"  the floor on this machine (bench/ptrace_floor.c, C tracer, same CPU): a bare "
+              f"ptrace stop {floor[0]:.1f} us; with the fault loop's requests (GETSIGINFO, "
+              f"GETREGS, pread, POKEUSER) {floor[1]:.1f} us; madtrace per fault "
+              f"{us_fault:.1f} us = {us_fault / floor[1]:.2f}x that floor")
     print("== goals")
     print(f"  compute-heavy >= {GOAL_COMPUTE_RATIO:.0f}x faster than lackey: "
           f"{ratio_c:.1f}x  {met(ratio_c >= GOAL_COMPUTE_RATIO)}")

@@ -279,10 +279,11 @@ class DataEngine:
             if not len(out):
                 return
         self.freed_accesses += int(np.count_nonzero(out["freed"]))
-        keys, n = np.unique(np.stack([records["rip"], records["kind"].astype(np.uint64)]), axis=1,
+        # per (instruction, kind) counts: one 64-bit key each (user addresses < 2**62)
+        keys, n = np.unique((records["rip"] << np.uint64(2)) | records["kind"].astype(np.uint64),
                             return_counts=True)
-        for (rip, kind), count in zip(keys.T.tolist(), n.tolist()):
-            self.counts[(rip, "L" if kind == KIND_LOAD else "S")] += count
+        for key, count in zip(keys.tolist(), n.tolist()):
+            self.counts[(key >> 2, "L" if key & 3 == KIND_LOAD else "S")] += count
         tids = records["tid"]
         for tid in np.unique(tids).tolist():
             self._append(tid, out[tids == tid])
