@@ -350,3 +350,26 @@ def test_cxx_new_delete_and_mappings_are_named_blocks(tmp_path):
     assert all(b["name"].startswith("<unmap:") for b in mapped)    # all unmapped by exit
     region = next(b for b in mapped if b["site"].startswith("protected_region"))
     assert region["size"] == 4 * 4096
+
+
+def test_block_events_for_system_calls_and_mem_functions(tmp_path):
+    """write() of a traced buffer is one G event, read()/getrandom() one W event,
+    sized by what the call moved; memset/memcpy/memmove calls on traced memory are
+    one W or Y event each instead of a fault per vector."""
+    argv = [prog("data_blocks", "O2-nopie"), "5000"]
+    meta, out = _record_data(tmp_path, argv)
+    assert out == subprocess.run(argv, capture_output=True, timeout=60).stdout
+    events = json.loads((tmp_path / "t" / "data" / "block_events.json").read_text())
+    image = ElfImage.load(argv[0])
+    a = image.symbols_named("a")[0].address
+    b = image.symbols_named("b")[0].address
+    lo, hi = min(a, b), max(a, b) + 8192
+    mine = [(e["kind"], e["address"], e["size"], e.get("source")) for e in events
+            if lo <= e["address"] < hi]
+    assert ("W", a, 5000, None) in mine                  # memset(a, 'q', n)
+    assert ("Y", b, 5000, a) in mine                     # memcpy(b, a, n)
+    assert ("Y", b + 1, 4999, b) in mine                 # memmove(b + 1, b, n - 1)
+    assert ("G", b, 5000, None) in mine                  # write(1, b, n)
+    assert ("W", a, 16, None) in mine                    # read() of 16 bytes from a pipe
+    counts = meta["data_tracing"]["block_events"]
+    assert counts["Y"]["events"] >= 2 and counts["G"]["bytes"] >= 5000

@@ -44,6 +44,7 @@ from ..process.events import SignalStop
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
 from ..process.tracee import Tracee
 from .alloc import AllocTracker
+from .block_events import BlockEvents
 from .data_gate import DataGate
 from .data_syscalls import SyscallGate
 from .datastubs import DataArea
@@ -69,10 +70,11 @@ class DataEngine:
                  patched_addresses: set[int] | None = None, exact_threads: bool = True,
                  defer=None, only_regions: list[Region] | None = None, region_filter=None,
                  loads: bool = True, stores: bool = True, data_in: list[str] | None = None,
-                 only_blocks: set[int] | None = None):
+                 only_blocks: set[int] | None = None, block_events: bool = True):
         """``only_regions``: trace these ranges (watched variables), and no default
         region unless ``region_filter`` also keeps some (--regions);
         ``only_blocks``: record only accesses to these heap blocks (--only malloc0014);
+        ``block_events``: memcpy/memmove/memset calls as one Y/W event each;
         ``sequence_of(tid)``: the thread's call-record count (function tracing),
         ``sequence_address(tid)``: where the tracer's copy of it lives (0: none);
         ``data_in``: function globs: record only inside them (data_gate.py)."""
@@ -84,6 +86,7 @@ class DataEngine:
         self.patched_addresses = patched_addresses or set()
         self.loads, self.stores = loads, stores
         self.only_blocks = only_blocks
+        self.block_events = block_events
         self.warnings: list[str] = []
         self.tracee = tracee
         self.space = space
@@ -105,6 +108,7 @@ class DataEngine:
         self.armed = self.gate is None   # pages protected (always, without --data-in)
         self.alloc: AllocTracker | None = None
         self.syscalls = SyscallGate(self)
+        self.blocks = BlockEvents(self)
         self._held: set[int] | None = None   # threads stopped while one thread's pages are open
         self.held_stops = 0
         self.freed_accesses = 0  # accesses to blocks already freed (use after free)
@@ -136,6 +140,8 @@ class DataEngine:
             self.guard = SegvGuard(self.area)
             self.tables_changed()
             self.guard.install(rs)            # before any page is protected
+            if self.block_events:
+                self.warnings += self.blocks.install(rs, self.patched_addresses)
             self._protect(rs, self.protected)
             if self.gate is not None:
                 self.gate.install(rs, self.patched_addresses)
@@ -241,9 +247,8 @@ class DataEngine:
             self.area.loop.set_thread(tid, slot, self.sequence_address(tid))
 
     def thread_exited(self, tid: int) -> None:
-        for hooks in (self.alloc.hooks if self.alloc else None, self.gate.hooks if self.gate else None):
-            if hooks is not None:
-                hooks.thread_exited(tid)
+        for hooks in self._all_hooks():
+            hooks.thread_exited(tid)
         if self.area is not None and not self.area.loop.closed:
             self._drain_fast()
             self.area.remove_thread(tid)
@@ -310,7 +315,8 @@ class DataEngine:
             self._drain_fast()
             regs = tracee.get_regs(event.tid)
             if (self.alloc is not None and self.alloc.claim_trap(tracee, event, regs)) or \
-                    (self.gate is not None and self.gate.hooks.claim_trap(tracee, event, regs)):
+                    (self.gate is not None and self.gate.hooks.claim_trap(tracee, event, regs)) \
+                    or self.blocks.claim_trap(tracee, event, regs):
                 return True
             if self.guard is not None:
                 self.guard.delivering(signal.SIGTRAP)
@@ -474,11 +480,17 @@ class DataEngine:
         return self.syscalls.claim(tracee, event)
 
     # ------------------------------------------------------- forks and leaving
+    def _all_hooks(self):
+        """The breakpoint hooks in place: allocation tracker, --data-in, memcpy & co."""
+        for hooks in (self.alloc.hooks if self.alloc else None,
+                      self.gate.hooks if self.gate else None, self.blocks.hooks):
+            if hooks is not None:
+                yield hooks
+
     def fork_child(self, child: Tracee) -> None:
-        if self.alloc is not None and self.alloc.active:
-            self.alloc.remove(child.mem)
-        if self.gate is not None and self.gate.hooks.active:
-            self.gate.hooks.remove(child.mem)
+        for hooks in self._all_hooks():
+            if hooks.active:
+                hooks.remove(child.mem)
         if self.active and self.protected:
             with RemoteSyscalls(child) as rs:
                 self._unprotect(rs, self.protected)
@@ -499,10 +511,9 @@ class DataEngine:
         for tid in list(self.tracee.threads):
             self.area.leave(tid)
         self.area.discard_unfinished()
-        if self.alloc is not None and self.alloc.active:
-            self.alloc.remove()
-        if self.gate is not None and self.gate.hooks.active:
-            self.gate.hooks.remove()
+        for hooks in self._all_hooks():
+            if hooks.active:
+                hooks.remove()
         self.active = False
         self._unhook()
         self.tracee.trace_syscalls = False
@@ -516,10 +527,8 @@ class DataEngine:
 
     def forget_after_exec(self) -> None:
         self._drain_fast()
-        if self.alloc is not None:
-            self.alloc.hooks.active = False
-        if self.gate is not None:
-            self.gate.hooks.active = False
+        for hooks in self._all_hooks():
+            hooks.active = False
         self.active = False
         self._unhook()
         self.tracee.trace_syscalls = False
@@ -532,6 +541,7 @@ class DataEngine:
         self._drain_fast()
         if self.alloc is not None:
             self.alloc.write(self.out_dir)
+        self.blocks.write(self.out_dir)
         for tid in list(self.chunks):
             self._spool(tid)
 

@@ -24,6 +24,7 @@ from ..binary.maps import read_maps
 from ..process import ptrace_raw as pr
 from ..process.events import SyscallStop
 from ..process.remote_syscall import RemoteSyscalls
+from .block_events import syscall_ranges
 from .regions import PAGE, Region
 from .syscall_memory import syscall_pages
 
@@ -69,6 +70,7 @@ class SyscallGate:
         self._skipping: dict[int, tuple] = {}  # tid -> (registers at entry, pages to open)
         self._entry: dict[int, tuple[int, list[int]]] = {}   # tid -> (number, arguments)
         self._stack: dict[int, int] = {}       # tid -> stack pointer at the call's entry
+        self._ranges: dict[int, tuple] = {}    # tid -> (buffers of the call, syscall address)
         # tid -> (signal, the kernel must get the new action at the exit): the target's
         # rt_sigaction(SIGSEGV or SIGTRAP) answered from the guard's table
         self._answered: dict[int, tuple[int, bool]] = {}
@@ -101,6 +103,10 @@ class SyscallGate:
                 tracee.resume(tid, 0)
                 return True
             self._stack[tid] = sp
+            if tid not in self._open:
+                ranges = syscall_ranges(value, args, engine.tracee.mem.read)
+                if ranges is not None:
+                    self._ranges[tid] = (ranges, ip - 2)
             return self._entry_stop(tracee, tid, value, args)
         if op == 2:
             return self._exit_stop(tracee, tid, value)
@@ -170,9 +176,11 @@ class SyscallGate:
             return True
         opened = self._open.pop(tid, None)
         nr, args = self._entry.pop(tid, (None, []))
+        ranges, rip = self._ranges.pop(tid, (None, 0))
         if opened is not None:
             with RemoteSyscalls(tracee, tid) as rs:
                 engine._protect(rs, opened)
+            engine.blocks.syscall_done(tid, nr, ranges, rip, _signed(result))
         if nr in MAPPING_CALLS and _signed(result) >= 0 or nr == SYS_BRK:
             self._mapping_changed(tracee, tid, nr, args, result)
         tracee.resume(tid, 0)

@@ -1,0 +1,179 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Block events (MadT's Y, W, G): a whole range of traced memory read or
+written at once, recorded as one event instead of a fault per access.
+
+* System calls: a call whose buffers reach traced memory runs with those
+  pages open (data_syscalls.py); its buffers become G (the kernel fetches:
+  write, send...) or W (the kernel stores: read, recv...) events, sized by
+  what the call really moved (its result).
+* memcpy/memmove (Y: block copy) and memset (W: block store) of libc: entry
+  and return hooks (call_hooks.py) on the implementations the program's IFUNCs
+  resolve to.  When a call's ranges reach protected pages, the event is
+  recorded at the entry, those pages are opened for the call and closed at
+  its return; the call's own loads and stores are not recorded one by one.
+  Other threads run meanwhile: their accesses to those pages in that window
+  are missed and each such window is counted (``open_windows``).
+
+Events go to data/block_events.json: order (shared with accesses and
+allocations), tid, seq (call records before it), kind, rip (the call site
+or system call), address, size, source (Y: where the bytes came from),
+what ("read", "memcpy"...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+from ..process.remote_syscall import RemoteSyscalls
+from .call_hooks import CallHooks
+from .regions import PAGE
+
+# system call -> (kind, ((pointer arg, length arg), ...) | ("iovec", arg, count arg) |
+#                 ("msghdr", arg))
+SYSCALL_BUFFERS = {
+    0: ("W", "read", ((1, 2),)), 1: ("G", "write", ((1, 2),)),
+    17: ("W", "pread64", ((1, 2),)), 18: ("G", "pwrite64", ((1, 2),)),
+    44: ("G", "sendto", ((1, 2),)), 45: ("W", "recvfrom", ((1, 2),)),
+    318: ("W", "getrandom", ((0, 1),)), 217: ("W", "getdents64", ((1, 2),)),
+    19: ("W", "readv", "iovec"), 20: ("G", "writev", "iovec"),
+    295: ("W", "preadv", "iovec"), 296: ("G", "pwritev", "iovec"),
+    327: ("W", "preadv2", "iovec"), 328: ("G", "pwritev2", "iovec"),
+    46: ("G", "sendmsg", "msghdr"), 47: ("W", "recvmsg", "msghdr"),
+}
+MEM_FUNCTIONS = (("memcpy", "Y"), ("memmove", "Y"), ("memset", "W"))
+MAX_IOV = 1024
+
+
+def syscall_ranges(nr: int, args: list[int], read_memory) -> tuple[str, str, list] | None:
+    """(kind, name, [(address, length)...]) of the buffers a call moves, in order."""
+    spec = SYSCALL_BUFFERS.get(nr)
+    if spec is None:
+        return None
+    kind, name, how = spec
+    if how == "iovec":
+        vec, count = args[1], min(args[2], MAX_IOV)
+    elif how == "msghdr":
+        try:
+            vec, count = struct.unpack("<QQ", read_memory(args[1] + 16, 16))
+        except Exception:
+            return None
+        count = min(count, MAX_IOV)
+    else:
+        return kind, name, [(args[p], args[n]) for p, n in how]
+    try:
+        raw = read_memory(vec, 16 * count) if count else b""
+    except Exception:
+        return None
+    return kind, name, list(struct.iter_unpack("<QQ", raw))
+
+
+class BlockEvents:
+    def __init__(self, engine):
+        self.engine = engine
+        self.events: list[dict] = []
+        self.hooks: CallHooks | None = None
+        self.open_windows = 0
+        self._open: dict[int, list] = {}    # tid -> pages opened for its mem* call
+
+    # ---------------------------------------------------------------- record
+    def record(self, tid: int, kind: str, what: str, rip: int, address: int, size: int,
+               source: int | None = None) -> None:
+        engine = self.engine
+        if size <= 0 or not engine.recording(tid) or (
+                engine.regions.find(address) is None and
+                (source is None or engine.regions.find(source) is None)):
+            return
+        event = {"order": engine._next_order(), "tid": tid, "seq": engine.sequence_of(tid),
+                 "kind": kind, "what": what, "rip": rip, "address": address, "size": size}
+        if source is not None:
+            event["source"] = source
+        self.events.append(event)
+
+    def syscall_done(self, tid: int, nr: int, ranges, rip: int, result: int) -> None:
+        """A call that moved ``result`` bytes through ``ranges`` (in order)."""
+        if ranges is None or result <= 0 or result >= 1 << 63:
+            return
+        kind, name, buffers = ranges
+        left = result
+        for address, length in buffers:
+            if left <= 0:
+                break
+            moved = min(length, left)
+            self.record(tid, kind, name, rip, address, moved)
+            left -= moved
+
+    # ------------------------------------------------------ memcpy & memset
+    def install(self, rs: RemoteSyscalls, patched: set[int]) -> list[str]:
+        """Hooks on libc's memcpy/memmove/memset implementations."""
+        warnings = []
+        functions: dict[int, str] = {}
+        space = self.engine.space
+        for name, kind in MEM_FUNCTIONS:
+            # the default version is the IFUNC (memcpy@GLIBC_2.2.5 is an old plain one)
+            found = sorted(space.find_functions(f"libc.so.6:{name}"),
+                           key=lambda s: s.symbol.kind != "IFUNC")
+            if not found:
+                continue
+            symbol = found[0]
+            address = symbol.address
+            if symbol.symbol.kind == "IFUNC":
+                address = rs.call_function(address)   # the implementation it resolves to
+            if address in patched:
+                warnings.append(f"{name} is patched for function tracing: its calls are "
+                                "traced access by access")
+                continue
+            functions.setdefault(address, name)
+        if functions:
+            self.hooks = CallHooks(self.engine.tracee, "blocks", self._on_entry, self._on_return,
+                                   self.engine.guard)
+            self.hooks.install(rs, functions)
+        return warnings
+
+    def claim_trap(self, tracee, event, regs) -> bool:
+        return self.hooks is not None and self.hooks.claim_trap(tracee, event, regs)
+
+    def _pages(self, address: int, size: int) -> set[int]:
+        if size <= 0:
+            return set()
+        size = min(size, 1 << 34)
+        return {p for p in range(address & ~(PAGE - 1), address + size, PAGE)
+                if self.engine.is_protected(p)}
+
+    def _on_entry(self, tid: int, name: str, regs):
+        dst, n = regs.rdi, regs.rdx
+        src = regs.rsi if name != "memset" else None
+        pages = self._pages(dst, n) | (self._pages(src, n) if src is not None else set())
+        if not pages:
+            return None
+        rip = self.engine.tracee.mem.read_u64(regs.rsp) - 5    # the call instruction
+        if name == "memset":
+            self.record(tid, "W", name, rip, dst, n)
+        else:
+            self.record(tid, "Y", name, rip, dst, n, source=src)
+        engine = self.engine
+        with RemoteSyscalls(engine.tracee, tid) as rs:
+            engine._unprotect(rs, pages)
+        if len(engine.tracee.threads) > 1:
+            self.open_windows += 1
+        return pages
+
+    def _on_return(self, tid: int, name: str, pages, regs, return_address: int) -> None:
+        if pages:
+            with RemoteSyscalls(self.engine.tracee, tid) as rs:
+                self.engine._protect(rs, pages)
+
+    # ---------------------------------------------------------------- results
+    def counts(self) -> dict:
+        out: dict = {}
+        for event in self.events:
+            entry = out.setdefault(event["kind"], {"events": 0, "bytes": 0})
+            entry["events"] += 1
+            entry["bytes"] += event["size"]
+        return out
+
+    def write(self, out_dir: str) -> None:
+        os.makedirs(os.path.join(out_dir, "data"), exist_ok=True)
+        with open(os.path.join(out_dir, "data", "block_events.json"), "w") as f:
+            json.dump(self.events, f)
