@@ -380,3 +380,48 @@ def test_relocated_code_runs(asm_funcs, name, args):
         assert fn_type(tramp)(args[0]) == expected[0]
     finally:
         m.close()
+
+
+# ------------------------------------------------------------ operand redirection
+# Each line: an instruction with one memory operand, as gas encodes it (legacy with
+# REX, fs segment, VEX, EVEX with compressed disp8, zmm16+ registers, masks, broadcast).
+REDIRECT_CASES = [
+    "movq 0x10(%rbx,%r12,8), %rax",
+    "addl $0x12345, 0x40(%r13)",
+    "movq %fs:0x28, %rcx",
+    "lock xaddq %rdx, (%r9)",
+    "vmovdqu 0x20(%rsi), %ymm3",
+    "vpcmpeqb (%rdi,%rcx), %ymm0, %ymm1",
+    "vmovdqu64 0x40(%rsi), %zmm17",
+    "vmovdqu8 %zmm16, -0x40(%rdi,%rdx){%k1}",
+    "vpcmpeqb 0x80(%r8), %zmm2, %k0",
+    "vpaddd (%r10){1to16}, %zmm5, %zmm6{%k2}{z}",
+    "vmovdqu64 %ymm31, 0x7f(%rax)",
+]
+
+
+@needs_gcc
+def test_redirect_operand_to_slot(tmp_path):
+    """Each instruction re-encoded at another address with its memory operand
+    [rip+disp32] at the slot: same mnemonic, same register operands, same size of
+    memory operand (decoded by capstone from bytes that gas produced)."""
+    from madtrace.arch.x86_64.redirect import redirect_operand
+
+    (tmp_path / "r.s").write_text("".join(f"    {line}\n" for line in REDIRECT_CASES))
+    subprocess.run(["gcc", "-c", "r.s", "-o", "r.o"], cwd=tmp_path, check=True)
+    subprocess.run(["objcopy", "-O", "binary", "-j", ".text", "r.o", "r.bin"],
+                   cwd=tmp_path, check=True)
+    code = (tmp_path / "r.bin").read_bytes()
+    at, stub, slot = 0x401000, 0x7F0000400000, 0x7F0000500040
+    for old in _decoded(code, at):
+        off = old.address - at
+        new_bytes = redirect_operand(code[off:off + old.size], old.address, stub, slot)
+        assert not isinstance(new_bytes, Refusal), (old.mnemonic, old.op_str, new_bytes)
+        new = decode_one(new_bytes, stub)
+        assert new.mnemonic == old.mnemonic and new.size == len(new_bytes)
+        mem = [o for o in new.operands if o.type == 3]      # X86_OP_MEM
+        assert len(mem) == 1 and stub + new.size + mem[0].mem.disp == slot
+        old_regs = [o.reg for o in old.operands if o.type == 1]
+        assert [o.reg for o in new.operands if o.type == 1] == old_regs
+        assert [o.size for o in new.operands] == [o.size for o in old.operands]
+        assert "fs:" not in new.op_str and "rip" in new.op_str

@@ -7,8 +7,9 @@ execution at ``new_address`` with its one ModRM memory operand replaced by
 ``[rip + disp32]`` pointing at ``target`` (the data engine's per-thread
 slot).  Every other operand, the opcode, the operand size and any immediate
 are kept; segment overrides (fs/gs) and the address-size prefix are dropped,
-since the slot is a plain address; REX.X/REX.B and VEX's X/B (which only
-extend the dropped base and index registers) are cleared.  The result is
+since the slot is a plain address; REX.X/REX.B and VEX's and EVEX's X/B
+(which only extend the dropped base and index registers) are cleared; an
+EVEX compressed disp8 becomes a plain disp32.  The result is
 decoded again and compared with the original before it is returned.
 
 ``redirectable(insn) -> str | None``: why a decoded ``MemInstruction``
@@ -131,8 +132,10 @@ def redirect_operand(code: bytes, address: int, new_address: int, target: int) -
         head[0] &= ~0x03                    # REX.X, REX.B
     elif head[0] == 0xC4 and len(head) >= 3:
         head[1] |= 0x60                     # VEX: X and B are stored inverted
-    elif head[0] in (0x62, 0x8F):
-        return Refusal("EVEX and XOP encodings are not redirected")
+    elif head[0] == 0x62 and len(head) >= 5:
+        head[1] |= 0x60                     # EVEX: X and B, inverted as in VEX
+    elif head[0] == 0x8F:
+        return Refusal("XOP encodings are not redirected")
     tail = _modrm_tail(raw, modrm_at)
     if tail is None:
         return Refusal("register operand, not memory")
