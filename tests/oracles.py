@@ -61,6 +61,7 @@ CALLGRIND_OPTIONS = (
     "--dump-line=yes",
     "--collect-atstart=yes",
     "--trace-children=no",
+    "--demangle=no",           # C++ functions by their symbol names, as madtrace names them
 )
 
 # suffixes of glibc's x86-64 multiarch implementations (__strlen_avx2, ...)

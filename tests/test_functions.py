@@ -19,8 +19,9 @@ from madtrace.binary.address_space import AddressSpace
 from madtrace.inject.engine import FunctionTracer
 from madtrace.process.tracee import Tracee
 
+from .oracles import callgrind_calls
 from .util import (ROOT, VARIANTS, check_live_output, finish_live, madtrace, prog, run_untraced,
-                   start_ready)
+                   start_ready, summary_json)
 
 LIBPYTHON = "libpython3.11.so.1.0"
 
@@ -167,15 +168,54 @@ def test_patch_report_lists_methods_and_reasons(tmp_path):
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_cxx_exceptions_still_caught(tmp_path, variant):
-    """A module using C++ exceptions is left unpatched, with the reason reported."""
+def test_cxx_exceptions_unwind_through_trampolines(tmp_path, variant):
+    """C++ exceptions thrown through patched call sites are caught where they are
+    without madtrace (a catch two trampolines up, a catch-and-rethrow), every
+    destructor on the way runs, and the calls are counted as callgrind counts
+    them; functions that would need entry patching are skipped, with the reason."""
     argv = [prog("cxx_throw", variant)]
     expected = run_untraced(argv)
-    assert expected.stdout == b"sum=8628 caught=14\n"
-    result = madtrace("record", "-o", str(tmp_path / "t"), "--", *argv)
-    assert result.returncode == expected.returncode == 0
+    assert expected.stdout == b"sum=8585 caught=14 destroyed=99 rethrown=7\n"
+    patterns = ["_Z7checkedi", "_Z6middlei", "_Z5relayi"]
+    if variant.startswith("O0"):
+        patterns.append("_ZN5GuardD*")       # the destructor (inlined at -O2)
+    result = madtrace("record", "-o", str(tmp_path / "t"), *[a for p in patterns for a in ("-f", p)],
+                      "--", *argv)
+    assert result.returncode == expected.returncode == 0, result.stderr
     assert result.stdout == expected.stdout
-    assert b"C++ exceptions" in result.stderr
-    report = meta(tmp_path / "t")["function_tracing"]["patch_report"] \
-        if (tmp_path / "t" / "functions.json").exists() else None
-    assert report is None or not report["patched"]
+    calls = {name: n for name, n in summary_json(tmp_path / "t")["calls"].items() if n}
+    assert calls == {name: n for name, n in callgrind_calls(argv, patterns).items() if n}
+    functions = {f["name"]: f for f in json.loads((tmp_path / "t" / "functions.json").read_text())
+                 ["functions"]}
+    assert all(functions[name]["method"] == "callsite" for name in calls)
+    # main is address-taken (entry patching), which C++ exceptions cannot unwind through
+    whole = madtrace("record", "-o", str(tmp_path / "all"), "-f", "main", "--", *argv)
+    assert whole.returncode == 0 and whole.stdout == expected.stdout
+    assert b"uses C++ exceptions, which cannot unwind through an exit stub" in whole.stderr
+
+
+def test_trampoline_unwind_info_reads_back():
+    """The .eh_frame object registered for call-site trampolines, read by an
+    independent DWARF reader (pyelftools): per trampoline call, CFA = rsp + 8,
+    rsp = CFA - 8 and the return address is the original site's."""
+    import io
+
+    from elftools.dwarf.callframe import CallFrameInfo
+    from elftools.dwarf.structs import DWARFStructs
+
+    from madtrace.inject.unwind import eh_frame
+
+    entries = [(0x7F0000001000, 0x7F0000001005, 0x401234), (0x7F0000000800, 0x7F0000000805, 0x55550)]
+    blob = eh_frame(entries)
+    cfi = CallFrameInfo(io.BytesIO(blob), len(blob), address=0, for_eh_frame=True,
+                        base_structs=DWARFStructs(little_endian=True, dwarf_format=32,
+                                                  address_size=8))
+    fdes = [e for e in cfi.get_entries() if type(e).__name__ == "FDE"]
+    assert [(f.header.initial_location, f.header.address_range) for f in fdes] == \
+        [(b, e - b) for b, e, _ in sorted(entries)]
+    for fde, (_, _, return_to) in zip(fdes, sorted(entries)):
+        row = fde.get_decoded().table[0]
+        assert (row["cfa"].reg, row["cfa"].offset) == (7, 8)
+        assert row[7].type == "VAL_OFFSET" and row[7].arg == -8
+        assert row[16].type == "VAL_EXPRESSION"
+        assert row[16].arg == [0x0E, *return_to.to_bytes(8, "little")]

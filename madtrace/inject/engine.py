@@ -28,6 +28,7 @@ from .areas import SharedArea, gap_for_module, page_round
 from .patchset import Patch, PatchConflict, PatchSet
 from .plan import Plan, Site, TracedFunction, make_plan
 from .templates import load_injector
+from .unwind import OBJECT_SIZE, eh_frame
 
 JMP_REL32 = 0xE9
 
@@ -68,6 +69,10 @@ class FunctionTracer:
         self.patches_of: dict[int, list[int]] = {}   # function id -> patch addresses
         self.report: dict = {"patched": [], "skipped": [], "inexact": []}
         self.active = False
+        # (pc_begin, pc_end, return_to) of call-site trampolines in modules with C++
+        # exceptions, registered with the target's unwinder after patching
+        self.unwind_pending: list[tuple[int, int, int]] = []
+        self.unwind_registered = 0
 
     # --------------------------------------------------------------- install
     def install(self, patterns: list[str]) -> dict:
@@ -86,6 +91,7 @@ class FunctionTracer:
         rips = [tracee.get_regs(tid).rip for tid in tracee.threads]
         for fn in plan.functions:
             self._patch_function(fn, rips)
+        self._register_unwind()
         self.rings.set_enabled(True)
         self.rings.start()
         self.active = True
@@ -115,12 +121,44 @@ class FunctionTracer:
         rips = [tracee.get_regs(tid).rip for tid in tracee.threads]
         for fn in chosen:
             self._patch_function(fn, rips)
+        self._register_unwind()
         self._write_tables()
         return {key: self.report[key][start:] for key, start in before.items()}
 
     def _make_plan(self, rs: RemoteSyscalls, patterns: list[str]) -> Plan:
         return make_plan(self.space, patterns, method=self.method,
-                         resolve_ifunc=lambda ms: rs.call_function(ms.address))
+                         resolve_ifunc=lambda ms: rs.call_function(ms.address),
+                         cxx_unwind=self._register_frame_info() is not None)
+
+    def _register_frame_info(self) -> int | None:
+        """The address of __register_frame_info in the target's unwinder (the module
+        that also has _Unwind_RaiseException: libgcc_s; glibc exports a compat copy
+        whose registrations that unwinder never sees), if loaded."""
+        def exported(name: str):
+            return [ms for ms in self.space.find_functions(name)
+                    if ms.symbol.dynamic and ms.symbol.binding != "LOCAL" and ms.symbol.address]
+        unwinders = {ms.module.name for ms in exported("_Unwind_RaiseException")}
+        for ms in exported("__register_frame_info"):
+            if ms.module.name in unwinders:
+                return ms.address
+        return None
+
+    def _register_unwind(self) -> None:
+        """Registers the pending call-site trampolines with the target's unwinder
+        (unwind.py): one .eh_frame object and libgcc's struct object for it, in a
+        private mapping of their own that stays for the life of the process, like
+        the trampolines (a frame may still return through them after a detach)."""
+        if not self.unwind_pending:
+            return
+        blob = eh_frame(self.unwind_pending)
+        object_at = (len(blob) + 15) & ~15
+        with RemoteSyscalls(self.tracee) as rs:
+            address = rs.mmap(0, page_round(object_at + OBJECT_SIZE), PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS)
+            self.tracee.mem.write(address, blob)
+            rs.call_function(self._register_frame_info(), address, address + object_at)
+        self.unwind_registered += len(self.unwind_pending)
+        self.unwind_pending = []
 
     def _new_code_area(self, rs: RemoteSyscalls, module, need: int) -> None:
         """A code area for ``need`` bytes of trampolines (and room to grow), within
@@ -206,6 +244,10 @@ class FunctionTracer:
             fields = dict(ctl_entry=ctl, code_entry=site.sid << 1, target=target)
             if site.kind == "call":
                 fields.update(ctl_exit=ctl, code_exit=(site.sid << 1) | 1, **{"return": site.address + 5})
+                if self.plan.scans[site.function.module.name].cxx:
+                    (call_field, _), = tpl.patch_points["target"]   # the re-issued call's rel32
+                    self.unwind_pending.append((at + call_field - 1, at + call_field + 4,
+                                                site.address + 5))
             area.area.write(at, bytes(tpl.instantiate(at, **fields)))
             return Patch(site.address, original, jmp_rel32(site.address, at),
                          f"{site.kind} site of {site.function.name} at {site.address:#x}")

@@ -12,6 +12,11 @@ Every selected function gets exactly one method, so no call is counted twice:
   functions, and where some direct site cannot be patched (a 2-byte jmp).
 A function that fits neither exactly is reported in ``skipped`` or
 ``inexact`` with the reason; the patch report lists them all.
+
+In a module that uses C++ exceptions, call sites are patched only when the
+target's unwinder can be told about the trampolines (``cxx_unwind``: see
+unwind.py); entry patching is not used there, because an exception cannot
+unwind through an exit stub (the return address it finds is the stub's).
 """
 
 from __future__ import annotations
@@ -82,8 +87,7 @@ def select_functions(space: AddressSpace, patterns: list[str]) -> list[ModuleSym
 
 
 # a module that uses these may throw or catch C++ exceptions: an exception unwinding
-# through a trampoline or an exit stub (no unwind info is registered for them)
-# would terminate the program, so such modules are not patched
+# through a trampoline or an exit stub with no unwind info would terminate the program
 CXX_EXCEPTION_SYMBOLS = ("__gxx_personality_v0", "__cxa_throw", "__cxa_begin_catch", "_Unwind_Resume")
 
 
@@ -122,10 +126,12 @@ METHODS = ("auto", "callsite", "entry")
 
 def make_plan(space: AddressSpace, patterns: list[str],
               resolve_ifunc: Callable[[ModuleSymbol], int] | None = None,
-              method: str = "auto") -> Plan:
+              method: str = "auto", cxx_unwind: bool = False) -> Plan:
     """``resolve_ifunc`` returns the absolute address of the implementation an
     IFUNC resolves to in the target (its resolver runs there).  ``method``
-    forces one patching method for every function ("auto": the exact one)."""
+    forces one patching method for every function ("auto": the exact one).
+    ``cxx_unwind``: unwind information for call-site trampolines can be
+    registered in the target (modules with C++ exceptions get call sites)."""
     if method not in METHODS:
         raise UsageError(f"--method must be one of {', '.join(METHODS)}")
     forced = method
@@ -137,9 +143,9 @@ def make_plan(space: AddressSpace, patterns: list[str],
         scan = scans.get(module.name) or scans.setdefault(module.name, _ModuleScan(module))
         name = sym.name if sym.name not in names_used else f"{module.name}:{sym.name}"
         names_used.add(name)
-        if scan.cxx:
-            plan.skipped.append((name, f"{module.name} uses C++ exceptions, which cannot unwind "
-                                       "through trampolines yet"))
+        if scan.cxx and not cxx_unwind:
+            plan.skipped.append((name, f"{module.name} uses C++ exceptions and the target has no "
+                                       "__register_frame_info to unwind through trampolines"))
             continue
         if sym.kind == "IFUNC":
             if resolve_ifunc is None:
@@ -167,6 +173,11 @@ def make_plan(space: AddressSpace, patterns: list[str],
             chosen, reason = "callsite", "every call is a direct call or jmp rel32"
         if forced != "auto" and forced != chosen:
             chosen, reason = forced, f"forced by --method {forced} (auto: {chosen}, {reason})"
+        if chosen == "entry" and scan.cxx:
+            plan.skipped.append((name, f"{reason}; but {module.name} uses C++ exceptions, which "
+                                       "cannot unwind through an exit stub (--method callsite "
+                                       "counts its direct calls)"))
+            continue
         if chosen == "entry" and sym.name in NEVER_ENTRY:
             plan.skipped.append((name, "start-up code: called by the loader before tracing "
                                        "starts, or never returns"))
