@@ -24,6 +24,7 @@ from .process.cpu import SameCpu
 from .process.events import ThreadExited, ThreadKilled
 from .process.tracee import Tracee, check_traceable, resolve_command
 from .trace import store
+from .trace.store_writer import StoreWriter, build_store
 
 
 @dataclass
@@ -45,6 +46,7 @@ class RecordOptions:
     data_in: list[str] = field(default_factory=list)        # record only inside these functions
     loads: bool = True
     stores: bool = True
+    store: bool = False              # write DIR/store while the target runs (store_writer.py)
 
 
 BLOCK_NAME = re.compile(r"^<?(?:malloc|calloc|realloc|freed:)?(\d+)(?:@.*)?>?$")
@@ -106,6 +108,7 @@ class Recording:
         self._warned_stripped = False
         self.functions: FunctionTracer | None = None
         self.data: DataEngine | None = None
+        self.store_writer: StoreWriter | None = None
 
     def log(self, message: str) -> None:
         if not self.options.quiet:
@@ -214,6 +217,10 @@ class Recording:
         self.controller.on_exec.append(self._on_exec)
         self.meta["pid"] = self.tracee.pid
         self.meta["start_time"] = time.time()
+        if self.options.store:
+            self.store_writer = StoreWriter(self.options.output,
+                                            accesses_possible=lambda: self.data is not None)
+            self.store_writer.start()
 
     def add_functions(self, patterns: list[str]) -> dict:
         """Instrument more functions of the live target (every thread stopped; the
@@ -437,7 +444,20 @@ class Recording:
         if self._maps_end:
             store.write_text(self.options.output, "maps.end.txt", self._maps_end)
         store.write_meta(self.options.output, self.meta)
+        self._finish_store()
         return self.meta["exit_status"]
+
+    def _finish_store(self) -> None:
+        """The rest of DIR/store (progress on stderr when it takes long).  A
+        failure leaves the store incomplete: it is then built on first use."""
+        writer, self.store_writer = self.store_writer, None
+        if writer is None:
+            return
+        try:
+            writer.finish(None if self.options.quiet else sys.stderr)
+        except Exception as exc:   # the trace itself is written: say so, go on
+            self.log(f"the store was not written ({type(exc).__name__}: {exc}); "
+                     "it is built when a query, export or report needs it")
 
     # live control: the trace so far, the target still running ---------------------
     def snapshot(self, directory: str, force: bool = False) -> dict:
@@ -463,6 +483,8 @@ class Recording:
             store.copy_trace_files(self.options.output, directory, sizes)
             store.write_text(directory, "maps.end.txt", read_maps_text(self.tracee.pid))
             store.write_meta(directory, meta)
+            if self.options.store:
+                build_store(directory, None if self.options.quiet else sys.stderr)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise

@@ -61,6 +61,7 @@ typedef struct {           /* numpy SEGMENT_DTYPE (replay.py) */
     int64_t call_id, parent_id, begin_seq, end_seq;
     uint64_t begin_tsc, end_tsc;
     int64_t accesses_self, accesses_incl, bytes_self, bytes_incl;
+    int64_t accesses_before;   /* the thread's accesses before it began */
     int32_t fid, depth;
     uint8_t fate, outer;
     uint8_t pad[6];
@@ -162,6 +163,7 @@ static void emit_end(replay_t *s, const frame_t *f, int64_t depth, int64_t ref, 
     g->begin_tsc = f->begin_tsc; g->end_tsc = tsc;
     g->accesses_self = f->acc_self; g->accesses_incl = s->accesses - f->acc_at_begin;
     g->bytes_self = f->bytes_self; g->bytes_incl = s->bytes - f->bytes_at_begin;
+    g->accesses_before = f->acc_at_begin;
     g->fid = f->fid; g->depth = (int32_t)depth; g->fate = f->fate; g->outer = f->outer;
     memset(g->pad, 0, sizeof(g->pad));
     if (f->fid >= 0 && f->fid < s->n_fids)
@@ -186,6 +188,7 @@ static void emit_unmatched(replay_t *s, uint32_t c, uint64_t t)
     g->begin_seq = -1; g->end_seq = s->records;
     g->begin_tsc = s->first_tsc; g->end_tsc = t;
     g->accesses_self = g->accesses_incl = g->bytes_self = g->bytes_incl = 0;
+    g->accesses_before = s->accesses;
     g->fid = fid; g->depth = (int32_t)s->depth + 1; g->fate = FATE_UNMATCHED;
     g->outer = !(fid >= 0 && fid < s->n_fids && s->fid_active[fid]);
     memset(g->pad, 0, sizeof(g->pad));

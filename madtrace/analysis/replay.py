@@ -32,7 +32,8 @@ EVENT_DTYPE = np.dtype([("call_id", "<i8"), ("ref", "<i8"), ("tsc", "<u8"), ("fi
 SEGMENT_DTYPE = np.dtype([("call_id", "<i8"), ("parent_id", "<i8"), ("begin_seq", "<i8"),
                           ("end_seq", "<i8"), ("begin_tsc", "<u8"), ("end_tsc", "<u8"),
                           ("accesses_self", "<i8"), ("accesses_incl", "<i8"),
-                          ("bytes_self", "<i8"), ("bytes_incl", "<i8"), ("fid", "<i4"),
+                          ("bytes_self", "<i8"), ("bytes_incl", "<i8"),
+                          ("accesses_before", "<i8"), ("fid", "<i4"),
                           ("depth", "<i4"), ("fate", "u1"), ("outer", "u1"), ("pad", "u1", 6)])
 STAT_NAMES = ("records", "entries", "exits", "unmatched_exits", "unwound_frames", "depth",
               "first_tsc", "last_tsc", "next_call", "accesses", "bytes", "closed")

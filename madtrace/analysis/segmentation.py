@@ -33,7 +33,9 @@ Identifiers and positions
   outermost activation of a recursion: sum inclusive counts over these).
 * ``accesses_self``/``bytes_self``: accesses made while the call was the
   innermost traced call; ``accesses_incl``/``bytes_incl``: while it was open
-  (its callees' included).  Times ``begin_tsc``/``end_tsc`` are raw TSC ticks
+  (its callees' included); ``accesses_before``: the thread's accesses
+  before it began (so its first event in the merged stream of records and
+  accesses is at ``begin_seq + accesses_before``).  Times ``begin_tsc``/``end_tsc`` are raw TSC ticks
   (0 with ``--no-time``; ``CallTables.tsc_hz`` converts).
 
 API
