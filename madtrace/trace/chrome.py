@@ -188,8 +188,10 @@ def _chunk_events(chunk, ev, times, names, namer, pid, limit, clock):
                 "accesses_incl": int(seg["accesses_incl"])}
         if limit is not None and end > limit:
             end, args["cut"] = limit, True
-        out.append((begin, {"name": names[int(seg["fid"])], "cat": "call", "ph": "X",
-                            "ts": round(begin, 3), "dur": round(max(end - begin, 0.0), 3),
+        ts = round(begin, 3)      # µs with ns digits; dur from the rounded end, so that a
+        dur = round(max(round(end, 3) - ts, 0.0), 3)   # call ending at a sibling's start
+        out.append((begin, {"name": names[int(seg["fid"])], "cat": "call", "ph": "X",  # never
+                            "ts": ts, "dur": dur,                              # overlaps it
                             "pid": pid, "tid": tid, "args": args}))
     for k, i in enumerate(access_rows.tolist()):
         ts = float(times[i])
