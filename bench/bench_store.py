@@ -45,8 +45,10 @@ DATA_SIZE = 1 << 24
 CODE_BASE = 0x7E0000000000
 
 
-def generate(directory: str, events: int, threads: int) -> tuple[int, int]:
-    """A trace directory with ``events`` call records and accesses in all."""
+def generate(directory: str, events: int, threads: int, accesses_per_round: int = ROUND_ACCESSES
+             ) -> tuple[int, int]:
+    """A trace directory with ``events`` call records and accesses in all
+    (``accesses_per_round`` 0: call records only, as with function tracing alone)."""
     from madtrace.analysis.segmentation import RECORD_DTYPE
     from madtrace.capture.data import ACCESS_DTYPE
     os.makedirs(os.path.join(directory, "calls"))
@@ -62,9 +64,9 @@ def generate(directory: str, events: int, threads: int) -> tuple[int, int]:
     # one round: E a, E b, [2 accesses], X b, E c, [1 access], X c, X a
     codes = np.array([0, 2, 3, 4, 5, 1], dtype=np.uint32)
     rsps = np.array([1000, 900, 900, 900, 900, 1000], dtype=np.uint32)
-    acc_seq = np.array([2, 2, 4], dtype=np.uint64)      # records before each access
+    acc_seq = np.array([2, 2, 4], dtype=np.uint64)[:accesses_per_round]   # records before each
     rng = np.random.default_rng(7)
-    rounds_total = events // (ROUND_RECORDS + ROUND_ACCESSES)
+    rounds_total = events // (ROUND_RECORDS + accesses_per_round)
     records = accesses = 0
     for t in range(threads):
         tid = 1000 + t
@@ -78,17 +80,18 @@ def generate(directory: str, events: int, threads: int) -> tuple[int, int]:
                 r["code"] = np.tile(codes, n)
                 r["rsp"] = np.tile(rsps, n)
                 r["tsc"] = (done * ROUND_RECORDS + np.arange(len(r), dtype=np.uint64)) * 40
-                a = np.zeros(n * ROUND_ACCESSES, dtype=ACCESS_DTYPE)
+                a = np.zeros(n * accesses_per_round, dtype=ACCESS_DTYPE)
                 first_record = (done + np.arange(n, dtype=np.uint64)) * ROUND_RECORDS
                 a["seq"] = (first_record[:, None] + acc_seq[None, :]).ravel()
-                a["order"] = np.arange(len(a), dtype=np.uint64) + done * ROUND_ACCESSES
+                a["order"] = np.arange(len(a), dtype=np.uint64) + done * accesses_per_round
                 a["rip"] = CODE_BASE + rng.integers(0, 64, len(a)).astype(np.uint64) * 4
                 a["addr"] = DATA_BASE + rng.integers(0, DATA_SIZE // 8, len(a)).astype(np.uint64) * 8
                 a["size"] = 8
                 a["kind"] = 1 + (np.arange(len(a)) % 2)
                 a["first"] = 1
                 rec.write(r.tobytes())
-                acc.write(a.tobytes())
+                if len(a):
+                    acc.write(a.tobytes())
                 done += n
                 records += len(r)
                 accesses += len(a)
@@ -110,8 +113,11 @@ def phase_spool(directory: str) -> dict:
 def phase_records(directory: str) -> dict:
     from madtrace.trace.store_writer import StoreWriter
     _started()
+    from madtrace.trace.store import per_thread_files
     writer = StoreWriter(directory)
-    return {"events": writer.write_records()}
+    written = writer.write_records()
+    accesses = sum(os.path.getsize(p) // 48 for _, p in per_thread_files(directory, "data", ".acc"))
+    return {"events": written + accesses, "written": written}
 
 
 def phase_final(directory: str) -> dict:
@@ -121,7 +127,8 @@ def phase_final(directory: str) -> dict:
     rows = write_final_tables(directory)
     write_store_meta(directory, {"complete": True, "rows": rows, "timestamps": True,
                                  "tsc_hz": 2.5e9})
-    return {"events": rows["calls"] * 2 + rows["accesses"], "rows": rows}
+    return {"events": rows["calls"] * 2 + rows["accesses"], "rows": rows,
+            "written": rows["calls"] + rows["accesses"]}
 
 
 def phase_query(directory: str) -> dict:
@@ -170,11 +177,41 @@ def run_phase(name: str, directory: str) -> dict:
     return result
 
 
+def bench_stream(directory: str, kind: str, events: int, threads: int, per_round: int) -> None:
+    t0 = time.perf_counter()
+    records, accesses = generate(directory, events, threads, per_round)
+    what = "call records and accesses" if per_round else "call records only (function tracing)"
+    print(f"\n{kind}: {records + accesses} events, {what}: {records} call records, {accesses} "
+          f"accesses, {threads} threads (generated in {time.perf_counter() - t0:.1f} s)",
+          flush=True)
+    rows = []
+    for name, label in (("spool", "spool read"), ("records", "records (live)"),
+                        ("final", "calls+accesses (end)"), ("query", "query")):
+        r = run_phase(name, directory)
+        written = r.get("written", 0)
+        rows.append((label, r["events"], written, f"{r['seconds']:.2f}",
+                     f"{r['events'] / r['seconds'] / 1e6:.1f}",
+                     f"{written / r['seconds'] / 1e6:.1f}" if written else "-",
+                     f"{r['import_rss_mb']:.0f}", f"{r['peak_rss_mb']:.0f}"))
+    store_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in
+                      os.walk(os.path.join(directory, "store")) for f in fs)
+    spool_bytes = sum(os.path.getsize(os.path.join(d, f)) for sub in ("calls", "data")
+                      for d, _, fs in os.walk(os.path.join(directory, sub)) for f in fs)
+    print(table(f"trace store, {kind} stream (each phase its own process; events: call records "
+                "and accesses it handles; rows: Parquet rows it writes)", rows,
+                ("phase", "events", "rows", "s", "M events/s", "M rows/s", "RSS after imports MB",
+                 "peak RSS MB")))
+    print(f"spool {spool_bytes / 1e6:.0f} MB, store {store_bytes / 1e6:.0f} MB "
+          f"({store_bytes / max(records + accesses, 1):.2f} bytes/event)", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=float, default=100e6)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it")
+    parser.add_argument("--only", choices=("mixed", "calls"),
+                        help="one stream only (default: both)")
     parser.add_argument("--phase", nargs=2, metavar=("NAME", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase:
@@ -186,30 +223,11 @@ def main() -> int:
         print(json.dumps(result))
         return 0
     base = args.keep or tempfile.mkdtemp(prefix="madtrace-bench-store-")
-    directory = os.path.join(base, "trace")
     try:
-        t0 = time.perf_counter()
-        records, accesses = generate(directory, int(args.events), args.threads)
-        print(f"generated {records + accesses} events ({records} call records, {accesses} "
-              f"accesses, {args.threads} threads) in {time.perf_counter() - t0:.1f} s",
-              flush=True)
-        rows = []
-        for name, label in (("spool", "spool read"), ("records", "records"),
-                            ("final", "calls+accesses"), ("query", "query")):
-            r = run_phase(name, directory)
-            rows.append((label, r["events"], f"{r['seconds']:.2f}",
-                         f"{r['events'] / r['seconds'] / 1e6:.1f}", f"{r['import_rss_mb']:.0f}",
-                         f"{r['peak_rss_mb']:.0f}"))
-            print(f"  {label}: {r['seconds']:.1f} s", flush=True)
-        store_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in
-                          os.walk(os.path.join(directory, "store")) for f in fs)
-        spool_bytes = sum(os.path.getsize(os.path.join(d, f)) for sub in ("calls", "data")
-                          for d, _, fs in os.walk(os.path.join(directory, sub)) for f in fs)
-        print(table("trace store (events: call records + accesses; each phase its own process)",
-                    rows, ("phase", "events", "s", "M events/s", "RSS after imports MB",
-                           "peak RSS MB")))
-        print(f"spool {spool_bytes / 1e6:.0f} MB, store {store_bytes / 1e6:.0f} MB "
-              f"({store_bytes / max(records + accesses, 1):.2f} bytes/event)")
+        for kind, per_round in (("mixed", ROUND_ACCESSES), ("calls", 0)):
+            if args.only in (None, kind):
+                bench_stream(os.path.join(base, kind), kind, int(args.events), args.threads,
+                             per_round)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)

@@ -57,7 +57,7 @@ SCHEMAS: dict[str, pa.Schema] = {
                           ("code", pa.uint32()), ("rsp", pa.uint32())]),
     "calls": pa.schema([
         ("call_id", pa.int64()), ("function", _dict), ("fid", pa.int32()),
-        ("parent_id", pa.int64()), ("depth", pa.int32()), ("fate", _dict), ("outer", pa.bool_()),
+        ("parent_id", pa.int64()), ("depth", pa.int32()), ("fate", _dict), ("outermost", pa.bool_()),
         ("begin_seq", pa.int64()), ("end_seq", pa.int64()), ("begin_pos", pa.int64()),
         ("end_pos", pa.int64()), ("begin_tsc", pa.uint64()), ("end_tsc", pa.uint64()),
         ("accesses_self", pa.int64()), ("accesses_incl", pa.int64()),

@@ -33,7 +33,7 @@ def calls_columns(segments: np.ndarray, names: list[str]) -> dict:
         "function": dictionary_column(s["fid"], names), "fid": s["fid"],
         "parent_id": s["parent_id"], "depth": s["depth"],
         "fate": dictionary_column(s["fate"].astype(np.int32), list(FATES)),
-        "outer": s["outer"].astype(bool),
+        "outermost": s["outer"].astype(bool),
         "begin_seq": s["begin_seq"], "end_seq": s["end_seq"],
         "begin_pos": np.where(s["begin_seq"] < 0, -1, s["begin_seq"] + before),
         "end_pos": s["end_seq"] + before + incl,
