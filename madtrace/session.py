@@ -24,7 +24,6 @@ from .process.cpu import SameCpu
 from .process.events import ThreadExited, ThreadKilled
 from .process.tracee import Tracee, check_traceable, resolve_command
 from .trace import store
-from .trace.store_writer import StoreWriter, build_store
 
 
 @dataclass
@@ -108,7 +107,7 @@ class Recording:
         self._warned_stripped = False
         self.functions: FunctionTracer | None = None
         self.data: DataEngine | None = None
-        self.store_writer: StoreWriter | None = None
+        self.store_writer = None             # trace.store_writer.StoreWriter
 
     def log(self, message: str) -> None:
         if not self.options.quiet:
@@ -218,6 +217,7 @@ class Recording:
         self.meta["pid"] = self.tracee.pid
         self.meta["start_time"] = time.time()
         if self.options.store:
+            from .trace.store_writer import StoreWriter
             self.store_writer = StoreWriter(self.options.output,
                                             accesses_possible=lambda: self.data is not None)
             self.store_writer.start()
@@ -484,6 +484,7 @@ class Recording:
             store.write_text(directory, "maps.end.txt", read_maps_text(self.tracee.pid))
             store.write_meta(directory, meta)
             if self.options.store:
+                from .trace.store_writer import build_store
                 build_store(directory, None if self.options.quiet else sys.stderr)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)

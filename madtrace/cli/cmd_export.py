@@ -9,8 +9,6 @@ import sys
 from ..analysis.segments import address_space_of
 from ..errors import CorruptTraceError, OutputExistsError, UsageError
 from ..trace import store
-from ..trace.chrome import write_chrome
-from ..trace.query import copy_store
 from ..trace.events import AllocEvent, load_allocations, ordered_events
 from ..trace.madt import access_line, alloc_line
 
@@ -81,6 +79,7 @@ def _check_output(path: str, force: bool) -> None:
 
 
 def export_chrome(args) -> int:
+    from ..trace.chrome import write_chrome
     if args.max_events < 1:
         raise UsageError("--max-events must be >= 1")
 
@@ -97,6 +96,7 @@ def export_chrome(args) -> int:
 
 
 def export_parquet(args) -> int:
+    from ..trace.query import copy_store
     if not args.output:
         raise UsageError("--format parquet writes a directory: give it with -o DIR")
     _check_output(args.output, args.force)

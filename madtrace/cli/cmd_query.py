@@ -10,9 +10,9 @@ import sys
 
 from ..errors import QueryError
 from ..trace import store
-from ..trace.query import VIEW_NAMES, connect
 
 NAME = "query"
+VIEW_NAMES = ("events", "records", "calls", "accesses", "allocations", "sites")
 HELP = (f"run SQL (DuckDB) on a trace's store; views: {', '.join(VIEW_NAMES)} "
         "(rows as text, or a JSON list of objects with --json)")
 BATCH = 10_000
@@ -58,6 +58,7 @@ def _first_line(exc: Exception) -> str:
 def run_query(directory: str, sql: str):
     """(column names, cursor) of ``sql`` on the store of ``directory``."""
     import duckdb
+    from ..trace.query import connect
     store.read_meta(directory)          # a clear error for anything but a trace directory
     con = connect(directory, sys.stderr)
     try:

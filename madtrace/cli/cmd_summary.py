@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..trace import store
-from ..trace.columnar import store_path
+from ..trace.store_meta import store_path
 
 NAME = "summary"
 HELP = "print the summary of a trace directory (one JSON object with --json)"

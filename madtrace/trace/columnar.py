@@ -32,7 +32,6 @@ another version is rebuilt from the raw capture when it is needed.
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import threading
@@ -41,9 +40,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-STORE_DIR = "store"
-STORE_META = "meta.json"
-STORE_FORMAT = 1
+from .store_meta import (STORE_DIR, STORE_FORMAT, STORE_META, read_store_meta,  # noqa: F401
+                         store_is_complete, store_path, write_store_meta)
+
 ROW_GROUP_ROWS = 1 << 20
 PART_ROWS = 8 << 20
 FLUSH_ROWS = 1 << 18       # rows buffered before a row group is written
@@ -89,10 +88,6 @@ _DICT = {"code"}
 # min/max statistics (row-group pruning) only where queries filter; they cost ~40% of the
 # writing time when kept for every column
 _STATS = {"tid", "pos", "seq", "call_id", "begin_pos", "end_pos", "begin_seq", "end_seq", "id"}
-
-
-def store_path(directory: str, *parts: str) -> str:
-    return os.path.join(directory, STORE_DIR, *parts)
 
 
 def _options(schema: pa.Schema) -> dict:
@@ -250,27 +245,3 @@ def dictionary_column(codes, names: list[str]) -> pa.DictionaryArray:
     indices = pa.array(np.where(mask, 0, codes), type=pa.int32(),
                        mask=mask if mask.any() else None)
     return pa.DictionaryArray.from_arrays(indices, pa.array(names or [""], type=pa.string()))
-
-
-def read_store_meta(directory: str) -> dict | None:
-    try:
-        with open(store_path(directory, STORE_META)) as f:
-            meta = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) else None
-
-
-def write_store_meta(directory: str, meta: dict) -> None:
-    meta = dict(meta, format_version=STORE_FORMAT)
-    os.makedirs(store_path(directory), exist_ok=True)
-    tmp = store_path(directory, STORE_META + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(meta, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, store_path(directory, STORE_META))
-
-
-def store_is_complete(directory: str) -> bool:
-    meta = read_store_meta(directory)
-    return bool(meta and meta.get("format_version") == STORE_FORMAT and meta.get("complete"))

@@ -24,8 +24,6 @@ import os
 from .columnar import PER_THREAD, TABLES, read_store_meta, store_path
 from .store_writer import ensure_store
 
-VIEW_NAMES = ("events", "records", "sites", "calls", "accesses", "allocations")
-
 
 def _source(directory: str, table: str) -> str:
     """read_parquet() of a table's files (per-thread tables: tid from the folders)."""

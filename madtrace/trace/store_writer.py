@@ -33,8 +33,8 @@ import numpy as np
 
 from ..analysis.segmentation import RECORD_DTYPE
 from ..capture.data import ACCESS_DTYPE
-from .columnar import (STORE_FORMAT, Flusher, PartWriter, read_store_meta, store_is_complete,
-                       store_path, write_store_meta)
+from .store_meta import (STORE_FORMAT, read_store_meta, store_is_complete, store_path,
+                         write_store_meta)
 from .store import per_thread_files
 
 BATCH_ROWS = 1 << 20
@@ -82,7 +82,8 @@ def _rows(path: str, dtype: np.dtype) -> int:
 class RecordFollower:
     """One thread's records: how far they are written, and the accesses before them."""
 
-    def __init__(self, directory: str, tid: int, flusher: Flusher | None = None):
+    def __init__(self, directory: str, tid: int, flusher=None):
+        from .columnar import PartWriter     # pyarrow: imported by the thread that writes
         self.tid = tid
         self.rec_path = os.path.join(directory, "calls", f"{tid}.rec")
         self.acc_path = os.path.join(directory, "data", f"{tid}.acc")
@@ -155,14 +156,13 @@ class StoreWriter:
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._flusher: Flusher | None = None
+        self._flusher = None
         self.live_rows = 0
         os.makedirs(store_path(directory), exist_ok=True)
         write_store_meta(directory, {"complete": False})
 
     # ------------------------------------------------------------------ live
     def start(self) -> None:
-        self._flusher = Flusher(nice=NICE)
         self._thread = threading.Thread(target=self._loop, name="madtrace-store", daemon=True)
         self._thread.start()
 
@@ -171,6 +171,12 @@ class StoreWriter:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
         except OSError:
             pass
+        try:
+            from .columnar import Flusher     # pyarrow is imported here, not at start-up
+            self._flusher = Flusher(nice=NICE)
+        except BaseException as exc:
+            self.error = exc
+            return
         while not self._stop.wait(self.interval):
             try:
                 self.live_rows += self._pass(final=False)
@@ -198,6 +204,7 @@ class StoreWriter:
     def write_records(self, progress=None) -> int:
         """The records not written yet (every file complete); closes the
         records table.  Returns its rows."""
+        from .columnar import Flusher, PartWriter
         if self._flusher is None:
             self._flusher = Flusher()
         try:
