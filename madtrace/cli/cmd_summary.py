@@ -120,7 +120,7 @@ def print_data_totals(totals: dict, meta: dict, out) -> None:
                        key=lambda kv: (-kv[1]["accesses_self"], -kv[1]["accesses_incl"], kv[0]))
     if functions:
         width = max(len(n) for n, _ in functions[:TOP])
-        print(f"   top functions by accesses (self: innermost traced call; incl: with callees):",
+        print("   top functions by accesses (self: innermost traced call; incl: with callees):",
               file=out)
         for name, f in functions[:TOP]:
             print(f"     {name:<{width}}  self {f['accesses_self']:>10} ({f['bytes_self']} B)  "

@@ -37,7 +37,7 @@ from .store_meta import (STORE_FORMAT, read_store_meta, store_is_complete, store
                          write_store_meta)
 from .store import per_thread_files
 
-BATCH_ROWS = 1 << 20
+BATCH_ROWS = 1 << 19
 LIVE_MIN_ROWS = 1 << 18
 LIVE_INTERVAL = 0.25
 NICE = 10
