@@ -42,6 +42,7 @@ def connect(directory: str, out=None):
     tsc_hz = meta.get("tsc_hz") if meta.get("timestamps") else None
     con = duckdb.connect(":memory:")
     con.execute("SET preserve_insertion_order = false")
+    con.execute("SET enable_progress_bar = false")     # it would go to our stdout
     # per-thread tables: tid first
     raw = {t: f"(SELECT tid, * EXCLUDE (tid) FROM {_source(directory, t)})" if t in PER_THREAD
            else _source(directory, t) for t in TABLES}
