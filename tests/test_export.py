@@ -1,12 +1,13 @@
-"""Exports of data traces: MadT's text format round trip, and the lackey
-format compared with valgrind lackey's own output per instruction."""
+"""Exports: MadT's text format round trip (against the store's events), the
+lackey format compared with valgrind lackey's own output per instruction,
+the Chrome/Perfetto JSON checked against the trace-event rules and loaded by
+Perfetto's own trace processor (its WebAssembly build: tests/perfetto_tp.py),
+the Parquet copy of the store."""
 
 from __future__ import annotations
 
 import collections
 import json
-import os
-import shutil
 
 import pytest
 
@@ -207,31 +208,45 @@ def test_chrome_export_is_cut_at_max_events(tmp_path):
                    2, "--max-events")
 
 
-def test_chrome_json_loads_in_perfetto_trace_processor(tmp_path):
-    """Perfetto's trace processor (PyPI perfetto) needs its native
-    trace_processor_shell, which it downloads on first use; offline, give it
-    with TRACE_PROCESSOR_SHELL=/path/to/trace_processor_shell."""
-    shell = os.environ.get("TRACE_PROCESSOR_SHELL") or shutil.which("trace_processor_shell")
-    if not shell:
-        pytest.skip("no trace_processor_shell (set TRACE_PROCESSOR_SHELL): perfetto cannot "
-                    "download it offline")
-    from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
+@pytest.mark.parametrize("program,args,options", [
+    ("calls_longjmp", ["10"], ["--data"]),     # unwound calls, accesses inside them
+    ("calls_threads", ["2", "100"], []),       # three threads
+])
+def test_chrome_json_loads_in_perfetto_trace_processor(tmp_path, program, args, options):
+    """Perfetto's own trace processor (its WebAssembly build, driven through the
+    PyPI perfetto package: tests/perfetto_tp.py) loads the export without an
+    error and finds every call and access as a slice of its thread, calls
+    nested as exported."""
+    from .perfetto_tp import trace_processor
     directory = tmp_path / "t"
-    assert madtrace("record", "-q", "--data", "-o", str(directory), "--",
-                    prog("calls_longjmp", "O2-nopie"), "10", timeout=300).returncode == 0
+    assert madtrace("record", "-q", *options, "-o", str(directory), "--",
+                    prog(program, "O2-nopie"), *args, timeout=300).returncode == 0
     out = tmp_path / "trace.json"
     assert madtrace("export", str(directory), "--format", "chrome", "-o", str(out)).returncode == 0
     doc = json.loads(out.read_text())
-    slices = sum(1 for e in doc["traceEvents"] if e["ph"] in ("X", "i"))
-    tp = TraceProcessor(trace=str(out), config=TraceProcessorConfig(bin_path=shell))
-    try:
-        (row,) = list(tp.query("SELECT count(*) AS n FROM slice"))
-        assert row.n == slices
-        stats = list(tp.query("SELECT name, value FROM stats WHERE severity = 'error' "
-                              "AND value > 0"))
-        assert not stats, [(s.name, s.value) for s in stats]
-    finally:
-        tp.close()
+    events = [e for e in doc["traceEvents"] if e["ph"] in ("X", "i")]
+    with trace_processor(str(out)) as tp:
+        errors = [(r.name, r.value) for r in tp.query(
+            "SELECT name, value FROM stats WHERE severity IN ('error', 'data_loss') AND value > 0")]
+        rows = list(tp.query("""
+            SELECT s.category, s.name, s.ts, s.dur, s.depth, t.tid,
+                   extract_arg(s.arg_set_id, 'args.call_id') AS call_id
+            FROM slice s JOIN thread_track tt ON s.track_id = tt.id JOIN thread t USING (utid)"""))
+        thread_names = {r.name for r in tp.query("SELECT name FROM thread WHERE tid > 0")}
+    assert not errors, errors
+    assert collections.Counter((r.tid, r.category, r.name) for r in rows) == \
+        collections.Counter((e["tid"], e["cat"], e["name"]) for e in events)
+    assert thread_names == {f"thread {t}" for t in {e["tid"] for e in events}}
+    # each call at its exported time (ns), nested at the depth the segmentation gave it
+    calls = [r for r in rows if r.category == "call"]
+    assert sorted((r.tid, r.ts, r.dur, r.name) for r in calls) == sorted(
+        (e["tid"], round(e["ts"] * 1000), round(e["dur"] * 1000), e["name"])
+        for e in events if e["ph"] == "X")
+    from madtrace.trace.query import connect
+    depth = dict(connect(str(directory)).execute("SELECT call_id, depth FROM calls").fetchall())
+    assert {r.call_id: r.depth + 1 for r in calls} == \
+        {c: d for c, d in depth.items() if c in {r.call_id for r in calls}}
+    assert max(r.depth for r in calls) >= 2
 
 
 # ---------------------------------------------------------------- parquet
