@@ -74,7 +74,8 @@ def segments(directory: str, max_accesses: int = 8, max_lines: int = 400):
     names = tables.names
     shown: dict[int, int] = {}      # call_id -> accesses listed so far (open calls)
     lines = 0
-    outside = [0, 0]                # accesses outside traced calls: shown, total
+    outside = [0, 0, 0]             # accesses outside traced calls: shown in this stretch,
+    #                                 total, shown in all
     cut = False
     current = None
     for chunk in iter_thread_chunks(directory, tables=tables):
@@ -86,13 +87,13 @@ def segments(directory: str, max_accesses: int = 8, max_lines: int = 400):
                 yield from _ends(chunk, names)
             yield from _thread_footer(chunk, outside)
             shown.clear()
-            lines, outside, cut = 0, [0, 0], False
+            lines, outside, cut = 0, [0, 0, 0], False
             continue
         if cut:
             outside[1] += int(np.count_nonzero(chunk.access_call_ids == -1))
             continue
         segment_of = {int(c): i for i, c in enumerate(chunk.segments["call_id"])}
-        for ev in chunk.events:
+        for i, ev in enumerate(chunk.events):
             typ, call, depth = int(ev["type"]), int(ev["call_id"]), int(ev["depth"])
             indent = "  " * (depth + 1) if typ == EVENT_ACCESS else "  " * depth
             if typ == EVENT_ACCESS:
@@ -101,6 +102,7 @@ def segments(directory: str, max_accesses: int = 8, max_lines: int = 400):
                     if outside[0] >= max_accesses:
                         continue
                     outside[0] += 1
+                    outside[2] += 1
                 else:
                     n = shown.get(call, 0)
                     if n >= max_accesses:
@@ -118,6 +120,9 @@ def segments(directory: str, max_accesses: int = 8, max_lines: int = 400):
                 yield _end_line(indent, names, ev, chunk.segments[segment_of[call]], shown)
             if lines >= max_lines:
                 cut = True
+                rest = chunk.events[i + 1:]
+                outside[1] += int(np.count_nonzero((rest["type"] == EVENT_ACCESS) &
+                                                   (rest["call_id"] == -1)))
                 yield "  … more call records (raise --top or --depth)"
                 break
 
@@ -153,8 +158,8 @@ def _ends(chunk, names: list[str]):
 
 
 def _thread_footer(chunk, outside: list[int]):
-    if outside[1] > outside[0]:
-        yield f"  ({outside[1]} accesses outside traced calls, {outside[0]} shown)"
+    if outside[1] > outside[2]:
+        yield f"  ({outside[1]} accesses outside traced calls, {outside[2]} shown)"
 
 
 def access_text(space: AddressSpace, blocks: dict, acc) -> str:
