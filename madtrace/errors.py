@@ -91,3 +91,10 @@ class QueryError(MadtraceError):
     """An SQL query (madtrace query) failed: syntax, unknown column or view..."""
 
     exit_code = 22
+
+
+class StoreError(MadtraceError):
+    """The columnar store of a trace directory cannot be written (read-only
+    directory, disk full...)."""
+
+    exit_code = 23

@@ -204,3 +204,13 @@ def test_snapshot_store_is_copied_without_the_live_one(tmp_path, longjmp_trace):
     copy_trace_files(longjmp_trace, str(target), record_file_sizes(longjmp_trace))
     assert not (target / "store").exists() and (target / "calls").exists()
     shutil.rmtree(target)
+
+
+def test_store_that_cannot_be_written_is_a_one_line_error(tmp_path):
+    """(as root a read-only directory is writable: a file where the store's
+    folder goes fails the same way)"""
+    directory = tmp_path / "t"
+    assert madtrace("record", "-q", "--no-store", "-o", str(directory), "--",
+                    prog("calls_recursion", "O2-nopie")).returncode == 0
+    (directory / "store").write_text("not a folder")
+    one_line_error(madtrace("query", str(directory), "SELECT 1"), 23, "cannot write the store")

@@ -272,13 +272,23 @@ def build_store(directory: str, out=sys.stderr) -> dict:
 
 
 def ensure_store(directory: str, out=sys.stderr) -> None:
-    """Build the store if it is missing, incomplete or of another format."""
+    """Build the store if it is missing, incomplete or of another format
+    (StoreError when it cannot be written)."""
+    from ..errors import StoreError
     if store_is_complete(directory):
         return
+    meta = read_store_meta(directory)
+    try:        # a store that cannot be written fails here, before any message
+        shutil.rmtree(store_path(directory), ignore_errors=True)
+        os.makedirs(store_path(directory))
+    except OSError as exc:
+        raise StoreError(f"cannot write the store of {directory}: {exc.strerror or exc}") from None
     if out is not None:
-        meta = read_store_meta(directory)
         why = "has none" if meta is None else (
             f"is of format {meta.get('format_version')}, not {STORE_FORMAT}"
             if meta.get("format_version") != STORE_FORMAT else "is incomplete")
         print(f"madtrace: building the store of {directory} (it {why})", file=out, flush=True)
-    build_store(directory, out)
+    try:
+        build_store(directory, out)
+    except OSError as exc:
+        raise StoreError(f"cannot write the store of {directory}: {exc.strerror or exc}") from None
