@@ -6,7 +6,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_STAMP := build/.apt-installed
-APT_PACKAGES := gcc g++ make valgrind uftrace binutils procps
+APT_PACKAGES := gcc g++ make valgrind uftrace binutils procps nodejs
 
 TEST_SRCS := $(wildcard tests/progs/*.c) $(wildcard tests/progs/*.cc)
 TEST_NAMES := $(basename $(notdir $(TEST_SRCS)))
@@ -57,10 +57,15 @@ $(INJECTOR_OUT): injector/trampolines.S injector/layout.h injector/build_templat
 
 # the data engine's hot loop (tracer side, C, loaded with ctypes)
 NATIVE_OUT := build/native/libmtloop.so
-native: $(NATIVE_OUT)
+# the frame rules of the call records (analysis side: segmentation, call tree)
+REPLAY_OUT := build/native/libmtreplay.so
+native: $(NATIVE_OUT) $(REPLAY_OUT)
 $(NATIVE_OUT): madtrace/process/fault_loop.c injector/layout.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
+$(REPLAY_OUT): madtrace/analysis/replay.c
+	@mkdir -p $(@D)
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
 
 build/tests/%-O0-pie: tests/progs/%.c
 	@mkdir -p $(@D)

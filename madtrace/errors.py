@@ -85,3 +85,16 @@ class StrippedBinaryError(MadtraceError):
     """The operation needs symbols the binary does not have."""
 
     exit_code = 21
+
+
+class QueryError(MadtraceError):
+    """An SQL query (madtrace query) failed: syntax, unknown column or view..."""
+
+    exit_code = 22
+
+
+class StoreError(MadtraceError):
+    """The columnar store of a trace directory cannot be written (read-only
+    directory, disk full...)."""
+
+    exit_code = 23

@@ -45,6 +45,7 @@ class RecordOptions:
     data_in: list[str] = field(default_factory=list)        # record only inside these functions
     loads: bool = True
     stores: bool = True
+    store: bool = False              # write DIR/store while the target runs (store_writer.py)
 
 
 BLOCK_NAME = re.compile(r"^<?(?:malloc|calloc|realloc|freed:)?(\d+)(?:@.*)?>?$")
@@ -106,6 +107,7 @@ class Recording:
         self._warned_stripped = False
         self.functions: FunctionTracer | None = None
         self.data: DataEngine | None = None
+        self.store_writer = None             # trace.store_writer.StoreWriter
 
     def log(self, message: str) -> None:
         if not self.options.quiet:
@@ -214,6 +216,11 @@ class Recording:
         self.controller.on_exec.append(self._on_exec)
         self.meta["pid"] = self.tracee.pid
         self.meta["start_time"] = time.time()
+        if self.options.store:
+            from .trace.store_writer import StoreWriter
+            self.store_writer = StoreWriter(self.options.output,
+                                            accesses_possible=lambda: self.data is not None)
+            self.store_writer.start()
 
     def add_functions(self, patterns: list[str]) -> dict:
         """Instrument more functions of the live target (every thread stopped; the
@@ -270,7 +277,8 @@ class Recording:
                             patched_addresses=set(functions.patches.applied) if functions else None,
                             defer=self.controller.deferred.extend,
                             track_allocations=self.options.track_allocations,
-                            loads=self.options.loads, stores=self.options.stores, **selection)
+                            loads=self.options.loads, stores=self.options.stores,
+                            original_address=self._original_addresses, **selection)
         self.data = engine
         try:
             engine.install()
@@ -289,6 +297,11 @@ class Recording:
                  f"({len(engine.protected)} pages)")
         for warning in engine.warnings:
             self.log(warning)
+
+    def _original_addresses(self, rips):
+        """Instruction addresses as recorded: relocated prologue instructions
+        (function tracing's entry trampolines) by their original address."""
+        return self.functions.original_addresses(rips) if self.functions is not None else rips
 
     # live control (REPL / daemon), every thread stopped -------------------------
     def start_data_tracing(self, **selection) -> str:
@@ -431,7 +444,20 @@ class Recording:
         if self._maps_end:
             store.write_text(self.options.output, "maps.end.txt", self._maps_end)
         store.write_meta(self.options.output, self.meta)
+        self._finish_store()
         return self.meta["exit_status"]
+
+    def _finish_store(self) -> None:
+        """The rest of DIR/store (progress on stderr when it takes long).  A
+        failure leaves the store incomplete: it is then built on first use."""
+        writer, self.store_writer = self.store_writer, None
+        if writer is None:
+            return
+        try:
+            writer.finish(None if self.options.quiet else sys.stderr)
+        except Exception as exc:   # the trace itself is written: say so, go on
+            self.log(f"the store was not written ({type(exc).__name__}: {exc}); "
+                     "it is built when a query, export or report needs it")
 
     # live control: the trace so far, the target still running ---------------------
     def snapshot(self, directory: str, force: bool = False) -> dict:
@@ -457,6 +483,9 @@ class Recording:
             store.copy_trace_files(self.options.output, directory, sizes)
             store.write_text(directory, "maps.end.txt", read_maps_text(self.tracee.pid))
             store.write_meta(directory, meta)
+            if self.options.store:
+                from .trace.store_writer import build_store
+                build_store(directory, None if self.options.quiet else sys.stderr)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise

@@ -1,10 +1,15 @@
-"""Exports of data traces: MadT's text format round trip, and the lackey
-format compared with valgrind lackey's own output per instruction."""
+"""Exports: MadT's text format round trip (against the store's events), the
+lackey format compared with valgrind lackey's own output per instruction,
+the Chrome/Perfetto JSON checked against the trace-event rules and loaded by
+Perfetto's own trace processor (its WebAssembly build: tests/perfetto_tp.py),
+the Parquet copy of the store."""
 
 from __future__ import annotations
 
 import collections
 import json
+
+import pytest
 
 from madtrace.binary.elf import ElfImage
 from madtrace.trace.events import load_accesses
@@ -79,3 +84,185 @@ def test_export_needs_a_data_trace(tmp_path):
                     prog("data_globals", "O0-pie")).returncode == 0
     one_line_error(madtrace("export", str(directory), "--format", "madt"), 18, "without --data")
     one_line_error(madtrace("export", str(tmp_path / "nothing"), "--format", "madt"), 18, "nothing")
+
+
+# ------------------------------------------------ madt: the store's events
+def test_madt_export_is_the_store_event_stream(tmp_path):
+    """export madt --raw -> parse -> exactly the store's accesses and
+    allocation events, in the tracer's order."""
+    from madtrace.trace.query import connect
+    directory = record_data(tmp_path)
+    raw = madtrace("export", str(directory), "--format", "madt", "--raw")
+    assert raw.returncode == 0, raw.stderr
+    lines = [parse_line(line) for line in raw.stdout.decode().splitlines()]
+    con = connect(str(directory))
+    threads: dict[int, int] = {}
+    expected = []
+    rows = con.execute("""
+        SELECT "order", kind::VARCHAR, tid, addr, size, rip FROM accesses
+        UNION ALL SELECT "order", CASE kind WHEN 'calloc' THEN 'C' WHEN 'realloc' THEN 'R'
+                                            ELSE 'M' END, tid, address, size, NULL FROM allocations
+        UNION ALL SELECT freed_order, 'F', freed_tid, address, NULL, NULL FROM allocations
+                  WHERE freed_order IS NOT NULL
+        ORDER BY 1""").fetchall()
+    for _order, kind, tid, addr, size, rip in rows:
+        thread = threads.setdefault(tid, len(threads))
+        expected.append((kind, thread, addr) + ((size, rip) if kind in "LS" else
+                                                (size,) if kind != "F" else ()))
+    got = []
+    for line in lines:
+        f = line["fields"]
+        if line["kind"] in "LS":
+            got.append((line["kind"], line["thread"], int(f[0], 16), int(f[1]), int(f[3], 16)))
+        elif line["kind"] == "F":
+            got.append(("F", line["thread"], int(f[0], 16)))
+        else:
+            got.append((line["kind"], line["thread"], int(f[0], 16), int(f[1])))
+    assert got == expected and len(got) > 100
+
+
+# ------------------------------------------------------------ chrome JSON
+def check_trace_events(doc: dict) -> dict:
+    """The JSON trace event format (what Perfetto's and Chrome's JSON importers
+    require of the events we write): a traceEvents list; X events with ts and
+    dur >= 0, properly nested on each thread; thread-scoped instants; M
+    metadata.  Returns {tid: (X events, i events)}."""
+    assert isinstance(doc["traceEvents"], list)
+    per_thread: dict[int, tuple[list, list]] = {}
+    for e in doc["traceEvents"]:
+        assert isinstance(e["name"], str) and e["ph"] in ("X", "i", "M")
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
+        if e["ph"] == "M":
+            assert e["name"] in ("process_name", "thread_name") and "name" in e["args"]
+            continue
+        assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0
+        slices, instants = per_thread.setdefault(e["tid"], ([], []))
+        if e["ph"] == "X":
+            assert isinstance(e["dur"], (int, float)) and e["dur"] >= 0
+            slices.append(e)
+        else:
+            assert e["s"] == "t" and e["cat"] in ("L", "S")
+            instants.append(e)
+    for slices, instants in per_thread.values():
+        # in integer ns, as the importers read the µs values
+        spans = sorted(((round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000))
+                        for e in slices), key=lambda s: (s[0], -s[1]))
+        stack: list[tuple[int, int]] = []
+        for begin, end in spans:
+            while stack and begin >= stack[-1][1] and (begin, end) != stack[-1]:
+                stack.pop()
+            if stack:    # inside its parent, never across its end
+                assert end <= stack[-1][1], ((begin, end), stack[-1])
+            stack.append((begin, end))
+    return per_thread
+
+
+@pytest.mark.parametrize("program,args,options", [
+    ("calls_longjmp", ["20"], ["--data"]),              # unwound calls, accesses inside them
+    ("calls_threads", ["3", "200"], []),                # four threads, timed
+    ("calls_recursion", [], ["--no-time"]),             # untimed: record positions
+])
+def test_chrome_export_is_a_valid_nested_timeline(tmp_path, program, args, options):
+    from madtrace.trace.query import connect
+    directory = tmp_path / "t"
+    assert madtrace("record", "-q", *options, "-o", str(directory), "--",
+                    prog(program, "O2-nopie"), *args, timeout=300).returncode == 0
+    out = tmp_path / "trace.json"
+    result = madtrace("export", str(directory), "--format", "chrome", "-o", str(out))
+    assert result.returncode == 0 and result.stderr == b"", result.stderr
+    per_thread = check_trace_events(json.loads(out.read_text()))
+    con = connect(str(directory))
+    calls = dict(con.execute("SELECT tid, count(*) FROM calls WHERE fate <> 'unmatched' "
+                             "GROUP BY tid").fetchall())
+    accesses = dict(con.execute("SELECT tid, count(*) FROM accesses GROUP BY tid").fetchall())
+    assert {t: len(x) for t, (x, _) in per_thread.items() if x} == calls
+    assert {t: len(i) for t, (_, i) in per_thread.items() if i} == accesses
+    names = collections.Counter(e["name"] for x, _ in per_thread.values() for e in x)
+    assert names == collections.Counter(dict(con.execute(
+        "SELECT function, count(*) FROM calls WHERE fate <> 'unmatched' GROUP BY 1").fetchall()))
+    if accesses:
+        # an access lies inside the slice of the call it was made in
+        (x, instants), = per_thread.values()
+        by_id = {e["args"]["call_id"]: e for e in x}
+        ids = [c for (c,) in con.execute("SELECT call_id FROM accesses ORDER BY pos").fetchall()]
+        ordered = sorted(instants, key=lambda e: e["ts"])
+        for e, call in zip(ordered, ids):
+            if call >= 0:
+                s = by_id[call]
+                assert s["ts"] <= e["ts"] <= s["ts"] + s["dur"] + 1e-3
+
+
+def test_chrome_export_is_cut_at_max_events(tmp_path):
+    directory = tmp_path / "t"
+    assert madtrace("record", "-q", "-o", str(directory), "--",
+                    prog("calls_recursion", "O2-nopie")).returncode == 0
+    result = madtrace("export", str(directory), "--format", "chrome", "--max-events", "500")
+    assert result.returncode == 0
+    err = result.stderr.decode().splitlines()
+    assert len(err) == 1 and err[0].startswith("madtrace: export: the trace has ") and \
+        "--max-events" in err[0]
+    per_thread = check_trace_events(json.loads(result.stdout))
+    kept = sum(len(x) + len(i) for x, i in per_thread.values())
+    assert 0 < kept <= 500
+    one_line_error(madtrace("export", str(directory), "--format", "chrome", "--max-events", "0"),
+                   2, "--max-events")
+
+
+@pytest.mark.parametrize("program,args,options", [
+    ("calls_longjmp", ["10"], ["--data"]),     # unwound calls, accesses inside them
+    ("calls_threads", ["2", "100"], []),       # three threads
+])
+def test_chrome_json_loads_in_perfetto_trace_processor(tmp_path, program, args, options):
+    """Perfetto's own trace processor (its WebAssembly build, driven through the
+    PyPI perfetto package: tests/perfetto_tp.py) loads the export without an
+    error and finds every call and access as a slice of its thread, calls
+    nested as exported."""
+    from .perfetto_tp import trace_processor
+    directory = tmp_path / "t"
+    assert madtrace("record", "-q", *options, "-o", str(directory), "--",
+                    prog(program, "O2-nopie"), *args, timeout=300).returncode == 0
+    out = tmp_path / "trace.json"
+    assert madtrace("export", str(directory), "--format", "chrome", "-o", str(out)).returncode == 0
+    doc = json.loads(out.read_text())
+    events = [e for e in doc["traceEvents"] if e["ph"] in ("X", "i")]
+    with trace_processor(str(out)) as tp:
+        errors = [(r.name, r.value) for r in tp.query(
+            "SELECT name, value FROM stats WHERE severity IN ('error', 'data_loss') AND value > 0")]
+        rows = list(tp.query("""
+            SELECT s.category, s.name, s.ts, s.dur, s.depth, t.tid,
+                   extract_arg(s.arg_set_id, 'args.call_id') AS call_id
+            FROM slice s JOIN thread_track tt ON s.track_id = tt.id JOIN thread t USING (utid)"""))
+        thread_names = {r.name for r in tp.query("SELECT name FROM thread WHERE tid > 0")}
+    assert not errors, errors
+    assert collections.Counter((r.tid, r.category, r.name) for r in rows) == \
+        collections.Counter((e["tid"], e["cat"], e["name"]) for e in events)
+    assert thread_names == {f"thread {t}" for t in {e["tid"] for e in events}}
+    # each call at its exported time (ns), nested at the depth the segmentation gave it
+    calls = [r for r in rows if r.category == "call"]
+    assert sorted((r.tid, r.ts, r.dur, r.name) for r in calls) == sorted(
+        (e["tid"], round(e["ts"] * 1000), round(e["dur"] * 1000), e["name"])
+        for e in events if e["ph"] == "X")
+    from madtrace.trace.query import connect
+    depth = dict(connect(str(directory)).execute("SELECT call_id, depth FROM calls").fetchall())
+    assert {r.call_id: r.depth + 1 for r in calls} == \
+        {c: d for c, d in depth.items() if c in {r.call_id for r in calls}}
+    assert max(r.depth for r in calls) >= 2
+
+
+# ---------------------------------------------------------------- parquet
+def test_parquet_export_is_one_file_per_table(tmp_path):
+    import pyarrow.parquet as pq
+    from madtrace.trace.query import connect
+    directory = record_data(tmp_path)
+    out = tmp_path / "pq"
+    assert madtrace("export", str(directory), "--format", "parquet", "-o", str(out)).returncode == 0
+    con = connect(str(directory))
+    for table in ("records", "calls", "accesses", "allocations", "sites"):
+        exported = pq.read_table(out / f"{table}.parquet")
+        assert exported.num_rows == con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        if table in ("records", "calls", "accesses"):
+            assert "tid" in exported.column_names
+    assert json.loads((out / "store_meta.json").read_text())["format_version"] == 1
+    one_line_error(madtrace("export", str(directory), "--format", "parquet", "-o", str(out)), 17,
+                   "--force")
+    one_line_error(madtrace("export", str(directory), "--format", "parquet"), 2, "-o DIR")

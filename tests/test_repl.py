@@ -261,6 +261,10 @@ def test_save_snapshots_while_the_target_runs(tmp_path):
     assert "still running: a snapshot" in human
     accesses = madt_accesses(one)           # data/ saved too, named by the export
     assert len(accesses) == again["accesses"]
+    # the snapshot has a store of its own: SQL counts what the save counted
+    assert json.loads((one / "store" / "meta.json").read_text())["complete"] is True
+    count = madtrace("query", str(one), "SELECT count(*) AS n FROM accesses", "--json")
+    assert json.loads(count.stdout) == [{"n": again["accesses"]}], count.stderr
     assert {what for _, what, _ in accesses} == {"ticks+0"}
     final = summary_json(tmp_path / "t")    # the session's own directory is untouched
     assert final["outcome"] == "detached" and final["calls"]["tick"] >= second["calls"]["tick"]

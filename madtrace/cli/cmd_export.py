@@ -1,4 +1,5 @@
-"""madtrace export DIR --format madt|lackey [--raw] [-o FILE] [--force]"""
+"""madtrace export DIR --format madt|lackey|chrome|parquet [--raw] [--max-events N] [-o FILE]
+[--force]"""
 
 from __future__ import annotations
 
@@ -6,22 +7,28 @@ import os
 import sys
 
 from ..analysis.segments import address_space_of
-from ..errors import CorruptTraceError, OutputExistsError
+from ..errors import CorruptTraceError, OutputExistsError, UsageError
 from ..trace import store
 from ..trace.events import AllocEvent, load_allocations, ordered_events
 from ..trace.madt import access_line, alloc_line
 
 NAME = "export"
-HELP = ("write a trace's data events as text: MadT's format (symbolic, or --raw) or "
-        "valgrind lackey's --trace-mem format")
-FORMATS = ("madt", "lackey")
+HELP = ("write a trace in another format: its data events as MadT's text (symbolic, or --raw) "
+        "or valgrind lackey's --trace-mem format; its calls and accesses as a Chrome/Perfetto "
+        "JSON timeline; its store as one Parquet file per table")
+FORMATS = ("madt", "lackey", "chrome", "parquet")
+DEFAULT_MAX_EVENTS = 1_000_000
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("directory", help="trace directory written with --data")
     parser.add_argument("--format", choices=FORMATS, required=True)
     parser.add_argument("--raw", action="store_true", help="madt: numeric addresses (# lines)")
-    parser.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
+    parser.add_argument("--max-events", type=int, metavar="N", default=DEFAULT_MAX_EVENTS,
+                        help=f"chrome: at most N events, the earliest (default {DEFAULT_MAX_EVENTS}; "
+                        "a warning says when the trace was cut)")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="output file (default: stdout); parquet: the directory to create")
     parser.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
 
 
@@ -66,8 +73,43 @@ def lackey_lines(directory: str):
         yield f" L {pending[0]:08x},{pending[1]}"
 
 
+def _check_output(path: str, force: bool) -> None:
+    if os.path.lexists(path) and not force:
+        raise OutputExistsError(f"{path} already exists (use --force to overwrite it)")
+
+
+def export_chrome(args) -> int:
+    from ..trace.chrome import write_chrome
+    if args.max_events < 1:
+        raise UsageError("--max-events must be >= 1")
+
+    def warn(message: str) -> None:
+        print(f"madtrace: export: {message}", file=sys.stderr, flush=True)
+
+    if args.output:
+        _check_output(args.output, args.force)
+        with open(args.output, "w") as out:
+            write_chrome(args.directory, out, args.max_events, warn)
+    else:
+        write_chrome(args.directory, sys.stdout, args.max_events, warn)
+    return 0
+
+
+def export_parquet(args) -> int:
+    from ..trace.query import copy_store
+    if not args.output:
+        raise UsageError("--format parquet writes a directory: give it with -o DIR")
+    _check_output(args.output, args.force)
+    copy_store(args.directory, args.output, sys.stderr)
+    return 0
+
+
 def run(args) -> int:
     store.read_meta(args.directory)   # a clear error for anything but a trace directory
+    if args.format == "chrome":
+        return export_chrome(args)
+    if args.format == "parquet":
+        return export_parquet(args)
     if not os.path.isdir(os.path.join(args.directory, "data")):
         raise CorruptTraceError(f"{args.directory}: no data accesses (recorded without --data)")
     lines = madt_lines(args.directory, args.raw) if args.format == "madt" \

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from ..trace import store
+from ..trace.store_meta import store_path
 
 NAME = "summary"
 HELP = "print the summary of a trace directory (one JSON object with --json)"
@@ -16,11 +18,48 @@ SUMMARY_KEYS = ("exit_status", "exit_signal", "threads", "calls", "accesses", "d
 
 
 TOP = 15
+TOP_DATA = 8       # variables and heap blocks listed
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("directory", help="trace directory written by madtrace record/attach")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+FUNCTIONS_SQL = """
+    SELECT function::VARCHAR,
+           count(*) FILTER (WHERE fate <> 'unmatched'),
+           coalesce(sum(accesses_self), 0),
+           coalesce(sum(accesses_incl) FILTER (WHERE outermost), 0),
+           coalesce(sum(bytes_self), 0),
+           coalesce(sum(bytes_incl) FILTER (WHERE outermost), 0)
+    FROM calls GROUP BY 1 ORDER BY 1"""
+VARIABLES_SQL = """
+    SELECT symbol::VARCHAR, any_value(region)::VARCHAR, count(*), sum(size) FROM accesses
+    WHERE block = 0 AND symbol IS NOT NULL GROUP BY 1 ORDER BY 3 DESC, 1 LIMIT ?"""
+BLOCKS_SQL = """
+    SELECT a.block, any_value(b.name), any_value(b.size), count(*), sum(a.size),
+           count(*) FILTER (WHERE a.freed)
+    FROM accesses a JOIN allocations b ON b.id = a.block
+    WHERE a.block > 0 GROUP BY 1 ORDER BY 4 DESC, 1 LIMIT ?"""
+
+
+def store_totals(directory: str, top: int = TOP_DATA, out=sys.stderr) -> dict:
+    """From the store (built first if needed): per function the calls and the
+    accesses and bytes made while it was the innermost traced call (self) or
+    anywhere on the stack (incl, a recursion counted once: the outermost
+    calls' inclusive counts); the most accessed variables and heap blocks."""
+    from ..trace.query import connect
+    con = connect(directory, out)
+    functions = {name: {"calls": calls, "accesses_self": int(a_self), "accesses_incl": int(a_incl),
+                        "bytes_self": int(b_self), "bytes_incl": int(b_incl)}
+                 for name, calls, a_self, a_incl, b_self, b_incl in
+                 con.execute(FUNCTIONS_SQL).fetchall() if name is not None}
+    variables = [{"name": n, "region": r, "accesses": c, "bytes": int(b)}
+                 for n, r, c, b in con.execute(VARIABLES_SQL, [top]).fetchall()]
+    blocks = [{"id": i, "name": n, "size": size, "accesses": c, "bytes": int(b),
+               "after_free": f} for i, n, size, c, b, f in con.execute(BLOCKS_SQL, [top]).fetchall()]
+    return {"functions": functions, "top_variables": variables, "top_blocks": blocks}
 
 
 def summary_of(meta: dict) -> dict:
@@ -32,7 +71,8 @@ def summary_of(meta: dict) -> dict:
     return summary
 
 
-def print_human_summary(meta: dict, directory: str, out) -> None:
+def print_human_summary(meta: dict, directory: str, out, totals: dict | None = None) -> None:
+    """``totals``: store_totals() of the directory (None: not shown)."""
     s = summary_of(meta)
     command = " ".join(s["command"] or []) or f"pid {s['pid']}"
     if s["outcome"] == "snapshot":
@@ -66,14 +106,51 @@ def print_human_summary(meta: dict, directory: str, out) -> None:
                 print(f"     {n:>12}  {name}", file=out)
         for item in report.get("inexact", []):
             print(f"   inexact: {item['what']}: {item['why']}", file=out)
+    if totals is not None:
+        print_data_totals(totals, meta, out)
     print(f"   dropped events: {s['dropped_events']}", file=out)
+
+
+def print_data_totals(totals: dict, meta: dict, out) -> None:
+    accesses = sum(c["L"] + c["S"] for c in (meta.get("accesses") or {}).values())
+    if not accesses:
+        return
+    print(f"   accesses : {accesses}", file=out)
+    functions = sorted(((n, f) for n, f in totals["functions"].items() if f["accesses_incl"]),
+                       key=lambda kv: (-kv[1]["accesses_self"], -kv[1]["accesses_incl"], kv[0]))
+    if functions:
+        width = max(len(n) for n, _ in functions[:TOP])
+        print("   top functions by accesses (self: innermost traced call; incl: with callees):",
+              file=out)
+        for name, f in functions[:TOP]:
+            print(f"     {name:<{width}}  self {f['accesses_self']:>10} ({f['bytes_self']} B)  "
+                  f"incl {f['accesses_incl']:>10}  calls {f['calls']}", file=out)
+    if totals["top_variables"]:
+        print("   top variables:", file=out)
+        for v in totals["top_variables"]:
+            print(f"     {v['accesses']:>10}  {v['name']} [{v['region']}]", file=out)
+    if totals["top_blocks"]:
+        print("   top heap blocks:", file=out)
+        for b in totals["top_blocks"]:
+            freed = f", {b['after_free']} after free" if b["after_free"] else ""
+            print(f"     {b['accesses']:>10}  {b['name']} ({b['size']} bytes{freed})", file=out)
 
 
 def run(args) -> int:
     meta = store.read_meta(args.directory)
+    totals = store_totals(args.directory)
     if args.json:
-        json.dump(summary_of(meta), sys.stdout)
+        summary = summary_of(meta)
+        summary.update(totals)
+        json.dump(summary, sys.stdout)
         sys.stdout.write("\n")
     else:
-        print_human_summary(meta, args.directory, sys.stdout)
+        print_human_summary(meta, args.directory, sys.stdout, totals)
     return 0
+
+
+def totals_if_stored(directory: str) -> dict | None:
+    """store_totals() when the recording wrote a store (not with --no-store)."""
+    if not os.path.exists(store_path(directory, "meta.json")):
+        return None
+    return store_totals(directory)

@@ -43,6 +43,9 @@ def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str
                         "block names; two ptrace stops fewer per allocator call)")
     parser.add_argument("--follow-forks", action="store_true",
                         help="trace fork/vfork children too (default: leave them untraced)")
+    parser.add_argument("--no-store", dest="store", action="store_false",
+                        help="do not write the columnar store (DIR/store) while recording: it is "
+                        "built when a query, export or report first needs it")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
 
 
@@ -61,4 +64,4 @@ def recording_options(args, output: str) -> RecordOptions:
                          start_at=getattr(args, "start_at", "entry"), duration=duration,
                          quiet=args.quiet, trace_functions=args.trace_functions,
                          timestamps=args.timestamps, method=args.method,
-                         track_allocations=args.track_allocations)
+                         track_allocations=args.track_allocations, store=args.store)

@@ -1,5 +1,5 @@
 """Reading a trace directory's data events back, in the order the tracer saw
-them: accesses (data/<tid>.acc) and allocation events
+them: accesses (data/<tid>.acc, read in chunks) and allocation events
 (data/allocations.json), merged by their shared ``order`` counter."""
 
 from __future__ import annotations
@@ -60,10 +60,10 @@ _ALLOC_KIND = {"malloc": "M", "new": "M", "calloc": "C", "realloc": "R", "memmap
 _RELEASE_KIND = {"memmap": "U", "mremap": "U"}
 
 
-def ordered_events(directory: str):
+def ordered_events(directory: str, chunk_rows: int = 1 << 16):
     """Yields (order, tid, event) for every access (a numpy record) and every
-    allocation event (AllocEvent), in the tracer's order."""
-    accesses = load_accesses(directory)
+    allocation event (AllocEvent), in the tracer's order.  The access files
+    are read in chunks of ``chunk_rows`` (memory: one chunk per thread)."""
     items: list[tuple[int, int, object]] = []
     for block in load_allocations(directory):
         items.append((block["order"], block["tid"], AllocEvent(block["order"], block["tid"],
@@ -73,21 +73,41 @@ def ordered_events(directory: str):
                           AllocEvent(block["freed_order"], block["freed_tid"],
                                      _RELEASE_KIND.get(block["kind"], "F"), block)))
     items.sort(key=lambda item: item[0])
-    cursors = {tid: 0 for tid in accesses}
     # merge: accesses of all threads by order, with allocation events in between
-    heads = sorted((int(arr["order"][0]), tid) for tid, arr in accesses.items() if len(arr))
+    streams = {tid: _access_chunks(path, chunk_rows) for tid, path in access_files(directory)}
+    current: dict[int, tuple[np.ndarray, int]] = {}
+    heads: list[tuple[int, int]] = []
+    for tid, chunks in streams.items():
+        arr = next(chunks, None)
+        if arr is not None:
+            current[tid] = (arr, 0)
+            heads.append((int(arr["order"][0]), tid))
     heapq.heapify(heads)
     a = 0
     while heads or a < len(items):
         next_alloc = items[a][0] if a < len(items) else None
         if heads and (next_alloc is None or heads[0][0] < next_alloc):
             order, tid = heapq.heappop(heads)
-            arr = accesses[tid]
-            i = cursors[tid]
+            arr, i = current[tid]
             yield order, tid, arr[i]
-            cursors[tid] = i + 1
-            if i + 1 < len(arr):
-                heapq.heappush(heads, (int(arr["order"][i + 1]), tid))
+            i += 1
+            if i == len(arr):
+                arr, i = next(streams[tid], None), 0
+            if arr is not None:
+                current[tid] = (arr, i)
+                heapq.heappush(heads, (int(arr["order"][i]), tid))
         else:
             yield items[a]
             a += 1
+
+
+def _access_chunks(path: str, chunk_rows: int):
+    size = os.path.getsize(path)
+    if size % ACCESS_DTYPE.itemsize:
+        raise CorruptTraceError(f"{path}: size {size} is not a multiple of {ACCESS_DTYPE.itemsize}")
+    with open(path, "rb") as f:
+        while True:
+            chunk = np.fromfile(f, dtype=ACCESS_DTYPE, count=chunk_rows)
+            if not len(chunk):
+                return
+            yield chunk

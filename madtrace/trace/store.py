@@ -78,12 +78,14 @@ def _copy_prefix(source: str, destination: str, size: int) -> None:
 
 def copy_trace_files(source: str, destination: str, record_sizes: dict[str, int]) -> None:
     """Copy trace directory ``source`` into ``destination`` (which exists) for a
-    snapshot: every file but meta.json (the snapshot writes its own), the call
-    record files only up to ``record_sizes`` (what the snapshot's counts cover,
-    while the live files keep growing; files not in it are left out)."""
+    snapshot: every file but meta.json (the snapshot writes its own) and the
+    columnar store (written while the recording runs: the snapshot builds its
+    own), the call record files only up to ``record_sizes`` (what the
+    snapshot's counts cover, while the live files keep growing; files not in
+    it are left out)."""
     def ignore(folder, names):
         if os.path.samefile(folder, source):
-            return [n for n in names if n.startswith(META) or n == "calls"]
+            return [n for n in names if n.startswith(META) or n in ("calls", "store")]
         return []
     shutil.copytree(source, destination, dirs_exist_ok=True, ignore=ignore)
     if record_sizes:

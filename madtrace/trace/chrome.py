@@ -1,0 +1,239 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Chrome / Perfetto JSON trace events of a trace (madtrace export --format chrome).
+
+One JSON object ``{"traceEvents": [...], "displayTimeUnit": "ns", ...}``:
+
+* each dynamic call is a complete event (``"ph": "X"``) on its thread's
+  track: ``name`` its function, ``ts``/``dur`` in microseconds from the
+  first record of the trace, ``args`` its call_id, fate and access counts
+  (self and inclusive).  Calls nest exactly as the segmentation found them
+  (a call left by longjmp ends where that was proved).  Unmatched exits
+  (calls that began before tracing) are left out.
+* each data access is a thread-scoped instant event (``"ph": "i"``):
+  ``name`` its data (``values[3]``, ``<malloc0014@f+33>+8``), ``cat`` ``L``
+  or ``S``, ``args`` address, size and instruction.  Accesses carry no
+  timestamp of their own: they are spread evenly between the records
+  around them, so each lies inside its call.
+* ``M`` events name the process and the threads.
+
+Without timestamps (``--no-time``) the time axis is each thread's record
+index (one "microsecond" per call record), the accesses spread between.
+
+``--max-events N`` bounds the output: when the trace has more events, the
+export keeps everything up to the time T at which N events are reached
+(found from a histogram of the event times, read from the raw records), cuts
+calls still open at T (``args.cut``) and says so on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from ..analysis.replay import EVENT_ACCESS, EVENT_END, FATE_UNMATCHED, FATES
+from ..analysis.segmentation import RECORD_DTYPE, iter_thread_chunks, load_tables
+from ..capture.data import ACCESS_DTYPE, KIND_LOAD
+from .naming import AccessNamer
+from .store import per_thread_files, read_meta
+
+HISTOGRAM_BINS = 1 << 16
+CHUNK = 1 << 20
+
+
+class Clock:
+    """Event times in microseconds: from the TSC when recorded, else positions."""
+
+    def __init__(self, directory: str):
+        tables = load_tables(directory, required=False)
+        self.timed = bool(tables.timestamps and tables.tsc_hz)
+        self.tsc_hz = tables.tsc_hz or 1.0
+        firsts = []
+        for _, path in per_thread_files(directory, "calls", ".rec"):
+            first = np.fromfile(path, dtype=RECORD_DTYPE, count=1)
+            if len(first):
+                firsts.append(int(first["tsc"][0]))
+        self.origin = min(firsts) if firsts and self.timed else 0
+
+    def us(self, tsc) -> np.ndarray:
+        return (np.asarray(tsc, dtype=np.float64) - self.origin) * (1e6 / self.tsc_hz)
+
+
+def _event_times(directory: str, clock: Clock):
+    """Yields arrays of event times (µs) of every call begin and access, thread
+    by thread, from the raw files (an access at its previous record's time)."""
+    records = dict(per_thread_files(directory, "calls", ".rec"))
+    accesses = dict(per_thread_files(directory, "data", ".acc"))
+    for tid in sorted(set(records) | set(accesses)):
+        n_rec = os.path.getsize(records[tid]) // RECORD_DTYPE.itemsize if tid in records else 0
+        rec = np.memmap(records[tid], dtype=RECORD_DTYPE, mode="r", shape=(n_rec,)) \
+            if n_rec else np.zeros(0, dtype=RECORD_DTYPE)
+        for start in range(0, n_rec, CHUNK):
+            part = rec[start:start + CHUNK]
+            entries = (part["code"] & 1) == 0
+            yield clock.us(part["tsc"][entries]) if clock.timed else \
+                np.flatnonzero(entries).astype(np.float64) + start
+        if tid not in accesses:
+            continue
+        n_acc = os.path.getsize(accesses[tid]) // ACCESS_DTYPE.itemsize
+        seq = np.memmap(accesses[tid], dtype=ACCESS_DTYPE, mode="r", shape=(n_acc,))["seq"]
+        for start in range(0, n_acc, CHUNK):
+            s = np.asarray(seq[start:start + CHUNK], dtype=np.int64)
+            prev = np.clip(s - 1, 0, max(n_rec - 1, 0))
+            if clock.timed:
+                yield clock.us(rec["tsc"][prev]) if n_rec else np.zeros(len(s))
+            else:
+                yield prev.astype(np.float64)
+
+
+def cut_time(directory: str, clock: Clock, max_events: int) -> tuple[float | None, int]:
+    """(T, total events): keep events at or before T to stay within
+    ``max_events`` (T None: everything fits)."""
+    total, lo, hi = 0, np.inf, -np.inf
+    for times in _event_times(directory, clock):
+        total += len(times)
+        if len(times):
+            lo, hi = min(lo, float(times.min())), max(hi, float(times.max()))
+    if total <= max_events:
+        return None, total
+    edges = np.linspace(lo, hi, HISTOGRAM_BINS + 1)
+    counts = np.zeros(HISTOGRAM_BINS, dtype=np.int64)
+    for times in _event_times(directory, clock):
+        counts += np.histogram(times, bins=edges)[0]
+    cumulative = np.cumsum(counts)
+    k = int(np.searchsorted(cumulative, max_events, side="right"))   # bins fully kept
+    return (float(edges[k]) if k > 0 else lo), total
+
+
+def _spread(times: np.ndarray, is_record: np.ndarray, last: float) -> tuple[np.ndarray, float]:
+    """Times of a chunk's events: records have theirs; each run of accesses
+    between two records is spread evenly between them (after the chunk's last
+    record: at that record's time).  ``last``: the previous chunk's last record time."""
+    n = len(times)
+    idx = np.arange(n)
+    rec_idx = np.where(is_record, idx, -1)
+    prev_i = np.maximum.accumulate(rec_idx)
+    prev_t = np.where(prev_i >= 0, times[np.maximum(prev_i, 0)], last)
+    nxt = np.where(is_record, idx, n)
+    next_i = np.minimum.accumulate(nxt[::-1])[::-1]
+    has_next = next_i < n
+    next_t = np.where(has_next, times[np.minimum(next_i, n - 1)], prev_t)
+    gap = next_i - prev_i            # events from the previous record to the next
+    rank = idx - prev_i              # 1.. within the gap
+    spread = prev_t + (next_t - prev_t) * rank / np.maximum(gap, 1)
+    out = np.where(is_record, times, np.where(has_next, spread, prev_t))
+    new_last = float(times[rec_idx.max()]) if is_record.any() else last
+    return out, new_last
+
+
+def chrome_events(directory: str, max_events: int | None, warn=None):
+    """Yields the trace events (dicts) of ``directory``; ``warn(message)`` is
+    called once if --max-events cut the trace."""
+    clock = Clock(directory)
+    tables = load_tables(directory, required=False)
+    names = tables.names
+    meta = read_meta(directory)
+    pid = int(meta.get("pid") or 0)
+    command = " ".join(meta.get("command") or []) or f"pid {pid}"
+    limit, total = cut_time(directory, clock, max_events) if max_events is not None \
+        else (None, None)
+    namer = AccessNamer(directory) if per_thread_files(directory, "data", ".acc") else None
+    yield {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": command}}
+    emitted = 0
+    current, last = None, 0.0
+    for chunk in iter_thread_chunks(directory, tables=tables):
+        if chunk.tid != current:
+            current, last = chunk.tid, 0.0
+            yield {"name": "thread_name", "ph": "M", "pid": pid, "tid": chunk.tid,
+                   "args": {"name": f"thread {chunk.tid}"}}
+        ev = chunk.events
+        if not len(ev):
+            continue
+        is_record = ev["type"] != EVENT_ACCESS
+        record_times = clock.us(ev["tsc"]) if clock.timed else ev["ref"].astype(np.float64)
+        times, last = _spread(record_times, is_record, last)
+        for item in _chunk_events(chunk, ev, times, names, namer, pid, limit, clock):
+            emitted += 1
+            yield item
+    if limit is not None and warn is not None:
+        warn(f"the trace has {total} events: exported the first {emitted} (up to "
+             f"{limit:.3f} µs; raise --max-events for more)")
+
+
+def _chunk_events(chunk, ev, times, names, namer, pid, limit, clock):
+    tid = chunk.tid
+    segments = chunk.segments
+    ends = np.flatnonzero(ev["type"] == EVENT_END)
+    access_rows = np.flatnonzero(ev["type"] == EVENT_ACCESS)
+    acc = chunk.accesses
+    data = instr = None
+    if len(acc) and namer is not None:
+        data = _data_names(namer, acc)
+        codes, insn_names = namer.code_names(acc["rip"])
+        instr = [insn_names[c] for c in codes.tolist()]
+    out = []
+    for k, i in enumerate(ends.tolist()):
+        seg = segments[k]
+        if seg["fate"] == FATE_UNMATCHED:
+            continue
+        if clock.timed:
+            begin, end = float(clock.us(seg["begin_tsc"])), float(clock.us(seg["end_tsc"]))
+        else:
+            begin, end = float(seg["begin_seq"]), float(seg["end_seq"])
+        if limit is not None and begin > limit:
+            continue
+        args = {"call_id": int(seg["call_id"]), "fate": FATES[int(seg["fate"])],
+                "accesses_self": int(seg["accesses_self"]),
+                "accesses_incl": int(seg["accesses_incl"])}
+        if limit is not None and end > limit:
+            end, args["cut"] = limit, True
+        ts = round(begin, 3)      # µs with ns digits; dur from the rounded end, so that a
+        dur = round(max(round(end, 3) - ts, 0.0), 3)   # call ending at a sibling's start
+        out.append((begin, {"name": names[int(seg["fid"])], "cat": "call", "ph": "X",  # never
+                            "ts": ts, "dur": dur,                              # overlaps it
+                            "pid": pid, "tid": tid, "args": args}))
+    for k, i in enumerate(access_rows.tolist()):
+        ts = float(times[i])
+        if limit is not None and ts > limit:
+            continue
+        a = acc[k]
+        out.append((ts, {"name": data[k] if data else f"{int(a['addr']):#x}",
+                         "cat": "L" if a["kind"] == KIND_LOAD else "S", "ph": "i", "s": "t",
+                         "ts": round(ts, 3), "pid": pid, "tid": tid,
+                         "args": {"addr": f"{int(a['addr']):#x}", "size": int(a["size"]),
+                                  "instruction": instr[k] if instr else f"{int(a['rip']):#x}"}}))
+    for _, item in out:
+        yield item
+
+
+def _data_names(namer: AccessNamer, acc: np.ndarray) -> list[str]:
+    names = namer.data_names(acc["addr"], acc["block"], acc["freed"])
+    sym_codes, sym_names = names["symbol"]
+    var_codes, var_names = names["variable"]
+    reg_codes, reg_names = names["region"]
+    out = []
+    for s, v, r, off in zip(sym_codes.tolist(), var_codes.tolist(), reg_codes.tolist(),
+                            names["offset"].tolist()):
+        if v >= 0:
+            out.append(var_names[v])
+        elif s >= 0:
+            out.append(f"{sym_names[s]}+{off}")
+        else:
+            out.append(f"{reg_names[r]}+{off}")
+    return out
+
+
+def write_chrome(directory: str, out, max_events: int | None, warn=None) -> int:
+    """Writes the JSON object to ``out`` (a text file); returns the events written."""
+    out.write('{"displayTimeUnit": "ns", "otherData": ')
+    out.write(json.dumps({"producer": "madtrace", "trace_directory": os.path.abspath(directory)}))
+    out.write(', "traceEvents": [\n')
+    n = 0
+    for event in chrome_events(directory, max_events, warn):
+        out.write((",\n" if n else "") + json.dumps(event, separators=(",", ":")))
+        n += 1
+    out.write("\n]}\n")
+    return n
+
+

@@ -1,0 +1,247 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The trace store's files: Parquet tables under ``DIR/store/`` (format below),
+their schemas and writers.  StoreWriter (store_writer.py) fills them; query.py
+reads them with DuckDB.
+
+Layout (``STORE_FORMAT`` 1)::
+
+  store/meta.json                 {"format_version": 1, "complete": true|false,
+                                   "tables": {name: {"rows": n, "files": n}},
+                                   "tsc_hz": ..., "written_live": [...], ...}
+  store/records/tid=<tid>/p<n>.parquet     call records          (written live)
+  store/calls/tid=<tid>/p<n>.parquet       dynamic calls         (at the end)
+  store/accesses/tid=<tid>/p<n>.parquet    data accesses, named  (at the end)
+  store/allocations/p0.parquet             heap blocks           (at the end)
+  store/sites/p0.parquet                   call sites            (at the end)
+
+The per-thread tables are partitioned by thread the Hive way (``tid=N``
+folders; the files themselves have no tid column): DuckDB
+(``hive_partitioning``), Spark, Trino and pyarrow.dataset read the tid from
+the folder names.  A table with no rows has one empty file (in ``tid=0``
+for the per-thread ones), so that its schema is known.
+
+Every file is Parquet: zstd level 1, DELTA_BINARY_PACKED integer columns (the
+positions, sequence numbers and timestamps are nearly sorted), dictionary-
+encoded strings and record codes, min/max statistics on the key columns
+(tid, pos, seq, call ids), row groups of at most ``ROW_GROUP_ROWS`` rows, a
+new part every ``PART_ROWS`` rows.  Files of one table share one
+schema, so any Parquet reader (DuckDB, Spark, Trino, pandas) reads the
+folder as one table.  A store whose meta.json is missing, incomplete or of
+another version is rebuilt from the raw capture when it is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .store_meta import (STORE_DIR, STORE_FORMAT, STORE_META, read_store_meta,  # noqa: F401
+                         store_is_complete, store_path, write_store_meta)
+
+ROW_GROUP_ROWS = 1 << 20
+PART_ROWS = 8 << 20
+FLUSH_ROWS = 1 << 18       # rows buffered before a row group is written
+
+_dict = pa.dictionary(pa.int32(), pa.string())
+
+SCHEMAS: dict[str, pa.Schema] = {
+    # one row per call record, in each thread's order; pos: its place in the
+    # thread's merged stream of records and accesses (the events view)
+    "records": pa.schema([("pos", pa.int64()), ("seq", pa.int64()), ("tsc", pa.uint64()),
+                          ("code", pa.uint32()), ("rsp", pa.uint32())]),
+    "calls": pa.schema([
+        ("call_id", pa.int64()), ("function", _dict), ("fid", pa.int32()),
+        ("parent_id", pa.int64()), ("depth", pa.int32()), ("fate", _dict), ("outermost", pa.bool_()),
+        ("begin_seq", pa.int64()), ("end_seq", pa.int64()), ("begin_pos", pa.int64()),
+        ("end_pos", pa.int64()), ("begin_tsc", pa.uint64()), ("end_tsc", pa.uint64()),
+        ("accesses_self", pa.int64()), ("accesses_incl", pa.int64()),
+        ("bytes_self", pa.int64()), ("bytes_incl", pa.int64())]),
+    "accesses": pa.schema([
+        ("pos", pa.int64()), ("seq", pa.int64()), ("order", pa.uint64()), ("call_id", pa.int64()),
+        ("function", _dict), ("kind", _dict), ("addr", pa.uint64()), ("size", pa.uint16()),
+        ("rip", pa.uint64()), ("instruction", _dict), ("symbol", _dict), ("offset", pa.int64()),
+        ("variable", _dict), ("region", _dict), ("block", pa.uint32()), ("freed", pa.bool_()),
+        ("first", pa.bool_())]),
+    "allocations": pa.schema([
+        ("id", pa.uint32()), ("kind", pa.string()), ("name", pa.string()),
+        ("address", pa.uint64()), ("size", pa.uint64()), ("site", pa.string()),
+        ("tid", pa.int32()), ("seq", pa.int64()), ("order", pa.uint64()),
+        ("freed_seq", pa.int64()), ("freed_tid", pa.int32()), ("freed_order", pa.uint64()),
+        ("part_of", pa.uint32())]),
+    "sites": pa.schema([("site", pa.int32()), ("function", pa.string()), ("kind", pa.string()),
+                        ("address", pa.uint64()), ("caller", pa.string())]),
+}
+TABLES = tuple(SCHEMAS)
+PER_THREAD = ("records", "calls", "accesses")
+# integer columns that are (nearly) sorted: delta-encoded; the others plain or dictionary
+_DELTA = {"pos", "seq", "tsc", "call_id", "parent_id", "begin_seq", "end_seq", "begin_pos",
+          "end_pos", "begin_tsc", "end_tsc", "access_index", "order", "tid", "depth",
+          "accesses_self", "accesses_incl", "bytes_self", "bytes_incl", "fid", "offset",
+          "id", "address", "size", "freed_seq", "freed_tid", "freed_order", "part_of", "site",
+          "addr", "rip", "block"}
+_DICT = {"code"}
+# min/max statistics (row-group pruning) only where queries filter; they cost ~40% of the
+# writing time when kept for every column
+_STATS = {"tid", "pos", "seq", "call_id", "begin_pos", "end_pos", "begin_seq", "end_seq", "id"}
+
+
+def _options(schema: pa.Schema) -> dict:
+    encoding, dictionary = {}, []
+    for f in schema:
+        if pa.types.is_dictionary(f.type) or f.name in _DICT:
+            dictionary.append(f.name)
+        elif pa.types.is_integer(f.type) and f.name in _DELTA:
+            encoding[f.name] = "DELTA_BINARY_PACKED"
+        elif pa.types.is_string(f.type):
+            dictionary.append(f.name)
+    return dict(compression="zstd", compression_level=1, use_dictionary=dictionary,
+                column_encoding=encoding or None,
+                write_statistics=[f.name for f in schema if f.name in _STATS])
+
+
+class Flusher:
+    """One background thread that encodes and writes row groups (pyarrow
+    releases the GIL while it does), in the order they were handed over, so
+    that the next batch is prepared meanwhile.  At most ``depth`` batches
+    wait: memory stays bounded.  ``join()`` waits for all and raises the
+    first error."""
+
+    def __init__(self, depth: int = 2, nice: int | None = None):
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.nice = nice
+        self.thread = threading.Thread(target=self._run, name="madtrace-store-io", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        if self.nice is not None:
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
+            except OSError:
+                pass
+        while True:
+            task = self.queue.get()
+            if task is None:
+                return
+            if self.error is None:
+                try:
+                    task()
+                except BaseException as exc:   # raised by submit() or join()
+                    self.error = exc
+
+    def submit(self, task) -> None:
+        if self.error is not None:
+            raise self.error
+        self.queue.put(task)
+
+    def join(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+class _Inline:
+    """Runs each task at once (no background thread)."""
+
+    @staticmethod
+    def submit(task) -> None:
+        task()
+
+
+class PartWriter:
+    """Appends row groups to ``store/<table>/[tid=<tid>/]p<n>.parquet``, starting a
+    new part every PART_ROWS rows; small writes are gathered into row groups
+    of at least FLUSH_ROWS rows.  ``close()`` writes what is buffered and
+    finishes the open part.  With a ``flusher``, encoding and writing happen
+    on its thread (call ``flusher.join()`` before reading the files)."""
+
+    def __init__(self, directory: str, table: str, tid: int | None = None,
+                 flusher: Flusher | None = None):
+        self.folder = store_path(directory, table) if tid is None else \
+            store_path(directory, table, f"tid={tid}")
+        os.makedirs(self.folder, exist_ok=True)
+        self.table = table
+        self.schema = SCHEMAS[table]
+        self.options = _options(self.schema)
+        self.flusher = flusher or _Inline
+        self.writer: pq.ParquetWriter | None = None   # used by the flusher's thread only
+        self.part = 0
+        self.part_rows = 0
+        self.rows = 0
+        self.files = 0
+        self.pending: list[pa.Table] = []
+        self.pending_rows = 0
+
+    def write(self, columns: dict) -> None:
+        """``columns``: name -> numpy array or pyarrow array (every schema column)."""
+        batch = pa.table([columns[f.name] if isinstance(columns[f.name], pa.Array)
+                          else pa.array(columns[f.name], type=f.type) for f in self.schema],
+                         schema=self.schema)
+        self.pending.append(batch)
+        self.pending_rows += batch.num_rows
+        if self.pending_rows >= FLUSH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        batch = self.pending[0] if len(self.pending) == 1 else \
+            pa.concat_tables(self.pending, promote_options="none").unify_dictionaries()
+        self.pending, self.pending_rows = [], 0
+        n = batch.num_rows
+        done = 0
+        while done < n or self.files == 0:
+            if self.part_rows == 0:
+                path = os.path.join(self.folder, f"p{self.part}.parquet")
+                self.flusher.submit(lambda path=path: self._open(path))
+                self.files += 1
+            take = min(n - done, PART_ROWS - self.part_rows)
+            piece = batch.slice(done, take)
+            self.flusher.submit(lambda piece=piece: self.writer.write_table(
+                piece, row_group_size=ROW_GROUP_ROWS))
+            done += take
+            self.part_rows += take
+            self.rows += take
+            if self.part_rows >= PART_ROWS:
+                self.flusher.submit(self._close_part)
+                self.part += 1
+                self.part_rows = 0
+            if n == 0:
+                break
+
+    def _open(self, path: str) -> None:
+        self.writer = pq.ParquetWriter(path, self.schema, **self.options)
+
+    def close(self) -> None:
+        self.flush()
+        if self.part_rows:
+            self.flusher.submit(self._close_part)
+            self.part += 1
+            self.part_rows = 0
+
+    def _close_part(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    def ensure_file(self) -> None:
+        """A table with no rows still gets one (empty) file: readers see its schema."""
+        if self.files == 0:
+            self.write({f.name: pa.array([], type=f.type) for f in self.schema})
+            self.flush()
+            self.flusher.submit(self._close_part)
+
+
+def dictionary_column(codes, names: list[str]) -> pa.DictionaryArray:
+    """A string column from int codes into ``names`` (negative codes: null)."""
+    codes = np.asarray(codes, dtype=np.int32)
+    mask = codes < 0
+    indices = pa.array(np.where(mask, 0, codes), type=pa.int32(),
+                       mask=mask if mask.any() else None)
+    return pa.DictionaryArray.from_arrays(indices, pa.array(names or [""], type=pa.string()))

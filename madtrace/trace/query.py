@@ -1,0 +1,93 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""SQL over a trace's store with DuckDB (embedded, reads the Parquet files in
+place, streams: memory does not grow with the trace).
+
+``connect(directory)`` builds the store if needed (store_writer.ensure_store)
+and returns a DuckDB connection with these views (README "madtrace query"):
+
+* ``records``     the call records: tid, pos, seq, tsc, code, rsp
+* ``sites``       the call sites: site, function, kind, address, caller
+* ``calls``       one row per dynamic call (columnar.py), plus duration_ns
+* ``accesses``    one row per data access, named (columnar.py), plus
+                  ``data`` (variable, else symbol+offset, else region+offset)
+* ``allocations`` one row per heap block
+* ``events``      records and accesses of each thread merged in exact order:
+                  ``ORDER BY tid, pos``; type 'entry'/'exit' (records, with
+                  the site's function) or 'L'/'S' (accesses, with the function
+                  of the innermost call)
+"""
+
+from __future__ import annotations
+
+import os
+
+from .columnar import PER_THREAD, TABLES, read_store_meta, store_path
+from .store_writer import ensure_store
+
+
+def _source(directory: str, table: str) -> str:
+    """read_parquet() of a table's files (per-thread tables: tid from the folders)."""
+    folder = os.path.abspath(store_path(directory, table)).replace("'", "''")
+    if table in PER_THREAD:
+        return (f"read_parquet('{folder}/*/*.parquet', hive_partitioning = true, "
+                "hive_types = {'tid': INTEGER})")
+    return f"read_parquet('{folder}/*.parquet')"
+
+
+def connect(directory: str, out=None):
+    """A DuckDB connection on the store of ``directory`` (built first if needed)."""
+    import duckdb
+    ensure_store(directory, out)
+    meta = read_store_meta(directory) or {}
+    tsc_hz = meta.get("tsc_hz") if meta.get("timestamps") else None
+    con = duckdb.connect(":memory:")
+    con.execute("SET preserve_insertion_order = false")
+    con.execute("SET enable_progress_bar = false")     # it would go to our stdout
+    # per-thread tables: tid first
+    raw = {t: f"(SELECT tid, * EXCLUDE (tid) FROM {_source(directory, t)})" if t in PER_THREAD
+           else _source(directory, t) for t in TABLES}
+    duration = f"(end_tsc - begin_tsc) * 1e9 / {float(tsc_hz)!r}" if tsc_hz else "NULL::DOUBLE"
+    con.execute(f"CREATE VIEW records AS SELECT * FROM {raw['records']}")
+    con.execute(f"CREATE VIEW sites AS SELECT * FROM {raw['sites']}")
+    con.execute(f"CREATE VIEW allocations AS SELECT * FROM {raw['allocations']}")
+    con.execute(f"CREATE VIEW calls AS SELECT *, {duration} AS duration_ns FROM {raw['calls']}")
+    con.execute(
+        "CREATE VIEW accesses AS SELECT *, pos - seq AS access_index, "
+        "coalesce(variable, symbol || '+' || \"offset\", region || '+' || \"offset\") AS data "
+        f"FROM {raw['accesses']}")
+    con.execute("""
+        CREATE VIEW events AS
+        SELECT r.tid, r.pos, r.seq,
+               CASE WHEN r.code & 1 = 1 THEN 'exit' ELSE 'entry' END AS type,
+               s.function, (r.code >> 1)::INTEGER AS site, NULL::BIGINT AS call_id, r.tsc,
+               NULL::UBIGINT AS addr, NULL::USMALLINT AS size, NULL::VARCHAR AS instruction,
+               NULL::VARCHAR AS data
+        FROM records r LEFT JOIN sites s ON s.site = (r.code >> 1)::INTEGER
+        UNION ALL
+        SELECT a.tid, a.pos, a.seq, a.kind::VARCHAR, a.function::VARCHAR, NULL, a.call_id,
+               NULL, a.addr, a.size, a.instruction::VARCHAR, a.data
+        FROM accesses a""")
+    return con
+
+
+def copy_store(directory: str, output: str, out=None) -> dict[str, int]:
+    """The store as one Parquet file per table (tid a column again) in the new
+    directory ``output`` (replaced if it exists), with DuckDB's streaming COPY;
+    plus store_meta.json.  Returns the rows of each table."""
+    import json
+    import shutil
+    con = connect(directory, out)
+    if os.path.lexists(output):
+        shutil.rmtree(output) if os.path.isdir(output) and not os.path.islink(output) \
+            else os.unlink(output)
+    os.makedirs(output)
+    rows = {}
+    for table in TABLES:
+        path = os.path.join(output, f"{table}.parquet").replace("'", "''")
+        con.execute(f"COPY (SELECT * FROM {table}) TO '{path}' "
+                    "(FORMAT PARQUET, COMPRESSION ZSTD, ROW_GROUP_SIZE 1048576)")
+        rows[table] = con.execute(f"SELECT count(*) FROM read_parquet('{path}')").fetchone()[0]
+    with open(os.path.join(output, "store_meta.json"), "w") as f:
+        json.dump(dict(read_store_meta(directory) or {}, tables=rows), f, indent=1)
+        f.write("\n")
+    return rows

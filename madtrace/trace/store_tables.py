@@ -1,0 +1,142 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The store's tables that are written when the recording ends: ``calls`` and
+``accesses`` (one pass of the segmentation over the raw capture: each
+thread's calls and its accesses with their call, named by naming.py),
+``allocations`` (data/allocations.json) and ``sites`` (functions.json).
+They need the whole replay, the final memory map and the allocation names,
+so they are not written live (columnar.py has the layout)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from ..analysis.replay import EVENT_ACCESS, FATES
+from ..analysis.segmentation import iter_thread_chunks, load_tables
+from ..capture.data import KIND_LOAD
+from .columnar import Flusher, PartWriter, dictionary_column
+from .events import load_allocations
+from .naming import AccessNamer
+from .store import per_thread_files
+
+ACCESS_KINDS = ["L", "S"]
+
+
+def calls_columns(segments: np.ndarray, names: list[str]) -> dict:
+    s = segments
+    before, incl = s["accesses_before"], s["accesses_incl"]
+    return {
+        "call_id": s["call_id"],
+        "function": dictionary_column(s["fid"], names), "fid": s["fid"],
+        "parent_id": s["parent_id"], "depth": s["depth"],
+        "fate": dictionary_column(s["fate"].astype(np.int32), list(FATES)),
+        "outermost": s["outer"].astype(bool),
+        "begin_seq": s["begin_seq"], "end_seq": s["end_seq"],
+        "begin_pos": np.where(s["begin_seq"] < 0, -1, s["begin_seq"] + before),
+        "end_pos": s["end_seq"] + before + incl,
+        "begin_tsc": s["begin_tsc"], "end_tsc": s["end_tsc"],
+        "accesses_self": s["accesses_self"], "accesses_incl": incl,
+        "bytes_self": s["bytes_self"], "bytes_incl": s["bytes_incl"]}
+
+
+def access_columns(chunk, names: list[str], namer: AccessNamer) -> dict:
+    acc = chunk.accesses
+    events = chunk.events[chunk.events["type"] == EVENT_ACCESS]
+    n = len(acc)
+    index = chunk.access_start + np.arange(n, dtype=np.int64)
+    seq = acc["seq"].astype(np.int64)
+    instruction = namer.code_names(acc["rip"])
+    data = namer.data_names(acc["addr"], acc["block"], acc["freed"])
+    return {
+        "pos": index + seq, "seq": seq, "order": acc["order"],
+        "call_id": events["call_id"], "function": dictionary_column(events["fid"], names),
+        "kind": dictionary_column(np.where(acc["kind"] == KIND_LOAD, 0, 1), ACCESS_KINDS),
+        "addr": acc["addr"], "size": acc["size"], "rip": acc["rip"],
+        "instruction": dictionary_column(*instruction),
+        "symbol": dictionary_column(*data["symbol"]), "offset": data["offset"],
+        "variable": dictionary_column(*data["variable"]),
+        "region": dictionary_column(*data["region"]),
+        "block": acc["block"], "freed": acc["freed"] != 0, "first": acc["first"] != 0}
+
+
+def _column(values: list, type_: pa.DataType) -> pa.Array:
+    return pa.array(values, type=type_)
+
+
+def write_allocations(directory: str) -> int:
+    blocks = load_allocations(directory)
+    writer = PartWriter(directory, "allocations")
+    if blocks:
+        columns = {}
+        for f in writer.schema:
+            columns[f.name] = _column([b.get(f.name) for b in blocks], f.type)
+        writer.write(columns)
+    writer.close()
+    writer.ensure_file()
+    return writer.rows
+
+
+def write_sites(directory: str) -> int:
+    writer = PartWriter(directory, "sites")
+    path = os.path.join(directory, "functions.json")
+    sites = []
+    if os.path.exists(path):
+        with open(path) as f:
+            sites = json.load(f).get("sites", [])
+    if sites:
+        writer.write({"site": _column([s["sid"] for s in sites], pa.int32()),
+                      "function": _column([s["function"] for s in sites], pa.string()),
+                      "kind": _column([s["kind"] for s in sites], pa.string()),
+                      "address": _column([s.get("address") for s in sites], pa.uint64()),
+                      "caller": _column([s.get("caller") for s in sites], pa.string())})
+    writer.close()
+    writer.ensure_file()
+    return writer.rows
+
+
+def write_final_tables(directory: str, progress=None) -> dict[str, int]:
+    """calls, accesses, allocations and sites; returns the rows of each.
+    ``progress(events_done)`` is called after each chunk."""
+    tables = load_tables(directory, required=False)
+    namer = AccessNamer(directory) if per_thread_files(directory, "data", ".acc") else None
+    rows = {"calls": 0, "accesses": 0}
+    written: set[str] = set()      # tables with at least one file
+    flusher = Flusher()
+    try:
+        _write_threads(directory, tables, namer, flusher, rows, written, progress)
+    finally:
+        flusher.join()
+    for table in rows:
+        if table not in written:
+            PartWriter(directory, table, 0).ensure_file()
+    rows["allocations"] = write_allocations(directory)
+    rows["sites"] = write_sites(directory)
+    return rows
+
+
+def _write_threads(directory, tables, namer, flusher, rows, written, progress) -> None:
+    """calls and accesses of every thread, in one segmentation pass."""
+    names = tables.names
+    writers: dict[str, PartWriter] = {}
+    done_before = 0
+    for chunk in iter_thread_chunks(directory, tables=tables):
+        if not writers:
+            writers = {t: PartWriter(directory, t, chunk.tid, flusher) for t in rows}
+        if len(chunk.segments):
+            writers["calls"].write(calls_columns(chunk.segments, names))
+        if len(chunk.accesses):
+            writers["accesses"].write(access_columns(chunk, names, namer))
+        done = chunk.record_start + len(chunk.records) + chunk.access_start + len(chunk.accesses)
+        if progress is not None:
+            progress(done_before + done)
+        if chunk.last:
+            done_before += done
+            for table, writer in writers.items():
+                writer.close()
+                rows[table] += writer.rows
+                if writer.files:
+                    written.add(table)
+            writers = {}

@@ -1,0 +1,294 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""StoreWriter: writes a trace's store (DIR/store, columnar.py) from its raw
+capture, while the target runs and when it ends.
+
+While the target runs, a background thread (niced, so that it never starves
+the thread that drains the rings) follows ``calls/<tid>.rec`` as the drain
+appends to it and writes the ``records`` table, in row groups of at least
+``min_rows`` records.  A record's place in its thread's merged stream
+(``pos``) counts the accesses before it, so with data tracing a record is
+written once the accesses before it are in ``data/<tid>.acc``: the data
+engine appends them in order, so every access with ``seq`` below the last
+one on disk is there.  ``finish()`` (the target ended; every file is
+complete) writes the rest of the records, then the tables that need the
+whole replay (store_tables.py): calls, accesses, allocations, sites; then
+``store/meta.json`` with ``"complete": true``.  Long finishes print their
+progress on stderr.
+
+``build_store(directory)`` does all of it after the fact (``--no-store``, a
+REPL snapshot, a store left incomplete): ``ensure_store`` builds the store
+on first use.  Memory stays bounded: one batch of ``BATCH_ROWS`` rows (and
+the segmentation's chunks) at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import time
+
+import numpy as np
+
+from ..analysis.segmentation import RECORD_DTYPE
+from ..capture.data import ACCESS_DTYPE
+from .store_meta import (STORE_FORMAT, read_store_meta, store_is_complete, store_path,
+                         write_store_meta)
+from .store import per_thread_files
+
+BATCH_ROWS = 1 << 19
+LIVE_MIN_ROWS = 1 << 18
+LIVE_INTERVAL = 0.25
+NICE = 10
+
+
+class Progress:
+    """``madtrace: store: WHAT 45% (n of total)`` on stderr, at most once a
+    second, once the work has taken more than ``after`` seconds."""
+
+    def __init__(self, what: str, total: int, out=None, after: float = 1.0):
+        self.what, self.total = what, max(total, 1)
+        self.out = out
+        self.start = time.monotonic()
+        self.after = after
+        self.last = 0.0
+        self.shown = False
+
+    def __call__(self, done: int) -> None:
+        if self.out is None:
+            return
+        now = time.monotonic()
+        if now - self.start < self.after or now - self.last < 1.0:
+            return
+        self.last = now
+        self.shown = True
+        print(f"madtrace: store: {self.what} {100 * min(done, self.total) // self.total}% "
+              f"({done} of {self.total} events)", file=self.out, flush=True)
+
+    def done(self) -> None:
+        if self.shown:
+            print(f"madtrace: store: {self.what} done in {time.monotonic() - self.start:.1f} s",
+                  file=self.out, flush=True)
+
+
+def _rows(path: str, dtype: np.dtype) -> int:
+    try:
+        return os.path.getsize(path) // dtype.itemsize
+    except OSError:
+        return 0
+
+
+class RecordFollower:
+    """One thread's records: how far they are written, and the accesses before them."""
+
+    def __init__(self, directory: str, tid: int, flusher=None):
+        from .columnar import PartWriter     # pyarrow: imported by the thread that writes
+        self.tid = tid
+        self.rec_path = os.path.join(directory, "calls", f"{tid}.rec")
+        self.acc_path = os.path.join(directory, "data", f"{tid}.acc")
+        self.writer = PartWriter(directory, "records", tid, flusher)
+        self.records = 0      # records written
+        self.accesses = 0     # accesses before the next record
+
+    def step(self, final: bool, accesses_possible, min_rows: int) -> int:
+        """Write the next batch of records that can be placed; returns how many."""
+        n_rec = _rows(self.rec_path, RECORD_DTYPE)
+        n_acc = _rows(self.acc_path, ACCESS_DTYPE)
+        limit = n_rec
+        if not final and accesses_possible():      # asked after the sizes were read
+            # every access with seq below the last one's is on disk
+            limit = min(limit, self._seq_of(n_acc - 1) if n_acc else 0)
+        p0 = self.records
+        p1 = min(limit, p0 + BATCH_ROWS)
+        if p1 <= p0 or (not final and p1 - p0 < min_rows):
+            return 0
+        records = np.fromfile(self.rec_path, dtype=RECORD_DTYPE, count=p1 - p0,
+                              offset=p0 * RECORD_DTYPE.itemsize)
+        before = self._accesses_before(p0, p1, n_acc)
+        seq = np.arange(p0, p1, dtype=np.int64)
+        self.writer.write({"pos": seq + before, "seq": seq, "tsc": records["tsc"],
+                           "code": records["code"], "rsp": records["rsp"]})
+        self.records = p1
+        return p1 - p0
+
+    def _seq_of(self, index: int) -> int:
+        one = np.fromfile(self.acc_path, dtype=ACCESS_DTYPE, count=1,
+                          offset=index * ACCESS_DTYPE.itemsize)
+        return int(one["seq"][0])
+
+    def _accesses_before(self, p0: int, p1: int, n_acc: int) -> np.ndarray:
+        """For each record p0..p1-1: the thread's accesses with seq <= p (the
+        accesses with seq <= p1-1 are consumed)."""
+        counts = np.zeros(p1 - p0, dtype=np.int64)
+        if self.accesses >= n_acc:
+            return counts + self.accesses
+        # only the seq field is needed: a strided view of the mapped file
+        mapped = np.memmap(self.acc_path, dtype=ACCESS_DTYPE, mode="r", shape=(n_acc,))["seq"]
+        while self.accesses < n_acc:
+            seqs = mapped[self.accesses:self.accesses + BATCH_ROWS]
+            k = int(np.searchsorted(seqs, p1 - 1, side="right"))
+            if k:
+                # seqs >= p0 here: the earlier ones went with earlier records
+                counts += np.cumsum(np.bincount((seqs[:k] - p0).astype(np.int64),
+                                                minlength=p1 - p0)[:p1 - p0])
+                self.accesses += k
+            if k < len(seqs):
+                break
+        del mapped
+        return counts + (self.accesses - int(counts[-1]) if len(counts) else 0)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class StoreWriter:
+    """See the module docstring.  ``accesses_possible()``: whether data
+    accesses may still be recorded (data tracing is or was on)."""
+
+    def __init__(self, directory: str, accesses_possible=None, live_min_rows: int = LIVE_MIN_ROWS,
+                 interval: float = LIVE_INTERVAL):
+        self.directory = directory
+        self.accesses_possible = accesses_possible or (lambda: False)
+        self.live_min_rows = live_min_rows
+        self.interval = interval
+        self.followers: dict[int, RecordFollower] = {}
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._flusher = None
+        self.live_rows = 0
+        os.makedirs(store_path(directory), exist_ok=True)
+        write_store_meta(directory, {"complete": False})
+
+    # ------------------------------------------------------------------ live
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="madtrace-store", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+        except OSError:
+            pass
+        try:
+            from .columnar import Flusher     # pyarrow is imported here, not at start-up
+            self._flusher = Flusher(nice=NICE)
+        except BaseException as exc:
+            self.error = exc
+            return
+        while not self._stop.wait(self.interval):
+            try:
+                self.live_rows += self._pass(final=False)
+            except BaseException as exc:    # reported by finish(), which rebuilds
+                self.error = exc
+                return
+
+    def _pass(self, final: bool, progress=None) -> int:
+        written = 0
+        for tid, _path in per_thread_files(self.directory, "calls", ".rec"):
+            follower = self.followers.get(tid)
+            if follower is None:
+                follower = self.followers[tid] = RecordFollower(self.directory, tid,
+                                                                self._flusher)
+            while not self._stop.is_set() or final:
+                n = follower.step(final, self.accesses_possible, self.live_min_rows)
+                if not n:
+                    break
+                written += n
+                if progress is not None:
+                    progress(written)
+        return written
+
+    # ---------------------------------------------------------------- finish
+    def write_records(self, progress=None) -> int:
+        """The records not written yet (every file complete); closes the
+        records table.  Returns its rows."""
+        from .columnar import Flusher, PartWriter
+        if self._flusher is None:
+            self._flusher = Flusher()
+        try:
+            self._pass(final=True, progress=progress)
+            for follower in self.followers.values():
+                follower.close()
+        finally:
+            self._flusher.join()
+            self._flusher = None
+        if not sum(f.writer.files for f in self.followers.values()):
+            PartWriter(self.directory, "records", 0).ensure_file()
+        return sum(f.writer.rows for f in self.followers.values())
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def finish(self, out=sys.stderr) -> dict:
+        """Every file is complete: write the rest, then the final tables.
+        Returns the store's meta."""
+        from .store_tables import write_final_tables
+        self.stop()
+        if self.error is not None:
+            if out is not None:
+                print(f"madtrace: store: writing while the target ran failed ({self.error}); "
+                      "writing it again", file=out, flush=True)
+            return build_store(self.directory, out)
+        pending = sum(_rows(p, RECORD_DTYPE) for _, p in
+                      per_thread_files(self.directory, "calls", ".rec")) - \
+            sum(f.records for f in self.followers.values())
+        progress = Progress("records", pending, out)
+        records = self.write_records(progress)
+        progress.done()
+        total = sum(_rows(p, RECORD_DTYPE) for _, p in
+                    per_thread_files(self.directory, "calls", ".rec")) + \
+            sum(_rows(p, ACCESS_DTYPE) for _, p in per_thread_files(self.directory, "data", ".acc"))
+        progress = Progress("calls and accesses", total, out)
+        rows = write_final_tables(self.directory, progress)
+        progress.done()
+        rows["records"] = records
+        meta = {"complete": True, "rows": rows, "records_written_live": self.live_rows,
+                "written_live": ["records"],
+                "written_at_end": ["calls", "accesses", "allocations", "sites"]}
+        meta.update(_clock(self.directory))
+        write_store_meta(self.directory, meta)
+        return read_store_meta(self.directory)
+
+
+def _clock(directory: str) -> dict:
+    import json
+    try:
+        with open(os.path.join(directory, "functions.json")) as f:
+            doc = json.load(f)
+        return {"timestamps": bool(doc.get("timestamps", True)), "tsc_hz": doc.get("tsc_hz")}
+    except (OSError, ValueError):
+        return {"timestamps": False, "tsc_hz": None}
+
+
+def build_store(directory: str, out=sys.stderr) -> dict:
+    """Write DIR/store from the raw capture (replacing whatever is there)."""
+    shutil.rmtree(store_path(directory), ignore_errors=True)
+    return StoreWriter(directory).finish(out)
+
+
+def ensure_store(directory: str, out=sys.stderr) -> None:
+    """Build the store if it is missing, incomplete or of another format
+    (StoreError when it cannot be written)."""
+    from ..errors import StoreError
+    if store_is_complete(directory):
+        return
+    meta = read_store_meta(directory)
+    try:        # a store that cannot be written fails here, before any message
+        shutil.rmtree(store_path(directory), ignore_errors=True)
+        os.makedirs(store_path(directory))
+    except OSError as exc:
+        raise StoreError(f"cannot write the store of {directory}: {exc.strerror or exc}") from None
+    if out is not None:
+        why = "has none" if meta is None else (
+            f"is of format {meta.get('format_version')}, not {STORE_FORMAT}"
+            if meta.get("format_version") != STORE_FORMAT else "is incomplete")
+        print(f"madtrace: building the store of {directory} (it {why})", file=out, flush=True)
+    try:
+        build_store(directory, out)
+    except OSError as exc:
+        raise StoreError(f"cannot write the store of {directory}: {exc.strerror or exc}") from None

@@ -1,0 +1,216 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The trace store (DIR/store, Parquet) and madtrace query (DuckDB).
+
+Oracles: the raw capture itself (calls/*.rec, data/*.acc: a naive merge of
+the two streams gives the events view's order; row counts), the summary
+(accesses and calls), the segmentation (calls), and a store built after the
+fact (--no-store) against one written while the target ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from madtrace.analysis import segmentation as sg
+from madtrace.capture.data import ACCESS_DTYPE
+from madtrace.trace.columnar import read_store_meta, store_is_complete
+from madtrace.trace.query import connect
+from madtrace.trace.store_writer import RecordFollower
+
+from .util import ROOT, madtrace, one_line_error, prog, summary_json
+
+
+@pytest.fixture(scope="module")
+def longjmp_trace(tmp_path_factory):
+    """calls_longjmp with data tracing (two threads' worth is calls_threads
+    below): longjmp-unwound calls, accesses inside them."""
+    directory = tmp_path_factory.mktemp("store") / "t"
+    result = madtrace("record", "-q", "--data", "-o", str(directory), "--",
+                      prog("calls_longjmp", "O2-nopie"), "30", timeout=300)
+    assert result.returncode == 0, result.stderr.decode()
+    return str(directory)
+
+
+def query(directory: str, sql: str) -> list:
+    result = madtrace("query", directory, sql, "--json")
+    assert result.returncode == 0, result.stderr.decode()
+    return json.loads(result.stdout)
+
+
+def naive_merge(directory: str, tid: int) -> list[tuple[str, int]]:
+    """(type, seq) of a thread's records and accesses in order, merged the
+    plain way: the accesses with seq q go between records q-1 and q."""
+    records = np.fromfile(os.path.join(directory, "calls", f"{tid}.rec"), dtype=sg.RECORD_DTYPE)
+    path = os.path.join(directory, "data", f"{tid}.acc")
+    accesses = np.fromfile(path, dtype=ACCESS_DTYPE) if os.path.exists(path) else []
+    out, a = [], 0
+    for p, code in enumerate(records["code"].tolist()):
+        while a < len(accesses) and accesses[a]["seq"] <= p:
+            out.append(("L" if accesses[a]["kind"] == 1 else "S", int(accesses[a]["seq"])))
+            a += 1
+        out.append(("exit" if code & 1 else "entry", p))
+    out += [("L" if x["kind"] == 1 else "S", int(x["seq"])) for x in accesses[a:]]
+    return out
+
+
+def test_store_is_written_and_matches_the_capture(longjmp_trace):
+    directory = longjmp_trace
+    assert store_is_complete(directory)
+    meta = read_store_meta(directory)
+    assert meta["written_live"] == ["records"]
+    con = connect(directory)
+    tids = [t for t, _ in sg.thread_files(directory)]
+    for tid in tids:
+        events = con.execute("SELECT type, seq, pos FROM events WHERE tid = ? ORDER BY pos",
+                             [tid]).fetchall()
+        assert [(t, s) for t, s, _ in events] == naive_merge(directory, tid)
+        assert [p for _, _, p in events] == list(range(len(events)))
+    # the calls are the segmentation's, with the accesses of each
+    segments = np.concatenate([s for _, s in sg.iter_segments(directory)])
+    rows = con.execute("SELECT call_id, fate, accesses_self, accesses_incl FROM calls "
+                       "ORDER BY call_id").fetchall()
+    order = np.argsort(segments["call_id"])
+    assert rows == [(int(s["call_id"]), sg.FATES[s["fate"]], int(s["accesses_self"]),
+                     int(s["accesses_incl"])) for s in segments[order]]
+    assert {f for (f,) in con.execute("SELECT DISTINCT fate FROM calls").fetchall()} == \
+        {"completed", "unwound"}
+    # an access is inside its call: begin_pos < pos < end_pos
+    outside = con.execute("""SELECT count(*) FROM accesses a JOIN calls c USING (tid, call_id)
+                             WHERE NOT (c.begin_pos < a.pos AND a.pos < c.end_pos)""").fetchone()
+    assert outside == (0,)
+    # accesses are named: the program's counters by their DWARF names
+    names = {n for (n,) in con.execute("SELECT DISTINCT data FROM accesses WHERE function = 'dive'")
+             .fetchall()}
+    assert "n_dive" in names
+
+
+def test_query_counts_equal_the_summary(longjmp_trace):
+    summary = summary_json(longjmp_trace)
+    total = sum(c["L"] + c["S"] for c in summary["accesses"].values())
+    assert query(longjmp_trace, "SELECT count(*) AS n FROM accesses") == [{"n": total}]
+    assert query(longjmp_trace, "SELECT count(*) AS n FROM calls") == \
+        [{"n": sum(summary["calls"].values())}]
+    per_function = query(longjmp_trace, "SELECT function, count(*) AS n FROM calls GROUP BY 1")
+    assert {r["function"]: r["n"] for r in per_function} == \
+        {k: v for k, v in summary["calls"].items() if v}
+
+
+def test_query_text_output_and_errors(longjmp_trace, tmp_path):
+    result = madtrace("query", longjmp_trace,
+                      "SELECT function, count(*) AS n FROM calls GROUP BY 1 ORDER BY 1")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert lines[0].split() == ["function", "n"] and any(line.split()[0] == "dive"
+                                                         for line in lines[1:])
+    one_line_error(madtrace("query", longjmp_trace, "SELEC 1"), 22, "syntax error")
+    one_line_error(madtrace("query", longjmp_trace, "SELECT nope FROM calls"), 22, "nope")
+    one_line_error(madtrace("query", str(tmp_path / "none"), "SELECT 1"), 18, "none")
+
+
+def test_no_store_builds_it_on_first_use(tmp_path, longjmp_trace):
+    directory = tmp_path / "t"
+    result = madtrace("record", "-q", "--data", "--no-store", "-o", str(directory), "--",
+                      prog("calls_longjmp", "O2-nopie"), "30", timeout=300)
+    assert result.returncode == 0
+    assert not os.path.exists(directory / "store")
+    first = madtrace("query", str(directory), "SELECT count(*) FROM events")
+    assert first.returncode == 0
+    assert "building the store" in first.stderr.decode()
+    assert store_is_complete(str(directory))
+    again = madtrace("query", str(directory), "SELECT count(*) FROM events")
+    assert again.stderr == b"" and again.stdout == first.stdout
+    # an incomplete store is built again
+    meta = json.loads((directory / "store" / "meta.json").read_text())
+    (directory / "store" / "meta.json").write_text(json.dumps(dict(meta, complete=False)))
+    rebuilt = madtrace("query", str(directory), "SELECT count(*) FROM events")
+    assert "incomplete" in rebuilt.stderr.decode() and rebuilt.stdout == first.stdout
+
+
+def test_records_are_written_while_the_target_runs(tmp_path):
+    """The store's records table grows while the program still runs (it waits
+    for its stdin to close), and ends equal to the capture."""
+    directory = tmp_path / "t"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    tracer = subprocess.Popen([sys.executable, "-m", "madtrace.cli.main", "record", "-q",
+                               "-o", str(directory), "--", prog("live_calls", "O2-nopie"), "10"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env)
+    try:
+        parts = directory / "store" / "records"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list(parts.glob("tid=*/p0.parquet")):
+            assert tracer.poll() is None
+            time.sleep(0.1)
+        assert list(parts.glob("tid=*/p0.parquet")), "no records written while running"
+        assert tracer.poll() is None
+        tracer.stdin.close()
+        assert tracer.wait(timeout=120) == 0, tracer.stderr.read()
+    finally:
+        tracer.kill()
+    meta = read_store_meta(str(directory))
+    assert meta["complete"] and meta["records_written_live"] >= 1 << 18
+    con = connect(str(directory))
+    (tid, path), = sg.thread_files(str(directory))
+    records = np.fromfile(path, dtype=sg.RECORD_DTYPE)
+    stored = con.execute("SELECT seq, pos, tsc, code, rsp FROM records ORDER BY seq").fetchnumpy()
+    assert (stored["seq"] == np.arange(len(records))).all() and (stored["pos"] == stored["seq"]).all()
+    for field in ("tsc", "code", "rsp"):
+        assert (stored[field] == records[field]).all()
+
+
+def test_record_positions_wait_for_the_accesses_before_them(tmp_path):
+    """A record is written once every access before it is on disk: the files
+    grow in steps (accesses behind the records) and the positions come out
+    as with the whole files."""
+    directory = tmp_path / "t"
+    os.makedirs(directory / "calls")
+    os.makedirs(directory / "data")
+    rng = np.random.default_rng(3)
+    records = np.zeros(5000, dtype=sg.RECORD_DTYPE)
+    records["code"] = np.arange(5000) % 2
+    accesses = np.zeros(8000, dtype=ACCESS_DTYPE)
+    accesses["seq"] = np.sort(rng.integers(0, 5001, len(accesses)))
+    rec_path, acc_path = directory / "calls" / "7.rec", directory / "data" / "7.acc"
+    follower = RecordFollower(str(directory), 7)
+    for step in range(1, 11):
+        records[: 500 * step].tofile(rec_path)
+        accesses[: 700 * step].tofile(acc_path)
+        follower.step(final=False, accesses_possible=lambda: True, min_rows=1)
+        # nothing written beyond the accesses known: every record written so far
+        # has all the accesses before it on disk
+        assert follower.records <= max(int(accesses["seq"][700 * step - 1]), 0)
+    accesses.tofile(acc_path)
+    while follower.step(final=True, accesses_possible=lambda: True, min_rows=1):
+        pass
+    follower.close()
+    import pyarrow.parquet as pq
+    table = pq.read_table(directory / "store" / "records" / "tid=7" / "p0.parquet")
+    expected = np.arange(5000) + np.searchsorted(accesses["seq"], np.arange(5000), side="right")
+    assert table.column("pos").to_pylist() == expected.tolist()
+
+
+def test_snapshot_store_is_copied_without_the_live_one(tmp_path, longjmp_trace):
+    """copy_trace_files leaves the live store out (the snapshot builds its own)."""
+    from madtrace.trace.store import copy_trace_files, record_file_sizes
+    target = tmp_path / "copy"
+    target.mkdir()
+    copy_trace_files(longjmp_trace, str(target), record_file_sizes(longjmp_trace))
+    assert not (target / "store").exists() and (target / "calls").exists()
+    shutil.rmtree(target)
+
+
+def test_store_that_cannot_be_written_is_a_one_line_error(tmp_path):
+    """(as root a read-only directory is writable: a file where the store's
+    folder goes fails the same way)"""
+    directory = tmp_path / "t"
+    assert madtrace("record", "-q", "--no-store", "-o", str(directory), "--",
+                    prog("calls_recursion", "O2-nopie")).returncode == 0
+    (directory / "store").write_text("not a folder")
+    one_line_error(madtrace("query", str(directory), "SELECT 1"), 23, "cannot write the store")
