@@ -85,3 +85,10 @@ class StrippedBinaryError(MadtraceError):
     """The operation needs symbols the binary does not have."""
 
     exit_code = 21
+
+
+class NoDataError(MadtraceError):
+    """The trace lacks what an analysis needs (data accesses, call records, NUMA
+    observations): record it again with the option the message names."""
+
+    exit_code = 22
