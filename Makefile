@@ -20,7 +20,7 @@ EXAMPLE_BINS := $(patsubst examples/%.c,build/examples/%,$(EXAMPLE_SRCS))
 
 CFLAGS_COMMON := -g -Wall -Wno-unused-result -fno-omit-frame-pointer -pthread
 
-.PHONY: all setup deps venv programs injector native demo test bench clean distclean
+.PHONY: all setup deps venv programs injector native footprint-native demo test bench clean distclean
 
 all: setup
 
@@ -45,7 +45,7 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install -q -e '.[test]'
 	@touch $@
 
-programs: $(TEST_BINS) $(STRIPPED_BINS) $(EXAMPLE_BINS) injector native
+programs: $(TEST_BINS) $(STRIPPED_BINS) $(EXAMPLE_BINS) injector native footprint-native
 
 # the code that runs inside the target: trampoline templates + shared layout
 INJECTOR_OUT := build/injector/templates.json
@@ -61,6 +61,13 @@ native: $(NATIVE_OUT)
 $(NATIVE_OUT): madtrace/process/fault_loop.c injector/layout.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
+
+# the footprint analysis core (analysis side, C, loaded with ctypes)
+FOOTPRINT_OUT := build/native/libmtfootprint.so
+footprint-native: $(FOOTPRINT_OUT)
+$(FOOTPRINT_OUT): madtrace/analysis/footprint.c
+	@mkdir -p $(@D)
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
 
 build/tests/%-O0-pie: tests/progs/%.c
 	@mkdir -p $(@D)
