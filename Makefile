@@ -57,10 +57,15 @@ $(INJECTOR_OUT): injector/trampolines.S injector/layout.h injector/build_templat
 
 # the data engine's hot loop (tracer side, C, loaded with ctypes)
 NATIVE_OUT := build/native/libmtloop.so
-native: $(NATIVE_OUT)
+# the frame rules of the call records (analysis side: segmentation, call tree)
+REPLAY_OUT := build/native/libmtreplay.so
+native: $(NATIVE_OUT) $(REPLAY_OUT)
 $(NATIVE_OUT): madtrace/process/fault_loop.c injector/layout.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
+$(REPLAY_OUT): madtrace/analysis/replay.c
+	@mkdir -p $(@D)
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
 
 # the footprint analysis core (analysis side, C, loaded with ctypes)
 FOOTPRINT_OUT := build/native/libmtfootprint.so

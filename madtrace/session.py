@@ -270,7 +270,8 @@ class Recording:
                             patched_addresses=set(functions.patches.applied) if functions else None,
                             defer=self.controller.deferred.extend,
                             track_allocations=self.options.track_allocations,
-                            loads=self.options.loads, stores=self.options.stores, **selection)
+                            loads=self.options.loads, stores=self.options.stores,
+                            original_address=self._original_addresses, **selection)
         self.data = engine
         try:
             engine.install()
@@ -290,6 +291,11 @@ class Recording:
                  f"({len(engine.protected)} pages)")
         for warning in engine.warnings:
             self.log(warning)
+
+    def _original_addresses(self, rips):
+        """Instruction addresses as recorded: relocated prologue instructions
+        (function tracing's entry trampolines) by their original address."""
+        return self.functions.original_addresses(rips) if self.functions is not None else rips
 
     # live control (REPL / daemon), every thread stopped -------------------------
     def start_data_tracing(self, **selection) -> str:

@@ -24,7 +24,8 @@ replayed in order against a stack of open frames:
 
 ``rsp_low32`` is compared as an offset from the thread's first record
 (modulo 2**32, centred), so a stack that straddles a 4 GiB boundary of the
-low 32 bits still compares correctly.
+low 32 bits still compares correctly.  The rules are implemented once, in
+replay.c, and applied by segmentation.py; this module builds on its stream.
 
 Output (:class:`CallAnalysis`): per function the calls (entries), completed /
 unwound / open frames, inclusive time (outermost activations only, so a
@@ -42,32 +43,19 @@ when the trace was recorded with ``--no-time``.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 
-import numpy as np
+from .replay import EVENT_BEGIN, FATE_UNMATCHED
+from .segmentation import (CALLS_DIR, FUNCTIONS_FILE, RECORD_DTYPE, CallTables,  # noqa: F401
+                           iter_thread_chunks, load_tables, thread_files)
 
-from ..errors import CorruptTraceError
-from ..trace.store import per_thread_files
-
-RECORD_DTYPE = np.dtype([("tsc", "<u8"), ("code", "<u4"), ("rsp", "<u4")])
 RECORD_SIZE = RECORD_DTYPE.itemsize
-FUNCTIONS_FILE = "functions.json"
-CALLS_DIR = "calls"
 DEFAULT_CHUNK_RECORDS = 1 << 18
 DEFAULT_MAX_NODES = 100_000
 TRUNCATED_NAME = "[truncated]"
 ROOT_NAME = "[root]"
 
-# Frame kinds.  Frames are tuples (rsp, node, start_tsc, exit_code, kind).
-KIND_CALL, KIND_ENTRY, KIND_TAIL_ENCLOSED, KIND_TAIL_FREE, KIND_ROOT = range(5)
-SITE_KINDS = {"call": KIND_CALL, "entry": KIND_ENTRY, "tail": KIND_TAIL_FREE}
-FRAME_RSP, FRAME_NODE, FRAME_START, FRAME_EXIT, FRAME_KIND = range(5)
-SENTINEL_RSP = 1 << 40     # above every (relative) 32-bit stack pointer
-NO_EXIT = -1               # exit code of frames that get no exit record
-
-# Tree nodes are lists (fast to update in the record loop):
+# Tree nodes are lists (fast to update in the event loop):
 # [calls, incl_ticks, excl_ticks, completed, unwound, open, children{fid: node}, fid, depth]
 CALLS, INCL, EXCL, COMPLETED, UNWOUND, OPEN, CHILDREN, FID, DEPTH = range(9)
 ROOT_FID, TRUNCATED_FID = -1, -2
@@ -75,83 +63,6 @@ ROOT_FID, TRUNCATED_FID = -1, -2
 
 def new_node(fid: int, depth: int, children: dict | None = None) -> list:
     return [0, 0, 0, 0, 0, 0, {} if children is None else children, fid, depth]
-
-
-# ------------------------------------------------------------------ input
-@dataclass
-class CallTables:
-    """What functions.json says about the record codes."""
-
-    names: list[str]            # function names; a fid indexes this list
-    timestamps: bool
-    tsc_hz: float | None
-    code_fid: list[int]         # indexed by record code (entry and exit codes)
-    code_kind: list[int]        # frame kind opened by an entry code
-    code_exit: list[int]        # exit code expected by the frame an entry code opens
-    code_valid: np.ndarray      # bool per code: does the site exist
-
-    @property
-    def n_codes(self) -> int:
-        return len(self.code_fid)
-
-
-def load_tables(directory: str) -> CallTables:
-    path = os.path.join(directory, FUNCTIONS_FILE)
-    if not os.path.isdir(directory):
-        raise CorruptTraceError(f"{directory}: no such trace directory")
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise CorruptTraceError(f"{directory}: no {FUNCTIONS_FILE} "
-                                "(recorded without function tracing?)") from None
-    except (OSError, ValueError) as exc:
-        raise CorruptTraceError(f"{path}: unreadable ({exc})".replace("\n", " ")) from None
-    try:
-        names: list[str] = []
-        fids: dict[str, int] = {}
-
-        def fid_of(name: str) -> int:
-            if not isinstance(name, str):
-                raise TypeError(f"function name {name!r} is not a string")
-            if name not in fids:
-                fids[name] = len(names)
-                names.append(name)
-            return fids[name]
-
-        for fn in doc.get("functions", []):
-            if fn.get("method") != "skipped":
-                fid_of(fn["name"])
-        sites = doc["sites"]
-        n_sites = max((int(s["sid"]) for s in sites), default=-1) + 1
-        code_fid = [-1] * (2 * n_sites)
-        code_kind = [KIND_CALL] * (2 * n_sites)
-        code_exit = [NO_EXIT] * (2 * n_sites)
-        code_valid = np.zeros(2 * n_sites, dtype=bool)
-        for site in sites:
-            sid, kind = int(site["sid"]), site["kind"]
-            if sid < 0 or kind not in SITE_KINDS:
-                raise ValueError(f"site {sid} has kind {kind!r}")
-            entry = sid << 1
-            fid = fid_of(site["function"])
-            code_fid[entry] = code_fid[entry | 1] = fid
-            code_kind[entry] = SITE_KINDS[kind]
-            code_exit[entry] = NO_EXIT if kind == "tail" else entry | 1
-            code_valid[entry] = True
-            code_valid[entry | 1] = kind != "tail"
-        tsc_hz = doc.get("tsc_hz")
-        timestamps = bool(doc.get("timestamps", True))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise CorruptTraceError(f"{path}: corrupt ({type(exc).__name__}: {exc})") from None
-    return CallTables(names=names, timestamps=timestamps,
-                      tsc_hz=float(tsc_hz) if tsc_hz else None,
-                      code_fid=code_fid, code_kind=code_kind, code_exit=code_exit,
-                      code_valid=code_valid)
-
-
-def thread_files(directory: str) -> list[tuple[int, str]]:
-    """(tid, path) of every calls/<tid>.rec, by tid."""
-    return per_thread_files(directory, CALLS_DIR, ".rec")
 
 
 # ------------------------------------------------------------------- tree
@@ -203,155 +114,51 @@ class ThreadTotals:
     outside_ticks: int = 0      # time with no traced frame open
 
 
-class ThreadReplay:
-    """Replays one thread's records into a :class:`CallTree`."""
+class ThreadBuilder:
+    """Builds one thread's calls into the tree from its segmented stream (the
+    SegmentChunks of that thread, in order).  A call's exclusive time is its
+    inclusive time less its callees' (they nest inside it)."""
 
-    def __init__(self, tid: int, tables: CallTables, tree: CallTree):
-        self.tables = tables
+    def __init__(self, tid: int, tree: CallTree):
+        self.tid = tid
         self.tree = tree
-        self.totals = ThreadTotals(tid)
-        # a root of its own (for the time outside traced frames) whose
-        # children are the shared root's
+        # a root of its own (for the time outside traced frames) whose children
+        # are the shared root's
         self.root = new_node(ROOT_FID, 0, tree.root[CHILDREN])
+        self.nodes = [self.root]      # the open calls' nodes, innermost last
+        self.starts = [0]
 
-    def replay_file(self, path: str, chunk_records: int = DEFAULT_CHUNK_RECORDS) -> ThreadTotals:
-        size = os.path.getsize(path)
-        if size % RECORD_SIZE:
-            raise CorruptTraceError(f"{path}: size {size} is not a multiple of {RECORD_SIZE} "
-                                    "(truncated or corrupt call records)")
-        with open(path, "rb") as f:
-            self._replay_stream(f, path, chunk_records)
-        return self.totals
-
-    def _chunks(self, f, path: str, chunk_records: int):
-        tables = self.tables
-        n_codes = tables.n_codes
-        done = 0
-        while True:
-            chunk = np.fromfile(f, dtype=RECORD_DTYPE, count=chunk_records)
-            if not len(chunk):
-                return
-            codes = chunk["code"]
-            bad = codes >= n_codes
-            if not bad.any():
-                bad = ~tables.code_valid[codes]
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise CorruptTraceError(f"{path}: record {done + i} has code {int(codes[i])}, "
-                                        "which names no known site")
-            done += len(chunk)
-            yield chunk
-
-    def _replay_stream(self, f, path: str, chunk_records: int) -> None:
-        tables, totals = self.tables, self.totals
+    def feed(self, events) -> None:
         tree_child = self.tree.child
-        code_fid, code_exit, code_kind = tables.code_fid, tables.code_exit, tables.code_kind
-        exit_slow, entry_slow = self._exit_slow, self._entry_slow
-        # stack[0] is a sentinel that is never closed; the top frame is also
-        # unpacked in locals
-        stack: list[tuple] = [(SENTINEL_RSP, self.root, 0, NO_EXIT, KIND_ROOT)]
-        push, pop = stack.append, stack.pop
-        top_rsp, top_node, top_start, top_exit, _ = stack[-1]
-        base = None
-        last = 0
-        for chunk in self._chunks(f, path, chunk_records):
-            rsp = chunk["rsp"]
-            if base is None:
-                base = np.uint32((int(rsp[0]) - 0x80000000) & 0xFFFFFFFF)
-                last = totals.first_tsc = int(chunk["tsc"][0])
-            codes = chunk["code"]
-            totals.records += len(chunk)
-            totals.exits += int(np.count_nonzero(codes & 1))
-            for t, c, r in zip(chunk["tsc"].tolist(), codes.tolist(), (rsp - base).tolist()):
-                top_node[2] += t - last                           # EXCL of the running frame
-                last = t
-                if c & 1:
-                    if c == top_exit and r == top_rsp:            # the usual return
-                        top_node[1] += t - top_start              # INCL
-                        top_node[3] += 1                          # COMPLETED
-                        pop()
-                        top_rsp, top_node, top_start, top_exit, _ = stack[-1]
-                        continue
-                    exit_slow(stack, t, c, r)
-                elif r < top_rsp:                                 # the usual call
-                    fid = code_fid[c]
-                    node = top_node[6].get(fid)                   # CHILDREN
-                    if node is None:
-                        node = tree_child(top_node, fid)
-                    node[0] += 1                                  # CALLS
-                    top_exit = code_exit[c]
-                    push((r, node, t, top_exit, code_kind[c]))
-                    top_rsp = r
-                    top_node = node
-                    top_start = t
-                    continue
-                else:
-                    entry_slow(stack, t, c, r)
-                top_rsp, top_node, top_start, top_exit, _ = stack[-1]
-        totals.entries = totals.records - totals.exits
-        totals.last_tsc = last
-        # frames still open at the end: timed up to the last record
-        for _, node, start, _, kind in stack[1:]:
-            node[INCL] += last - start
-            node[OPEN] += 1
-        totals.open_frames = len(stack) - 1
-        totals.outside_ticks = self.root[EXCL]
+        nodes, starts = self.nodes, self.starts
+        push_node, push_start = nodes.append, starts.append
+        pop_node, pop_start = nodes.pop, starts.pop
+        top = nodes[-1]
+        for typ, fid, tsc, fate in zip(events["type"].tolist(), events["fid"].tolist(),
+                                       events["tsc"].tolist(), events["fate"].tolist()):
+            if typ == EVENT_BEGIN:
+                node = top[6].get(fid)                       # CHILDREN
+                if node is None:
+                    node = tree_child(top, fid)
+                node[0] += 1                                 # CALLS
+                push_node(node)
+                push_start(tsc)
+                top = node
+            elif fate != FATE_UNMATCHED:                     # END (accesses are not read)
+                node = pop_node()
+                ticks = tsc - pop_start()
+                node[1] += ticks                             # INCL
+                node[2] += ticks                             # EXCL (callees taken off below)
+                node[3 + fate] += 1                          # COMPLETED, UNWOUND or OPEN
+                top = nodes[-1]
+                top[2] -= ticks
 
-    # Slow paths: ``stack`` holds every frame, the sentinel at index 0.
-    def _close_from(self, stack: list, k: int, t: int, bottom_fate: int | None) -> None:
-        """Close stack[k:] at time t.  Enclosed tail frames share the fate of
-        the frame below them; other frames without an exit record were unwound
-        (free tail frames: completed)."""
-        fate = COMPLETED
-        for j in range(k, len(stack)):
-            _, node, start, _, kind = stack[j]
-            if j == k and bottom_fate is not None:
-                fate = bottom_fate
-            elif kind == KIND_TAIL_ENCLOSED and j > k:
-                pass
-            elif kind == KIND_CALL or kind == KIND_ENTRY:
-                fate = UNWOUND
-            else:
-                fate = COMPLETED
-            node[INCL] += t - start
-            node[fate] += 1
-            if fate == UNWOUND:
-                self.totals.unwound_frames += 1
-        del stack[k:]
-
-    def _exit_slow(self, stack: list, t: int, c: int, r: int) -> None:
-        k = len(stack)
-        while stack[k - 1][FRAME_RSP] < r:     # deeper frames: abandoned
-            k -= 1
-        j = k - 1
-        while stack[j][FRAME_RSP] == r:
-            if stack[j][FRAME_EXIT] == c:
-                self._close_from(stack, j, t, COMPLETED)
-                return
-            j -= 1
-        self.totals.unmatched_exits += 1
-        self._close_from(stack, j + 1, t, None)
-
-    def _entry_slow(self, stack: list, t: int, c: int, r: int) -> None:
-        kind = self.tables.code_kind[c]
-        k = len(stack)
-        if kind == KIND_CALL:
-            while stack[k - 1][FRAME_RSP] <= r:
-                k -= 1
-        else:
-            while stack[k - 1][FRAME_RSP] < r:
-                k -= 1
-        if k < len(stack):
-            self._close_from(stack, k, t, None)
-        parent_rsp, parent = stack[-1][FRAME_RSP], stack[-1][FRAME_NODE]
-        if kind == KIND_TAIL_FREE and parent_rsp == r:
-            kind = KIND_TAIL_ENCLOSED
-        fid = self.tables.code_fid[c]
-        node = parent[CHILDREN].get(fid)
-        if node is None:
-            node = self.tree.child(parent, fid)
-        node[CALLS] += 1
-        stack.append((r, node, t, self.tables.code_exit[c], kind))
+    def totals(self, stats: dict) -> ThreadTotals:
+        totals = ThreadTotals(self.tid, **{k: stats[k] for k in (
+            "records", "entries", "exits", "unmatched_exits", "unwound_frames", "open_frames",
+            "first_tsc", "last_tsc")})
+        totals.outside_ticks = totals.last_tsc - totals.first_tsc + self.root[EXCL]
+        return totals
 
 
 # ----------------------------------------------------------------- result
@@ -497,8 +304,15 @@ def analyze_calls(directory: str, *, chunk_records: int = DEFAULT_CHUNK_RECORDS,
     tree = CallTree(max_nodes)
     analysis = CallAnalysis(directory=directory, timestamps=tables.timestamps,
                             tsc_hz=tables.tsc_hz, names=tables.names, tree=tree, threads={})
-    for tid, path in thread_files(directory):
-        analysis.threads[tid] = ThreadReplay(tid, tables, tree).replay_file(path, chunk_records)
+    builder = None
+    for chunk in iter_thread_chunks(directory, accesses=False, chunk_rows=chunk_records,
+                                    tables=tables):
+        if builder is None:
+            builder = ThreadBuilder(chunk.tid, tree)
+        builder.feed(chunk.events)
+        if chunk.last:
+            analysis.threads[chunk.tid] = builder.totals(chunk.stats)
+            builder = None
     _aggregate(analysis)
     return analysis
 

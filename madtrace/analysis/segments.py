@@ -2,8 +2,9 @@
 in exact order (madtrace report DIR --kind segments).
 
 A data access recorded with sequence number ``seq`` happened after the
-thread's first ``seq`` call records (entry/exit tags) and before the next one,
-so merging the two streams by position gives every access its call.  Names
+thread's first ``seq`` call records (entry/exit tags) and before the next one;
+segmentation.py merges the two streams with the exact frame rules of the call
+records (tail calls, longjmp, unmatched exits), so every access gets its call.  Names
 come from the module files and the memory map saved in the trace directory:
 a DWARF variable (``values[3]``, ``config.name+2``) when there is one, else
 ``symbol+0xoff``, else the region.
@@ -20,7 +21,8 @@ from ..binary.address_space import AddressSpace
 from ..binary.maps import parse_maps
 from ..capture.data import ACCESS_DTYPE, KIND_LOAD
 from ..capture.rings import RECORD_DTYPE
-from .calltree import load_tables, thread_files
+from .replay import EVENT_ACCESS, EVENT_BEGIN, FATE_COMPLETED, FATES
+from .segmentation import iter_thread_chunks, load_tables
 
 KIND_CHAR = {KIND_LOAD: "L", 2: "S"}
 
@@ -61,67 +63,104 @@ def instruction_name(space: AddressSpace, rip: int) -> str:
 
 
 def segments(directory: str, max_accesses: int = 8, max_lines: int = 400):
-    """Yields the lines of the segmented listing."""
-    tables = load_tables(directory)
+    """Yields the lines of the segmented listing: ``> f`` where a call begins,
+    its first ``max_accesses`` accesses, ``< f [N accesses]`` where it ends
+    (N: the accesses it made itself, its callees' not included; "unwound"
+    when a longjmp left it, "open" when the records ended first); at most
+    ``max_lines`` call records per thread."""
+    tables = load_tables(directory, required=False)
     space = address_space_of(directory)
     blocks = load_blocks(directory)
+    names = tables.names
+    shown: dict[int, int] = {}      # call_id -> accesses listed so far (open calls)
     lines = 0
-    for tid, path in thread_files(directory):
-        records = np.fromfile(path, dtype=RECORD_DTYPE)
-        acc_path = os.path.join(directory, "data", f"{tid}.acc")
-        accesses = np.fromfile(acc_path, dtype=ACCESS_DTYPE) if os.path.exists(acc_path) \
-            else np.zeros(0, dtype=ACCESS_DTYPE)
-        yield f"== thread {tid}: {len(records)} call records, {len(accesses)} data accesses"
-        stack: list[list] = []   # [fid, shown, total] per open call
-        outside = [-1, 0, 0]     # accesses made outside any traced call
-        a = 0
-
-        def flush_accesses(upto: int):
-            nonlocal a
-            while a < len(accesses) and accesses[a]["seq"] <= upto:
-                acc = accesses[a]
-                a += 1
-                frame = stack[-1] if stack else outside
-                frame[2] += 1
-                if frame[1] >= max_accesses:
-                    continue
-                frame[1] += 1
-                indent = "  " * (len(stack) + 1)
-                address = int(acc["addr"])
-                block = blocks.get(int(acc["block"]))
-                name = block_name(block, address, bool(acc["freed"])) if block \
-                    else data_name(space, address)
-                yield (f"{indent}{KIND_CHAR.get(int(acc['kind']), '?')}$ "
-                       f"{name},[{space.region(address)}],"
-                       f"{instruction_name(space, int(acc['rip']))}")
-
-        for i, record in enumerate(records):
-            if not stack:
-                outside[1] = 0   # show a few accesses of each stretch between top-level calls
-            for line in flush_accesses(i):
-                yield line
-            code = int(record["code"])
-            fid = tables.code_fid[code] if code < tables.n_codes else -1
-            name = tables.names[fid] if fid >= 0 else f"<site {code >> 1}>"
-            if code & 1 == 0:
-                yield f"{'  ' * (len(stack) + 1)}> {name}"
-                stack.append([fid, 0, 0])
-            else:
-                while stack:
-                    frame = stack.pop()
-                    hidden = frame[2] - frame[1]
-                    indent = "  " * (len(stack) + 1)
-                    tail = f" (+{hidden} more accesses)" if hidden else ""
-                    yield f"{indent}< {tables.names[frame[0]] if frame[0] >= 0 else '?'}" \
-                          f" [{frame[2]} accesses]{tail}"
-                    if frame[0] == fid:
-                        break
+    outside = [0, 0]                # accesses outside traced calls: shown, total
+    cut = False
+    current = None
+    for chunk in iter_thread_chunks(directory, tables=tables):
+        if chunk.tid != current:
+            current = chunk.tid
+            yield _thread_header(directory, chunk.tid)
+        if chunk.last:
+            if not cut:
+                yield from _ends(chunk, names)
+            yield from _thread_footer(chunk, outside)
+            shown.clear()
+            lines, outside, cut = 0, [0, 0], False
+            continue
+        if cut:
+            outside[1] += int(np.count_nonzero(chunk.access_call_ids == -1))
+            continue
+        segment_of = {int(c): i for i, c in enumerate(chunk.segments["call_id"])}
+        for ev in chunk.events:
+            typ, call, depth = int(ev["type"]), int(ev["call_id"]), int(ev["depth"])
+            indent = "  " * (depth + 1) if typ == EVENT_ACCESS else "  " * depth
+            if typ == EVENT_ACCESS:
+                if call < 0:
+                    outside[1] += 1
+                    if outside[0] >= max_accesses:
+                        continue
+                    outside[0] += 1
+                else:
+                    n = shown.get(call, 0)
+                    if n >= max_accesses:
+                        continue
+                    shown[call] = n + 1
+                acc = chunk.accesses[int(ev["ref"]) - chunk.access_start]
+                yield indent + access_text(space, blocks, acc)
+                continue
             lines += 1
+            if typ == EVENT_BEGIN:
+                if depth == 1:
+                    outside[0] = 0   # show a few accesses of each stretch between top calls
+                yield f"{indent}> {_name(names, int(ev['fid']))}"
+            else:
+                yield _end_line(indent, names, ev, chunk.segments[segment_of[call]], shown)
             if lines >= max_lines:
-                yield f"  … {len(records) - i - 1} more call records (raise --top)"
+                cut = True
+                yield "  … more call records (raise --top or --depth)"
                 break
-        else:
-            for line in flush_accesses(len(records)):
-                yield line
-        if outside[2] > outside[1]:
-            yield f"  ({outside[2]} accesses outside traced calls, {outside[1]} shown)"
+
+
+def _name(names: list[str], fid: int) -> str:
+    return names[fid] if 0 <= fid < len(names) else f"<function {fid}>"
+
+
+def _thread_header(directory: str, tid: int) -> str:
+    records = accesses = 0
+    for path, dtype, what in ((os.path.join(directory, "calls", f"{tid}.rec"), RECORD_DTYPE, 0),
+                              (os.path.join(directory, "data", f"{tid}.acc"), ACCESS_DTYPE, 1)):
+        if os.path.exists(path):
+            n = os.path.getsize(path) // dtype.itemsize
+            records, accesses = (n, accesses) if what == 0 else (records, n)
+    return f"== thread {tid}: {records} call records, {accesses} data accesses"
+
+
+def _end_line(indent: str, names: list[str], ev, segment, shown: dict) -> str:
+    call = int(ev["call_id"])
+    total = int(segment["accesses_self"])
+    hidden = total - shown.pop(call, 0)
+    fate = int(ev["fate"])
+    note = "" if fate == FATE_COMPLETED else f" ({FATES[fate]})"
+    tail = f" (+{hidden} more accesses)" if hidden > 0 else ""
+    return f"{indent}< {_name(names, int(ev['fid']))} [{total} accesses]{note}{tail}"
+
+
+def _ends(chunk, names: list[str]):
+    """The END lines of the calls still open when the thread's records ended."""
+    for ev, segment in zip(chunk.events, chunk.segments):
+        yield _end_line("  " * int(ev["depth"]), names, ev, segment, {})
+
+
+def _thread_footer(chunk, outside: list[int]):
+    if outside[1] > outside[0]:
+        yield f"  ({outside[1]} accesses outside traced calls, {outside[0]} shown)"
+
+
+def access_text(space: AddressSpace, blocks: dict, acc) -> str:
+    """``S$ values[3],[.bss of prog],fill+0x2b``: kind, data name, region, instruction."""
+    address = int(acc["addr"])
+    block = blocks.get(int(acc["block"]))
+    name = block_name(block, address, bool(acc["freed"])) if block else data_name(space, address)
+    return (f"{KIND_CHAR.get(int(acc['kind']), '?')}$ {name},[{space.region(address)}],"
+            f"{instruction_name(space, int(acc['rip']))}")

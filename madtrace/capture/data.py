@@ -71,14 +71,18 @@ class DataEngine:
                  patched_addresses: set[int] | None = None, exact_threads: bool = True,
                  defer=None, only_regions: list[Region] | None = None, region_filter=None,
                  loads: bool = True, stores: bool = True, data_in: list[str] | None = None,
-                 only_blocks: set[int] | None = None, block_events: bool = True):
+                 only_blocks: set[int] | None = None, block_events: bool = True,
+                 original_address=None):
         """``only_regions``: trace these ranges (watched variables), and no default
         region unless ``region_filter`` also keeps some (--regions);
         ``only_blocks``: record only accesses to these heap blocks (--only malloc0014);
         ``block_events``: memcpy/memmove/memset calls as one Y/W event each;
         ``sequence_of(tid)``: the thread's call-record count (function tracing),
         ``sequence_address(tid)``: where the tracer's copy of it lives (0: none);
-        ``data_in``: function globs: record only inside them (data_gate.py)."""
+        ``data_in``: function globs: record only inside them (data_gate.py);
+        ``original_address(rips)``: the addresses recorded for instructions
+        (function tracing relocates prologues into trampolines: an access made
+        there is recorded at the original instruction's address)."""
         self.only_regions = only_regions
         self.region_filter = region_filter
         self.exact_threads = exact_threads
@@ -94,6 +98,7 @@ class DataEngine:
         self.out_dir = out_dir
         self.sequence_of = sequence_of or (lambda tid: 0)
         self.sequence_address = sequence_address or (lambda tid: 0)
+        self.original_address = original_address or (lambda rips: rips)
         self.regions = RegionSet([])
         self.protected: dict[int, int] = {}   # page -> original PROT_* bits
         self.decoded: dict[int, MemInstruction | None] = {}
@@ -280,8 +285,9 @@ class DataEngine:
         if not len(records):
             return
         out = np.zeros(len(records), dtype=ACCESS_DTYPE)
-        for field in ("seq", "order", "rip", "addr", "size", "kind", "ilen", "first"):
+        for field in ("seq", "order", "addr", "size", "kind", "ilen", "first"):
             out[field] = records[field]
+        out["rip"] = self.original_address(records["rip"])
         if self.alloc is not None and self.alloc.blocks:
             out["block"], out["freed"] = self.alloc.blocks_of(records["addr"])
         if self.only_blocks is not None:
@@ -291,7 +297,7 @@ class DataEngine:
                 return
         self.freed_accesses += int(np.count_nonzero(out["freed"]))
         # per (instruction, kind) counts: one 64-bit key each (user addresses < 2**62)
-        keys, n = np.unique((records["rip"] << np.uint64(2)) | records["kind"].astype(np.uint64),
+        keys, n = np.unique((out["rip"] << np.uint64(2)) | out["kind"].astype(np.uint64),
                             return_counts=True)
         for key, count in zip(keys.tolist(), n.tolist()):
             self.counts[(key >> 2, "L" if key & 3 == KIND_LOAD else "S")] += count
@@ -419,6 +425,7 @@ class DataEngine:
         recorded = False
         if insn is not None:
             seq = self.sequence_of(tid)
+            rip = int(self.original_address(np.array([regs.rip], dtype=np.uint64))[0])
             first = 1
             rows = []
             for op in insn.operands:
@@ -438,8 +445,8 @@ class DataEngine:
                 for wanted, letter, kind in ((op.load and self.loads, "L", KIND_LOAD),
                                              (op.store and self.stores, "S", KIND_STORE)):
                     if wanted:
-                        self.counts[(regs.rip, letter)] += 1
-                        rows.append((seq, self._next_order(), regs.rip, address, block_id,
+                        self.counts[(rip, letter)] += 1
+                        rows.append((seq, self._next_order(), rip, address, block_id,
                                      op.size, kind, freed, insn.size, first))
                         first = 0
             if rows:

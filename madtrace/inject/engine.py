@@ -16,6 +16,8 @@ import json
 import os
 import struct
 
+import numpy as np
+
 from ..arch.x86_64.relocate import relocate_entry
 from ..binary.address_space import AddressSpace
 from ..capture.rings import RingSet
@@ -68,6 +70,10 @@ class FunctionTracer:
         self.patches_of: dict[int, list[int]] = {}   # function id -> patch addresses
         self.report: dict = {"patched": [], "skipped": [], "inexact": []}
         self.active = False
+        # (address in a trampoline, original address, size) of each relocated
+        # prologue instruction: its accesses are named by the original
+        self.moved_code: list[tuple[int, int, int]] = []
+        self._moved_arrays = None
 
     # --------------------------------------------------------------- install
     def install(self, patterns: list[str]) -> dict:
@@ -227,6 +233,8 @@ class FunctionTracer:
                                            exitstub=exit_at)) + reloc.code
         body += jmp_rel32(entry_at + len(body), fn.address + reloc.consumed)
         area.area.write(entry_at, body)
+        self.moved_code.extend(reloc.moved)
+        self._moved_arrays = None
         patched = jmp_rel32(fn.address, entry_at) + b"\xcc" * (reloc.consumed - 5)
         return Patch(fn.address, code[:reloc.consumed], patched, f"entry of {fn.name}")
 
@@ -312,7 +320,24 @@ class FunctionTracer:
                        "tsc_hz": tsc_hz() if self.timestamps else None, "tsc_flags": tsc_flags(),
                        "record_format": {"size": 16, "fields": ["tsc:u64", "code:u32", "rsp_low32:u32"],
                                          "code": "site id << 1 | 1 for exit records"},
-                       "sites": sites, "functions": functions, "report": self.report}, f, indent=1)
+                       "sites": sites, "functions": functions, "report": self.report,
+                       "relocated": [list(m) for m in sorted(self.moved_code)]}, f, indent=1)
+
+    def original_addresses(self, rips: np.ndarray) -> np.ndarray:
+        """``rips`` (uint64) with each address inside a relocated prologue
+        instruction replaced by the original instruction's address."""
+        if not self.moved_code:
+            return rips
+        if self._moved_arrays is None:
+            moved = sorted(self.moved_code)
+            self._moved_arrays = tuple(np.array(col, dtype=np.uint64) for col in zip(*moved))
+        new, original, size = self._moved_arrays
+        i = np.searchsorted(new, rips, side="right").astype(np.int64) - 1
+        j = np.maximum(i, 0)
+        inside = (i >= 0) & (rips - new[j] < size[j])
+        if not inside.any():
+            return rips
+        return np.where(inside, original[j] + (rips - new[j]), rips).astype(np.uint64)
 
     def call_counts(self) -> dict[str, int]:
         counts = {fn.name: 0 for fn in self.plan.functions if fn.method != "skipped"}

@@ -23,12 +23,14 @@ API
     ``CallSiteScan.branches_into`` shifted by the bias) that sweep is skipped
     and the branches it reports refuse instead (notes on indirect jumps and
     branches back to the entry are then not produced).
-``Relocation(consumed, code, notes, instructions)``: ``consumed`` original
+``Relocation(consumed, code, notes, instructions, moved)``: ``consumed`` original
     bytes replaced by ``code`` (bytes, for *new_addr*); ``notes`` (tuple of
     str) records what was rewritten and what could not be checked (indirect
     jumps of the function; branches back to *func_addr* itself, which re-enter
     the patched entry); ``instructions``: ``(address, size, text)`` of the
-    relocated originals.  Truthy.
+    relocated originals; ``moved``: ``(new address, original address, new
+    size)`` of each, so that what runs at the new address can be named by the
+    original (an access made by a relocated instruction).  Truthy.
 ``Refusal(reason)``: falsy, ``reason`` is a sentence.
 ``encode_jmp(src, dst) / encode_call(src, dst) -> bytes | None``: a 5-byte
     ``E9``/``E8 rel32`` at *src* reaching *dst*, None when out of range.
@@ -63,6 +65,7 @@ class Relocation:
     code: bytes
     notes: tuple = ()
     instructions: tuple = ()
+    moved: tuple = ()
 
     def __bool__(self) -> bool:
         return True
@@ -136,6 +139,7 @@ def relocate_entry(code: bytes, func_addr: int, func_size: int, new_addr: int,
     out = bytearray()
     notes: list[str] = []
     insns = []
+    moved = []
     pos = 0
     while pos < min_len:
         addr = func_addr + pos
@@ -185,6 +189,7 @@ def relocate_entry(code: bytes, func_addr: int, func_size: int, new_addr: int,
                 notes.append(f"{addr:#x} {text}: RIP displacement adjusted")
             out += raw
         insns.append((addr, insn.size, text))
+        moved.append((at, addr, new_addr + len(out) - at))
         pos += insn.size
     consumed = pos
 
@@ -192,7 +197,7 @@ def relocate_entry(code: bytes, func_addr: int, func_size: int, new_addr: int,
         for src, tgt in branches_into(func_addr, func_addr + consumed):
             return Refusal(f"branch at {src:#x} targets {tgt:#x}, "
                            f"inside the relocated first {consumed} bytes")
-        return Relocation(consumed, bytes(out), tuple(notes), tuple(insns))
+        return Relocation(consumed, bytes(out), tuple(notes), tuple(insns), tuple(moved))
 
     # branches of the whole function into the relocated range
     buf = np.zeros(size + 16, np.uint8)
@@ -217,4 +222,4 @@ def relocate_entry(code: bytes, func_addr: int, func_size: int, new_addr: int,
     n_ind = int(np.count_nonzero(ind))
     if n_ind:
         notes.append(f"{n_ind} indirect jump(s) in the function: their targets were not checked")
-    return Relocation(consumed, bytes(out), tuple(notes), tuple(insns))
+    return Relocation(consumed, bytes(out), tuple(notes), tuple(insns), tuple(moved))

@@ -1,0 +1,130 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The frame rules of the call records (madtrace/analysis/replay.c), through ctypes.
+
+``ThreadReplay`` replays one thread: call records and data accesses go in (in
+chunks, in any sizes), an ordered stream of events (``EVENT_DTYPE``: BEGIN,
+END, ACCESS) and one segment row per ended call (``SEGMENT_DTYPE``) come out.
+The rules themselves are described in replay.c and in calltree.py's
+docstring; this module only moves arrays.  Use
+:mod:`madtrace.analysis.segmentation`, which drives it over a trace directory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+from ..errors import TracerInternalError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LIBRARY = os.path.join(ROOT, "build", "native", "libmtreplay.so")
+
+EVENT_BEGIN, EVENT_END, EVENT_ACCESS = 0, 1, 2
+FATE_COMPLETED, FATE_UNWOUND, FATE_OPEN, FATE_UNMATCHED = 0, 1, 2, 3
+FATES = ("completed", "unwound", "open", "unmatched")
+KIND_CALL, KIND_ENTRY, KIND_TAIL_ENCLOSED, KIND_TAIL_FREE, KIND_ROOT = range(5)
+NO_EXIT = -1
+
+EVENT_DTYPE = np.dtype([("call_id", "<i8"), ("ref", "<i8"), ("tsc", "<u8"), ("fid", "<i4"),
+                        ("depth", "<i4"), ("type", "u1"), ("fate", "u1"), ("pad", "u1", 6)])
+SEGMENT_DTYPE = np.dtype([("call_id", "<i8"), ("parent_id", "<i8"), ("begin_seq", "<i8"),
+                          ("end_seq", "<i8"), ("begin_tsc", "<u8"), ("end_tsc", "<u8"),
+                          ("accesses_self", "<i8"), ("accesses_incl", "<i8"),
+                          ("bytes_self", "<i8"), ("bytes_incl", "<i8"), ("fid", "<i4"),
+                          ("depth", "<i4"), ("fate", "u1"), ("outer", "u1"), ("pad", "u1", 6)])
+STAT_NAMES = ("records", "entries", "exits", "unmatched_exits", "unwound_frames", "depth",
+              "first_tsc", "last_tsc", "next_call", "accesses", "bytes", "closed")
+
+_lib = None
+
+
+def _library() -> ctypes.CDLL:
+    global _lib
+    if _lib is None:
+        if not os.path.exists(LIBRARY):
+            raise TracerInternalError(f"the call replay is not built ({LIBRARY} is missing): "
+                                      "run `make native`")
+        lib = ctypes.CDLL(LIBRARY)
+        P, I64, I, SZ = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_size_t
+        sigs = {
+            "rp_event_size": (SZ, []), "rp_segment_size": (SZ, []),
+            "rp_new": (P, [P, P, P, I64, I64, I64]), "rp_free": (None, [P]),
+            "rp_stats": (None, [P, P]), "rp_depth": (I64, [P]),
+            "rp_run": (I, [P, P, I64, P, P, I64, I, I, P, I64, P, I64, P]),
+            "rp_finish": (I64, [P, P, I64, P, I64]),
+        }
+        for name, (restype, argtypes) in sigs.items():
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = restype, argtypes
+        if lib.rp_event_size() != EVENT_DTYPE.itemsize or \
+                lib.rp_segment_size() != SEGMENT_DTYPE.itemsize:
+            raise TracerInternalError("libmtreplay.so does not match EVENT_DTYPE/SEGMENT_DTYPE: "
+                                      "rebuild it (make native)")
+        _lib = lib
+    return _lib
+
+
+class ThreadReplay:
+    """One thread's replay state (C).  ``code_fid``/``code_exit``/``code_kind``
+    describe the record codes (segmentation.CallTables); call ids start at
+    ``first_call``."""
+
+    def __init__(self, code_fid, code_exit, code_kind, n_fids: int, first_call: int,
+                 chunk_events: int):
+        self.lib = _library()
+        self._tables = (np.ascontiguousarray(code_fid, dtype=np.int32),
+                        np.ascontiguousarray(code_exit, dtype=np.int32),
+                        np.ascontiguousarray(code_kind, dtype=np.uint8))
+        fid, exit_, kind = self._tables
+        self._ctx = self.lib.rp_new(fid.ctypes.data, exit_.ctypes.data, kind.ctypes.data,
+                                    len(fid), n_fids, first_call)
+        if not self._ctx:
+            raise MemoryError("rp_new")
+        self.chunk_events = max(int(chunk_events), 64)
+        self._out = np.zeros(4, dtype=np.int64)
+        self._stats = np.zeros(len(STAT_NAMES), dtype=np.int64)
+
+    def close(self) -> None:
+        if self._ctx:
+            self.lib.rp_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self):
+        self.close()
+
+    def _buffers(self) -> tuple[np.ndarray, np.ndarray]:
+        cap = max(self.chunk_events, int(self.lib.rp_depth(self._ctx)) + 16)
+        return np.empty(cap, dtype=EVENT_DTYPE), np.empty(cap, dtype=SEGMENT_DTYPE)
+
+    def run(self, records: np.ndarray, seq: np.ndarray, size: np.ndarray, records_final: bool,
+            accesses_final: bool) -> tuple[int, int, np.ndarray, np.ndarray]:
+        """Replay as much of ``records`` and of the accesses (``seq``, ``size``)
+        as their order allows.  Returns (records used, accesses used, events,
+        segments)."""
+        records = np.ascontiguousarray(records)
+        seq = np.ascontiguousarray(seq, dtype=np.uint64)
+        size = np.ascontiguousarray(size, dtype=np.uint16)
+        events, segments = self._buffers()
+        rc = self.lib.rp_run(self._ctx, records.ctypes.data, len(records), seq.ctypes.data,
+                             size.ctypes.data, len(seq), int(records_final), int(accesses_final),
+                             events.ctypes.data, len(events), segments.ctypes.data,
+                             len(segments), self._out.ctypes.data)
+        if rc:
+            raise MemoryError("rp_run: the call stack could not grow")
+        used_records, used_accesses, n_events, n_segments = self._out.tolist()
+        return used_records, used_accesses, events[:n_events], segments[:n_segments]
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """The thread is over: END events (and segments) of the calls still open."""
+        events, segments = self._buffers()
+        n = self.lib.rp_finish(self._ctx, events.ctypes.data, len(events),
+                               segments.ctypes.data, len(segments))
+        if n < 0:
+            raise TracerInternalError("rp_finish: output too small")
+        return events[:n], segments[:n]
+
+    def stats(self) -> dict[str, int]:
+        self.lib.rp_stats(self._ctx, self._stats.ctypes.data)
+        return dict(zip(STAT_NAMES, self._stats.tolist()))
