@@ -19,6 +19,8 @@ deepest level, summed into each caller when a call ends.  For the exclusive
 counts a call that overwrites the value of a still-open caller logs the old
 value and puts it back when it ends (see footprint.c).  Skadu's BulkTV (one
 version per shadow page) is not needed: the shadow holds no versions at all.
+Block events (memcpy/memset/system calls moving memory as one event) are
+not part of the footprints: only the recorded loads and stores are.
 Memory: 4 bytes per distinct byte a thread touched (in 256-unit blocks) plus
 lines and pages, per open call a few counters and its undo log; output
 aggregated per function, with the ``top`` calls of largest inclusive byte
@@ -147,7 +149,7 @@ class FootprintReport:
                 for k, gran in enumerate(GRANULARITIES):
                     entry[f"{scope}_{gran}_sum"] = int(agg[f"{scope}_sum"][k])
                     entry[f"{scope}_{gran}_max"] = int(agg[f"{scope}_max"][k])
-                    entry[f"{scope}_{gran}_mean"] = round(agg[f"{scope}_sum"][k] / agg["calls"], 2)
+                    entry[f"{scope}_{gran}_mean"] = round(float(agg[f"{scope}_sum"][k]) / agg["calls"], 2)
             out.append(entry)
         out.sort(key=lambda e: (-e["incl_bytes_max"], e["function"]))
         return out

@@ -124,8 +124,8 @@ class Results:
             from ..analysis.source_lines import source_lines
             return source_lines(directory)
         if kind == "footprint":
-            from ..analysis.footprint import footprint
-            return footprint(directory)
+            from ..analysis.footprint import DEFAULT_TOP_CALLS, footprint
+            return footprint(directory, top=max(self.args.top or 0, DEFAULT_TOP_CALLS))
         raise UsageError(f"unknown kind {kind}")
 
     def as_dict(self, kind: str) -> dict:

@@ -131,3 +131,56 @@ def write_heatmap_png(heatmap: Heatmap, path: str) -> tuple[int, int]:
     text(GRID_X + steps, scale_y + 14, str(max(largest, 1)), size=6, ha="right")
     fig.savefig(path, dpi=DPI, format="png")
     return WIDTH, height
+
+
+# ------------------------------------------------------------- bar charts
+BAR_ROWS = 20
+
+
+def _bars(path: str, title: str, labels: list[str], series: list[tuple[str, list[int], str]],
+          xlabel: str, stacked: bool) -> tuple[int, int]:
+    """Horizontal bars, one row per label (top to bottom), one colour per series."""
+    _colormaps, Figure, FigureCanvasAgg = _mpl()
+    rows = max(len(labels), 1)
+    width, height = 900, 90 + 22 * rows
+    fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_axes((0.32, 50 / height, 0.64, 1 - 90 / height))
+    y = np.arange(rows)
+    left = np.zeros(rows)
+    thickness = 0.8 if stacked else 0.8 / len(series)
+    for k, (name, values, colour) in enumerate(series):
+        values = np.array(values + [0] * (rows - len(values)), dtype=float)
+        offset = 0 if stacked else (k - (len(series) - 1) / 2) * thickness
+        ax.barh(y + offset, values, height=thickness, left=left if stacked else 0,
+                color=colour, label=name)
+        if stacked:
+            left = left + values
+    ax.set_yticks(y, [s if len(s) <= 44 else s[:43] + "…" for s in labels] or [""], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.text(0.01, 1 - 8 / height, title, fontsize=10, weight="bold", va="top")
+    fig.savefig(path, dpi=DPI, format="png")
+    return width, height
+
+
+def write_alloc_png(usage, path: str) -> tuple[int, int]:
+    """Loads and stores per allocation site (the BAR_ROWS most accessed)."""
+    sites = usage.sites[:BAR_ROWS]
+    return _bars(path, f"madtrace alloc of {usage.directory}: accesses per allocation site",
+                 [s["site"] for s in sites],
+                 [("loads", [s["loads"] for s in sites], "#4c72b0"),
+                  ("stores", [s["stores"] for s in sites], "#dd8452")],
+                 "accesses", stacked=True)
+
+
+def write_footprint_png(report, path: str) -> tuple[int, int]:
+    """Largest inclusive and exclusive byte footprint of a call, per function."""
+    functions = report.function_rows()[:BAR_ROWS]
+    return _bars(path, f"madtrace footprint of {report.directory}: distinct bytes of the "
+                       "largest call", [f["function"] for f in functions],
+                 [("inclusive", [f["incl_bytes_max"] for f in functions], "#c44e52"),
+                  ("own instructions", [f["self_bytes_max"] for f in functions], "#55a868")],
+                 "distinct bytes", stacked=False)

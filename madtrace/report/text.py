@@ -199,3 +199,32 @@ def short_path(path: str) -> str:
     except ValueError:
         return path
     return rel if not rel.startswith("..") else path
+
+
+# ---------------------------------------------------------------- footprint
+def _fp(entry: dict, scope: str, stat: str = "") -> str:
+    suffix = f"_{stat}" if stat else ""
+    return "/".join(str(entry[f"{scope}_{g}{suffix}"]) for g in ("bytes", "lines", "pages"))
+
+
+def print_footprint(report, top: int, out) -> None:
+    print(f"== madtrace footprint of {report.directory}: {report.calls} calls; distinct bytes/"
+          f"64-byte lines/4 KiB pages touched, inclusive of callees (incl) and by the call's "
+          f"own instructions (self)", file=out)
+    for t in report.threads:
+        print(f"   thread {t['tid']}: whole thread {_fp(t, 'incl')}, outside traced calls "
+              f"{_fp(t, 'self')}", file=out)
+    functions = report.function_rows()
+    print("\n   functions (by largest inclusive call):", file=out)
+    table(["function", "calls", "incl max", "incl mean B", "self max", "self mean B"],
+          [[f["function"], f["calls"], _fp(f, "incl", "max"), f["incl_bytes_mean"],
+            _fp(f, "self", "max"), f["self_bytes_mean"]] for f in functions[:top]], out)
+    _more(functions, top, "functions", out)
+    calls = report.call_rows()
+    print("\n   calls (largest inclusive byte footprint first):", file=out)
+    table(["call", "function", "thread", "depth", "incl", "self"],
+          [[c["call_id"], c["function"], c["tid"], c["depth"], _fp(c, "incl"), _fp(c, "self")]
+           for c in calls[:top]], out, left=(0, 1))
+    _more(calls, top, "calls", out)
+    print(f"   analysis memory (shadow and open calls, peak): {report.peak_memory} bytes",
+          file=out)
