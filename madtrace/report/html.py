@@ -24,6 +24,7 @@ import os
 import tempfile
 
 from ..trace.store import read_meta
+from .text import short_path
 
 FULL_FILE_LINES = 3000
 CONTEXT = 3
@@ -79,7 +80,7 @@ def _source_section(report) -> str:
     for path in files:
         lines = report.files[path]
         t = report.file_totals(path)
-        parts.append(f"<h3>{_e(path)}</h3><p class=\"note\">{t[0]} loads, {t[1]} stores, "
+        parts.append(f"<h3>{_e(short_path(path))}</h3><p class=\"note\">{t[0]} loads, {t[1]} stores, "
                      f"{t[2]} bytes, {t[3]} block events</p>")
         try:
             with open(path, errors="replace") as f:

@@ -175,7 +175,7 @@ def print_source(report, top: int, out) -> None:
               "(compile with -g)", file=out)
     for path in files:
         totals = report.file_totals(path)
-        print(f"\n   {path}: {totals[0]} loads, {totals[1]} stores, {totals[2]} bytes, "
+        print(f"\n   {short_path(path)}: {totals[0]} loads, {totals[1]} stores, {totals[2]} bytes, "
               f"{totals[3]} block events", file=out)
         text = _source_text(path)
         rows = sorted(report.files[path].items(), key=lambda kv: (-kv[1][0] - kv[1][1] - kv[1][3],
