@@ -23,6 +23,8 @@
  *     is its direct caller, else the entry moves to the caller's log (the
  *     calls between stay open and must keep a value >= their ids, or they
  *     would count x again), until it reaches p's direct callee.
+ * ACCESS events are loads and stores, or the ranges of block events (memcpy,
+ * memset, system calls), of any size.
  * Memory: one int32 per unit touched by the thread (ids relative to the
  * thread's first call), in 256-unit blocks found by an open-addressing hash
  * table, plus per open call its counters and its undo log.
@@ -251,7 +253,7 @@ void fp_free(fp_t *fp) {
  * event).  Returns the rows written, or -1 (fp_error tells why). */
 int64_t fp_run(fp_t *fp, int64_t n, const uint8_t *types, const int64_t *call_ids,
                const int32_t *fids, const int32_t *depths, const uint64_t *addrs,
-               const uint16_t *sizes, fp_row_t *out, int64_t out_cap) {
+               const uint64_t *sizes, fp_row_t *out, int64_t out_cap) {
     int64_t rows = 0;
     for (int64_t i = 0; i < n; i++) {
         if (types[i] == EV_BEGIN) {

@@ -19,8 +19,10 @@ deepest level, summed into each caller when a call ends.  For the exclusive
 counts a call that overwrites the value of a still-open caller logs the old
 value and puts it back when it ends (see footprint.c).  Skadu's BulkTV (one
 version per shadow page) is not needed: the shadow holds no versions at all.
-Block events (memcpy/memset/system calls moving memory as one event) are
-not part of the footprints: only the recorded loads and stores are.
+Block events (memcpy/memset/system calls moving memory as one event) count
+as the bytes they read and wrote (clipped to the traced regions), in the
+call they happened in: each is placed in the event stream by its position
+among the thread's call records (``seq``) and accesses (``order``).
 Memory: 4 bytes per distinct byte a thread touched (in 256-unit blocks) plus
 lines and pages, per open call a few counters and its undo log; output
 aggregated per function, with the ``top`` calls of largest inclusive byte
@@ -37,8 +39,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import NoDataError, TracerInternalError
+from ..trace.store import read_meta
 from .segmentation import EVENT_ACCESS, iter_thread_chunks, load_tables
-from .trace_input import Progress, access_rows, require_accesses
+from .trace_input import Progress, access_rows, require_accesses, thread_block_ranges
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIBRARY = os.path.join(ROOT, "build", "native", "libmtfootprint.so")
@@ -102,20 +105,32 @@ class FootprintCore:
             code = self.lib.fp_error(self.handle)
             raise MemoryError(f"footprint analysis: {_ERRORS.get(code, code)}")
 
-    def run(self, events: np.ndarray, accesses: np.ndarray, access_start: int) -> np.ndarray:
-        n = len(events)
+    def run(self, events: np.ndarray, accesses: np.ndarray, access_start: int,
+            blocks: list[tuple[int, int]] | None = None) -> np.ndarray:
+        """``blocks``: (event position, (address, size)) ranges inserted before the
+        event at that position (len(events): at the end), in order."""
         types = np.ascontiguousarray(events["type"])
         call_ids = np.ascontiguousarray(events["call_id"], dtype=np.int64)
         fids = np.ascontiguousarray(events["fid"], dtype=np.int32)
         depths = np.ascontiguousarray(events["depth"], dtype=np.int32)
-        addrs = np.zeros(n, dtype=np.uint64)
-        sizes = np.zeros(n, dtype=np.uint16)
+        addrs = np.zeros(len(events), dtype=np.uint64)
+        sizes = np.zeros(len(events), dtype=np.uint64)
         is_access = types == EVENT_ACCESS
         if is_access.any():
             refs = events["ref"][is_access] - access_start
             addrs[is_access] = accesses["addr"][refs]
             sizes[is_access] = accesses["size"][refs]
-        out = np.zeros(max(1, int(np.count_nonzero(~is_access))), dtype=ROW_DTYPE)
+        ends = int(np.count_nonzero(~is_access))
+        if blocks:
+            where = np.array([p for p, _ in blocks], dtype=np.int64)
+            types = np.insert(types, where, EVENT_ACCESS)
+            call_ids = np.insert(call_ids, where, -1)
+            fids = np.insert(fids, where, -1)
+            depths = np.insert(depths, where, 0)
+            addrs = np.insert(addrs, where, np.array([a for _, (a, _n) in blocks], np.uint64))
+            sizes = np.insert(sizes, where, np.array([n for _, (_a, n) in blocks], np.uint64))
+        n = len(types)
+        out = np.zeros(max(1, ends), dtype=ROW_DTYPE)
         written = self.lib.fp_run(self.handle, n, _ptr(types), _ptr(call_ids), _ptr(fids),
                                   _ptr(depths), _ptr(addrs), _ptr(sizes), _ptr(out), len(out))
         self._check(written)
@@ -177,6 +192,41 @@ class FootprintReport:
                 "functions": self.function_rows(), "top_calls": self.call_rows()}
 
 
+RECORD_KEY = np.iinfo(np.uint64).max   # a call record comes after the accesses of its seq
+
+
+def event_keys(chunk) -> tuple[np.ndarray, np.ndarray]:
+    """(k1, k2) of each event: an access with seq q and order o is (q, o), a
+    BEGIN/END at record position r is (r, max): the stream is sorted by them."""
+    events = chunk.events
+    is_access = events["type"] == EVENT_ACCESS
+    k1 = events["ref"].astype(np.int64)
+    k2 = np.full(len(events), RECORD_KEY, dtype=np.uint64)
+    if is_access.any():
+        refs = events["ref"][is_access] - chunk.access_start
+        k1[is_access] = chunk.accesses["seq"][refs].astype(np.int64)
+        k2[is_access] = chunk.accesses["order"][refs]
+    return k1, k2
+
+
+def place_blocks(chunk, pending: list) -> list[tuple[int, tuple[int, int]]]:
+    """The block ranges (seq, order, address, size) of ``pending`` (reversed:
+    next one last) that fall in this chunk (all that are left in the thread's
+    last chunk), with the position of the event they come before."""
+    k1, k2 = event_keys(chunk)
+    out = []
+    while pending:
+        seq, order, address, size = pending[-1]
+        if not chunk.last and (not len(k1) or (seq, order) > (int(k1[-1]), int(k2[-1]))):
+            break
+        pending.pop()
+        lo = int(np.searchsorted(k1, seq, side="left"))
+        hi = int(np.searchsorted(k1, seq, side="right"))
+        out.append((lo + int(np.searchsorted(k2[lo:hi], np.uint64(order), side="right")),
+                    (address, size)))
+    return out
+
+
 TOP_DTYPE = np.dtype(ROW_DTYPE.descr + [("tid", "<i8")])
 
 
@@ -224,12 +274,16 @@ def footprint(directory: str, keep_calls: bool = False, top: int = DEFAULT_TOP_C
     kwargs = {"chunk_rows": chunk_rows} if chunk_rows else {}
     try:
         current = None
+        block_ranges = thread_block_ranges(directory, read_meta(directory))
+        pending: list[tuple[int, int, int, int]] = []
         for chunk in iter_thread_chunks(directory, tables=tables, **kwargs):
             if chunk.tid != current:
                 core.reset()
                 current = chunk.tid
+                pending = block_ranges.get(chunk.tid, [])[::-1]    # popped from the end
             progress.add(len(chunk.accesses))
-            rows = core.run(chunk.events, chunk.accesses, chunk.access_start)
+            blocks = place_blocks(chunk, pending) if pending else None
+            rows = core.run(chunk.events, chunk.accesses, chunk.access_start, blocks)
             if chunk.last:
                 rest, root = core.finish(int(chunk.stats.get("open_frames", 0) or 0))
                 rows = np.concatenate([rows, rest]) if len(rest) else rows

@@ -106,3 +106,22 @@ class Progress:
             self.next += self.step
             print(f"madtrace: {self.label}: {self.done / 1e6:.1f}M/{self.total / 1e6:.1f}M "
                   "accesses", file=sys.stderr, flush=True)
+
+
+def thread_block_ranges(directory: str, meta: dict) -> dict[int, list[tuple[int, int, int, int]]]:
+    """Per thread, the ranges block events read or wrote, clipped to the traced
+    regions (meta.json; a memcpy from the stack only touched its traced bytes),
+    as (seq, order, address, size) sorted by (seq, order): where they lie among
+    the thread's call records (seq) and accesses (order)."""
+    regions = sorted((int(s), int(e)) for s, e, _ in meta.get("data_tracing", {}).get("regions", []))
+    out: dict[int, list[tuple[int, int, int, int]]] = {}
+    for event in load_block_events(directory):
+        for address, size, _store in block_ranges(event):
+            for start, end in regions:
+                lo, hi = max(start, address), min(end, address + size)
+                if lo < hi:
+                    out.setdefault(int(event["tid"]), []).append(
+                        (int(event["seq"]), int(event["order"]), lo, hi - lo))
+    for ranges in out.values():
+        ranges.sort()
+    return out

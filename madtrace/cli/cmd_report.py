@@ -181,9 +181,9 @@ def run(args) -> int:
         value = getattr(args, option)
         if value is not None and value < (0 if option == "depth" else 1):
             raise UsageError(f"--{option} must be {'>= 0' if option == 'depth' else '>= 1'}")
-    if args.topology and args.kind not in ("numa", "all", None):
-        raise UsageError("--topology is for --kind numa")
     kind = _kind_of(args)
+    if args.topology and kind not in ("numa", "all"):
+        raise UsageError("--topology is for --kind numa")
     if kind == "segments":
         return _segments(args)
     if args.png and kind not in PNG_KINDS:
