@@ -197,7 +197,14 @@ def test_numa_one_node_machine_is_all_local(recorded):
     t = report["totals"]
     acc = raw_accesses(directory)
     assert t["first_touch"] == t["pages"] == len(np.unique(acc["addr"] >> np.uint64(SHIFT)))
+    # u (the third array) was unmapped before the end: its pages were observed then
+    u = [b for b in json.load(open(os.path.join(directory, "data", "allocations.json")))
+         if b["kind"] == "memmap"][2]
+    observed = {start + k * 4096 for _order, start, count, _node in recorded_numa["pages"]
+                for k in range(count)}
+    assert all(u["address"] + k * 4096 in observed for k in range(4))
     if len(nodes) == 1:
+        assert t["unknown_node"] == 0
         assert t["local"] == t["accesses"] == len(raw_accesses(directory))
         assert t["remote"] == t["unpinned_page"] == t["unpinned_thread"] == t["unpinned_both"] == 0
     # bindings: the threads that bound themselves are seen with their own CPU

@@ -10,8 +10,9 @@ accessed lines with ``CONTEXT`` lines around them.  Then the tables of the
 other kinds the report covers (heatmap picture and regions, alloc, numa,
 footprint, calls).  Each annotated line is a ``<tr class="src">`` with
 ``data-file``, ``data-line``, ``data-loads``, ``data-stores``,
-``data-bytes`` and ``data-blocks`` attributes, so the page can be checked
-(and scraped) without parsing its layout.
+``data-bytes`` and ``data-blocks`` attributes (the file's path relative to
+the current directory when it is below it), so the page can be checked (and
+scraped) without parsing its layout.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def _source_section(report) -> str:
                             f"<td class=\"code\">{code}</td></tr>")
                 continue
             rows.append(
-                f"<tr class=\"src hot\" data-file=\"{_e(path)}\" data-line=\"{n}\" "
+                f"<tr class=\"src hot\" data-file=\"{_e(short_path(path))}\" data-line=\"{n}\" "
                 f"data-loads=\"{r[0]}\" data-stores=\"{r[1]}\" data-bytes=\"{r[2]}\" "
                 f"data-blocks=\"{r[3]}\"{_shade(r[0] + r[1], largest)}><td>{n}</td>"
                 f"<td class=\"n\">{r[0]}</td><td class=\"n\">{r[1]}</td><td class=\"n\">{r[2]}"

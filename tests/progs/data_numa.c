@@ -9,7 +9,8 @@
  *   sum_a    thread with the process mask loads a[]
  *   sum_u    thread on CPU 1 loads u[]
  * Each loop makes exactly N accesses to its array (the array pointer is
- * copied into a local first).  Exits 77 when CPU 1 cannot be used. */
+ * copied into a local first).  u is unmapped before the end.  Exits 77 when
+ * CPU 1 cannot be used. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -106,6 +107,8 @@ int main(void) {
     run(sum_b);
     run(sum_a);
     run(sum_u);
+    munmap(u, N * sizeof(int));    /* u's pages are gone before the end: their node was taken
+                                      at the munmap */
     printf("sums %ld %ld %ld\n", results[0], results[1], results[2]);
     return 0;
 }
