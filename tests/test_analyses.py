@@ -6,8 +6,9 @@ Contract exercised:
   madtrace report DIR --kind KIND [--json] [--png FILE] [--html FILE] [--force]
                   [--topology FILE]
 
-Oracles: valgrind lackey per instruction, placed on source lines by binutils'
-addr2line (the HTML annotation); valgrind memcheck (the use after free: its
+Oracles: valgrind lackey: per page (the heat map of the executable's
+.data/.bss), per instruction placed on source lines by binutils' addr2line
+(the HTML annotation); valgrind memcheck (the use after free: its
 instruction and offset); the programs' structure (data_alloc: a block never
 touched, K stores and K loads; data_numa: which thread, bound where, touches
 which array N times); nm (where variables are); a naive recount of the raw
@@ -72,6 +73,18 @@ def symbol_address(path: str, name: str) -> int:
     raise KeyError(name)
 
 
+@lru_cache(maxsize=None)
+def lackey_log(path: str) -> str:
+    """valgrind lackey --trace-mem=yes of one run of ``path`` (non-PIE: same addresses)."""
+    return subprocess.run(["valgrind", "--tool=lackey", "--trace-mem=yes", "--log-fd=2", path],
+                          capture_output=True, text=True, timeout=300).stderr
+
+
+def data_ranges(path: str) -> list[tuple[int, int]]:
+    return [(s.address, s.address + s.size) for s in ElfImage.load(path).sections
+            if s.name in (".data", ".bss") and s.size]
+
+
 # ------------------------------------------------------------------ heatmap
 def test_heatmap_counts_every_page_and_png_shows_them(recorded, tmp_path):
     directory, _ = recorded("data_globals", "O0-nopie")
@@ -100,6 +113,26 @@ def test_heatmap_counts_every_page_and_png_shows_them(recorded, tmp_path):
     page_row = next(t for t in bss["touched"] if t[0] == values & ~0xFFF)
     assert page_row[1] >= 200 and page_row[2] >= 200        # fill() stores, sum() loads
     assert not next(r for r in report["regions"] if r["label"] == "[stack]")["traced"]
+    # lackey, every instruction (libc's too), to the executable's .data/.bss: per page the
+    # same loads and stores as the heat map's rows of those regions
+    lackey_pages: dict[int, list[int]] = {}
+    ranges = data_ranges(prog("data_globals", "O0-nopie"))
+    for line in lackey_log(prog("data_globals", "O0-nopie")).splitlines():
+        if len(line) > 3 and line[0] == " " and line[1] in "LSM":
+            address, size = (int(x, 16) if i == 0 else int(x)
+                             for i, x in enumerate(line[3:].split(",")))
+            if any(lo <= address < hi for lo, hi in ranges):
+                for kind in ("LS" if line[1] == "M" else line[1]):
+                    for page in {address >> SHIFT, (address + size - 1) >> SHIFT}:
+                        lackey_pages.setdefault(page, [0, 0])[kind == "S"] += 1
+    ours: dict[int, list[int]] = {}
+    for region in report["regions"]:
+        if region["label"] in (f".data of {exe}", f".bss of {exe}"):
+            for address, loads, stores, _blocks in region["touched"]:
+                entry = ours.setdefault(address >> SHIFT, [0, 0])
+                entry[0] += loads
+                entry[1] += stores
+    assert ours == lackey_pages
 
     # the picture: expected size, the values[] cell coloured, untraced cells grey
     out = tmp_path / "heat.png"
@@ -256,8 +289,7 @@ def lackey_lines(path: str, data_ranges) -> dict[int, list[int]]:
     lackey (per instruction) and addr2line (instruction -> line)."""
     image = ElfImage.load(path)
     text = image.section(".text")
-    log = subprocess.run(["valgrind", "--tool=lackey", "--trace-mem=yes", "--log-fd=2", path],
-                         capture_output=True, text=True, timeout=300).stderr
+    log = lackey_log(path)
     per_insn: dict[int, list[int]] = {}
     current = None
     for line in log.splitlines():
@@ -310,10 +342,7 @@ def test_html_annotates_source_lines_as_lackey_and_addr2line_do(recorded, tmp_pa
     source = os.path.realpath(os.path.join(os.path.dirname(__file__), "progs", "data_globals.c"))
     got = {int(r["data-line"]): [int(r["data-loads"]), int(r["data-stores"]), int(r["data-bytes"])]
            for r in parser.rows if os.path.realpath(r["data-file"]) == source}
-    image = ElfImage.load(path)
-    ranges = [(s.address, s.address + s.size) for s in image.sections
-              if s.name in (".data", ".bss") and s.size]
-    assert got == lackey_lines(path, ranges)
+    assert got == lackey_lines(path, data_ranges(path))
     store_line = 1 + open(source).read().splitlines().index(
         "    for (int i = 0; i < N; i++) values[i] = i * 3;")
     assert got[store_line] == [0, 200, 800]
