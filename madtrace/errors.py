@@ -91,4 +91,4 @@ class NoDataError(MadtraceError):
     """The trace lacks what an analysis needs (data accesses, call records, NUMA
     observations): record it again with the option the message names."""
 
-    exit_code = 22
+    exit_code = 23

@@ -360,14 +360,14 @@ def test_report_errors_are_one_line_with_distinct_codes(recorded, tmp_path):
     result = madtrace("record", "-q", "-o", calls_only, "--", prog("data_globals", "O0-nopie"))
     assert result.returncode == 0, result.stderr
     for kind in ("heatmap", "alloc", "numa", "source", "footprint"):
-        one_line_error(madtrace("report", calls_only, "--kind", kind), 22, "--data")
+        one_line_error(madtrace("report", calls_only, "--kind", kind), 23, "--data")
     no_functions = str(tmp_path / "data-only")
     result = madtrace("record", "-q", "--data", "--no-functions", "-o", no_functions, "--",
                       prog("data_globals", "O0-nopie"))
     assert result.returncode == 0, result.stderr
-    one_line_error(madtrace("report", no_functions, "--kind", "footprint"), 22, "function tracing")
+    one_line_error(madtrace("report", no_functions, "--kind", "footprint"), 23, "function tracing")
     os.unlink(os.path.join(no_functions, "data", "numa.json"))
-    one_line_error(madtrace("report", no_functions, "--kind", "numa"), 22, "numa.json")
+    one_line_error(madtrace("report", no_functions, "--kind", "numa"), 23, "numa.json")
     existing = tmp_path / "exists.png"
     existing.write_bytes(b"x")
     one_line_error(madtrace("report", directory, "--kind", "heatmap", "--png", str(existing)), 17,
