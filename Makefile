@@ -20,7 +20,7 @@ EXAMPLE_BINS := $(patsubst examples/%.c,build/examples/%,$(EXAMPLE_SRCS))
 
 CFLAGS_COMMON := -g -Wall -Wno-unused-result -fno-omit-frame-pointer -pthread
 
-.PHONY: all setup deps venv programs injector native demo test bench clean distclean
+.PHONY: all setup deps venv programs injector native footprint-native demo example-reports test bench clean distclean
 
 all: setup
 
@@ -45,7 +45,7 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install -q -e '.[test]'
 	@touch $@
 
-programs: $(TEST_BINS) $(STRIPPED_BINS) $(EXAMPLE_BINS) injector native
+programs: $(TEST_BINS) $(STRIPPED_BINS) $(EXAMPLE_BINS) injector native footprint-native
 
 # the code that runs inside the target: trampoline templates + shared layout
 INJECTOR_OUT := build/injector/templates.json
@@ -64,6 +64,13 @@ $(NATIVE_OUT): madtrace/process/fault_loop.c injector/layout.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
 $(REPLAY_OUT): madtrace/analysis/replay.c
+	@mkdir -p $(@D)
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
+
+# the footprint analysis core (analysis side, C, loaded with ctypes)
+FOOTPRINT_OUT := build/native/libmtfootprint.so
+footprint-native: $(FOOTPRINT_OUT)
+$(FOOTPRINT_OUT): madtrace/analysis/footprint.c
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
 
@@ -103,6 +110,14 @@ demo: setup
 	$(VENV)/bin/madtrace report build/demo.data --kind calls
 	@echo; echo "== the function-segmented trace: each call with its data accesses, in order"
 	$(VENV)/bin/madtrace report build/demo.data --kind segments --top 4
+	@echo; echo "== the page heat map (MadT's Fig. 1); see also examples/demo-heatmap.png and demo-report.html"
+	$(VENV)/bin/madtrace report build/demo.data --kind heatmap
+
+# the example outputs kept in examples/ (regenerate after changing the reports)
+example-reports: setup
+	$(VENV)/bin/madtrace record -q --force --data -o build/demo.data -- build/examples/demo
+	$(VENV)/bin/madtrace report build/demo.data --kind heatmap --png examples/demo-heatmap.png --force
+	$(VENV)/bin/madtrace report build/demo.data --html examples/demo-report.html --force
 
 test: setup
 	$(VENV)/bin/python -m pytest -q tests

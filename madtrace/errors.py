@@ -98,3 +98,10 @@ class StoreError(MadtraceError):
     directory, disk full...)."""
 
     exit_code = 23
+
+
+class NoDataError(MadtraceError):
+    """The trace lacks what an analysis needs (data accesses, call records, NUMA
+    observations): record it again with the option the message names."""
+
+    exit_code = 24

@@ -287,6 +287,7 @@ class Recording:
             raise
         # every access costs ptrace stops: ~10x cheaper with tracer and target on one CPU
         self._same_cpu = SameCpu(list(self.tracee.threads), pid=self.tracee.pid).__enter__()
+        engine.numa.on_binding = self._same_cpu.set_original
         self.controller.signal_claimers.append(engine.claim_signal)
         self.controller.syscall_claimers.append(engine.claim_syscall)
         self.controller.on_fork_child.append(lambda child, pid: engine.fork_child(child))

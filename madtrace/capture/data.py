@@ -49,6 +49,7 @@ from .data_gate import DataGate
 from .data_syscalls import SyscallGate
 from .datastubs import DataArea
 from .guard import SegvGuard
+from .numa_record import NumaRecorder
 from .regions import PAGE, Region, RegionSet, default_regions, page_protections, page_runs
 
 SEGV_ACCERR = 2
@@ -114,6 +115,7 @@ class DataEngine:
         self.alloc: AllocTracker | None = None
         self.syscalls = SyscallGate(self)
         self.blocks = BlockEvents(self)
+        self.numa = NumaRecorder(self)
         self._held: set[int] | None = None   # threads stopped while one thread's pages are open
         self.held_stops = 0
         self.freed_accesses = 0  # accesses to blocks already freed (use after free)
@@ -154,6 +156,7 @@ class DataEngine:
                 self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of, self._next_order,
                                           self.guard)
                 self.warnings += self.alloc.install(rs, self.patched_addresses)
+        self.numa.initial_threads(list(self.tracee.threads))
         for tid in self.tracee.threads:
             self.add_thread(tid)
         self.tracee.on_new_thread.append(self.add_thread)
@@ -241,6 +244,7 @@ class DataEngine:
 
     # ----------------------------------------------------------------- threads
     def add_thread(self, tid: int) -> None:
+        self.numa.new_thread(tid)
         if self.area is not None and not self.area.add_thread(tid, self.sequence_address(tid)):
             self.warnings.append(f"thread {tid}: no free data slot, its accesses take the slow path")
         elif self.gate is not None:
@@ -252,6 +256,8 @@ class DataEngine:
             self.area.loop.set_thread(tid, slot, self.sequence_address(tid))
 
     def thread_exited(self, tid: int) -> None:
+        if self.active and (tid == self.tracee.pid or len(self.tracee.threads) <= 1):
+            self.numa.observe_all()     # the process ends: where its pages were
         for hooks in self._all_hooks():
             hooks.thread_exited(tid)
         if self.area is not None and not self.area.loop.closed:
@@ -514,6 +520,7 @@ class DataEngine:
         if not self.active:
             return
         self._drain_fast()
+        self.numa.observe_all()
         self.area.loop.flush()
         for tid in list(self.tracee.threads):
             self.area.leave(tid)
@@ -549,6 +556,9 @@ class DataEngine:
         if self.alloc is not None:
             self.alloc.write(self.out_dir)
         self.blocks.write(self.out_dir)
+        if self.active:
+            self.numa.observe_all()     # a snapshot: where the pages are now
+        self.numa.write(self.out_dir)
         for tid in list(self.chunks):
             self._spool(tid)
 

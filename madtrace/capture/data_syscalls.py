@@ -118,6 +118,8 @@ class SyscallGate:
         if nr == SYS_RT_SIGACTION and args[3] == 8 and 1 <= args[0] <= 64:
             self._sigaction(tracee, tid, args)
             return True
+        if nr in MAPPING_CALLS:
+            engine.numa.mapping_call(nr, args)   # where pages about to go away are
         if tid in self._open or nr in SAFE or nr in MAPPING_CALLS:
             tracee.resume(tid, 0)
             return True
@@ -177,6 +179,8 @@ class SyscallGate:
         opened = self._open.pop(tid, None)
         nr, args = self._entry.pop(tid, (None, []))
         ranges, rip = self._ranges.pop(tid, (None, 0))
+        if nr is not None:
+            engine.numa.syscall_exit(tid, nr, args, _signed(result))
         if opened is not None:
             with RemoteSyscalls(tracee, tid) as rs:
                 engine._protect(rs, opened)

@@ -42,6 +42,12 @@ class SameCpu:
                 self._saved.pop(tid, None)
         return self
 
+    def set_original(self, tid: int, mask: set[int]) -> None:
+        """The mask ``tid`` gets back when the scope ends (the target set it itself,
+        or a thread created meanwhile inherited it from its creator)."""
+        if self._saved:
+            self._saved[tid] = set(mask)
+
     def __exit__(self, *exc) -> None:
         if self.pid is not None and self.pid in self._saved:
             try:

@@ -41,6 +41,8 @@ class ThreadState:
     gone: bool = False
     # created after madtrace attached and not resumed yet (see Tracee.on_new_thread)
     fresh: bool = False
+    # the thread whose clone() made it (None: there at attach/launch, or unknown)
+    creator: int | None = None
     last_event: Event | None = field(default=None, repr=False)
 
 
@@ -291,6 +293,7 @@ class Tracee:
             child = event.message
             if child not in self.threads:
                 self.threads[child] = ThreadState(child, running=True, fresh=True)
+            self.threads[child].creator = tid
         elif isinstance(event, PtraceEventStop) and event.event == pr.PTRACE_EVENT_EXEC:
             former = event.message
             if former != tid:  # a non-leader thread exec'd: it now has the leader's tid

@@ -1,0 +1,150 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""How the program used its heap blocks (madtrace report DIR --kind alloc).
+
+Per block (data/allocations.json, MadT's forged names): loads, stores and
+bytes of the accesses that hit it, the bytes block events (memcpy, memset,
+read()...) moved into or out of it, accesses after it was freed (use after
+free: how many, and the first offending instruction, thread and offset) and
+whether it was ever touched.  Per allocation site (``func+off`` of the
+allocator's caller): blocks, bytes allocated, the same access totals, the
+blocks never touched.
+
+An access carries the id of the block that held its address when it
+happened and whether that block was already freed (the recorder's
+``block``/``freed`` fields), so one pass over the accesses in chunks suffices;
+block events are placed with ``trace_input.BlockIndex``.  The malloc block
+inside a C++ ``new`` (``part_of``) is the ``new`` block's bytes: its
+accesses are the ``new`` block's, and it is neither listed as never touched
+nor counted again in its site.  Memory: a few counters per block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..trace.events import load_allocations
+from ..trace.reader import iter_access_chunks
+from .segments import address_space_of
+from .trace_input import BlockIndex, Progress, access_rows, block_ranges, load_block_events, \
+    require_accesses
+
+COLUMNS = ("loads", "stores", "bytes_loaded", "bytes_stored", "block_bytes_in", "block_bytes_out",
+           "block_events", "freed_accesses")
+NO_ORDER = np.iinfo(np.uint64).max
+
+
+@dataclass
+class AllocUsage:
+    directory: str
+    blocks: list[dict]                       # allocations.json entries + the counters
+    sites: list[dict] = field(default_factory=list)
+    totals: dict = field(default_factory=dict)
+
+    @property
+    def untouched(self) -> list[dict]:
+        return [b for b in self.blocks if not b["touched"] and b.get("part_of") is None]
+
+    @property
+    def use_after_free(self) -> list[dict]:
+        return [b for b in self.blocks if b["freed_accesses"] or b["freed_block_events"]]
+
+    def to_dict(self) -> dict:
+        return {"kind": "alloc", "directory": self.directory, "totals": self.totals,
+                "sites": self.sites, "blocks": self.blocks,
+                "untouched": [b["id"] for b in self.untouched],
+                "use_after_free": [b["id"] for b in self.use_after_free]}
+
+
+def _accumulate(directory: str, size: int) -> tuple[np.ndarray, dict]:
+    """Per block id: the COLUMNS counters, and the first access after free."""
+    table = np.zeros((size, len(COLUMNS)), dtype=np.int64)
+    first_uaf: dict[int, tuple[int, int, int, int]] = {}   # id -> (order, rip, addr, tid)
+    progress = Progress("alloc", access_rows(directory))
+    for tid, chunk in iter_access_chunks(directory):
+        progress.add(len(chunk))
+        rows = chunk[chunk["block"] > 0]
+        if not len(rows):
+            continue
+        ids = rows["block"].astype(np.int64)
+        ids = np.where(ids < size, ids, 0)
+        store = rows["kind"] == 2
+        nbytes = rows["size"].astype(np.int64)
+        for column, weights in ((0, ~store), (1, store), (2, np.where(store, 0, nbytes)),
+                                (3, np.where(store, nbytes, 0)), (7, rows["freed"] > 0)):
+            table[:, column] += np.bincount(ids, weights=weights.astype(np.int64),
+                                            minlength=size).astype(np.int64)[:size]
+        freed = rows[rows["freed"] > 0]
+        if len(freed):
+            freed = freed[np.argsort(freed["order"], kind="stable")]
+            unique, first = np.unique(freed["block"], return_index=True)
+            for block_id, i in zip(unique.tolist(), first.tolist()):
+                r = freed[i]
+                candidate = (int(r["order"]), int(r["rip"]), int(r["addr"]), tid)
+                if block_id not in first_uaf or candidate < first_uaf[block_id]:
+                    first_uaf[block_id] = candidate
+    return table, first_uaf
+
+
+def alloc_usage(directory: str) -> AllocUsage:
+    require_accesses(directory, "alloc")
+    blocks = load_allocations(directory)
+    size = max((b["id"] for b in blocks), default=0) + 1
+    table, first_uaf = _accumulate(directory, size)
+    index = BlockIndex(blocks)
+    freed_block_events = np.zeros(size, dtype=np.int64)
+    for event in load_block_events(directory):
+        for address, nbytes, is_store in block_ranges(event):
+            block, freed = index.find(address, int(event["order"]))
+            if block is None:
+                continue
+            table[block["id"], 4 if is_store else 5] += min(nbytes, block["address"] +
+                                                          block["size"] - address)
+            table[block["id"], 6] += 1
+            freed_block_events[block["id"]] += freed
+    space = address_space_of(directory) if first_uaf else None
+    by_id = {b["id"]: b for b in blocks}
+    out = []
+    for b in sorted(blocks, key=lambda b: b["id"]):
+        counters = {name: int(table[b["id"], i]) for i, name in enumerate(COLUMNS)}
+        entry = dict(b, **counters, freed=b.get("freed_order") is not None,
+                     freed_block_events=int(freed_block_events[b["id"]]))
+        entry["bytes"] = counters["bytes_loaded"] + counters["bytes_stored"]
+        entry["touched"] = bool(counters["loads"] or counters["stores"] or counters["block_events"])
+        if b["id"] in first_uaf:
+            order, rip, address, tid = first_uaf[b["id"]]
+            entry["first_freed_access"] = {"order": order, "tid": tid, "instruction":
+                                           space.code_location(rip), "rip": rip,
+                                           "offset": address - b["address"]}
+        out.append(entry)
+    for entry in out:      # the malloc inside a `new` is touched when its `new` is
+        outer = by_id.get(entry.get("part_of")) if entry.get("part_of") is not None else None
+        if outer is not None and not entry["touched"]:
+            entry["touched"] = bool(table[outer["id"], 0] or table[outer["id"], 1]
+                                    or table[outer["id"], 6])
+    usage = AllocUsage(directory, out)
+    usage.sites = _sites(out)
+    usage.totals = {
+        "blocks": len(out), "bytes_allocated": sum(b["size"] for b in out if b.get("part_of") is None),
+        **{name: int(table[:, i].sum()) for i, name in enumerate(COLUMNS)},
+        "untouched_blocks": len(usage.untouched), "use_after_free_blocks": len(usage.use_after_free)}
+    return usage
+
+
+def _sites(blocks: list[dict]) -> list[dict]:
+    sites: dict[str, dict] = {}
+    for b in blocks:
+        if b.get("part_of") is not None:
+            continue
+        s = sites.setdefault(b["site"], {"site": b["site"], "kinds": [], "blocks": 0,
+                                         "bytes_allocated": 0, "untouched_blocks": 0,
+                                         **{name: 0 for name in COLUMNS}, "bytes": 0})
+        if b["kind"] not in s["kinds"]:
+            s["kinds"].append(b["kind"])
+        s["blocks"] += 1
+        s["bytes_allocated"] += b["size"]
+        s["untouched_blocks"] += not b["touched"]
+        for name in (*COLUMNS, "bytes"):
+            s[name] += b[name]
+    return sorted(sites.values(), key=lambda s: (-(s["loads"] + s["stores"]), s["site"]))

@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Data accesses per source line (madtrace report DIR --kind source, and the
+annotated sources of the HTML report).
+
+Each access's instruction address is placed in its module (the memory map
+saved in the trace directory) and looked up in that module's DWARF line
+table (binary/dwarf_lines.py): loads, stores and bytes accumulate per
+(source file, line).  Block events (memcpy, memset, read()...) count on the
+line of their call site, as block events and bytes moved.  Instructions
+without a line (libraries without debug info) are totalled per function
+(``symbol`` of the instruction).  One pass over the accesses; memory: one
+entry per distinct instruction.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..binary.dwarf_lines import line_table
+from ..trace.reader import iter_access_chunks
+from .segments import address_space_of
+from .trace_input import Progress, access_rows, load_block_events, require_accesses
+
+# columns of a line: loads, stores, bytes (of loads and stores), block events, block bytes
+COLUMNS = ("loads", "stores", "bytes", "block_events", "block_bytes")
+
+
+@dataclass
+class SourceReport:
+    directory: str
+    files: dict[str, dict[int, list[int]]]          # path -> line -> COLUMNS
+    without_lines: dict[str, list[int]] = field(default_factory=dict)   # function -> COLUMNS
+
+    def file_totals(self, path: str) -> list[int]:
+        return [sum(row[k] for row in self.files[path].values()) for k in range(len(COLUMNS))]
+
+    def ordered_files(self) -> list[str]:
+        return sorted(self.files, key=lambda p: (-sum(self.file_totals(p)[:2]), p))
+
+    def to_dict(self) -> dict:
+        return {"kind": "source", "directory": self.directory, "columns": list(COLUMNS),
+                "files": [{"path": path, "exists": os.path.exists(path),
+                           **dict(zip(COLUMNS, self.file_totals(path))),
+                           "lines": [{"line": line, **dict(zip(COLUMNS, row))}
+                                     for line, row in sorted(self.files[path].items())]}
+                          for path in self.ordered_files()],
+                "without_lines": [{"function": name, **dict(zip(COLUMNS, row))}
+                                  for name, row in sorted(self.without_lines.items(),
+                                                          key=lambda kv: -kv[1][0] - kv[1][1])]}
+
+
+def per_instruction(directory: str) -> dict[int, list[int]]:
+    """{instruction address: [loads, stores, bytes, 0, 0]}."""
+    out: dict[int, list[int]] = {}
+    progress = Progress("source", access_rows(directory))
+    for _tid, chunk in iter_access_chunks(directory):
+        progress.add(len(chunk))
+        keys = (chunk["rip"] << np.uint64(1)) | (chunk["kind"] == 2).astype(np.uint64)
+        unique, inverse = np.unique(keys, return_inverse=True)
+        n = np.bincount(inverse, minlength=len(unique))
+        nbytes = np.bincount(inverse, weights=chunk["size"].astype(np.float64),
+                             minlength=len(unique))
+        for key, c, b in zip(unique.tolist(), n.tolist(), nbytes.tolist()):
+            row = out.setdefault(key >> 1, [0, 0, 0, 0, 0])
+            row[key & 1] += c
+            row[2] += int(b)
+    return out
+
+
+def source_lines(directory: str) -> SourceReport:
+    require_accesses(directory, "source")
+    rows = per_instruction(directory)
+    for event in load_block_events(directory):
+        row = rows.setdefault(int(event.get("rip") or 0), [0, 0, 0, 0, 0])
+        row[3] += 1
+        row[4] += int(event["size"])
+    space = address_space_of(directory)
+    report = SourceReport(directory, {})
+    by_module: dict[object, list[int]] = {}
+    for rip in rows:
+        by_module.setdefault(space.module_for(rip), []).append(rip)
+    for module, rips in by_module.items():
+        if module is not None and module.name != "[vdso]":
+            files, lines = line_table(module.image).lookup(
+                np.array(rips, dtype=np.uint64) - np.uint64(module.bias))
+            names = line_table(module.image).files
+        else:
+            files, lines, names = np.full(len(rips), -1), np.zeros(len(rips)), []
+        for rip, f, line in zip(rips, files.tolist(), lines.tolist()):
+            if f >= 0 and line > 0:
+                target = report.files.setdefault(names[f], {}).setdefault(int(line), [0] * 5)
+            else:
+                name = space.code_location(rip).rsplit("+", 1)[0]
+                target = report.without_lines.setdefault(name, [0] * 5)
+            for k in range(5):
+                target[k] += rows[rip][k]
+    return report

@@ -1,0 +1,385 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""madtrace report --kind heatmap|alloc|numa|source and the PNG/HTML outputs.
+
+Contract exercised:
+  madtrace record --data -o DIR -- PROG
+  madtrace report DIR --kind KIND [--json] [--png FILE] [--html FILE] [--force]
+                  [--topology FILE]
+
+Oracles: valgrind lackey: per page (the heat map of the executable's
+.data/.bss), per instruction placed on source lines by binutils' addr2line
+(the HTML annotation); valgrind memcheck (the use after free: its
+instruction and offset); the programs' structure (data_alloc: a block never
+touched, K stores and K loads; data_numa: which thread, bound where, touches
+which array N times); nm (where variables are); a naive recount of the raw
+access files (per-page counts of the heat map).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from functools import lru_cache
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+from madtrace.binary.elf import ElfImage
+from madtrace.capture.data import ACCESS_DTYPE
+from madtrace.report import png
+
+from .util import madtrace, one_line_error, prog
+
+SHIFT = 12
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """recorded(name, variant, *options) -> (trace directory, stdout), once per module."""
+    base = tmp_path_factory.mktemp("analyses")
+
+    @lru_cache(maxsize=None)
+    def record(name: str, variant: str, *options: str) -> tuple[str, str]:
+        out = str(base / f"{name}-{variant}{''.join(options)}")
+        result = madtrace("record", "-q", "--data", "-o", out, *options, "--",
+                          prog(name, variant), timeout=300)
+        if result.returncode == 77:
+            pytest.skip(result.stderr.decode().strip())
+        assert result.returncode == 0, result.stderr
+        return out, result.stdout.decode()
+    return record
+
+
+def report_json(directory: str, *args: str) -> dict:
+    result = madtrace("report", directory, "--json", *args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def raw_accesses(directory: str) -> np.ndarray:
+    data = os.path.join(directory, "data")
+    return np.concatenate([np.fromfile(os.path.join(data, name), dtype=ACCESS_DTYPE)
+                           for name in sorted(os.listdir(data)) if name.endswith(".acc")])
+
+
+def symbol_address(path: str, name: str) -> int:
+    for line in subprocess.run(["nm", path], capture_output=True, text=True).stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2] == name:
+            return int(parts[0], 16)
+    raise KeyError(name)
+
+
+@lru_cache(maxsize=None)
+def lackey_log(path: str) -> str:
+    """valgrind lackey --trace-mem=yes of one run of ``path`` (non-PIE: same addresses)."""
+    return subprocess.run(["valgrind", "--tool=lackey", "--trace-mem=yes", "--log-fd=2", path],
+                          capture_output=True, text=True, timeout=300).stderr
+
+
+def data_ranges(path: str) -> list[tuple[int, int]]:
+    return [(s.address, s.address + s.size) for s in ElfImage.load(path).sections
+            if s.name in (".data", ".bss") and s.size]
+
+
+# ------------------------------------------------------------------ heatmap
+def test_heatmap_counts_every_page_and_png_shows_them(recorded, tmp_path):
+    directory, _ = recorded("data_globals", "O0-nopie")
+    report = report_json(directory, "--kind", "heatmap")
+    # naive recount of the raw access files: accesses per page (both pages of a straddler)
+    acc = raw_accesses(directory)
+    expected: dict[int, list[int]] = {}
+    for a in acc:
+        first, last = int(a["addr"]) >> SHIFT, (int(a["addr"]) + int(a["size"]) - 1) >> SHIFT
+        for page in {first, last}:
+            expected.setdefault(page, [0, 0])[int(a["kind"]) - 1] += 1
+    got: dict[int, list[int]] = {}
+    for region in report["regions"]:
+        for address, loads, stores, _blocks in region.get("touched", []):
+            entry = got.setdefault(address >> SHIFT, [0, 0])
+            entry[0] += loads
+            entry[1] += stores
+    assert got == {p: c for p, c in expected.items() if c != [0, 0]}
+    assert report["loads"] + report["stores"] >= len(acc)
+    labels = [r["label"] for r in report["regions"]]
+    exe = os.path.basename(prog("data_globals", "O0-nopie"))
+    assert f".bss of {exe}" in labels and "[stack]" in labels
+    assert [r["start"] for r in report["regions"]] == sorted(r["start"] for r in report["regions"])
+    bss = next(r for r in report["regions"] if r["label"] == f".bss of {exe}")
+    values = symbol_address(prog("data_globals", "O0-nopie"), "values")
+    page_row = next(t for t in bss["touched"] if t[0] == values & ~0xFFF)
+    assert page_row[1] >= 200 and page_row[2] >= 200        # fill() stores, sum() loads
+    assert not next(r for r in report["regions"] if r["label"] == "[stack]")["traced"]
+    # lackey, every instruction (libc's too), to the executable's .data/.bss: per page the
+    # same loads and stores as the heat map's rows of those regions
+    lackey_pages: dict[int, list[int]] = {}
+    ranges = data_ranges(prog("data_globals", "O0-nopie"))
+    for line in lackey_log(prog("data_globals", "O0-nopie")).splitlines():
+        if len(line) > 3 and line[0] == " " and line[1] in "LSM":
+            address, size = (int(x, 16) if i == 0 else int(x)
+                             for i, x in enumerate(line[3:].split(",")))
+            if any(lo <= address < hi for lo, hi in ranges):
+                for kind in ("LS" if line[1] == "M" else line[1]):
+                    for page in {address >> SHIFT, (address + size - 1) >> SHIFT}:
+                        lackey_pages.setdefault(page, [0, 0])[kind == "S"] += 1
+    ours: dict[int, list[int]] = {}
+    for region in report["regions"]:
+        if region["label"] in (f".data of {exe}", f".bss of {exe}"):
+            for address, loads, stores, _blocks in region["touched"]:
+                entry = ours.setdefault(address >> SHIFT, [0, 0])
+                entry[0] += loads
+                entry[1] += stores
+    assert ours == lackey_pages
+
+    # the picture: expected size, the values[] cell coloured, untraced cells grey
+    out = tmp_path / "heat.png"
+    result = madtrace("report", directory, "--kind", "heatmap", "--png", str(out))
+    assert result.returncode == 0, result.stderr
+    from madtrace.analysis.heatmap import heatmap
+    model = heatmap(directory)
+    boxes, height = png.layout(model)
+    from PIL import Image
+    image = np.asarray(Image.open(out).convert("RGB")).astype(int)
+    assert image.shape == (height, png.WIDTH, 3)
+    index = [r.label for r in model.regions].index(f".bss of {exe}")
+    region = model.regions[index]
+    x, y = png.cell_origin(boxes[index], ((values & ~0xFFF) - region.first_page) >> SHIFT)
+    r, g, b = image[y + 3, x + 3]
+    assert not (r == g == b), "an accessed page is drawn in colour"
+    assert r > b + 40                                       # YlOrRd: red/orange, not blue
+    stack = [r.label for r in model.regions].index("[stack]")
+    x, y = png.cell_origin(boxes[stack], 0)
+    grey = tuple(round(255 * c) for c in png.GREY)
+    assert tuple(image[y + 3, x + 3]) == pytest.approx(grey, abs=2)
+    heap = [r.label for r in model.regions].index("[heap]")
+    untouched = next(k for k, v in enumerate(model.regions[heap].cell_values()) if v == 0)
+    x, y = png.cell_origin(boxes[heap], untouched)
+    assert tuple(image[y + 3, x + 3]) == pytest.approx(tuple(round(255 * c) for c in png.UNTOUCHED),
+                                                       abs=2)
+
+
+# -------------------------------------------------------------------- alloc
+def memcheck_invalid_read(path: str) -> tuple[str, int, int]:
+    """(function, offset in the block, block size) of memcheck's first invalid read."""
+    r = subprocess.run(["valgrind", "--tool=memcheck", path], capture_output=True, text=True,
+                       timeout=120)
+    text = r.stderr
+    at = re.search(r"Invalid read of size \d+\n==\d+==\s+at 0x[0-9A-F]+: (\w+)", text)
+    inside = re.search(r"Address 0x[0-9a-f]+ is (\d+) bytes inside a block of size (\d+) free'd",
+                       text)
+    assert at and inside, text
+    return at.group(1), int(inside.group(1)), int(inside.group(2))
+
+
+def test_alloc_blocks_sites_untouched_and_use_after_free(recorded):
+    path = prog("data_alloc", "O0-nopie")
+    directory, stdout = recorded("data_alloc", "O0-nopie")
+    assert stdout.startswith("s=600 ")
+    report = report_json(directory, "--kind", "alloc")
+    blocks = {b["id"]: b for b in report["blocks"]}
+    main = [b for b in report["blocks"] if b["site"].startswith("main+")]
+    never, kept, gone, zeroed = main[0], main[1], main[2], main[3]   # allocation order
+    assert (never["kind"], never["size"], kept["size"], gone["size"]) == ("malloc", 40, 128, 64)
+    assert zeroed["kind"] == "calloc"
+    assert never["id"] in report["untouched"] and not never["touched"]
+    assert (kept["loads"], kept["stores"], kept["bytes"]) == (16, 16, 256)
+    assert kept["freed_accesses"] == 0 and kept["id"] not in report["untouched"]
+    # the use after free: as memcheck sees it
+    function, offset, size = memcheck_invalid_read(path)
+    assert report["use_after_free"] == [gone["id"]]
+    assert gone["freed_accesses"] == 1 and gone["size"] == size
+    first = gone["first_freed_access"]
+    assert first["instruction"].startswith(function + "+") and first["offset"] == offset
+    # sites add their blocks up
+    for site in report["sites"]:
+        members = [b for b in blocks.values() if b["site"] == site["site"]
+                   and b.get("part_of") is None]
+        assert site["blocks"] == len(members)
+        assert site["loads"] == sum(b["loads"] for b in members)
+        assert site["untouched_blocks"] == sum(not b["touched"] for b in members)
+    text = madtrace("report", directory, "--kind", "alloc").stdout.decode()
+    assert f"use after free: {gone['name']}: 1 accesses, first by {function}+" in text
+    assert f"never touched" in text and never["name"] in text
+
+
+def test_alloc_heap_blocks_of_matmul(recorded):
+    """data_heap: a and b are read n^3 times by matmul and written n^2 times by main."""
+    directory, _ = recorded("data_heap", "O0-nopie")
+    report = report_json(directory, "--kind", "alloc")
+    main_blocks = [b for b in report["blocks"] if b["site"].startswith("main+")]
+    a, b, c = main_blocks[:3]
+    assert (a["loads"], a["stores"]) == (512, 64) and (b["loads"], b["stores"]) == (512, 64)
+    assert (a["bytes_stored"], a["bytes_loaded"]) == (512, 4096)
+    assert c["stores"] == 64 and c["bytes_stored"] == 512
+    nodes = [x for x in report["blocks"] if x["site"].startswith("build_list+")]
+    assert len(nodes) == 50 and all(x["stores"] == 2 and x["loads"] == 2 for x in nodes)
+
+
+# --------------------------------------------------------------------- numa
+def test_numa_one_node_machine_is_all_local(recorded):
+    directory, stdout = recorded("data_numa", "O0-pie")
+    native = subprocess.run([prog("data_numa", "O0-pie")], capture_output=True, timeout=60)
+    assert stdout.encode() == native.stdout      # its sched_getaffinity saw its own mask
+    with open(os.path.join(directory, "data", "numa.json")) as f:
+        recorded_numa = json.load(f)
+    nodes = {int(n): c for n, c in recorded_numa["nodes"].items()}
+    report = report_json(directory, "--kind", "numa")
+    t = report["totals"]
+    acc = raw_accesses(directory)
+    assert t["first_touch"] == t["pages"] == len(np.unique(acc["addr"] >> np.uint64(SHIFT)))
+    # u (the third array) was unmapped before the end: its pages were observed then
+    u = [b for b in json.load(open(os.path.join(directory, "data", "allocations.json")))
+         if b["kind"] == "memmap"][2]
+    observed = {start + k * 4096 for _order, start, count, _node in recorded_numa["pages"]
+                for k in range(count)}
+    assert all(u["address"] + k * 4096 in observed for k in range(4))
+    if len(nodes) == 1:
+        assert t["unknown_node"] == 0
+        assert t["local"] == t["accesses"] == len(raw_accesses(directory))
+        assert t["remote"] == t["unpinned_page"] == t["unpinned_thread"] == t["unpinned_both"] == 0
+    # bindings: the threads that bound themselves are seen with their own CPU
+    masks = sorted(events[-1][1] for events in recorded_numa["threads"].values())
+    assert [0] in masks and [1] in masks
+
+
+N = 4096
+
+
+def test_numa_metrics_with_a_simulated_two_node_topology(recorded, tmp_path):
+    """CPU 0 = node 0, CPU 1 = node 1, first-touch placement: every access of the
+    six phases lands where the program's structure says (module docstring of
+    tests/progs/data_numa.c)."""
+    directory, _ = recorded("data_numa", "O0-pie")
+    topology = tmp_path / "topo.json"
+    topology.write_text(json.dumps({"nodes": {"0": [0], "1": [1]}, "policy": "first-touch"}))
+    report = report_json(directory, "--kind", "numa", "--topology", str(topology))
+    with open(os.path.join(directory, "data", "allocations.json")) as f:
+        arrays = [b["site"] for b in json.load(f) if b["kind"] == "memmap"][:3]
+    site = {s["site"]: s for s in report["allocation_sites"]}
+    a, b, u = (site[s] for s in arrays)
+    zero = dict.fromkeys(("local", "remote", "unpinned_page", "unpinned_thread",
+                          "unpinned_both", "unknown_node"), 0)
+    assert {k: a[k] for k in zero} == dict(zero, local=N, unpinned_thread=N)   # fill_a, sum_a
+    assert {k: b[k] for k in zero} == dict(zero, local=N, remote=N)            # fill_b, sum_b
+    assert {k: u[k] for k in zero} == dict(zero, unpinned_both=N, unpinned_page=N)
+    assert (a["first_touch"], a["unpinned_first_touch"]) == (4, 0)
+    assert (u["first_touch"], u["unpinned_first_touch"]) == (4, 4)
+    sites = {s["site"].split("+")[0]: s for s in report["access_sites"]
+             if s["site"].split("+")[0] in ("sum_a", "sum_b", "sum_u", "fill_u")
+             and s["accesses"] == N}
+    assert sites["sum_b"]["remote"] == N and sites["sum_a"]["unpinned_thread"] == N
+    assert sites["sum_u"]["unpinned_page"] == N and sites["fill_u"]["unpinned_both"] == N
+    # a page range bound explicitly to node 1 turns fill_a's and sum_a's accesses around
+    with open(os.path.join(directory, "data", "allocations.json")) as f:
+        first = next(b for b in json.load(f) if b["kind"] == "memmap")
+    topology.write_text(json.dumps({"nodes": {"0": [0], "1": [1]},
+                                    "pages": [[hex(first["address"]),
+                                               hex(first["address"] + first["size"]), 1]]}))
+    report = report_json(directory, "--kind", "numa", "--topology", str(topology))
+    a = {s["site"]: s for s in report["allocation_sites"]}[arrays[0]]
+    assert (a["remote"], a["local"], a["unpinned_thread"]) == (N, 0, N)
+
+
+# ------------------------------------------------------------ source + HTML
+def lackey_lines(path: str, data_ranges) -> dict[int, list[int]]:
+    """{line: [loads, stores, bytes]} of the executable's own instructions, from
+    lackey (per instruction) and addr2line (instruction -> line)."""
+    image = ElfImage.load(path)
+    text = image.section(".text")
+    log = lackey_log(path)
+    per_insn: dict[int, list[int]] = {}
+    current = None
+    for line in log.splitlines():
+        if line.startswith("I "):
+            address = int(line[3:].split(",")[0], 16)
+            current = address if text.address <= address < text.address + text.size else None
+        elif current is not None and len(line) > 3 and line[0] == " " and line[1] in "LSM":
+            address, size = line[3:].split(",")
+            if any(lo <= int(address, 16) < hi for lo, hi in data_ranges):
+                row = per_insn.setdefault(current, [0, 0, 0])
+                for kind in ("LS" if line[1] == "M" else line[1]):
+                    row[0 if kind == "L" else 1] += 1
+                    row[2] += int(size)
+    lines: dict[int, list[int]] = {}
+    addresses = sorted(per_insn)
+    where = subprocess.run(["addr2line", "-e", path] + [hex(a) for a in addresses],
+                           capture_output=True, text=True).stdout.split("\n")
+    for address, location in zip(addresses, where):
+        if location.split(":")[1].startswith("?"):
+            continue        # no line (crtstuff.c): madtrace lists those per function
+        number = int(location.split(":")[1].split()[0])
+        row = lines.setdefault(number, [0, 0, 0])
+        for k in range(3):
+            row[k] += per_insn[address][k]
+    return lines
+
+
+class Rows(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.rows = []
+        self.images = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "tr" and "src" in (attrs.get("class") or "").split():
+            self.rows.append(attrs)
+        elif tag == "img":
+            self.images.append(attrs)
+
+
+def test_html_annotates_source_lines_as_lackey_and_addr2line_do(recorded, tmp_path):
+    path = prog("data_globals", "O0-nopie")
+    directory, _ = recorded("data_globals", "O0-nopie")
+    out = tmp_path / "report.html"
+    result = madtrace("report", directory, "--html", str(out))
+    assert result.returncode == 0, result.stderr
+    parser = Rows()
+    parser.feed(out.read_text())
+    source = os.path.realpath(os.path.join(os.path.dirname(__file__), "progs", "data_globals.c"))
+    got = {int(r["data-line"]): [int(r["data-loads"]), int(r["data-stores"]), int(r["data-bytes"])]
+           for r in parser.rows if os.path.realpath(r["data-file"]) == source}
+    assert got == lackey_lines(path, data_ranges(path))
+    store_line = 1 + open(source).read().splitlines().index(
+        "    for (int i = 0; i < N; i++) values[i] = i * 3;")
+    assert got[store_line] == [0, 200, 800]
+    assert parser.images and parser.images[0]["src"].startswith("data:image/png;base64,")
+    # the same numbers in --kind source --json
+    report = report_json(directory, "--kind", "source")
+    entry = next(f for f in report["files"] if os.path.realpath(f["path"]) == source)
+    assert {x["line"]: [x["loads"], x["stores"], x["bytes"]] for x in entry["lines"]} == got
+
+
+# -------------------------------------------------------------------- errors
+def test_report_errors_are_one_line_with_distinct_codes(recorded, tmp_path):
+    directory, _ = recorded("data_globals", "O0-nopie")
+    calls_only = str(tmp_path / "calls-only")
+    result = madtrace("record", "-q", "-o", calls_only, "--", prog("data_globals", "O0-nopie"))
+    assert result.returncode == 0, result.stderr
+    for kind in ("heatmap", "alloc", "numa", "source", "footprint"):
+        one_line_error(madtrace("report", calls_only, "--kind", kind), 24, "--data")
+    no_functions = str(tmp_path / "data-only")
+    result = madtrace("record", "-q", "--data", "--no-functions", "-o", no_functions, "--",
+                      prog("data_globals", "O0-nopie"))
+    assert result.returncode == 0, result.stderr
+    one_line_error(madtrace("report", no_functions, "--kind", "footprint"), 24, "function tracing")
+    os.unlink(os.path.join(no_functions, "data", "numa.json"))
+    one_line_error(madtrace("report", no_functions, "--kind", "numa"), 24, "numa.json")
+    existing = tmp_path / "exists.png"
+    existing.write_bytes(b"x")
+    one_line_error(madtrace("report", directory, "--kind", "heatmap", "--png", str(existing)), 17,
+                   "--force")
+    assert existing.read_bytes() == b"x"
+    one_line_error(madtrace("report", directory, "--kind", "numa", "--png", str(tmp_path / "n.png")),
+                   2, "no picture")
+    one_line_error(madtrace("report", directory, "--kind", "numa", "--topology",
+                            str(tmp_path / "missing.json")), 2, "no such file")
+    (tmp_path / "bad.json").write_text('{"nodes": {"0": [0]}, "pages": [[0, 4096, 3]]}')
+    one_line_error(madtrace("report", directory, "--kind", "numa", "--topology",
+                            str(tmp_path / "bad.json")), 2, "node not in")
+    one_line_error(madtrace("report", str(tmp_path / "nothing"), "--kind", "heatmap"), 18, "")
+    one_line_error(madtrace("report", directory, "--kind", "alloc", "--html",
+                            str(tmp_path / "no" / "such" / "dir.html")), 2, "no such directory")
