@@ -28,7 +28,7 @@ setup: deps venv programs
 
 # apt packages the tests use as oracles (valgrind, uftrace) and to build.
 deps: $(APT_STAMP)
-$(APT_STAMP):
+$(APT_STAMP): Makefile
 	@mkdir -p build
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
