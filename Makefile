@@ -57,8 +57,13 @@ $(INJECTOR_OUT): injector/trampolines.S injector/layout.h injector/build_templat
 
 # the data engine's hot loop (tracer side, C, loaded with ctypes)
 NATIVE_OUT := build/native/libmtloop.so
-native: $(NATIVE_OUT)
+# the drain of the function-tracing rings (tracer side, C, loaded with ctypes)
+DRAIN_OUT := build/native/libmtdrain.so
+native: $(NATIVE_OUT) $(DRAIN_OUT)
 $(NATIVE_OUT): madtrace/process/fault_loop.c injector/layout.h
+	@mkdir -p $(@D)
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
+$(DRAIN_OUT): madtrace/capture/ring_drain.c injector/layout.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
 

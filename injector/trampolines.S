@@ -36,41 +36,60 @@
         pop rax
 .endm
 
-/* LOOKUP name, tag, nothread: rsi = control block, rcx = this thread's ring
- * block; jumps to \nothread if the thread has no slot (counted). */
-.macro LOOKUP name, tag, nothread
+/* Each record is written by a straight fast path (LOOKUP, EMIT); what it may
+ * branch to (a slot found further on, a thread without a slot, a full ring)
+ * is laid out after the template's last jump (LOOKUP_SLOW, EMIT_SLOW), so the
+ * fast path takes no branch.  Labels are .L<what>_<template><tag>. */
+
+/* LOOKUP name, tag: rsi = control block, rcx = this thread's ring block.
+ * The slot of thread pointer K (%fs:0, layout.h) is probed first at ((K >> MT_SLOT_HASH_SHIFT) &
+ * (MT_SLOTS - 1)) (madtrace/capture/rings.py inserts there or after). */
+.macro LOOKUP name, tag
         movabs rsi, 0x1122334455667788
 mt_\name\()_pp_ctl\tag\()_abs64:
-        rdfsbase rax
-        mov rcx, rax
-        shr rcx, MT_SLOT_HASH_SHIFT
-        and ecx, MT_SLOTS - 1
-        shl ecx, 4
+        mov rax, fs:[0]
+        mov ecx, eax
+        shr ecx, MT_SLOT_HASH_SHIFT - 4
+        and ecx, (MT_SLOTS - 1) << 4
         lea rcx, [rsi + rcx + MT_SLOT_TABLE]
-1:      mov rdx, [rcx]
-        cmp rdx, rax
-        je 2f
-        test rdx, rdx
-        jz 3f
-        add rcx, MT_SLOT_ENTRY_SIZE
-        jmp 1b
-3:      lock inc qword ptr [rsi + MT_CTL_UNREGISTERED]
-        jmp \nothread
-2:      mov rcx, [rcx + 8]
+        cmp [rcx], rax
+        jne .Lprobe_\name\tag
+.Lfound_\name\tag:
+        mov rcx, [rcx + 8]
 .endm
 
-/* EMIT name, tag, ts, rsp_off, done: write one record into ring rcx (control
- * block rsi) if tracing is enabled; clobbers rax, rdx, rsi.  The site code
- * (site id << 1 | kind) is patch point mt_<name>_pp_code<tag>_imm32. */
-.macro EMIT name, tag, ts, rsp_off, done
-        test byte ptr [rsi + MT_CTL_FLAGS], MT_FLAG_ENABLED
-        jz \done
+/* the rest of the linear probe; a thread without a slot writes no record: it
+ * is counted (while recording) and goes to \nothread */
+.macro LOOKUP_SLOW name, tag, nothread
+.Lprobe_\name\tag:
+        lea rdx, [rsi + MT_SLOT_TABLE + MT_SLOT_TABLE_SIZE]
+1:      cmp qword ptr [rcx], 0
+        je 3f
+        add rcx, MT_SLOT_ENTRY_SIZE
+        cmp rcx, rdx
+        jae 3f
+        cmp [rcx], rax
+        jne 1b
+        jmp .Lfound_\name\tag
+3:      test byte ptr [rsi + MT_CTL_FLAGS], MT_FLAG_ENABLED
+        jz \nothread
+        lock inc qword ptr [rsi + MT_CTL_UNREGISTERED]
+        jmp \nothread
+.endm
+
+/* EMIT name, tag, ts, rsp_off: one record into ring rcx if HEAD < LIMIT
+ * (control block in rsi); clobbers rax, rdx, rsi; ends at .Ldone_<name><tag>.
+ * The site code (site id << 1 | kind) is patch point mt_<name>_pp_code<tag>_imm32;
+ * rsp_off: where the callee's entry stack pointer is, relative to rsp.
+ * An entry record also counts the call: the thread's counter of the site
+ * (patch point mt_<name>_pp_count<tag>_imm32: MT_RING_COUNTS + 8 * site id),
+ * once the record is published. */
+.macro EMIT name, tag, ts, rsp_off
         mov rax, [rcx + MT_RING_HEAD]
-4:      mov rdx, rax
-        sub rdx, [rcx + MT_RING_TAIL_CACHE]
-        cmp rdx, MT_RING_RECORDS
-        jae 5f
-13:     mov rsi, rax
+        cmp rax, [rcx + MT_RING_LIMIT]
+        jae .Lfull_\name\tag
+.Lroom_\name\tag:
+        mov esi, eax
         and esi, MT_RING_MASK
         shl esi, 4
         add rsi, rcx
@@ -83,46 +102,61 @@ mt_\name\()_pp_code\tag\()_imm32:
         rdtsc
         shl rdx, 32
         or rax, rdx
-.else
-        xor eax, eax
-.endif
         mov [rsi + MT_RING_RECORDS_OFF], rax
         inc qword ptr [rcx + MT_RING_HEAD]
-        jmp \done
-        /* ring full by the cached tail: refresh it from the tracer's */
-5:      mov rdx, [rcx + MT_RING_TAIL]
-        mov [rcx + MT_RING_TAIL_CACHE], rdx
-        mov rdx, rax
-        sub rdx, [rcx + MT_RING_TAIL_CACHE]
-        cmp rdx, MT_RING_RECORDS
-        jb 13b
-        /* ring full: wait for the tracer to drain, up to MT_SPIN_LIMIT pauses */
-6:      test byte ptr [rsi + MT_CTL_FLAGS], MT_FLAG_NOWAIT
-        jnz 8f
+.else
+        mov qword ptr [rsi + MT_RING_RECORDS_OFF], 0
+        inc rax
+        mov [rcx + MT_RING_HEAD], rax
+.endif
+.ifc \tag,_entry
+        inc qword ptr [rcx + 0x7fffffff]
+mt_\name\()_pp_count\tag\()_imm32:
+.endif
+.Ldone_\name\tag:
+.endm
+
+/* HEAD >= LIMIT: recording is off (LIMIT 0: no record), or the ring is full:
+ * wait for the tracer to drain (it raises LIMIT), up to MT_SPIN_LIMIT pauses,
+ * then drop the record and count it (and drop at once from then on, until
+ * the tracer drains again). */
+.macro EMIT_SLOW name, tag
+.Lfull_\name\tag:
+        cmp qword ptr [rcx + MT_RING_LIMIT], 0
+        je .Ldone_\name\tag
+        cmp byte ptr [rsi + MT_CTL_NOWAIT], 0
+        jne 8f
         push MT_SPIN_LIMIT
 7:      pause
         mov rax, [rcx + MT_RING_HEAD]
-        mov rdx, rax
-        sub rdx, [rcx + MT_RING_TAIL]
-        cmp rdx, MT_RING_RECORDS
-        jb 9f
+        mov rdx, [rcx + MT_RING_LIMIT]
+        test rdx, rdx
+        jz 9f
+        cmp rax, rdx
+        jb 10f
         dec qword ptr [rsp]
         jnz 7b
         add rsp, 8
-        or byte ptr [rsi + MT_CTL_FLAGS], MT_FLAG_NOWAIT
+        mov byte ptr [rsi + MT_CTL_NOWAIT], 1
 8:      inc qword ptr [rcx + MT_RING_DROPS]
-        jmp \done
-9:      add rsp, 8
-        jmp 4b
+        jmp .Ldone_\name\tag
+9:      add rsp, 8                  /* recording was turned off meanwhile */
+        jmp .Ldone_\name\tag
+10:     add rsp, 8
+        jmp .Lroom_\name\tag
 .endm
 
 /* TAG: one record with every register preserved (rsp_off: where the callee's
- * entry stack pointer is, relative to rsp after SAVE). */
+ * entry stack pointer is, relative to rsp after SAVE); TAG_SLOW its branches. */
 .macro TAG name, tag, ts, rsp_off
         SAVE
-        LOOKUP \name, \tag, 10f
-        EMIT \name, \tag, \ts, \rsp_off, 10f
-10:     RESTORE
+        LOOKUP \name, \tag
+        EMIT \name, \tag, \ts, \rsp_off
+        RESTORE
+.endm
+.macro TAG_SLOW name, tag
+        LOOKUP_SLOW \name, \tag, .Ldone_\name\tag
+        EMIT_SLOW \name, \tag
 .endm
 
 /* ---------------------------------------------------------------------------
@@ -141,6 +175,8 @@ mt_\name\()_pp_target_rel32:
         .byte 0xe9
         .long 0
 mt_\name\()_pp_return_rel32:
+        TAG_SLOW \name, _entry
+        TAG_SLOW \name, _exit
 mt_\name\()_end:
 .endm
 
@@ -156,6 +192,7 @@ mt_\name\()_start:
         .byte 0xe9
         .long 0
 mt_\name\()_pp_target_rel32:
+        TAG_SLOW \name, _entry
 mt_\name\()_end:
 .endm
 
@@ -169,10 +206,8 @@ mt_\name\()_end:
 .macro ENTRY name, ts
 mt_\name\()_start:
         SAVE
-        LOOKUP \name, _entry, 19f
-        push rcx
-        EMIT \name, _entry, \ts, 40, 12f
-12:     pop rcx
+        LOOKUP \name, _entry
+        EMIT \name, _entry, \ts, 32
         mov rax, [rcx + MT_RING_SHADOW_TOP]
         cmp rax, MT_SHADOW_ENTRIES
         jae 18f
@@ -188,9 +223,14 @@ mt_\name\()_start:
         movabs rax, 0x1122334455667788
 mt_\name\()_pp_exitstub_abs64:
         mov [rsp + 32], rax
+.Lout_\name:
+        RESTORE
         jmp 19f
 18:     inc qword ptr [rcx + MT_RING_EXITS_LOST]
-19:     RESTORE
+        jmp .Lout_\name
+        LOOKUP_SLOW \name, _entry, .Lout_\name
+        EMIT_SLOW \name, _entry
+19:
 mt_\name\()_end:
         /* the tracer appends: relocated instructions, jmp rel32 f+consumed */
 .endm
@@ -203,7 +243,7 @@ mt_\name\()_end:
 mt_\name\()_start:
         sub rsp, 8
         SAVE
-        LOOKUP \name, _exit, 29f
+        LOOKUP \name, _exit
         lea rdx, [rsp + 32]
         mov rax, [rcx + MT_RING_SHADOW_TOP]
 20:     test rax, rax
@@ -220,10 +260,12 @@ mt_\name\()_start:
         /* rsi served as the shadow entry pointer: EMIT needs the control block */
         movabs rsi, 0x1122334455667788
 mt_\name\()_pp_ctlreload_exit_abs64:
-        EMIT \name, _exit, \ts, 32, 21f
-21:     RESTORE
+        EMIT \name, _exit, \ts, 32
+        RESTORE
         ret
 29:     ud2     /* no shadow frame: cannot happen unless memory was corrupted */
+        LOOKUP_SLOW \name, _exit, 29b
+        EMIT_SLOW \name, _exit
 mt_\name\()_end:
 .endm
 

@@ -20,7 +20,7 @@ from ..arch.x86_64.relocate import relocate_entry
 from ..binary.address_space import AddressSpace
 from ..capture.rings import RingSet
 from ..capture.tsc import tsc_flags, tsc_hz
-from ..errors import TracerInternalError
+from ..errors import TargetMemoryError, TracerInternalError
 from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_READ,
                                       PROT_WRITE, RemoteSyscalls)
 from ..process.tracee import Tracee
@@ -78,6 +78,7 @@ class FunctionTracer:
             ring_area = SharedArea(rs, RingSet.size_for(self.injector), "madtrace-rings",
                                    executable=False)
             self.rings = RingSet(ring_area, self.injector, self.out_dir)
+            self.rings.reserve_sites(len(plan.sites))
             for module in {fn.module.name: fn.module for fn in plan.functions}.values():
                 fns = [fn for fn in plan.functions if fn.module is module]
                 self._new_code_area(rs, module, self._code_size(plan, fns))
@@ -102,6 +103,7 @@ class FunctionTracer:
         with RemoteSyscalls(tracee) as rs:
             fresh = self._make_plan(rs, patterns)
             chosen = self._merge_plan(fresh)
+            self.rings.reserve_sites(len(self.plan.sites))
             before = {key: len(self.report[key]) for key in ("patched", "skipped", "inexact")}
             self.report["skipped"] += [{"what": w, "why": y} for w, y in fresh.skipped]
             for module in {fn.module.name: fn.module for fn in chosen}.values():
@@ -203,7 +205,8 @@ class FunctionTracer:
             target = site.address + 5 + struct.unpack("<i", original[1:])[0]
             tpl = self.injector.template("callsite" if site.kind == "call" else "tailsite", ts)
             at = area.allocate(tpl.size)
-            fields = dict(ctl_entry=ctl, code_entry=site.sid << 1, target=target)
+            fields = dict(ctl_entry=ctl, code_entry=site.sid << 1, target=target,
+                          count_entry=self.rings.counter_offset(site.sid))
             if site.kind == "call":
                 fields.update(ctl_exit=ctl, code_exit=(site.sid << 1) | 1, **{"return": site.address + 5})
             area.area.write(at, bytes(tpl.instantiate(at, **fields)))
@@ -224,6 +227,7 @@ class FunctionTracer:
         area.area.write(exit_at, bytes(exit_tpl.instantiate(
             exit_at, ctl_exit=ctl, ctlreload_exit=ctl, code_exit=(site.sid << 1) | 1)))
         body = bytes(entry_tpl.instantiate(entry_at, ctl_entry=ctl, code_entry=site.sid << 1,
+                                           count_entry=self.rings.counter_offset(site.sid),
                                            exitstub=exit_at)) + reloc.code
         body += jmp_rel32(entry_at + len(body), fn.address + reloc.consumed)
         area.area.write(entry_at, body)
@@ -232,8 +236,18 @@ class FunctionTracer:
 
     # ------------------------------------------------------------- threads
     def register_thread(self, tid: int) -> None:
-        if self.rings is not None:
-            self.rings.register(tid, self.tracee.get_regs(tid).fs_base)
+        """A ring for the thread, keyed by the word at its %fs:0 (its thread pointer,
+        the fs base itself under the x86-64 TLS ABI), which the trampolines load."""
+        if self.rings is None:
+            return
+        fs_base = self.tracee.get_regs(tid).fs_base
+        key = 0
+        if fs_base not in (0, 1):
+            try:
+                key = struct.unpack("<Q", self.tracee.mem.read(fs_base, 8))[0]
+            except TargetMemoryError:
+                key = 0
+        self.rings.register(tid, key)
 
     def sequence_of(self, tid: int) -> int:
         """How many records the thread has written so far: an access made now
@@ -298,7 +312,9 @@ class FunctionTracer:
         child.mem.write(area.address, bytes(control))
         for index in self.rings.thread_ring.values():
             off = self.rings.ring_offset(index)
-            child.mem.write(area.address + off, bytes(area.local[off: off + L.MT_RING_RECORDS_OFF]))
+            header = bytearray(area.local[off: off + L.MT_RING_RECORDS_OFF])
+            header[L.MT_RING_LIMIT: L.MT_RING_LIMIT + 8] = bytes(8)   # no room: nothing recorded
+            child.mem.write(area.address + off, bytes(header))
 
     # ------------------------------------------------------------- results
     def _write_tables(self) -> None:
@@ -314,11 +330,14 @@ class FunctionTracer:
                                          "code": "site id << 1 | 1 for exit records"},
                        "sites": sites, "functions": functions, "report": self.report}, f, indent=1)
 
-    def call_counts(self) -> dict[str, int]:
+    def call_counts(self, per_site=None) -> dict[str, int]:
+        """Calls per function: the sum over its sites of ``per_site`` (calls per site
+        id; default: the threads' counters so far)."""
         counts = {fn.name: 0 for fn in self.plan.functions if fn.method != "skipped"}
         if self.rings is None:
             return counts
-        per_site = self.rings.entry_counts
+        if per_site is None:
+            per_site = self.rings.entry_counts
         for site in self.plan.sites:
             if site.sid < len(per_site) and site.function.name in counts:
                 counts[site.function.name] += int(per_site[site.sid])
