@@ -33,6 +33,7 @@ from ..inject.templates import Injector
 
 RECORD_DTYPE = np.dtype([("tsc", "<u8"), ("code", "<u4"), ("rsp", "<u4")])
 TOMBSTONE = 1
+MADV_POPULATE_WRITE = 23   # Linux 5.14
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIBRARY = os.path.join(ROOT, "build", "native", "libmtdrain.so")
 
@@ -49,6 +50,8 @@ def _library() -> ctypes.CDLL:
         U64 = ctypes.c_uint64
         for name in ("mt_drain_record_size", "mt_drain_ring_block"):
             getattr(lib, name).restype, getattr(lib, name).argtypes = U64, []
+        lib.madvise.restype = ctypes.c_int
+        lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         lib.mt_drain_ring.restype = ctypes.c_int
         lib.mt_drain_ring.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, U64, U64,
                                       ctypes.c_int, ctypes.POINTER(U64)]
@@ -196,6 +199,7 @@ class RingSet:
                 self._u64(ring + getattr(self.L, field), 0)
             self._set_limit(ring)
             self._u64(ring + self.L.MT_RING_TID, tid)
+            self._populate(ring)
             slot = self._probe(key, for_insert=True)
             # value before key: a concurrent lookup never sees a key without its ring
             self._u64(slot + 8, self.area.address + ring)
@@ -203,6 +207,19 @@ class RingSet:
             self.thread_ring[tid] = index
             self.thread_key[tid] = key
             self.records_per_thread.setdefault(tid, 0)
+
+    def records_range(self, tid: int) -> tuple[int, int]:
+        """(offset, size) of the thread's records in the area."""
+        return (self.ring_offset(self.thread_ring[tid]) + self.L.MT_RING_RECORDS_OFF,
+                self.L.MT_RING_RECORDS * self.L.MT_RECORD_SIZE)
+
+    def _populate(self, ring: int) -> None:
+        """Allocates the pages of a ring's records now (in the tracer: the target
+        then only maps them), so that the thread does not take a page fault and
+        a page allocation every 128 calls of its first 131072 calls.  Best effort:
+        an older kernel (EINVAL) leaves them to the first touch."""
+        self._lib.madvise(self._local + ring + self.L.MT_RING_RECORDS_OFF,
+                          self.L.MT_RING_RECORDS * self.L.MT_RECORD_SIZE, MADV_POPULATE_WRITE)
 
     def _probe(self, key: int, for_insert: bool) -> int:
         L = self.L

@@ -18,7 +18,7 @@ import struct
 
 from ..arch.x86_64.relocate import relocate_entry
 from ..binary.address_space import AddressSpace
-from ..capture.rings import RingSet
+from ..capture.rings import MADV_POPULATE_WRITE, RingSet
 from ..capture.tsc import tsc_flags, tsc_hz
 from ..errors import TargetMemoryError, TracerInternalError
 from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_READ,
@@ -84,6 +84,7 @@ class FunctionTracer:
                 self._new_code_area(rs, module, self._code_size(plan, fns))
         for tid in list(tracee.threads):
             self.register_thread(tid)
+        self._map_rings(tracee)
         rips = [tracee.get_regs(tid).rip for tid in tracee.threads]
         for fn in plan.functions:
             self._patch_function(fn, rips)
@@ -119,6 +120,16 @@ class FunctionTracer:
             self._patch_function(fn, rips)
         self._write_tables()
         return {key: self.report[key][start:] for key, start in before.items()}
+
+    def _map_rings(self, tracee: Tracee) -> None:
+        """Maps the rings of the threads there are (their pages exist already, see
+        RingSet._populate) into the target's page tables, so that writing the
+        first records takes no page fault (best effort: one madvise each)."""
+        with RemoteSyscalls(tracee) as rs:
+            for tid in self.rings.thread_ring:
+                offset, size = self.rings.records_range(tid)
+                rs.call("madvise", self.rings.area.address + offset, size, MADV_POPULATE_WRITE,
+                        check=False)
 
     def _make_plan(self, rs: RemoteSyscalls, patterns: list[str]) -> Plan:
         return make_plan(self.space, patterns, method=self.method,
