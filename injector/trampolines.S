@@ -126,6 +126,7 @@ mt_\name\()_pp_count\tag\()_imm32:
         je .Ldone_\name\tag
         cmp byte ptr [rsi + MT_CTL_NOWAIT], 0
         jne 8f
+        inc qword ptr [rcx + MT_RING_WAITS]
         push MT_SPIN_LIMIT
 7:      pause
         mov rax, [rcx + MT_RING_HEAD]

@@ -96,6 +96,7 @@ class RingSet:
         self._local = ctypes.addressof(ctypes.c_char.from_buffer(self.mem))
         self.dropped = 0
         self.exits_lost = 0
+        self.waits = 0
         self.unregistered_threads = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -195,7 +196,7 @@ class RingSet:
             index = self.free_rings.pop(0)
             ring = self.ring_offset(index)
             for field in ("MT_RING_HEAD", "MT_RING_DROPS", "MT_RING_SHADOW_TOP",
-                          "MT_RING_EXITS_LOST", "MT_RING_TAIL"):
+                          "MT_RING_EXITS_LOST", "MT_RING_WAITS", "MT_RING_TAIL"):
                 self._u64(ring + getattr(self.L, field), 0)
             self._set_limit(ring)
             self._u64(ring + self.L.MT_RING_TID, tid)
@@ -249,6 +250,7 @@ class RingSet:
             del view
             self.dropped += self._u64(ring + self.L.MT_RING_DROPS)
             self.exits_lost += self._u64(ring + self.L.MT_RING_EXITS_LOST)
+            self.waits += self._u64(ring + self.L.MT_RING_WAITS)
             self._u64(self._probe(key, for_insert=False), TOMBSTONE)
             self.free_rings.append(index)
             fd = self.files.pop(tid, None)
@@ -331,13 +333,15 @@ class RingSet:
         self.drain_all()
 
     def totals(self) -> dict:
-        """Drop accounting of every ring still registered plus those already released."""
-        dropped, lost = self.dropped, self.exits_lost
+        """Drop accounting of every ring still registered plus those already released;
+        ``ring_waits``: records that found their ring full and waited for the drain."""
+        dropped, lost, waits = self.dropped, self.exits_lost, self.waits
         for index in self.thread_ring.values():
             ring = self.ring_offset(index)
             dropped += self._u64(ring + self.L.MT_RING_DROPS)
             lost += self._u64(ring + self.L.MT_RING_EXITS_LOST)
-        return {"dropped": dropped, "exits_lost": lost,
+            waits += self._u64(ring + self.L.MT_RING_WAITS)
+        return {"dropped": dropped, "exits_lost": lost, "ring_waits": waits,
                 "unregistered_records": self._u64(self.L.MT_CTL_UNREGISTERED),
                 "unregistered_threads": self.unregistered_threads}
 
