@@ -8,11 +8,10 @@
  *
  * The shared mapping (a memfd mapped by both tracer and target):
  *   [control block, 4 KiB][slot table, 4 KiB][ring block 0][ring block 1]...
- * A thread finds its ring block through the slot table, keyed by its thread
- * pointer: the word at %fs:0, which the x86-64 TLS ABI makes the fs base
- * itself (the TCB's first word points at the TCB; compilers load it for TLS
- * accesses).  A load from %fs:0 costs a cycle where rdfsbase costs ~7.  The
- * tracer registers the word it reads there.  Each ring block holds one
+ * A thread finds its ring block through the slot table, keyed by NOT(its fs
+ * base): 0 and 1 (free, tombstone) then stand for fs bases no thread has.  The
+ * trampolines look up the word at %fs:0 first (a load; the x86-64 TLS ABI
+ * keeps the fs base there), then rdfsbase (~7 cycles) if that misses.  Each ring block holds one
  * thread's records (single writer: that thread; single reader: the tracer).
  */
 #define MT_MAGIC              0x45434152544d
@@ -28,7 +27,7 @@
 #define MT_CTL_SIZE           4096
 #define MT_FLAG_ENABLED       1      /* records are written (each ring's LIMIT says it too) */
 
-/* slot table: 2*MT_SLOTS entries {u64 key = thread pointer (0 free, 1 tombstone), u64 ring block address} */
+/* slot table: 2*MT_SLOTS entries {u64 key = NOT(fs base) (0 free, 1 tombstone), u64 ring block address} */
 #define MT_SLOTS              128
 #define MT_SLOT_HASH_SHIFT    12
 #define MT_SLOT_TABLE         4096

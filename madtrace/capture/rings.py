@@ -2,8 +2,7 @@
 """The tracer's side of the shared rings (layout: injector/layout.h).
 
 ``RingSet`` owns the shared area's control block, slot table and ring blocks:
-it registers a thread (key = its thread pointer, the word at %fs:0, as the
-trampolines look it up),
+it registers a thread (key = NOT its fs base, as the trampolines look it up),
 drains rings concurrently from a background thread, appends each thread's
 records to ``calls/<tid>.rec`` in the trace directory, counts the records per
 call site and kind, and accounts for every record that was dropped.  The
@@ -33,6 +32,7 @@ from ..inject.templates import Injector
 
 RECORD_DTYPE = np.dtype([("tsc", "<u8"), ("code", "<u4"), ("rsp", "<u4")])
 TOMBSTONE = 1
+KEY_MASK = (1 << 64) - 1
 MADV_POPULATE_WRITE = 23   # Linux 5.14
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIBRARY = os.path.join(ROOT, "build", "native", "libmtdrain.so")
@@ -77,7 +77,7 @@ class RingSet:
         self.lock = threading.RLock()
         self.free_rings = list(range(injector.MT_SLOTS))
         self.thread_ring: dict[int, int] = {}      # tid -> ring index
-        self.thread_key: dict[int, int] = {}       # tid -> thread pointer
+        self.thread_key: dict[int, int] = {}       # tid -> slot table key
         self.files: dict[int, int] = {}            # tid -> record file descriptor
         self.records_per_thread: dict[int, int] = {}
         # Calls per site: each thread's trampolines count them in its ring block
@@ -180,13 +180,13 @@ class RingSet:
         return int(self.code_counts[-1])
 
     # ---------------------------------------------------------- registration
-    def register(self, tid: int, key: int) -> None:
-        """Gives thread ``tid`` a ring, found by its thread pointer ``key`` (the word
-        at its %fs:0; 0: it has none).  A thread without a ring writes no record:
-        its records are counted as dropped."""
-        if key in (0, TOMBSTONE):
+    def register(self, tid: int, fs_base: int) -> None:
+        """Gives thread ``tid`` a ring, found by its fs base (0: it has none).  A
+        thread without a ring writes no record: its records are counted as dropped."""
+        if fs_base == 0:
             self.unregistered_threads += 1
             return
+        key = ~fs_base & KEY_MASK   # as the trampolines look it up (layout.h)
         with self.lock:
             if tid in self.thread_ring:
                 return

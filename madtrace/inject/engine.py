@@ -20,7 +20,7 @@ from ..arch.x86_64.relocate import relocate_entry
 from ..binary.address_space import AddressSpace
 from ..capture.rings import MADV_POPULATE_WRITE, RingSet
 from ..capture.tsc import tsc_flags, tsc_hz
-from ..errors import TargetMemoryError, TracerInternalError
+from ..errors import TracerInternalError
 from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_READ,
                                       PROT_WRITE, RemoteSyscalls)
 from ..process.tracee import Tracee
@@ -247,18 +247,8 @@ class FunctionTracer:
 
     # ------------------------------------------------------------- threads
     def register_thread(self, tid: int) -> None:
-        """A ring for the thread, keyed by the word at its %fs:0 (its thread pointer,
-        the fs base itself under the x86-64 TLS ABI), which the trampolines load."""
-        if self.rings is None:
-            return
-        fs_base = self.tracee.get_regs(tid).fs_base
-        key = 0
-        if fs_base not in (0, 1):
-            try:
-                key = struct.unpack("<Q", self.tracee.mem.read(fs_base, 8))[0]
-            except TargetMemoryError:
-                key = 0
-        self.rings.register(tid, key)
+        if self.rings is not None:
+            self.rings.register(tid, self.tracee.get_regs(tid).fs_base)
 
     def sequence_of(self, tid: int) -> int:
         """How many records the thread has written so far: an access made now
