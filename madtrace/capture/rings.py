@@ -4,16 +4,16 @@
 ``RingSet`` owns the shared area's control block, slot table and ring blocks:
 it registers a thread (key = NOT its fs base, as the trampolines look it up),
 drains rings concurrently from a background thread, appends each thread's
-records to ``calls/<tid>.rec`` in the trace directory, counts the records per
-call site and kind, and accounts for every record that was dropped.  The
-target writes HEAD; the tracer writes TAIL and LIMIT (TAIL + ring size while
-recording, 0 while not), the one value the writer tests.  The tracer only
-ever reads records below HEAD, which the target wrote before it published
-HEAD (x86 stores are seen in order).
+records to ``calls/<tid>.rec`` in the trace directory, sums the threads' call
+counters, and accounts for every record that was dropped.  The target writes
+HEAD and its counters; the tracer writes TAIL and LIMIT (TAIL + ring size
+while recording, 0 while not), the one value the writer tests.  The tracer
+only ever reads records below HEAD, which the target wrote before it
+published HEAD (x86 stores are seen in order).
 
 Each drain of a ring is one call into C (madtrace/capture/ring_drain.c,
 through ctypes, which lets go of the GIL meanwhile): write the records out,
-count them, publish TAIL and LIMIT.  No per-record work happens in Python.
+publish TAIL and LIMIT.  No per-record work happens in Python.
 """
 
 from __future__ import annotations
@@ -174,10 +174,6 @@ class RingSet:
                 del view
             counts[counted:] = self.code_counts[:-1:2]
             return counts
-
-    @property
-    def unknown_codes(self) -> int:
-        return int(self.code_counts[-1])
 
     # ---------------------------------------------------------- registration
     def register(self, tid: int, fs_base: int) -> None:
