@@ -102,6 +102,11 @@ mt_\name\()_pp_ctl\tag\()_abs64:
  * (patch point mt_<name>_pp_count<tag>_imm32: MT_RING_COUNTS + 8 * site id),
  * once the record is published. */
 .macro EMIT name, tag, ts, rsp_off
+.if \ts
+        rdtsc                       /* first: its latency overlaps what follows */
+        shl rdx, 32
+        or rdx, rax
+.endif
         mov rax, [rcx + MT_RING_HEAD]
         cmp rax, [rcx + MT_RING_LIMIT]
         jae .Lfull_\name\tag
@@ -110,22 +115,18 @@ mt_\name\()_pp_ctl\tag\()_abs64:
         and esi, MT_RING_MASK
         shl esi, 4
         add rsi, rcx
+.if \ts
+        mov [rsi + MT_RING_RECORDS_OFF], rdx
+.else
+        mov qword ptr [rsi + MT_RING_RECORDS_OFF], 0
+.endif
         lea rdx, [rsp + \rsp_off]
         shl rdx, 32
         or rdx, 0x7fffffff
 mt_\name\()_pp_code\tag\()_imm32:
         mov [rsi + MT_RING_RECORDS_OFF + 8], rdx
-.if \ts
-        rdtsc
-        shl rdx, 32
-        or rax, rdx
-        mov [rsi + MT_RING_RECORDS_OFF], rax
-        inc qword ptr [rcx + MT_RING_HEAD]
-.else
-        mov qword ptr [rsi + MT_RING_RECORDS_OFF], 0
         inc rax
         mov [rcx + MT_RING_HEAD], rax
-.endif
 .ifc \tag,_entry
         inc qword ptr [rcx + 0x7fffffff]
 mt_\name\()_pp_count\tag\()_imm32:
@@ -136,14 +137,18 @@ mt_\name\()_pp_count\tag\()_imm32:
 /* HEAD >= LIMIT: recording is off (LIMIT 0: no record), or the ring is full:
  * wait for the tracer to drain (it raises LIMIT), up to MT_SPIN_LIMIT pauses,
  * then drop the record and count it (and drop at once from then on, until
- * the tracer drains again). */
-.macro EMIT_SLOW name, tag
+ * the tracer drains again).  With timestamps, rdx holds the record's
+ * timestamp, taken before the wait. */
+.macro EMIT_SLOW name, tag, ts
 .Lfull_\name\tag:
         cmp qword ptr [rcx + MT_RING_LIMIT], 0
         je .Ldone_\name\tag
         cmp byte ptr [rsi + MT_CTL_NOWAIT], 0
         jne 8f
         inc qword ptr [rcx + MT_RING_WAITS]
+.if \ts
+        push rdx
+.endif
         push MT_SPIN_LIMIT
 7:      pause
         mov rax, [rcx + MT_RING_HEAD]
@@ -154,13 +159,16 @@ mt_\name\()_pp_count\tag\()_imm32:
         jb 10f
         dec qword ptr [rsp]
         jnz 7b
-        add rsp, 8
+        add rsp, 8 + 8 * \ts
         mov byte ptr [rsi + MT_CTL_NOWAIT], 1
 8:      inc qword ptr [rcx + MT_RING_DROPS]
         jmp .Ldone_\name\tag
-9:      add rsp, 8                  /* recording was turned off meanwhile */
+9:      add rsp, 8 + 8 * \ts        /* recording was turned off meanwhile */
         jmp .Ldone_\name\tag
 10:     add rsp, 8
+.if \ts
+        pop rdx
+.endif
         jmp .Lroom_\name\tag
 .endm
 
@@ -172,9 +180,9 @@ mt_\name\()_pp_count\tag\()_imm32:
         EMIT \name, \tag, \ts, \rsp_off
         RESTORE
 .endm
-.macro TAG_SLOW name, tag
+.macro TAG_SLOW name, tag, ts
         LOOKUP_SLOW \name, \tag, .Ldone_\name\tag
-        EMIT_SLOW \name, \tag
+        EMIT_SLOW \name, \tag, \ts
 .endm
 
 /* ---------------------------------------------------------------------------
@@ -193,8 +201,8 @@ mt_\name\()_pp_target_rel32:
         .byte 0xe9
         .long 0
 mt_\name\()_pp_return_rel32:
-        TAG_SLOW \name, _entry
-        TAG_SLOW \name, _exit
+        TAG_SLOW \name, _entry, \ts
+        TAG_SLOW \name, _exit, \ts
 mt_\name\()_end:
 .endm
 
@@ -210,7 +218,7 @@ mt_\name\()_start:
         .byte 0xe9
         .long 0
 mt_\name\()_pp_target_rel32:
-        TAG_SLOW \name, _entry
+        TAG_SLOW \name, _entry, \ts
 mt_\name\()_end:
 .endm
 
@@ -247,7 +255,7 @@ mt_\name\()_pp_exitstub_abs64:
 18:     inc qword ptr [rcx + MT_RING_EXITS_LOST]
         jmp .Lout_\name
         LOOKUP_SLOW \name, _entry, .Lout_\name
-        EMIT_SLOW \name, _entry
+        EMIT_SLOW \name, _entry, \ts
 19:
 mt_\name\()_end:
         /* the tracer appends: relocated instructions, jmp rel32 f+consumed */
@@ -283,7 +291,7 @@ mt_\name\()_pp_ctlreload_exit_abs64:
         ret
 29:     ud2     /* no shadow frame: cannot happen unless memory was corrupted */
         LOOKUP_SLOW \name, _exit, 29b
-        EMIT_SLOW \name, _exit
+        EMIT_SLOW \name, _exit, \ts
 mt_\name\()_end:
 .endm
 

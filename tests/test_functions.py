@@ -1,5 +1,5 @@
 """Function tracing beyond call counts: forks, live restore, a large real
-library, a tracer killed mid-trace, the patch report.
+library, a tracer killed mid-trace, the patch report, rings that fill up.
 
 Oracles: the programs' own output (byte-identical with and without tracing)
 and the counts each program implies."""
@@ -13,11 +13,13 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from madtrace.binary.address_space import AddressSpace
 from madtrace.inject.engine import FunctionTracer
 from madtrace.process.tracee import Tracee
+from madtrace.trace.reader import iter_call_chunks
 
 from .util import (ROOT, VARIANTS, check_live_output, finish_live, madtrace, prog, run_untraced,
                    start_ready)
@@ -144,6 +146,35 @@ def test_target_survives_sigkill_of_the_tracer(tmp_path):
     finally:
         tracer.kill()
     check_live_output(argv[0], rest)
+
+
+@pytest.mark.parametrize("extra", [[], ["--no-time"]])
+def test_full_rings_wait_and_lose_nothing(tmp_path, extra):
+    """Tracer and target on one CPU: the target fills its ring (4 MiB, 131072
+    calls) before the drain gets the CPU, and waits for it each time; every
+    record is kept, in order, and the waits are counted."""
+    n = 1_000_000
+    argv = [prog("bench_calls", "O2-pie"), str(n)]
+    cpu = min(os.sched_getaffinity(0))
+    out = tmp_path / "t"
+    r = subprocess.run([sys.executable, "-m", "madtrace.cli.main", "record", "-q", *extra, "-o",
+                        str(out), "-f", "leaf", "--", *argv], capture_output=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=ROOT),
+                       preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout == run_untraced(argv).stdout
+    m = meta(out)
+    assert m["calls"] == {"leaf": n} and m["dropped_events"] == 0
+    assert m["function_tracing"]["ring_waits"] > 0
+    chunks = [c for _, c in iter_call_chunks(str(out))]
+    records = np.concatenate(chunks)
+    assert len(records) == 2 * n
+    assert (records["code"] == np.tile(np.array([0, 1], dtype=np.uint32), n)).all()
+    tsc = records["tsc"].astype(np.int64)
+    if extra:
+        assert not tsc.any()
+    else:
+        assert tsc.min() > 0 and (np.diff(tsc) >= 0).all()
 
 
 def test_no_functions_flag(tmp_path):
