@@ -47,6 +47,8 @@
                                         fast path never reads the cache line of TAIL */
 #define MT_RING_WAITS         40     /* u64, written by the target: records that found the ring
                                         full and waited for the tracer */
+#define MT_RING_CONTROL       48     /* u64, written by the tracer: the control block's address
+                                        (for the trampolines' slow paths) */
 #define MT_RING_TAIL          64     /* u64, written by the tracer: records consumed */
 #define MT_RING_TID           72     /* u64, written by the tracer: owner thread id */
 #define MT_RING_SHADOW        4096   /* shadow stack: {u64 return address, u64 entry rsp} */

@@ -22,85 +22,98 @@
         .intel_syntax noprefix
         .text
 
-/* SAVE/RESTORE: the four registers every template uses */
+/* SAVE/RESTORE: the three registers a record needs; SAVE4/RESTORE4 with rsi
+ * too, for the templates that keep a shadow stack */
 .macro SAVE
         push rax
         push rcx
         push rdx
-        push rsi
 .endm
 .macro RESTORE
-        pop rsi
         pop rdx
         pop rcx
         pop rax
 .endm
+.macro SAVE4
+        SAVE
+        push rsi
+.endm
+.macro RESTORE4
+        pop rsi
+        RESTORE
+.endm
 
-/* Each record is written by a straight fast path (LOOKUP, EMIT); what it may
- * branch to (a slot found further on, a thread without a slot, a full ring)
- * is laid out after the template's last jump (LOOKUP_SLOW, EMIT_SLOW), so the
- * fast path takes no branch.  Labels are .L<what>_<template><tag>. */
+/* Each record is written by a straight fast path (LOOKUP, EMIT) that uses rax,
+ * rcx and rdx only; what it may branch to (a slot found further on, a thread
+ * without a slot, a full ring) is laid out after the template's last jump
+ * (LOOKUP_SLOW, EMIT_SLOW) and saves what else it uses, so the fast path takes
+ * no branch.  Labels are .L<what>_<template><tag>. */
 
-/* LOOKUP name, tag: rsi = control block, rcx = this thread's ring block.
+/* LOOKUP name, tag: rcx = this thread's ring block.
  * The slot table is keyed by NOT(fs base) (layout.h).  The fast path takes the
  * word at %fs:0 for the fs base: one load, where rdfsbase costs ~7 cycles, and
  * the same value wherever the x86-64 TLS ABI is followed (the TCB's first word
  * points at the TCB: glibc, musl); LOOKUP_SLOW tries rdfsbase when it misses.
  * Key K is probed first at slot ((K >> MT_SLOT_HASH_SHIFT) & (MT_SLOTS - 1)). */
 .macro LOOKUP name, tag
-        movabs rsi, 0x1122334455667788
+        movabs rcx, 0x1122334455667788
 mt_\name\()_pp_ctl\tag\()_abs64:
         mov rax, fs:[0]
         not rax
-        mov ecx, eax
-        shr ecx, MT_SLOT_HASH_SHIFT - 4
-        and ecx, (MT_SLOTS - 1) << 4
-        lea rcx, [rsi + rcx + MT_SLOT_TABLE]
-        cmp [rcx], rax
+        mov edx, eax
+        shr edx, MT_SLOT_HASH_SHIFT - 4
+        and edx, (MT_SLOTS - 1) << 4
+        lea rdx, [rcx + rdx + MT_SLOT_TABLE]
+        cmp [rdx], rax
         jne .Lprobe_\name\tag
 .Lfound_\name\tag:
-        mov rcx, [rcx + 8]
+        mov rcx, [rdx + 8]
 .endm
 
-/* the rest of the linear probe for key rax; then the same for the fs base
- * itself (a thread whose %fs:0 is not its thread pointer); a thread without a
- * slot writes no record: it is counted (while recording) and goes to \nothread */
+/* the rest of the linear probe for key rax (rcx = control block, rdx = the
+ * slot probed); then the same for the fs base itself (a thread whose %fs:0 is
+ * not its thread pointer); a thread without a slot writes no record: it is
+ * counted (while recording) and goes to \nothread */
 .macro LOOKUP_SLOW name, tag, nothread
 .Lprobe_\name\tag:
-        lea rdx, [rsi + MT_SLOT_TABLE + MT_SLOT_TABLE_SIZE]
-1:      cmp qword ptr [rcx], 0
+        push rsi
+        lea rsi, [rcx + MT_SLOT_TABLE + MT_SLOT_TABLE_SIZE]
+1:      cmp qword ptr [rdx], 0
         je 3f
-        add rcx, MT_SLOT_ENTRY_SIZE
-        cmp rcx, rdx
+        add rdx, MT_SLOT_ENTRY_SIZE
+        cmp rdx, rsi
         jae 3f
-        cmp [rcx], rax
+        cmp [rdx], rax
         jne 1b
+        pop rsi
         jmp .Lfound_\name\tag
-3:      rdfsbase rdx
-        not rdx
-        cmp rax, rdx
+3:      rdfsbase rsi
+        not rsi
+        cmp rax, rsi
         je 4f                       /* that was the fs base: no slot */
-        mov rax, rdx
-        mov ecx, eax
-        shr ecx, MT_SLOT_HASH_SHIFT - 4
-        and ecx, (MT_SLOTS - 1) << 4
-        lea rcx, [rsi + rcx + MT_SLOT_TABLE]
-        cmp [rcx], rax
+        mov rax, rsi
+        pop rsi
+        mov edx, eax
+        shr edx, MT_SLOT_HASH_SHIFT - 4
+        and edx, (MT_SLOTS - 1) << 4
+        lea rdx, [rcx + rdx + MT_SLOT_TABLE]
+        cmp [rdx], rax
         je .Lfound_\name\tag
         jmp .Lprobe_\name\tag
-4:      test byte ptr [rsi + MT_CTL_FLAGS], MT_FLAG_ENABLED
+4:      pop rsi
+        test byte ptr [rcx + MT_CTL_FLAGS], MT_FLAG_ENABLED
         jz \nothread
-        lock inc qword ptr [rsi + MT_CTL_UNREGISTERED]
+        lock inc qword ptr [rcx + MT_CTL_UNREGISTERED]
         jmp \nothread
 .endm
 
-/* EMIT name, tag, ts, rsp_off: one record into ring rcx if HEAD < LIMIT
- * (control block in rsi); clobbers rax, rdx, rsi; ends at .Ldone_<name><tag>.
- * The site code (site id << 1 | kind) is patch point mt_<name>_pp_code<tag>_imm32;
- * rsp_off: where the callee's entry stack pointer is, relative to rsp.
- * An entry record also counts the call: the thread's counter of the site
- * (patch point mt_<name>_pp_count<tag>_imm32: MT_RING_COUNTS + 8 * site id),
- * once the record is published. */
+/* EMIT name, tag, ts, rsp_off: one record into ring rcx if HEAD < LIMIT;
+ * clobbers rax, rdx; ends at .Ldone_<name><tag>.  The site code (site id << 1
+ * | kind) is patch point mt_<name>_pp_code<tag>_imm32; rsp_off: where the
+ * callee's entry stack pointer is, relative to rsp.  An entry record also
+ * counts the call: the thread's counter of the site (patch point
+ * mt_<name>_pp_count<tag>_imm32: MT_RING_COUNTS + 8 * site id), once the
+ * record is published. */
 .macro EMIT name, tag, ts, rsp_off
 .if \ts
         rdtsc                       /* first: its latency overlaps what follows */
@@ -111,22 +124,19 @@ mt_\name\()_pp_ctl\tag\()_abs64:
         cmp rax, [rcx + MT_RING_LIMIT]
         jae .Lfull_\name\tag
 .Lroom_\name\tag:
-        mov esi, eax
-        and esi, MT_RING_MASK
-        shl esi, 4
-        add rsi, rcx
+        and eax, MT_RING_MASK
+        shl eax, 4
 .if \ts
-        mov [rsi + MT_RING_RECORDS_OFF], rdx
+        mov [rcx + rax + MT_RING_RECORDS_OFF], rdx
 .else
-        mov qword ptr [rsi + MT_RING_RECORDS_OFF], 0
+        mov qword ptr [rcx + rax + MT_RING_RECORDS_OFF], 0
 .endif
         lea rdx, [rsp + \rsp_off]
         shl rdx, 32
         or rdx, 0x7fffffff
 mt_\name\()_pp_code\tag\()_imm32:
-        mov [rsi + MT_RING_RECORDS_OFF + 8], rdx
-        inc rax
-        mov [rcx + MT_RING_HEAD], rax
+        mov [rcx + rax + MT_RING_RECORDS_OFF + 8], rdx
+        inc qword ptr [rcx + MT_RING_HEAD]
 .ifc \tag,_entry
         inc qword ptr [rcx + 0x7fffffff]
 mt_\name\()_pp_count\tag\()_imm32:
@@ -143,6 +153,8 @@ mt_\name\()_pp_count\tag\()_imm32:
 .Lfull_\name\tag:
         cmp qword ptr [rcx + MT_RING_LIMIT], 0
         je .Ldone_\name\tag
+        push rsi
+        mov rsi, [rcx + MT_RING_CONTROL]
         cmp byte ptr [rsi + MT_CTL_NOWAIT], 0
         jne 8f
         inc qword ptr [rcx + MT_RING_WAITS]
@@ -162,13 +174,16 @@ mt_\name\()_pp_count\tag\()_imm32:
         add rsp, 8 + 8 * \ts
         mov byte ptr [rsi + MT_CTL_NOWAIT], 1
 8:      inc qword ptr [rcx + MT_RING_DROPS]
+        pop rsi
         jmp .Ldone_\name\tag
 9:      add rsp, 8 + 8 * \ts        /* recording was turned off meanwhile */
+        pop rsi
         jmp .Ldone_\name\tag
 10:     add rsp, 8
 .if \ts
         pop rdx
 .endif
+        pop rsi
         jmp .Lroom_\name\tag
 .endm
 
@@ -188,16 +203,16 @@ mt_\name\()_pp_count\tag\()_imm32:
 /* ---------------------------------------------------------------------------
  * Call-site trampoline: the site's `call f` became `jmp mt_callsite`.
  * entry record, call f (rsp as at the original call), exit record, jmp back.
- * Record rsp = callee entry rsp = call-site rsp - 8 = [rsp + 32 - 8].
+ * Record rsp = callee entry rsp = call-site rsp - 8 = [rsp + 24 - 8].
  */
 .macro CALLSITE name, ts
         .globl mt_\name\()_start
 mt_\name\()_start:
-        TAG \name, _entry, \ts, 24
+        TAG \name, _entry, \ts, 16
         .byte 0xe8
         .long 0
 mt_\name\()_pp_target_rel32:
-        TAG \name, _exit, \ts, 24
+        TAG \name, _exit, \ts, 16
         .byte 0xe9
         .long 0
 mt_\name\()_pp_return_rel32:
@@ -214,7 +229,7 @@ mt_\name\()_end:
  */
 .macro TAILSITE name, ts
 mt_\name\()_start:
-        TAG \name, _entry, \ts, 32
+        TAG \name, _entry, \ts, 24
         .byte 0xe9
         .long 0
 mt_\name\()_pp_target_rel32:
@@ -231,7 +246,7 @@ mt_\name\()_end:
  */
 .macro ENTRY name, ts
 mt_\name\()_start:
-        SAVE
+        SAVE4
         LOOKUP \name, _entry
         EMIT \name, _entry, \ts, 32
         mov rax, [rcx + MT_RING_SHADOW_TOP]
@@ -250,7 +265,7 @@ mt_\name\()_start:
 mt_\name\()_pp_exitstub_abs64:
         mov [rsp + 32], rax
 .Lout_\name:
-        RESTORE
+        RESTORE4
         jmp 19f
 18:     inc qword ptr [rcx + MT_RING_EXITS_LOST]
         jmp .Lout_\name
@@ -268,7 +283,7 @@ mt_\name\()_end:
 .macro EXITSTUB name, ts
 mt_\name\()_start:
         sub rsp, 8
-        SAVE
+        SAVE4
         LOOKUP \name, _exit
         lea rdx, [rsp + 32]
         mov rax, [rcx + MT_RING_SHADOW_TOP]
@@ -283,11 +298,8 @@ mt_\name\()_start:
         mov [rcx + MT_RING_SHADOW_TOP], rax
         mov rax, [rsi + MT_RING_SHADOW]
         mov [rsp + 32], rax
-        /* rsi served as the shadow entry pointer: EMIT needs the control block */
-        movabs rsi, 0x1122334455667788
-mt_\name\()_pp_ctlreload_exit_abs64:
         EMIT \name, _exit, \ts, 32
-        RESTORE
+        RESTORE4
         ret
 29:     ud2     /* no shadow frame: cannot happen unless memory was corrupted */
         LOOKUP_SLOW \name, _exit, 29b

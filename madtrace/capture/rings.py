@@ -196,6 +196,7 @@ class RingSet:
                 self._u64(ring + getattr(self.L, field), 0)
             self._set_limit(ring)
             self._u64(ring + self.L.MT_RING_TID, tid)
+            self._u64(ring + self.L.MT_RING_CONTROL, self.area.address)
             self._populate(ring)
             slot = self._probe(key, for_insert=True)
             # value before key: a concurrent lookup never sees a key without its ring

@@ -236,7 +236,7 @@ class FunctionTracer:
         if not reloc:
             raise _Refused(f"entry of {fn.name} cannot be relocated: {reloc.reason}")
         area.area.write(exit_at, bytes(exit_tpl.instantiate(
-            exit_at, ctl_exit=ctl, ctlreload_exit=ctl, code_exit=(site.sid << 1) | 1)))
+            exit_at, ctl_exit=ctl, code_exit=(site.sid << 1) | 1)))
         body = bytes(entry_tpl.instantiate(entry_at, ctl_entry=ctl, code_entry=site.sid << 1,
                                            count_entry=self.rings.counter_offset(site.sid),
                                            exitstub=exit_at)) + reloc.code
