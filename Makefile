@@ -57,10 +57,15 @@ $(INJECTOR_OUT): injector/trampolines.S injector/layout.h injector/build_templat
 
 # the data engine's hot loop (tracer side, C, loaded with ctypes)
 NATIVE_OUT := build/native/libmtloop.so
+# the drain of the function-tracing rings (tracer side, C, loaded with ctypes)
+DRAIN_OUT := build/native/libmtdrain.so
 # the frame rules of the call records (analysis side: segmentation, call tree)
 REPLAY_OUT := build/native/libmtreplay.so
-native: $(NATIVE_OUT) $(REPLAY_OUT)
+native: $(NATIVE_OUT) $(DRAIN_OUT) $(REPLAY_OUT)
 $(NATIVE_OUT): madtrace/process/fault_loop.c injector/layout.h
+	@mkdir -p $(@D)
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
+$(DRAIN_OUT): madtrace/capture/ring_drain.c injector/layout.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
 $(REPLAY_OUT): madtrace/analysis/replay.c

@@ -8,23 +8,26 @@
  *
  * The shared mapping (a memfd mapped by both tracer and target):
  *   [control block, 4 KiB][slot table, 4 KiB][ring block 0][ring block 1]...
- * A thread finds its ring block through the slot table, keyed by its fs base
- * (rdfsbase: unique per live thread, never faults).  Each ring block holds one
+ * A thread finds its ring block through the slot table, keyed by NOT(its fs
+ * base): 0 and 1 (free, tombstone) then stand for fs bases no thread has.  The
+ * trampolines look up the word at %fs:0 first (a load; the x86-64 TLS ABI
+ * keeps the fs base there), then rdfsbase (~7 cycles) if that misses.  Each ring block holds one
  * thread's records (single writer: that thread; single reader: the tracer).
  */
 #define MT_MAGIC              0x45434152544d
-#define MT_LAYOUT_VERSION     1
+#define MT_LAYOUT_VERSION     2
 
 /* control block */
 #define MT_CTL_MAGIC          0
 #define MT_CTL_VERSION        8
-#define MT_CTL_FLAGS          16     /* byte: MT_FLAG_* */
+#define MT_CTL_FLAGS          16     /* byte: MT_FLAG_*, written by the tracer */
+#define MT_CTL_NOWAIT         17     /* byte: nonzero: a full ring drops at once (set by a writer
+                                        whose wait timed out, cleared by the tracer's drain) */
 #define MT_CTL_UNREGISTERED   24     /* u64: records of threads without a slot (lock inc) */
 #define MT_CTL_SIZE           4096
-#define MT_FLAG_ENABLED       1      /* records are written */
-#define MT_FLAG_NOWAIT        2      /* a full ring drops at once (set after a spin timed out) */
+#define MT_FLAG_ENABLED       1      /* records are written (each ring's LIMIT says it too) */
 
-/* slot table: 2*MT_SLOTS entries {u64 key = fs base (0 free, 1 tombstone), u64 ring block address} */
+/* slot table: 2*MT_SLOTS entries {u64 key = NOT(fs base) (0 free, 1 tombstone), u64 ring block address} */
 #define MT_SLOTS              128
 #define MT_SLOT_HASH_SHIFT    12
 #define MT_SLOT_TABLE         4096
@@ -37,9 +40,15 @@
 #define MT_RING_DROPS         8      /* u64, written by the target: records dropped (ring full) */
 #define MT_RING_SHADOW_TOP    16     /* u64, written by the target: shadow stack depth */
 #define MT_RING_EXITS_LOST    24     /* u64: entries not redirected (shadow stack full) */
-#define MT_RING_TAIL_CACHE    32     /* u64, the target's copy of TAIL: re-read only when the
-                                        ring looks full, so the fast path never touches the
-                                        cache line the tracer writes */
+#define MT_RING_LIMIT         32     /* u64, written by the tracer: a record may be written
+                                        while HEAD < LIMIT: TAIL + MT_RING_RECORDS while
+                                        recording, 0 while not.  The writer's one test per
+                                        record; the tracer writes it once per drain, so the
+                                        fast path never reads the cache line of TAIL */
+#define MT_RING_WAITS         40     /* u64, written by the target: records that found the ring
+                                        full and waited for the tracer */
+#define MT_RING_CONTROL       48     /* u64, written by the tracer: the control block's address
+                                        (for the trampolines' slow paths) */
 #define MT_RING_TAIL          64     /* u64, written by the tracer: records consumed */
 #define MT_RING_TID           72     /* u64, written by the tracer: owner thread id */
 #define MT_RING_SHADOW        4096   /* shadow stack: {u64 return address, u64 entry rsp} */
@@ -47,7 +56,16 @@
 #define MT_RING_RECORDS_OFF   69632  /* MT_RING_SHADOW + 16 * MT_SHADOW_ENTRIES */
 #define MT_RING_RECORDS       262144 /* power of two (4 MiB of records per thread) */
 #define MT_RING_MASK          262143
-#define MT_RING_BLOCK         4263936 /* MT_RING_RECORDS_OFF + 16 * MT_RING_RECORDS */
+#define MT_RING_COUNTS        4265984 /* u64 per site id < MT_COUNTED_SITES, written by the target
+                                        only: entry records this thread wrote for the site
+                                        (the calls, counted where they happen: the tracer's
+                                        drain only writes records out).  At MT_RING_RECORDS_OFF
+                                        + 16 * MT_RING_RECORDS + 2048: site 0's counter does
+                                        not share HEAD's offset within a page (4K aliasing) */
+#define MT_COUNTED_SITES      262144 /* sites with a counter; the trampolines of further sites
+                                        count into the spare one after them (never read), and
+                                        the drain counts their entry records instead */
+#define MT_RING_BLOCK         6365184 /* MT_RING_COUNTS + 8 * (MT_COUNTED_SITES + 1), page-rounded */
 #define MT_SPIN_LIMIT         4000000 /* pause iterations a writer waits on a full ring (~0.1-0.5 s) */
 
 /* one record = 16 bytes:

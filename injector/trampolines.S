@@ -22,125 +22,202 @@
         .intel_syntax noprefix
         .text
 
-/* SAVE/RESTORE: the four registers every template uses */
+/* SAVE/RESTORE: the three registers a record needs; SAVE4/RESTORE4 with rsi
+ * too, for the templates that keep a shadow stack */
 .macro SAVE
         push rax
         push rcx
         push rdx
-        push rsi
 .endm
 .macro RESTORE
-        pop rsi
         pop rdx
         pop rcx
         pop rax
 .endm
-
-/* LOOKUP name, tag, nothread: rsi = control block, rcx = this thread's ring
- * block; jumps to \nothread if the thread has no slot (counted). */
-.macro LOOKUP name, tag, nothread
-        movabs rsi, 0x1122334455667788
-mt_\name\()_pp_ctl\tag\()_abs64:
-        rdfsbase rax
-        mov rcx, rax
-        shr rcx, MT_SLOT_HASH_SHIFT
-        and ecx, MT_SLOTS - 1
-        shl ecx, 4
-        lea rcx, [rsi + rcx + MT_SLOT_TABLE]
-1:      mov rdx, [rcx]
-        cmp rdx, rax
-        je 2f
-        test rdx, rdx
-        jz 3f
-        add rcx, MT_SLOT_ENTRY_SIZE
-        jmp 1b
-3:      lock inc qword ptr [rsi + MT_CTL_UNREGISTERED]
-        jmp \nothread
-2:      mov rcx, [rcx + 8]
+.macro SAVE4
+        SAVE
+        push rsi
+.endm
+.macro RESTORE4
+        pop rsi
+        RESTORE
 .endm
 
-/* EMIT name, tag, ts, rsp_off, done: write one record into ring rcx (control
- * block rsi) if tracing is enabled; clobbers rax, rdx, rsi.  The site code
- * (site id << 1 | kind) is patch point mt_<name>_pp_code<tag>_imm32. */
-.macro EMIT name, tag, ts, rsp_off, done
-        test byte ptr [rsi + MT_CTL_FLAGS], MT_FLAG_ENABLED
-        jz \done
+/* Each record is written by a straight fast path (LOOKUP, EMIT) that uses rax,
+ * rcx and rdx only; what it may branch to (a slot found further on, a thread
+ * without a slot, a full ring) is laid out after the template's last jump
+ * (LOOKUP_SLOW, EMIT_SLOW) and saves what else it uses, so the fast path takes
+ * no branch.  Labels are .L<what>_<template><tag>. */
+
+/* LOOKUP name, tag: rcx = this thread's ring block.
+ * The slot table is keyed by NOT(fs base) (layout.h).  The fast path takes the
+ * word at %fs:0 for the fs base: one load, where rdfsbase costs ~7 cycles, and
+ * the same value wherever the x86-64 TLS ABI is followed (the TCB's first word
+ * points at the TCB: glibc, musl); LOOKUP_SLOW tries rdfsbase when it misses.
+ * Key K is probed first at slot ((K >> MT_SLOT_HASH_SHIFT) & (MT_SLOTS - 1)). */
+.macro LOOKUP name, tag
+        movabs rcx, 0x1122334455667788
+mt_\name\()_pp_ctl\tag\()_abs64:
+        mov rax, fs:[0]
+        not rax
+        mov edx, eax
+        shr edx, MT_SLOT_HASH_SHIFT - 4
+        and edx, (MT_SLOTS - 1) << 4
+        lea rdx, [rcx + rdx + MT_SLOT_TABLE]
+        cmp [rdx], rax
+        jne .Lprobe_\name\tag
+.Lfound_\name\tag:
+        mov rcx, [rdx + 8]
+.endm
+
+/* the rest of the linear probe for key rax (rcx = control block, rdx = the
+ * slot probed); then the same for the fs base itself (a thread whose %fs:0 is
+ * not its thread pointer); a thread without a slot writes no record: it is
+ * counted (while recording) and goes to \nothread */
+.macro LOOKUP_SLOW name, tag, nothread
+.Lprobe_\name\tag:
+        push rsi
+        lea rsi, [rcx + MT_SLOT_TABLE + MT_SLOT_TABLE_SIZE]
+1:      cmp qword ptr [rdx], 0
+        je 3f
+        add rdx, MT_SLOT_ENTRY_SIZE
+        cmp rdx, rsi
+        jae 3f
+        cmp [rdx], rax
+        jne 1b
+        pop rsi
+        jmp .Lfound_\name\tag
+3:      rdfsbase rsi
+        not rsi
+        cmp rax, rsi
+        je 4f                       /* that was the fs base: no slot */
+        mov rax, rsi
+        pop rsi
+        mov edx, eax
+        shr edx, MT_SLOT_HASH_SHIFT - 4
+        and edx, (MT_SLOTS - 1) << 4
+        lea rdx, [rcx + rdx + MT_SLOT_TABLE]
+        cmp [rdx], rax
+        je .Lfound_\name\tag
+        jmp .Lprobe_\name\tag
+4:      pop rsi
+        test byte ptr [rcx + MT_CTL_FLAGS], MT_FLAG_ENABLED
+        jz \nothread
+        lock inc qword ptr [rcx + MT_CTL_UNREGISTERED]
+        jmp \nothread
+.endm
+
+/* EMIT name, tag, ts, rsp_off: one record into ring rcx if HEAD < LIMIT;
+ * clobbers rax, rdx; ends at .Ldone_<name><tag>.  The site code (site id << 1
+ * | kind) is patch point mt_<name>_pp_code<tag>_imm32; rsp_off: where the
+ * callee's entry stack pointer is, relative to rsp.  An entry record also
+ * counts the call: the thread's counter of the site (patch point
+ * mt_<name>_pp_count<tag>_imm32: MT_RING_COUNTS + 8 * site id), once the
+ * record is published. */
+.macro EMIT name, tag, ts, rsp_off
+.if \ts
+        rdtsc                       /* first: its latency overlaps what follows */
+        shl rdx, 32
+        or rdx, rax
+.endif
         mov rax, [rcx + MT_RING_HEAD]
-4:      mov rdx, rax
-        sub rdx, [rcx + MT_RING_TAIL_CACHE]
-        cmp rdx, MT_RING_RECORDS
-        jae 5f
-13:     mov rsi, rax
-        and esi, MT_RING_MASK
-        shl esi, 4
-        add rsi, rcx
+        cmp rax, [rcx + MT_RING_LIMIT]
+        jae .Lfull_\name\tag
+.Lroom_\name\tag:
+        and eax, MT_RING_MASK
+        shl eax, 4
+.if \ts
+        mov [rcx + rax + MT_RING_RECORDS_OFF], rdx
+.else
+        mov qword ptr [rcx + rax + MT_RING_RECORDS_OFF], 0
+.endif
         lea rdx, [rsp + \rsp_off]
         shl rdx, 32
         or rdx, 0x7fffffff
 mt_\name\()_pp_code\tag\()_imm32:
-        mov [rsi + MT_RING_RECORDS_OFF + 8], rdx
-.if \ts
-        rdtsc
-        shl rdx, 32
-        or rax, rdx
-.else
-        xor eax, eax
-.endif
-        mov [rsi + MT_RING_RECORDS_OFF], rax
+        mov [rcx + rax + MT_RING_RECORDS_OFF + 8], rdx
         inc qword ptr [rcx + MT_RING_HEAD]
-        jmp \done
-        /* ring full by the cached tail: refresh it from the tracer's */
-5:      mov rdx, [rcx + MT_RING_TAIL]
-        mov [rcx + MT_RING_TAIL_CACHE], rdx
-        mov rdx, rax
-        sub rdx, [rcx + MT_RING_TAIL_CACHE]
-        cmp rdx, MT_RING_RECORDS
-        jb 13b
-        /* ring full: wait for the tracer to drain, up to MT_SPIN_LIMIT pauses */
-6:      test byte ptr [rsi + MT_CTL_FLAGS], MT_FLAG_NOWAIT
-        jnz 8f
+.ifc \tag,_entry
+        inc qword ptr [rcx + 0x7fffffff]
+mt_\name\()_pp_count\tag\()_imm32:
+.endif
+.Ldone_\name\tag:
+.endm
+
+/* HEAD >= LIMIT: recording is off (LIMIT 0: no record), or the ring is full:
+ * wait for the tracer to drain (it raises LIMIT), up to MT_SPIN_LIMIT pauses,
+ * then drop the record and count it (and drop at once from then on, until
+ * the tracer drains again).  With timestamps, rdx holds the record's
+ * timestamp, taken before the wait. */
+.macro EMIT_SLOW name, tag, ts
+.Lfull_\name\tag:
+        cmp qword ptr [rcx + MT_RING_LIMIT], 0
+        je .Ldone_\name\tag
+        push rsi
+        mov rsi, [rcx + MT_RING_CONTROL]
+        cmp byte ptr [rsi + MT_CTL_NOWAIT], 0
+        jne 8f
+        inc qword ptr [rcx + MT_RING_WAITS]
+.if \ts
+        push rdx
+.endif
         push MT_SPIN_LIMIT
 7:      pause
         mov rax, [rcx + MT_RING_HEAD]
-        mov rdx, rax
-        sub rdx, [rcx + MT_RING_TAIL]
-        cmp rdx, MT_RING_RECORDS
-        jb 9f
+        mov rdx, [rcx + MT_RING_LIMIT]
+        test rdx, rdx
+        jz 9f
+        cmp rax, rdx
+        jb 10f
         dec qword ptr [rsp]
         jnz 7b
-        add rsp, 8
-        or byte ptr [rsi + MT_CTL_FLAGS], MT_FLAG_NOWAIT
+        add rsp, 8 + 8 * \ts
+        mov byte ptr [rsi + MT_CTL_NOWAIT], 1
 8:      inc qword ptr [rcx + MT_RING_DROPS]
-        jmp \done
-9:      add rsp, 8
-        jmp 4b
+        pop rsi
+        jmp .Ldone_\name\tag
+9:      add rsp, 8 + 8 * \ts        /* recording was turned off meanwhile */
+        pop rsi
+        jmp .Ldone_\name\tag
+10:     add rsp, 8
+.if \ts
+        pop rdx
+.endif
+        pop rsi
+        jmp .Lroom_\name\tag
 .endm
 
 /* TAG: one record with every register preserved (rsp_off: where the callee's
- * entry stack pointer is, relative to rsp after SAVE). */
+ * entry stack pointer is, relative to rsp after SAVE); TAG_SLOW its branches. */
 .macro TAG name, tag, ts, rsp_off
         SAVE
-        LOOKUP \name, \tag, 10f
-        EMIT \name, \tag, \ts, \rsp_off, 10f
-10:     RESTORE
+        LOOKUP \name, \tag
+        EMIT \name, \tag, \ts, \rsp_off
+        RESTORE
+.endm
+.macro TAG_SLOW name, tag, ts
+        LOOKUP_SLOW \name, \tag, .Ldone_\name\tag
+        EMIT_SLOW \name, \tag, \ts
 .endm
 
 /* ---------------------------------------------------------------------------
  * Call-site trampoline: the site's `call f` became `jmp mt_callsite`.
  * entry record, call f (rsp as at the original call), exit record, jmp back.
- * Record rsp = callee entry rsp = call-site rsp - 8 = [rsp + 32 - 8].
+ * Record rsp = callee entry rsp = call-site rsp - 8 = [rsp + 24 - 8].
  */
 .macro CALLSITE name, ts
         .globl mt_\name\()_start
 mt_\name\()_start:
-        TAG \name, _entry, \ts, 24
+        TAG \name, _entry, \ts, 16
         .byte 0xe8
         .long 0
 mt_\name\()_pp_target_rel32:
-        TAG \name, _exit, \ts, 24
+        TAG \name, _exit, \ts, 16
         .byte 0xe9
         .long 0
 mt_\name\()_pp_return_rel32:
+        TAG_SLOW \name, _entry, \ts
+        TAG_SLOW \name, _exit, \ts
 mt_\name\()_end:
 .endm
 
@@ -152,10 +229,11 @@ mt_\name\()_end:
  */
 .macro TAILSITE name, ts
 mt_\name\()_start:
-        TAG \name, _entry, \ts, 32
+        TAG \name, _entry, \ts, 24
         .byte 0xe9
         .long 0
 mt_\name\()_pp_target_rel32:
+        TAG_SLOW \name, _entry, \ts
 mt_\name\()_end:
 .endm
 
@@ -168,11 +246,9 @@ mt_\name\()_end:
  */
 .macro ENTRY name, ts
 mt_\name\()_start:
-        SAVE
-        LOOKUP \name, _entry, 19f
-        push rcx
-        EMIT \name, _entry, \ts, 40, 12f
-12:     pop rcx
+        SAVE4
+        LOOKUP \name, _entry
+        EMIT \name, _entry, \ts, 32
         mov rax, [rcx + MT_RING_SHADOW_TOP]
         cmp rax, MT_SHADOW_ENTRIES
         jae 18f
@@ -188,9 +264,14 @@ mt_\name\()_start:
         movabs rax, 0x1122334455667788
 mt_\name\()_pp_exitstub_abs64:
         mov [rsp + 32], rax
+.Lout_\name:
+        RESTORE4
         jmp 19f
 18:     inc qword ptr [rcx + MT_RING_EXITS_LOST]
-19:     RESTORE
+        jmp .Lout_\name
+        LOOKUP_SLOW \name, _entry, .Lout_\name
+        EMIT_SLOW \name, _entry, \ts
+19:
 mt_\name\()_end:
         /* the tracer appends: relocated instructions, jmp rel32 f+consumed */
 .endm
@@ -202,8 +283,8 @@ mt_\name\()_end:
 .macro EXITSTUB name, ts
 mt_\name\()_start:
         sub rsp, 8
-        SAVE
-        LOOKUP \name, _exit, 29f
+        SAVE4
+        LOOKUP \name, _exit
         lea rdx, [rsp + 32]
         mov rax, [rcx + MT_RING_SHADOW_TOP]
 20:     test rax, rax
@@ -217,13 +298,12 @@ mt_\name\()_start:
         mov [rcx + MT_RING_SHADOW_TOP], rax
         mov rax, [rsi + MT_RING_SHADOW]
         mov [rsp + 32], rax
-        /* rsi served as the shadow entry pointer: EMIT needs the control block */
-        movabs rsi, 0x1122334455667788
-mt_\name\()_pp_ctlreload_exit_abs64:
-        EMIT \name, _exit, \ts, 32, 21f
-21:     RESTORE
+        EMIT \name, _exit, \ts, 32
+        RESTORE4
         ret
 29:     ud2     /* no shadow frame: cannot happen unless memory was corrupted */
+        LOOKUP_SLOW \name, _exit, 29b
+        EMIT_SLOW \name, _exit, \ts
 mt_\name\()_end:
 .endm
 

@@ -24,6 +24,7 @@ from .process.cpu import SameCpu
 from .process.events import ThreadExited, ThreadKilled
 from .process.tracee import Tracee, check_traceable, resolve_command
 from .trace import store
+from .trace.reader import entry_counts
 
 
 @dataclass
@@ -478,10 +479,13 @@ class Recording:
             meta.update(self._data_results())           # data/ of the live directory, now
             rings = self.functions.rings if self.functions is not None else None
             with rings.quiesced() if rings is not None else contextlib.nullcontext():
-                # the record files as far as the counts go (draining waits only for this)
+                # the record files as they are (draining waits only for this)
                 meta.update(self._function_results(final=False))
                 sizes = store.record_file_sizes(self.options.output)
             store.copy_trace_files(self.options.output, directory, sizes)
+            if self.functions is not None and rings is not None:
+                # the calls of the records copied (the threads' own counters went on)
+                meta["calls"] = self.functions.call_counts(entry_counts(directory, rings.sites))
             store.write_text(directory, "maps.end.txt", read_maps_text(self.tracee.pid))
             store.write_meta(directory, meta)
             if self.options.store:

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import numpy as np
 import pytest
+
+from madtrace.trace.reader import iter_call_chunks
 
 from .oracles import callgrind_calls, program_output
 from .util import VARIANTS, madtrace, prog, summary_json
@@ -33,6 +36,8 @@ CASES = {
     "calls_longjmp": ([], ["dive", "bail", "after", "attempt"]),
     "calls_threads": ([], ["work", "leaf_op", "thread_main", "libc.so.6:malloc",
                            "libc.so.6:free"]),
+    # %fs:0 not the thread pointer for a while: rings found by the fs base itself
+    "calls_fsword": ([], ["run", "step"]),
 }
 
 MODES = {"time": [], "no-time": ["--no-time"]}
@@ -66,6 +71,17 @@ def check_exact(tmp_path, argv: list, patterns: list, extra=()) -> None:
     assert s["dropped_events"] == 0
     got = {name: n for name, n in s["calls"].items() if n}
     assert got == expected_calls(tuple(argv), tuple(patterns))
+    check_timestamps(out, timed="--no-time" not in extra)
+
+
+def check_timestamps(out, timed: bool) -> None:
+    """Each thread's records carry non-decreasing TSC values (0 without timestamps)."""
+    for _, chunk in iter_call_chunks(str(out)):
+        tsc = chunk["tsc"]
+        if timed:
+            assert tsc.min() > 0 and (np.diff(tsc.astype(np.int64)) >= 0).all()
+        else:
+            assert not tsc.any()
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))

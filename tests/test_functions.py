@@ -1,5 +1,5 @@
 """Function tracing beyond call counts: forks, live restore, a large real
-library, a tracer killed mid-trace, the patch report.
+library, a tracer killed mid-trace, the patch report, rings that fill up.
 
 Oracles: the programs' own output (byte-identical with and without tracing)
 and the counts each program implies."""
@@ -13,11 +13,13 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from madtrace.binary.address_space import AddressSpace
 from madtrace.inject.engine import FunctionTracer
 from madtrace.process.tracee import Tracee
+from madtrace.trace.reader import iter_call_chunks
 
 from .oracles import callgrind_calls
 from .util import (ROOT, VARIANTS, check_live_output, finish_live, madtrace, prog, run_untraced,
@@ -145,6 +147,53 @@ def test_target_survives_sigkill_of_the_tracer(tmp_path):
     finally:
         tracer.kill()
     check_live_output(argv[0], rest)
+
+
+@pytest.mark.parametrize("timestamps", [True, False])
+def test_a_full_ring_waits_and_loses_nothing(tmp_path, timestamps):
+    """The drain is held back (its lock taken) until the target has filled its
+    ring and waits; then it drains again.  The target never drops a record:
+    every call counted is in calls/, in order, with non-decreasing timestamps,
+    and the wait is counted."""
+    argv = [prog("live_calls", "O2-pie")]
+    proc = start_ready(argv)      # runs until its stdin is closed
+    try:
+        tracee = Tracee.attach(proc.pid)
+        engine = FunctionTracer(tracee, AddressSpace.from_pid(proc.pid), str(tmp_path),
+                                timestamps=timestamps)
+        engine.install(["tick", "tock"])
+        rings, L = engine.rings, engine.injector
+        ring = rings.ring_offset(rings.thread_ring[proc.pid])
+        with rings.lock:                              # no drain meanwhile
+            tracee.resume_all()
+            deadline = time.monotonic() + 120
+            while rings._u64(ring + L.MT_RING_WAITS) == 0 and time.monotonic() < deadline:
+                time.sleep(0.001)
+            waits = rings._u64(ring + L.MT_RING_WAITS)
+            tracee.stop_all()
+        assert waits > 0, "the ring never filled up"
+        first = _run_until(tracee, engine, lambda c: True)   # drained, and on a little
+        _run_until(tracee, engine, lambda c: c["tick"] > first["tick"] + 1000)
+        engine.detach()
+        totals = rings.totals()
+        counts = engine.call_counts()
+        tracee.detach()
+        out = finish_live(proc)
+    finally:
+        proc.kill()
+    check_live_output(argv[0], out)
+    assert totals["dropped"] == 0 and totals["ring_waits"] >= waits
+    records = np.concatenate([c for _, c in iter_call_chunks(str(tmp_path))])
+    entries = records[records["code"] & 1 == 0]["code"] >> 1
+    calls = {name: 0 for name in counts}
+    for sid, n in zip(*np.unique(entries, return_counts=True)):
+        calls[engine.plan.sites[sid].function.name] += int(n)
+    assert calls == counts and counts["tick"] > L.MT_RING_RECORDS // 4
+    tsc = records["tsc"].astype(np.int64)
+    if timestamps:
+        assert tsc.min() > 0 and (np.diff(tsc) >= 0).all()
+    else:
+        assert not tsc.any()
 
 
 def test_no_functions_flag(tmp_path):

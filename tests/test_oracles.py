@@ -26,6 +26,7 @@ PROGRAMS = {
     "calls_callbacks": [],
     "calls_longjmp": [],
     "calls_threads": [],
+    "calls_fsword": [],
 }
 
 

@@ -1,19 +1,26 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
 """The tracer's side of the shared rings (layout: injector/layout.h).
 
 ``RingSet`` owns the shared area's control block, slot table and ring blocks:
-it registers a thread (key = its fs base, as the trampolines look it up),
-drains rings concurrently from a background thread with numpy (no per-event
-Python work), appends each thread's records to ``calls/<tid>.rec`` in the
-trace directory, counts entries per call site, and accounts for every record
-that was dropped.  The target writes HEAD, the tracer writes TAIL; the
-tracer only ever reads records below HEAD, which the target wrote before it
+it registers a thread (key = NOT its fs base, as the trampolines look it up),
+drains rings concurrently from a background thread, appends each thread's
+records to ``calls/<tid>.rec`` in the trace directory, sums the threads' call
+counters, and accounts for every record that was dropped.  The target writes
+HEAD and its counters; the tracer writes TAIL and LIMIT (TAIL + ring size
+while recording, 0 while not), the one value the writer tests.  The tracer
+only ever reads records below HEAD, which the target wrote before it
 published HEAD (x86 stores are seen in order).
+
+Each drain of a ring is one call into C (madtrace/capture/ring_drain.c,
+through ctypes, which lets go of the GIL meanwhile): write the records out,
+publish TAIL and LIMIT.  No per-record work happens in Python.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import struct
 import threading
@@ -25,6 +32,39 @@ from ..inject.templates import Injector
 
 RECORD_DTYPE = np.dtype([("tsc", "<u8"), ("code", "<u4"), ("rsp", "<u4")])
 TOMBSTONE = 1
+KEY_MASK = (1 << 64) - 1
+MADV_POPULATE_WRITE = 23   # Linux 5.14
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LIBRARY = os.path.join(ROOT, "build", "native", "libmtdrain.so")
+
+_lib = None
+
+
+def _library() -> ctypes.CDLL:
+    global _lib
+    if _lib is None:
+        if not os.path.exists(LIBRARY):
+            raise TracerInternalError(f"the ring drain is not built ({LIBRARY} is missing): "
+                                      "run `make native`")
+        lib = ctypes.CDLL(LIBRARY, use_errno=True)
+        U64 = ctypes.c_uint64
+        for name in ("mt_drain_record_size", "mt_drain_ring_block"):
+            getattr(lib, name).restype, getattr(lib, name).argtypes = U64, []
+        lib.madvise.restype = ctypes.c_int
+        lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        lib.mt_drain_ring.restype = ctypes.c_int
+        lib.mt_drain_ring.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, U64, U64,
+                                      ctypes.c_int, ctypes.POINTER(U64)]
+        if lib.mt_drain_record_size() != RECORD_DTYPE.itemsize:
+            raise TracerInternalError("libmtdrain.so does not match RECORD_DTYPE: rebuild it")
+        _lib = lib
+    return _lib
+
+
+def _check_build(lib, injector: Injector) -> None:
+    if lib.mt_drain_ring_block() != injector.MT_RING_BLOCK:
+        raise TracerInternalError("libmtdrain.so and the injector disagree on the layout: "
+                                  "run `make native injector`")
 
 
 class RingSet:
@@ -34,19 +74,32 @@ class RingSet:
         self.mem = area.local
         self.out_dir = out_dir
         os.makedirs(os.path.join(out_dir, "calls"), exist_ok=True)
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.free_rings = list(range(injector.MT_SLOTS))
         self.thread_ring: dict[int, int] = {}      # tid -> ring index
-        self.thread_key: dict[int, int] = {}       # tid -> fs base
-        self.files: dict[int, object] = {}         # tid -> open record file
+        self.thread_key: dict[int, int] = {}       # tid -> slot table key
+        self.files: dict[int, int] = {}            # tid -> record file descriptor
         self.records_per_thread: dict[int, int] = {}
-        self.entry_counts = np.zeros(1024, dtype=np.int64)
+        # Calls per site: each thread's trampolines count them in its ring block
+        # (MT_RING_COUNTS, sites below MT_COUNTED_SITES); a ring given back adds its
+        # counters to ``released_counts``.  The drain counts the records of further
+        # sites, by code (site id << 1 | MT_KIND_EXIT) from 2 * MT_COUNTED_SITES on,
+        # into ``code_counts``, whose last counter takes codes of no known site (none:
+        # the trampolines only write codes of the plan's sites).
+        self.sites = 0
+        self.released_counts = np.zeros(0, dtype=np.uint64)
+        self.code_counts = np.zeros(1, dtype=np.uint64)
+        self.enabled = False
+        self._lib = _library()
+        _check_build(self._lib, injector)
+        self._moved = ctypes.c_uint64()
+        self._local = ctypes.addressof(ctypes.c_char.from_buffer(self.mem))
         self.dropped = 0
         self.exits_lost = 0
+        self.waits = 0
         self.unregistered_threads = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._base: int | None = None   # address of the tracer's mapping (head_address)
         self._u64(injector.MT_CTL_MAGIC, injector.MT_MAGIC)
         self._u64(injector.MT_CTL_VERSION, injector.MT_LAYOUT_VERSION)
 
@@ -69,34 +122,102 @@ class RingSet:
         return self.area.address
 
     def set_enabled(self, enabled: bool) -> None:
-        flags = self.mem[self.L.MT_CTL_FLAGS]
-        flag = self.L.MT_FLAG_ENABLED
-        self.mem[self.L.MT_CTL_FLAGS] = (flags | flag) if enabled else (flags & ~flag)
+        """Recording on or off: the flag (for threads without a ring) and every
+        ring's LIMIT (the writers' one test)."""
+        with self.lock:
+            self.enabled = enabled
+            flags = self.mem[self.L.MT_CTL_FLAGS]
+            flag = self.L.MT_FLAG_ENABLED
+            self.mem[self.L.MT_CTL_FLAGS] = (flags | flag) if enabled else (flags & ~flag)
+            for index in self.thread_ring.values():
+                self._set_limit(self.ring_offset(index))
+
+    def _set_limit(self, ring: int) -> None:
+        L = self.L
+        limit = self._u64(ring + L.MT_RING_TAIL) + L.MT_RING_RECORDS if self.enabled else 0
+        self._u64(ring + L.MT_RING_LIMIT, limit)
+
+    def reserve_sites(self, n: int) -> None:
+        """Room to count the calls of sites 0..n-1 (before they are patched)."""
+        with self.lock:
+            if n <= self.sites:
+                return
+            counted = min(n, self.L.MT_COUNTED_SITES)
+            released = np.zeros(counted, dtype=np.uint64)
+            released[:len(self.released_counts)] = self.released_counts
+            self.released_counts = released
+            codes = np.zeros(2 * (n - counted) + 1, dtype=np.uint64)
+            codes[:len(self.code_counts) - 1] = self.code_counts[:-1]
+            codes[-1] = self.code_counts[-1]
+            self.code_counts = codes
+            self.sites = n
+
+    def counter_offset(self, sid: int) -> int:
+        """Where the trampolines of site ``sid`` count its calls, from a ring block's start."""
+        return self.L.MT_RING_COUNTS + 8 * min(sid, self.L.MT_COUNTED_SITES)
+
+    def _counters(self, index: int) -> np.ndarray:
+        """The thread counters of ring ``index`` (a view of the shared area: del it soon)."""
+        return np.frombuffer(self.mem, dtype=np.uint64, count=len(self.released_counts),
+                             offset=self.ring_offset(index) + self.L.MT_RING_COUNTS)
+
+    @property
+    def entry_counts(self) -> np.ndarray:
+        """Calls (entry records) per site id so far: every thread's counters."""
+        with self.lock:
+            counts = np.zeros(self.sites, dtype=np.uint64)
+            counted = len(self.released_counts)
+            counts[:counted] = self.released_counts
+            for index in self.thread_ring.values():
+                view = self._counters(index)
+                counts[:counted] += view
+                del view
+            counts[counted:] = self.code_counts[:-1:2]
+            return counts
 
     # ---------------------------------------------------------- registration
     def register(self, tid: int, fs_base: int) -> None:
-        if fs_base in (0, TOMBSTONE):
+        """Gives thread ``tid`` a ring, found by its fs base (0: it has none).  A
+        thread without a ring writes no record: its records are counted as dropped."""
+        if fs_base == 0:
             self.unregistered_threads += 1
             return
+        key = ~fs_base & KEY_MASK   # as the trampolines look it up (layout.h)
         with self.lock:
             if tid in self.thread_ring:
                 return
-            if not self.free_rings:
+            if not self.free_rings or key in self.thread_key.values():
                 self.unregistered_threads += 1  # its records are counted as unregistered drops
                 return
             index = self.free_rings.pop(0)
             ring = self.ring_offset(index)
             for field in ("MT_RING_HEAD", "MT_RING_DROPS", "MT_RING_SHADOW_TOP",
-                          "MT_RING_EXITS_LOST", "MT_RING_TAIL_CACHE", "MT_RING_TAIL"):
+                          "MT_RING_EXITS_LOST", "MT_RING_WAITS", "MT_RING_TAIL"):
                 self._u64(ring + getattr(self.L, field), 0)
+            self._set_limit(ring)
             self._u64(ring + self.L.MT_RING_TID, tid)
-            slot = self._probe(fs_base, for_insert=True)
+            self._u64(ring + self.L.MT_RING_CONTROL, self.area.address)
+            self._populate(ring)
+            slot = self._probe(key, for_insert=True)
             # value before key: a concurrent lookup never sees a key without its ring
             self._u64(slot + 8, self.area.address + ring)
-            self._u64(slot, fs_base)
+            self._u64(slot, key)
             self.thread_ring[tid] = index
-            self.thread_key[tid] = fs_base
+            self.thread_key[tid] = key
             self.records_per_thread.setdefault(tid, 0)
+
+    def records_range(self, tid: int) -> tuple[int, int]:
+        """(offset, size) of the thread's records in the area."""
+        return (self.ring_offset(self.thread_ring[tid]) + self.L.MT_RING_RECORDS_OFF,
+                self.L.MT_RING_RECORDS * self.L.MT_RECORD_SIZE)
+
+    def _populate(self, ring: int) -> None:
+        """Allocates the pages of a ring's records now (in the tracer: the target
+        then only maps them), so that the thread does not take a page fault and
+        a page allocation every 128 calls of its first 131072 calls.  Best effort:
+        an older kernel (EINVAL) leaves them to the first touch."""
+        self._lib.madvise(self._local + ring + self.L.MT_RING_RECORDS_OFF,
+                          self.L.MT_RING_RECORDS * self.L.MT_RECORD_SIZE, MADV_POPULATE_WRITE)
 
     def _probe(self, key: int, for_insert: bool) -> int:
         L = self.L
@@ -120,74 +241,58 @@ class RingSet:
             index = self.thread_ring.pop(tid)
             key = self.thread_key.pop(tid)
             ring = self.ring_offset(index)
+            view = self._counters(index)    # the thread is gone: its counters stay still
+            self.released_counts += view
+            view[:] = 0                      # for the ring's next thread
+            del view
             self.dropped += self._u64(ring + self.L.MT_RING_DROPS)
             self.exits_lost += self._u64(ring + self.L.MT_RING_EXITS_LOST)
+            self.waits += self._u64(ring + self.L.MT_RING_WAITS)
             self._u64(self._probe(key, for_insert=False), TOMBSTONE)
             self.free_rings.append(index)
-            f = self.files.pop(tid, None)
-            if f:
-                f.close()
+            fd = self.files.pop(tid, None)
+            if fd is not None:
+                os.close(fd)
 
     def head_address(self, tid: int) -> int:
         """The address of the thread's HEAD in the tracer's own memory (0: no ring)."""
         if tid not in self.thread_ring:
             return 0
-        if self._base is None:
-            self._base = ctypes.addressof(ctypes.c_char.from_buffer(self.mem))
-        return self._base + self.ring_offset(self.thread_ring[tid]) + self.L.MT_RING_HEAD
+        return self._local + self.ring_offset(self.thread_ring[tid]) + self.L.MT_RING_HEAD
 
     def head_of(self, tid: int) -> int:
         return self._u64(self.ring_offset(self.thread_ring[tid]) + self.L.MT_RING_HEAD)
 
     # ------------------------------------------------------------- draining
     def _drain_one(self, tid: int) -> int:
-        L = self.L
         ring = self.ring_offset(self.thread_ring[tid])
-        head = self._u64(ring + L.MT_RING_HEAD)
-        tail = self._u64(ring + L.MT_RING_TAIL)
-        n = head - tail
-        if n <= 0:
-            return 0
-        if n > L.MT_RING_RECORDS:
-            raise TracerInternalError(f"ring of thread {tid}: head {head} ahead of tail {tail} by {n}")
-        base = ring + L.MT_RING_RECORDS_OFF
-        start = tail & L.MT_RING_MASK
-        first = min(n, L.MT_RING_RECORDS - start)
-        f = self.files.get(tid)
-        if f is None:
-            f = self.files[tid] = open(os.path.join(self.out_dir, "calls", f"{tid}.rec"), "ab")
-        # zero-copy views of the shared ring: counted, written out, then released
-        for offset, count in ((start, first), (0, n - first)):
-            if count:
-                records = np.frombuffer(self.mem, dtype=RECORD_DTYPE, count=count,
-                                        offset=base + offset * L.MT_RECORD_SIZE)
-                self._count_entries(records["code"])
-                f.write(records.data)
-                del records
-        # records are consumed: the target may overwrite them now
-        self._u64(ring + L.MT_RING_TAIL, head)
+        fd = self.files.get(tid)
+        if fd is None:
+            if self._u64(ring + self.L.MT_RING_HEAD) == self._u64(ring + self.L.MT_RING_TAIL):
+                return 0
+            fd = self.files[tid] = os.open(os.path.join(self.out_dir, "calls", f"{tid}.rec"),
+                                           os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                                           0o644)
+        counts = self.code_counts
+        first = 2 * self.L.MT_COUNTED_SITES
+        err = self._lib.mt_drain_ring(self._local + ring, fd, counts.ctypes.data, first,
+                                      first + len(counts) - 1, int(self.enabled), self._moved)
+        n = self._moved.value
         self.records_per_thread[tid] = self.records_per_thread.get(tid, 0) + n
+        if err == -errno.EPROTO:
+            raise TracerInternalError(f"ring of thread {tid}: head {self.head_of(tid)} more than "
+                                      f"one ring ahead of tail")
+        if err:
+            raise OSError(-err, f"writing calls/{tid}.rec: {os.strerror(-err)}")
         return n
-
-    def _count_entries(self, codes: np.ndarray) -> None:
-        entries = codes[(codes & self.L.MT_KIND_EXIT) == 0] >> 1
-        if not len(entries):
-            return
-        top = int(entries.max())
-        if top >= len(self.entry_counts):
-            grown = np.zeros(max(top + 1, 2 * len(self.entry_counts)), dtype=np.int64)
-            grown[:len(self.entry_counts)] = self.entry_counts
-            self.entry_counts = grown
-        self.entry_counts[:top + 1] += np.bincount(entries, minlength=top + 1)
 
     def drain_all(self) -> int:
         with self.lock:
             total = 0
             for tid in list(self.thread_ring):
                 total += self._drain_one(tid)
-            flags = self.mem[self.L.MT_CTL_FLAGS]
-            if flags & self.L.MT_FLAG_NOWAIT:  # writers may wait again: we are alive
-                self.mem[self.L.MT_CTL_FLAGS] = flags & ~self.L.MT_FLAG_NOWAIT
+            if self.mem[self.L.MT_CTL_NOWAIT]:  # writers may wait again: we are alive
+                self.mem[self.L.MT_CTL_NOWAIT] = 0
             return total
 
     @contextlib.contextmanager
@@ -197,23 +302,22 @@ class RingSet:
         with self.lock:
             for tid in list(self.thread_ring):
                 self._drain_one(tid)
-            for f in self.files.values():
-                f.flush()
             yield self
 
-    def start(self, interval: float = 0.001) -> None:
-        busy = self.L.MT_RING_RECORDS // 8
+    def start(self, interval: float = 0.0002, idle_max: float = 0.004) -> None:
+        """Drains in the background: at once again while a ring fills fast (the
+        writer must rarely find its ring full), every ``interval`` s while
+        records come, backing off to ``idle_max`` s while none do."""
+        busy = self.L.MT_RING_RECORDS // 16
 
         def loop():
             idle = interval
             while not self._stop.is_set():
                 moved = self.drain_all()
                 if moved >= busy:
-                    # a thread is producing fast: drain again soon, but not in a tight
-                    # loop (each drain takes the ring's cache lines away from the writer)
-                    self._stop.wait(0.0002)
+                    idle = interval
                     continue
-                idle = interval if moved else min(idle * 2, 0.004)
+                idle = interval if moved else min(idle * 2, idle_max)
                 self._stop.wait(idle)
 
         self._thread = threading.Thread(target=loop, name="madtrace-drain", daemon=True)
@@ -226,17 +330,19 @@ class RingSet:
         self.drain_all()
 
     def totals(self) -> dict:
-        """Drop accounting of every ring still registered plus those already released."""
-        dropped, lost = self.dropped, self.exits_lost
+        """Drop accounting of every ring still registered plus those already released;
+        ``ring_waits``: records that found their ring full and waited for the drain."""
+        dropped, lost, waits = self.dropped, self.exits_lost, self.waits
         for index in self.thread_ring.values():
             ring = self.ring_offset(index)
             dropped += self._u64(ring + self.L.MT_RING_DROPS)
             lost += self._u64(ring + self.L.MT_RING_EXITS_LOST)
-        return {"dropped": dropped, "exits_lost": lost,
+            waits += self._u64(ring + self.L.MT_RING_WAITS)
+        return {"dropped": dropped, "exits_lost": lost, "ring_waits": waits,
                 "unregistered_records": self._u64(self.L.MT_CTL_UNREGISTERED),
                 "unregistered_threads": self.unregistered_threads}
 
     def close(self) -> None:
-        for f in self.files.values():
-            f.close()
+        for fd in self.files.values():
+            os.close(fd)
         self.files.clear()

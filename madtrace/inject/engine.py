@@ -20,7 +20,7 @@ import numpy as np
 
 from ..arch.x86_64.relocate import relocate_entry
 from ..binary.address_space import AddressSpace
-from ..capture.rings import RingSet
+from ..capture.rings import MADV_POPULATE_WRITE, RingSet
 from ..capture.tsc import tsc_flags, tsc_hz
 from ..errors import TracerInternalError
 from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_READ,
@@ -89,11 +89,13 @@ class FunctionTracer:
             ring_area = SharedArea(rs, RingSet.size_for(self.injector), "madtrace-rings",
                                    executable=False)
             self.rings = RingSet(ring_area, self.injector, self.out_dir)
+            self.rings.reserve_sites(len(plan.sites))
             for module in {fn.module.name: fn.module for fn in plan.functions}.values():
                 fns = [fn for fn in plan.functions if fn.module is module]
                 self._new_code_area(rs, module, self._code_size(plan, fns))
         for tid in list(tracee.threads):
             self.register_thread(tid)
+        self._map_rings(tracee)
         rips = [tracee.get_regs(tid).rip for tid in tracee.threads]
         for fn in plan.functions:
             self._patch_function(fn, rips)
@@ -114,6 +116,7 @@ class FunctionTracer:
         with RemoteSyscalls(tracee) as rs:
             fresh = self._make_plan(rs, patterns)
             chosen = self._merge_plan(fresh)
+            self.rings.reserve_sites(len(self.plan.sites))
             before = {key: len(self.report[key]) for key in ("patched", "skipped", "inexact")}
             self.report["skipped"] += [{"what": w, "why": y} for w, y in fresh.skipped]
             for module in {fn.module.name: fn.module for fn in chosen}.values():
@@ -130,6 +133,16 @@ class FunctionTracer:
         self._register_unwind()
         self._write_tables()
         return {key: self.report[key][start:] for key, start in before.items()}
+
+    def _map_rings(self, tracee: Tracee) -> None:
+        """Maps the rings of the threads there are (their pages exist already, see
+        RingSet._populate) into the target's page tables, so that writing the
+        first records takes no page fault (best effort: one madvise each)."""
+        with RemoteSyscalls(tracee) as rs:
+            for tid in self.rings.thread_ring:
+                offset, size = self.rings.records_range(tid)
+                rs.call("madvise", self.rings.area.address + offset, size, MADV_POPULATE_WRITE,
+                        check=False)
 
     def _make_plan(self, rs: RemoteSyscalls, patterns: list[str]) -> Plan:
         return make_plan(self.space, patterns, method=self.method,
@@ -247,7 +260,8 @@ class FunctionTracer:
             target = site.address + 5 + struct.unpack("<i", original[1:])[0]
             tpl = self.injector.template("callsite" if site.kind == "call" else "tailsite", ts)
             at = area.allocate(tpl.size)
-            fields = dict(ctl_entry=ctl, code_entry=site.sid << 1, target=target)
+            fields = dict(ctl_entry=ctl, code_entry=site.sid << 1, target=target,
+                          count_entry=self.rings.counter_offset(site.sid))
             if site.kind == "call":
                 fields.update(ctl_exit=ctl, code_exit=(site.sid << 1) | 1, **{"return": site.address + 5})
                 if self.plan.scans[site.function.module.name].cxx:
@@ -270,8 +284,9 @@ class FunctionTracer:
         if not reloc:
             raise _Refused(f"entry of {fn.name} cannot be relocated: {reloc.reason}")
         area.area.write(exit_at, bytes(exit_tpl.instantiate(
-            exit_at, ctl_exit=ctl, ctlreload_exit=ctl, code_exit=(site.sid << 1) | 1)))
+            exit_at, ctl_exit=ctl, code_exit=(site.sid << 1) | 1)))
         body = bytes(entry_tpl.instantiate(entry_at, ctl_entry=ctl, code_entry=site.sid << 1,
+                                           count_entry=self.rings.counter_offset(site.sid),
                                            exitstub=exit_at)) + reloc.code
         body += jmp_rel32(entry_at + len(body), fn.address + reloc.consumed)
         area.area.write(entry_at, body)
@@ -348,7 +363,9 @@ class FunctionTracer:
         child.mem.write(area.address, bytes(control))
         for index in self.rings.thread_ring.values():
             off = self.rings.ring_offset(index)
-            child.mem.write(area.address + off, bytes(area.local[off: off + L.MT_RING_RECORDS_OFF]))
+            header = bytearray(area.local[off: off + L.MT_RING_RECORDS_OFF])
+            header[L.MT_RING_LIMIT: L.MT_RING_LIMIT + 8] = bytes(8)   # no room: nothing recorded
+            child.mem.write(area.address + off, bytes(header))
 
     # ------------------------------------------------------------- results
     def _write_tables(self) -> None:
@@ -381,11 +398,14 @@ class FunctionTracer:
             return rips
         return np.where(inside, original[j] + (rips - new[j]), rips).astype(np.uint64)
 
-    def call_counts(self) -> dict[str, int]:
+    def call_counts(self, per_site=None) -> dict[str, int]:
+        """Calls per function: the sum over its sites of ``per_site`` (calls per site
+        id; default: the threads' counters so far)."""
         counts = {fn.name: 0 for fn in self.plan.functions if fn.method != "skipped"}
         if self.rings is None:
             return counts
-        per_site = self.rings.entry_counts
+        if per_site is None:
+            per_site = self.rings.entry_counts
         for site in self.plan.sites:
             if site.sid < len(per_site) and site.function.name in counts:
                 counts[site.function.name] += int(per_site[site.sid])

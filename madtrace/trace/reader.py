@@ -6,6 +6,7 @@ analyses, exports and reports use, whatever the on-disk format.
 * ``iter_access_chunks(directory)``: (tid, chunk) per thread, in access
   order; each chunk is a numpy array of ``ACCESS_DTYPE`` (data/<tid>.acc).
 * ``thread_ids(directory)``: every thread with call records or accesses.
+* ``entry_counts(directory, sites)``: entry records per call site id.
 
 Chunks hold at most ``chunk_rows`` rows, so a trace of any size is read with
 memory bounded by the chunk size.
@@ -52,6 +53,19 @@ def iter_access_chunks(directory: str, tid: int | None = None,
         if tid is None or t == tid:
             for chunk in _chunks(path, ACCESS_DTYPE, chunk_rows):
                 yield t, chunk
+
+
+def entry_counts(directory: str, sites: int, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> np.ndarray:
+    """Entry records per call site id (0..sites-1) in the call record files."""
+    counts = np.zeros(sites, dtype=np.uint64)
+    for _, chunk in iter_call_chunks(directory, chunk_rows=chunk_rows):
+        codes = chunk["code"]
+        entries = codes[(codes & 1) == 0] >> 1
+        if len(entries) and int(entries.max()) >= sites:
+            raise CorruptTraceError(f"{directory}: a call record of site {int(entries.max())}, "
+                                    f"of {sites} sites")
+        counts += np.bincount(entries, minlength=sites).astype(np.uint64)
+    return counts
 
 
 def thread_ids(directory: str) -> list[int]:

@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The drain of the function-tracing rings: the tracer's side of the call
+ * records' hot path, in C.
+ *
+ * mt_drain_ring() takes the records [TAIL, HEAD) of one ring (layout:
+ * injector/layout.h), appends them unchanged to the thread's record file and
+ * publishes TAIL and, while recording, the writer's LIMIT = TAIL +
+ * MT_RING_RECORDS (the trampolines compare HEAD with LIMIT only, so they never
+ * read the tracer's TAIL on their fast path).  It goes piece by piece, and
+ * publishes after each piece, so that a writer waiting on a full ring goes on
+ * as soon as the first piece is out.
+ *
+ * The calls are counted by the trampolines themselves (MT_RING_COUNTS, one
+ * counter per thread and site): the drain does not read the records, except
+ * to count the entry records of sites beyond MT_COUNTED_SITES (codes from
+ * count_from on), which have no counter.
+ *
+ * Built by the Makefile into build/native/libmtdrain.so; used through ctypes
+ * by madtrace/capture/rings.py (its drain thread; ctypes releases the GIL for
+ * the call), the only caller.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "layout.h"
+
+#define PIECE_RECORDS 65536   /* 1 MiB of records per write */
+
+/* Writes size bytes; returns 0 or -errno.  *written: the bytes written (on an
+ * error, whole records only: a partial record written last is cut off again). */
+static int write_records(int fd, const uint8_t *data, size_t size, size_t *written)
+{
+    size_t done = 0;
+    while (done < size) {
+        ssize_t w = write(fd, data + done, size - done);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            int err = -errno;
+            size_t partial = done % MT_RECORD_SIZE;
+            off_t end = lseek(fd, 0, SEEK_END);
+            if (partial && end >= (off_t)partial && ftruncate(fd, end - (off_t)partial) == 0)
+                done -= partial;
+            *written = done;
+            return err;
+        }
+        done += (size_t)w;
+    }
+    *written = done;
+    return 0;
+}
+
+/* counts[code - from] += 1 for every record whose code (site id << 1 |
+ * MT_KIND_EXIT) is in [from, to); codes >= to (never written by a trampoline
+ * of ours) go to counts[to - from] */
+static void count_codes(const uint8_t *records, uint64_t n, uint64_t *counts, uint64_t from,
+                        uint64_t to)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t code;
+        memcpy(&code, records + i * MT_RECORD_SIZE + 8, sizeof code);
+        if (code >= from)
+            counts[(code < to ? code : to) - from]++;
+    }
+}
+
+/* the size of one record and the ring block, to check the build against the Python side */
+uint64_t mt_drain_record_size(void)
+{
+    return MT_RECORD_SIZE;
+}
+
+uint64_t mt_drain_ring_block(void)
+{
+    return MT_RING_BLOCK;
+}
+
+/*
+ * Drains one ring.  ring: the tracer's address of the ring block; fd: the
+ * record file (opened for appending); counts: to - from + 1 counters for the
+ * codes [from, to) and the unknown ones (from >= to: no code is counted);
+ * recording: nonzero to give the writer room again (LIMIT), zero to leave
+ * LIMIT alone (recording is off: LIMIT is 0).  *moved: the records written
+ * out and consumed (TAIL moved past them).  Returns 0, -errno if writing
+ * failed (the records before the failed write are consumed all the same), or
+ * -EPROTO if HEAD is not within one ring of TAIL (nothing is consumed).
+ */
+int mt_drain_ring(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, uint64_t to,
+                  int recording, uint64_t *moved)
+{
+    volatile uint64_t *head_p = (volatile uint64_t *)(ring + MT_RING_HEAD);
+    volatile uint64_t *tail_p = (volatile uint64_t *)(ring + MT_RING_TAIL);
+    volatile uint64_t *limit_p = (volatile uint64_t *)(ring + MT_RING_LIMIT);
+    /* records below HEAD were written before HEAD was (x86 stores are seen in order) */
+    uint64_t head = __atomic_load_n(head_p, __ATOMIC_ACQUIRE);
+    uint64_t tail = *tail_p;
+    int err = 0;
+    *moved = 0;
+    if (head == tail)
+        return 0;
+    if (head - tail > MT_RING_RECORDS)
+        return -EPROTO;
+    const uint8_t *records = ring + MT_RING_RECORDS_OFF;
+    uint64_t position = tail;
+    while (position != head) {
+        uint64_t index = position & MT_RING_MASK;
+        uint64_t count = head - position;
+        if (count > MT_RING_RECORDS - index)
+            count = MT_RING_RECORDS - index;   /* up to the end of the ring */
+        if (count > PIECE_RECORDS)
+            count = PIECE_RECORDS;
+        const uint8_t *piece = records + index * MT_RECORD_SIZE;
+        size_t written;
+        err = write_records(fd, piece, count * MT_RECORD_SIZE, &written);
+        count = written / MT_RECORD_SIZE;
+        if (from < to)
+            count_codes(piece, count, counts, from, to);
+        position += count;
+        /* the piece is consumed: the writer may overwrite it now */
+        __atomic_store_n(tail_p, position, __ATOMIC_RELEASE);
+        if (recording)
+            __atomic_store_n(limit_p, position + MT_RING_RECORDS, __ATOMIC_RELEASE);
+        if (err)
+            break;
+    }
+    *moved = position - tail;
+    return err;
+}

@@ -1,0 +1,166 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The drain of the function-tracing rings (madtrace/capture/ring_drain.c),
+on ring blocks laid out here as the trampolines lay them out (injector/
+layout.h): what it appends to the record file, the TAIL and LIMIT it
+publishes, the entry records it counts for sites without a counter in the
+ring, and what it does when HEAD is impossible or the file cannot take the
+records.
+
+Oracle: the records put into the ring, kept aside in order (a naive copy),
+and a plain count of their codes.  The calls of the sites that do have a
+counter are counted by the trampolines themselves: tests/test_calls.py
+checks those against callgrind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from madtrace.capture.rings import RECORD_DTYPE, _library
+from madtrace.inject.templates import load_injector
+
+from .util import ROOT
+
+L = load_injector()
+RECORDS = L.MT_RING_RECORDS
+
+
+class Ring:
+    """One ring block in this process's memory, and the records written so far."""
+
+    def __init__(self, start: int = 0):
+        self.block = np.zeros(L.MT_RING_BLOCK, dtype=np.uint8)
+        self.address = self.block.ctypes.data
+        self.written = []          # every record, in order (the oracle)
+        self.set(L.MT_RING_HEAD, start)
+        self.set(L.MT_RING_TAIL, start)
+        self.set(L.MT_RING_LIMIT, start + RECORDS)
+
+    def get(self, offset: int) -> int:
+        return int(self.block[offset:offset + 8].view(np.uint64)[0])
+
+    def set(self, offset: int, value: int) -> None:
+        self.block[offset:offset + 8].view(np.uint64)[0] = value
+
+    def write(self, codes) -> None:
+        """Records with these codes, as a writer would: at HEAD, then HEAD moves."""
+        head = self.get(L.MT_RING_HEAD)
+        records = self.block[L.MT_RING_RECORDS_OFF:L.MT_RING_RECORDS_OFF + RECORDS * 16].view(
+            RECORD_DTYPE)
+        for i, code in enumerate(codes):
+            index = (head + i) & L.MT_RING_MASK
+            records[index] = (head + i, code, 0x7ff0 + i % 7)
+            self.written.append(records[index].tobytes())
+        self.set(L.MT_RING_HEAD, head + len(codes))
+
+    def drain(self, fd: int, counts: np.ndarray, first: int, recording: bool = True):
+        moved = ctypes.c_uint64()
+        err = _library().mt_drain_ring(self.address, fd, counts.ctypes.data, first,
+                                       first + len(counts) - 1, int(recording), moved)
+        return err, moved.value
+
+
+def test_records_go_out_in_order_across_the_end_of_the_ring(tmp_path):
+    ring = Ring(start=RECORDS - 1000)      # the ring's end is 1000 records away
+    path = tmp_path / "t.rec"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    counts = np.zeros(1, dtype=np.uint64)  # no code counted (first >= last)
+    codes = [(i % 5) << 1 | (i & 1) for i in range(150_000)]   # more than two 1 MiB pieces
+    ring.write(codes[:100_000])
+    assert ring.drain(fd, counts, first=1 << 40) == (0, 100_000)
+    assert ring.get(L.MT_RING_TAIL) == RECORDS + 99_000
+    assert ring.get(L.MT_RING_LIMIT) == 2 * RECORDS + 99_000
+    ring.write(codes[100_000:])
+    assert ring.drain(fd, counts, first=1 << 40) == (0, 50_000)
+    assert ring.drain(fd, counts, first=1 << 40) == (0, 0)        # nothing new
+    os.close(fd)
+    assert path.read_bytes() == b"".join(ring.written)
+    assert counts[0] == 0
+
+
+def test_sites_without_a_counter_are_counted_by_code(tmp_path):
+    first = 2 * L.MT_COUNTED_SITES            # the first code the drain counts
+    ring = Ring()
+    codes = [3, 4, first, first + 1, first + 2, first, first + 7, first + 900, 2]
+    ring.write(codes)
+    counts = np.zeros(8 + 1, dtype=np.uint64)    # codes first..first+7, then unknown ones
+    fd = os.open(tmp_path / "t.rec", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    assert ring.drain(fd, counts, first=first) == (0, len(codes))
+    os.close(fd)
+    expected = np.zeros(9, dtype=np.uint64)
+    for code in codes:
+        if code >= first:
+            expected[min(code - first, 8)] += 1
+    assert counts.tolist() == expected.tolist() == [2, 1, 1, 0, 0, 0, 0, 1, 1]
+
+
+def test_limit_stays_zero_while_not_recording(tmp_path):
+    ring = Ring()
+    ring.write([0, 1])
+    ring.set(L.MT_RING_LIMIT, 0)          # recording off
+    fd = os.open(tmp_path / "t.rec", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    assert ring.drain(fd, np.zeros(1, dtype=np.uint64), first=1 << 40, recording=False) == (0, 2)
+    os.close(fd)
+    assert ring.get(L.MT_RING_TAIL) == 2 and ring.get(L.MT_RING_LIMIT) == 0
+
+
+def test_head_beyond_one_ring_consumes_nothing(tmp_path):
+    ring = Ring()
+    ring.set(L.MT_RING_HEAD, RECORDS + 1)
+    fd = os.open(tmp_path / "t.rec", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    assert ring.drain(fd, np.zeros(1, dtype=np.uint64), first=1 << 40) == (-errno.EPROTO, 0)
+    os.close(fd)
+    assert ring.get(L.MT_RING_TAIL) == 0 and os.path.getsize(tmp_path / "t.rec") == 0
+
+
+def test_a_file_that_cannot_take_the_records_consumes_nothing(tmp_path):
+    ring = Ring()
+    ring.write([0, 1, 2])
+    fd = os.open(tmp_path / "t.rec", os.O_RDONLY | os.O_CREAT)
+    assert ring.drain(fd, np.zeros(1, dtype=np.uint64), first=1 << 40) == (-errno.EBADF, 0)
+    os.close(fd)
+    assert ring.get(L.MT_RING_TAIL) == 0
+
+
+SIZE_LIMITED = """
+import os, resource, signal
+import numpy as np
+from tests.test_ring_drain import L, Ring
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (100_008, 100_008))  # 6250 records and a half
+ring = Ring()
+ring.write(list(range(20_000)))
+fd = os.open({path!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+print(*ring.drain(fd, np.zeros(1, dtype=np.uint64), first=1 << 40), ring.get(L.MT_RING_TAIL))
+"""
+
+
+def test_a_full_file_keeps_whole_records_and_consumes_them_only(tmp_path):
+    """The write stops at a file size limit halfway through a record: the half
+    record is cut off again, and only the whole records written are consumed."""
+    path = tmp_path / "t.rec"
+    script = SIZE_LIMITED.format(path=str(path))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=60)
+    assert r.returncode == 0, r.stderr
+    err, moved, tail = map(int, r.stdout.split())
+    assert (err, moved, tail) == (-errno.EFBIG, 6250, 6250)
+    assert os.path.getsize(path) == 6250 * 16
+
+
+def test_layout_of_a_ring_block():
+    """The counters (one per counted site, then the spare one) lie after the
+    records, inside the block; the block is whole pages (rings are mapped and
+    populated page by page)."""
+    records_end = L.MT_RING_RECORDS_OFF + L.MT_RECORD_SIZE * RECORDS
+    assert records_end <= L.MT_RING_COUNTS
+    assert L.MT_RING_COUNTS + 8 * (L.MT_COUNTED_SITES + 1) <= L.MT_RING_BLOCK
+    assert L.MT_RING_BLOCK % 4096 == 0 and L.MT_RING_RECORDS_OFF % 4096 == 0
+    assert L.MT_RING_COUNTS % 4096 != L.MT_RING_HEAD % 4096
+    assert _library().mt_drain_ring_block() == L.MT_RING_BLOCK
