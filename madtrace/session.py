@@ -456,7 +456,9 @@ class Recording:
         if writer is None:
             return
         try:
-            writer.finish(None if self.options.quiet else sys.stderr)
+            from .trace.store_writer import FINISH_AT_END_EVENTS
+            writer.finish(None if self.options.quiet else sys.stderr,
+                          defer_above=FINISH_AT_END_EVENTS)
         except Exception as exc:   # the trace itself is written: say so, go on
             self.log(f"the store was not written ({type(exc).__name__}: {exc}); "
                      "it is built when a query, export or report needs it")

@@ -133,6 +133,25 @@ def test_no_store_builds_it_on_first_use(tmp_path, longjmp_trace):
     assert "incomplete" in rebuilt.stderr.decode() and rebuilt.stdout == first.stdout
 
 
+def test_a_large_store_is_left_to_its_first_use(tmp_path):
+    """A recording whose store needs more than FINISH_AT_END_EVENTS events
+    converted ends with the target and says so; the first query builds the
+    store, and its counts are the capture's."""
+    from madtrace.trace.store_writer import FINISH_AT_END_EVENTS
+    calls = FINISH_AT_END_EVENTS // 2 + 1000          # two records per call
+    directory = tmp_path / "t"
+    result = madtrace("record", "-f", "leaf", "-o", str(directory), "--",
+                      prog("bench_calls", "O2-pie"), str(calls), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert b"the first query, export, report or summary" in result.stderr
+    assert not store_is_complete(str(directory))
+    assert read_store_meta(str(directory))["deferred_events"] == 2 * calls
+    first = madtrace("query", str(directory), "SELECT count(*) FROM calls", "--json")
+    assert first.returncode == 0 and "building the store" in first.stderr.decode()
+    assert json.loads(first.stdout) == [{"count_star()": calls}]
+    assert store_is_complete(str(directory))
+
+
 def test_records_are_written_while_the_target_runs(tmp_path):
     """The store's records table grows while the program still runs (it waits
     for its stdin to close), and ends equal to the capture."""

@@ -38,6 +38,8 @@ from .store_meta import (STORE_FORMAT, read_store_meta, store_is_complete, store
 from .store import per_thread_files
 
 BATCH_ROWS = 1 << 19
+# events a recording converts before it ends; a longer conversion waits for first use
+FINISH_AT_END_EVENTS = 1_000_000
 LIVE_MIN_ROWS = 1 << 18
 LIVE_INTERVAL = 0.25
 NICE = 10
@@ -224,9 +226,13 @@ class StoreWriter:
             self._thread.join()
             self._thread = None
 
-    def finish(self, out=sys.stderr) -> dict:
+    def finish(self, out=sys.stderr, defer_above: int | None = None) -> dict:
         """Every file is complete: write the rest, then the final tables.
-        Returns the store's meta."""
+        Returns the store's meta.  With ``defer_above``, a store that still
+        needs more than that many events converted is left incomplete (the
+        first query, export, report or summary that needs it builds it), so
+        that a recording of tens of millions of calls ends when its target
+        does, as the capture itself does."""
         from .store_tables import write_final_tables
         self.stop()
         if self.error is not None:
@@ -234,15 +240,29 @@ class StoreWriter:
                 print(f"madtrace: store: writing while the target ran failed ({self.error}); "
                       "writing it again", file=out, flush=True)
             return build_store(self.directory, out)
-        pending = sum(_rows(p, RECORD_DTYPE) for _, p in
-                      per_thread_files(self.directory, "calls", ".rec")) - \
-            sum(f.records for f in self.followers.values())
+        records_total = sum(_rows(p, RECORD_DTYPE) for _, p in
+                            per_thread_files(self.directory, "calls", ".rec"))
+        pending = records_total - sum(f.records for f in self.followers.values())
+        total = records_total + sum(_rows(p, ACCESS_DTYPE)
+                                    for _, p in per_thread_files(self.directory, "data", ".acc"))
+        if defer_above is not None and pending + total > defer_above:
+            # what was written live is dropped: the first use rebuilds the whole store
+            if self._flusher is not None:
+                flusher, self._flusher = self._flusher, None
+                try:
+                    flusher.join()
+                except Exception:       # noqa: BLE001 - the store is rebuilt anyway
+                    pass
+            write_store_meta(self.directory, {"complete": False, "deferred_events": total,
+                                              "records_written_live": self.live_rows})
+            if out is not None:
+                print(f"madtrace: store: {total} events, more than the {defer_above} converted "
+                      f"when a recording ends: the first query, export, report or summary of "
+                      f"{self.directory} builds the store", file=out, flush=True)
+            return read_store_meta(self.directory)
         progress = Progress("records", pending, out)
         records = self.write_records(progress)
         progress.done()
-        total = sum(_rows(p, RECORD_DTYPE) for _, p in
-                    per_thread_files(self.directory, "calls", ".rec")) + \
-            sum(_rows(p, ACCESS_DTYPE) for _, p in per_thread_files(self.directory, "data", ".acc"))
         progress = Progress("calls and accesses", total, out)
         rows = write_final_tables(self.directory, progress)
         progress.done()
