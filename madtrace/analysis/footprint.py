@@ -33,47 +33,41 @@ the other, each with its own shadow (a call's accesses are its thread's).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import NoDataError, TracerInternalError
+from ..native import load
 from ..trace.store import read_meta
 from .segmentation import EVENT_ACCESS, iter_thread_chunks, load_tables
 from .trace_input import Progress, access_rows, require_accesses, thread_block_ranges
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LIBRARY = os.path.join(ROOT, "build", "native", "libmtfootprint.so")
 GRANULARITIES = ("bytes", "lines", "pages")
 ROW_DTYPE = np.dtype([("call_id", "<i8"), ("fid", "<i8"), ("depth", "<i8"),
                       ("incl", "<i8", (3,)), ("self", "<i8", (3,))])
 DEFAULT_TOP_CALLS = 100
 _ERRORS = {1: "out of memory", 2: "a thread has more than 2**31 calls",
            3: "more ended calls than END events (a bug)"}
-_lib = None
 
 
+@functools.lru_cache(maxsize=None)
 def _library() -> ctypes.CDLL:
-    global _lib
-    if _lib is None:
-        if not os.path.exists(LIBRARY):
-            raise TracerInternalError(f"the footprint analysis is not built ({LIBRARY} is "
-                                      "missing): run `make footprint-native`")
-        lib = ctypes.CDLL(LIBRARY)
-        P, I64 = ctypes.c_void_p, ctypes.c_int64
-        for name, restype, argtypes in (
-                ("fp_new", P, []), ("fp_free", None, [P]), ("fp_reset", None, [P]),
-                ("fp_row_size", ctypes.c_size_t, []),
-                ("fp_run", I64, [P, I64, P, P, P, P, P, P, P, I64]),
-                ("fp_finish", I64, [P, P, I64]), ("fp_error", I64, [P]),
-                ("fp_memory", I64, [P]), ("fp_peak_log", I64, [P])):
-            fn = getattr(lib, name)
-            fn.restype, fn.argtypes = restype, argtypes
-        if lib.fp_row_size() != ROW_DTYPE.itemsize:
-            raise TracerInternalError("footprint.c and footprint.py disagree on the row layout")
-        _lib = lib
-    return _lib
+    lib = load("libmtfootprint.so", "the footprint analysis", "footprint-native")
+    P, I64 = ctypes.c_void_p, ctypes.c_int64
+    for name, restype, argtypes in (
+            ("fp_new", P, []), ("fp_free", None, [P]), ("fp_reset", None, [P]),
+            ("fp_row_size", ctypes.c_size_t, []),
+            ("fp_run", I64, [P, I64, P, P, P, P, P, P, P, I64]),
+            ("fp_finish", I64, [P, P, I64]), ("fp_error", I64, [P]),
+            ("fp_memory", I64, [P]), ("fp_peak_log", I64, [P])):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    if lib.fp_row_size() != ROW_DTYPE.itemsize:
+        raise TracerInternalError("footprint.c and footprint.py disagree on the row layout")
+    return lib
 
 
 def _ptr(array: np.ndarray) -> int:

@@ -12,14 +12,12 @@ docstring; this module only moves arrays.  Use
 from __future__ import annotations
 
 import ctypes
-import os
+import functools
 
 import numpy as np
 
 from ..errors import TracerInternalError
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LIBRARY = os.path.join(ROOT, "build", "native", "libmtreplay.so")
+from ..native import load
 
 EVENT_BEGIN, EVENT_END, EVENT_ACCESS = 0, 1, 2
 FATE_COMPLETED, FATE_UNWOUND, FATE_OPEN, FATE_UNMATCHED = 0, 1, 2, 3
@@ -38,33 +36,26 @@ SEGMENT_DTYPE = np.dtype([("call_id", "<i8"), ("parent_id", "<i8"), ("begin_seq"
 STAT_NAMES = ("records", "entries", "exits", "unmatched_exits", "unwound_frames", "depth",
               "first_tsc", "last_tsc", "next_call", "accesses", "bytes", "closed")
 
-_lib = None
 
-
+@functools.lru_cache(maxsize=None)
 def _library() -> ctypes.CDLL:
-    global _lib
-    if _lib is None:
-        if not os.path.exists(LIBRARY):
-            raise TracerInternalError(f"the call replay is not built ({LIBRARY} is missing): "
-                                      "run `make native`")
-        lib = ctypes.CDLL(LIBRARY)
-        P, I64, I, SZ = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_size_t
-        sigs = {
-            "rp_event_size": (SZ, []), "rp_segment_size": (SZ, []),
-            "rp_new": (P, [P, P, P, I64, I64, I64]), "rp_free": (None, [P]),
-            "rp_stats": (None, [P, P]), "rp_depth": (I64, [P]),
-            "rp_run": (I, [P, P, I64, P, P, I64, I, I, P, I64, P, I64, P]),
-            "rp_finish": (I64, [P, P, I64, P, I64]),
-        }
-        for name, (restype, argtypes) in sigs.items():
-            fn = getattr(lib, name)
-            fn.restype, fn.argtypes = restype, argtypes
-        if lib.rp_event_size() != EVENT_DTYPE.itemsize or \
-                lib.rp_segment_size() != SEGMENT_DTYPE.itemsize:
-            raise TracerInternalError("libmtreplay.so does not match EVENT_DTYPE/SEGMENT_DTYPE: "
-                                      "rebuild it (make native)")
-        _lib = lib
-    return _lib
+    lib = load("libmtreplay.so", "the call replay")
+    P, I64, I, SZ = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_size_t
+    sigs = {
+        "rp_event_size": (SZ, []), "rp_segment_size": (SZ, []),
+        "rp_new": (P, [P, P, P, I64, I64, I64]), "rp_free": (None, [P]),
+        "rp_stats": (None, [P, P]), "rp_depth": (I64, [P]),
+        "rp_run": (I, [P, P, I64, P, P, I64, I, I, P, I64, P, I64, P]),
+        "rp_finish": (I64, [P, P, I64, P, I64]),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    if lib.rp_event_size() != EVENT_DTYPE.itemsize or \
+            lib.rp_segment_size() != SEGMENT_DTYPE.itemsize:
+        raise TracerInternalError("libmtreplay.so does not match EVENT_DTYPE/SEGMENT_DTYPE: "
+                                  "rebuild it (make native)")
+    return lib
 
 
 class ThreadReplay:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import struct
 import threading
@@ -29,36 +30,28 @@ import numpy as np
 
 from ..errors import TracerInternalError
 from ..inject.templates import Injector
+from ..native import load
 
 RECORD_DTYPE = np.dtype([("tsc", "<u8"), ("code", "<u4"), ("rsp", "<u4")])
 TOMBSTONE = 1
 KEY_MASK = (1 << 64) - 1
 MADV_POPULATE_WRITE = 23   # Linux 5.14
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LIBRARY = os.path.join(ROOT, "build", "native", "libmtdrain.so")
-
-_lib = None
 
 
+@functools.lru_cache(maxsize=None)
 def _library() -> ctypes.CDLL:
-    global _lib
-    if _lib is None:
-        if not os.path.exists(LIBRARY):
-            raise TracerInternalError(f"the ring drain is not built ({LIBRARY} is missing): "
-                                      "run `make native`")
-        lib = ctypes.CDLL(LIBRARY, use_errno=True)
-        U64 = ctypes.c_uint64
-        for name in ("mt_drain_record_size", "mt_drain_ring_block"):
-            getattr(lib, name).restype, getattr(lib, name).argtypes = U64, []
-        lib.madvise.restype = ctypes.c_int
-        lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        lib.mt_drain_ring.restype = ctypes.c_int
-        lib.mt_drain_ring.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, U64, U64,
-                                      ctypes.c_int, ctypes.POINTER(U64)]
-        if lib.mt_drain_record_size() != RECORD_DTYPE.itemsize:
-            raise TracerInternalError("libmtdrain.so does not match RECORD_DTYPE: rebuild it")
-        _lib = lib
-    return _lib
+    lib = load("libmtdrain.so", "the ring drain", use_errno=True)
+    U64 = ctypes.c_uint64
+    for name in ("mt_drain_record_size", "mt_drain_ring_block"):
+        getattr(lib, name).restype, getattr(lib, name).argtypes = U64, []
+    lib.madvise.restype = ctypes.c_int
+    lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    lib.mt_drain_ring.restype = ctypes.c_int
+    lib.mt_drain_ring.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, U64, U64,
+                                  ctypes.c_int, ctypes.POINTER(U64)]
+    if lib.mt_drain_record_size() != RECORD_DTYPE.itemsize:
+        raise TracerInternalError("libmtdrain.so does not match RECORD_DTYPE: rebuild it")
+    return lib
 
 
 def _check_build(lib, injector: Injector) -> None:

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 
 import numpy as np
 
 from ..errors import TracerInternalError
+from ..native import load
 from . import ptrace_raw as pr
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LIBRARY = os.path.join(ROOT, "build", "native", "libmtloop.so")
 
 FAST_RECORD_DTYPE = np.dtype([("seq", "<u8"), ("order", "<u8"), ("rip", "<u8"), ("addr", "<u8"),
                               ("tid", "<u4"), ("size", "<u2"), ("kind", "u1"), ("ilen", "u1"),
@@ -42,41 +42,34 @@ USER_REG_INDEX = {name: i for i, name in enumerate(
      "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss", "fs_base", "gs_base"))}
 SEGMENTS = {None: 0, "fs": 1, "gs": 2}
 
-_lib = None
 
-
+@functools.lru_cache(maxsize=None)
 def _library() -> ctypes.CDLL:
-    global _lib
-    if _lib is None:
-        if not os.path.exists(LIBRARY):
-            raise TracerInternalError(f"the data engine's hot loop is not built ({LIBRARY} is "
-                                      "missing): run `make native`")
-        lib = ctypes.CDLL(LIBRARY, use_errno=True)
-        P, U64, I, SZ = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_size_t
-        sigs = {
-            "mt_new": (P, [I, P, U64, SZ, P, SZ]), "mt_free": (None, [P]),
-            "mt_record_size": (SZ, []),
-            "mt_set_protected": (I, [P, P, SZ]), "mt_set_traced": (I, [P, P, SZ]),
-            "mt_set_safe_syscalls": (I, [P, P, SZ]), "mt_set_resume": (None, [P, I]),
-            "mt_set_kinds": (None, [P, U64]),
-            "mt_order": (U64, [P]), "mt_set_order": (None, [P, U64]),
-            "mt_n_records": (SZ, [P]), "mt_clear_records": (None, [P]), "mt_n_insns": (SZ, [P]),
-            "mt_insn_resize": (I, [P, SZ]),
-            "mt_stats": (None, [P, P]),
-            "mt_thread_set": (I, [P, I, I, P]), "mt_thread_del": (None, [P, I]),
-            "mt_thread_recording": (None, [P, I, I]),
-            "mt_insn_add": (I, [P, U64, ctypes.c_uint32, U64, I, I, I, ctypes.c_int64, I, I, I, I,
-                                I, I, I, I]),
-            "mt_flush": (I, [P]), "mt_handle_fault": (I, [P, I, U64]),
-            "mt_wait": (I, [P, I, ctypes.POINTER(I), ctypes.POINTER(I)]),
-        }
-        for name, (restype, argtypes) in sigs.items():
-            fn = getattr(lib, name)
-            fn.restype, fn.argtypes = restype, argtypes
-        if lib.mt_record_size() != FAST_RECORD_DTYPE.itemsize:
-            raise TracerInternalError("libmtloop.so does not match FAST_RECORD_DTYPE: rebuild it")
-        _lib = lib
-    return _lib
+    lib = load("libmtloop.so", "the data engine's hot loop", use_errno=True)
+    P, U64, I, SZ = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_size_t
+    sigs = {
+        "mt_new": (P, [I, P, U64, SZ, P, SZ]), "mt_free": (None, [P]),
+        "mt_record_size": (SZ, []),
+        "mt_set_protected": (I, [P, P, SZ]), "mt_set_traced": (I, [P, P, SZ]),
+        "mt_set_safe_syscalls": (I, [P, P, SZ]), "mt_set_resume": (None, [P, I]),
+        "mt_set_kinds": (None, [P, U64]),
+        "mt_order": (U64, [P]), "mt_set_order": (None, [P, U64]),
+        "mt_n_records": (SZ, [P]), "mt_clear_records": (None, [P]), "mt_n_insns": (SZ, [P]),
+        "mt_insn_resize": (I, [P, SZ]),
+        "mt_stats": (None, [P, P]),
+        "mt_thread_set": (I, [P, I, I, P]), "mt_thread_del": (None, [P, I]),
+        "mt_thread_recording": (None, [P, I, I]),
+        "mt_insn_add": (I, [P, U64, ctypes.c_uint32, U64, I, I, I, ctypes.c_int64, I, I, I, I,
+                            I, I, I, I]),
+        "mt_flush": (I, [P]), "mt_handle_fault": (I, [P, I, U64]),
+        "mt_wait": (I, [P, I, ctypes.POINTER(I), ctypes.POINTER(I)]),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    if lib.mt_record_size() != FAST_RECORD_DTYPE.itemsize:
+        raise TracerInternalError("libmtloop.so does not match FAST_RECORD_DTYPE: rebuild it")
+    return lib
 
 
 def _runs_array(runs) -> np.ndarray:

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..capture.data import ACCESS_DTYPE
 from ..errors import CorruptTraceError
+from .reader import file_chunks
 from .store import per_thread_files
 
 
@@ -74,7 +75,7 @@ def ordered_events(directory: str, chunk_rows: int = 1 << 16):
                                      _RELEASE_KIND.get(block["kind"], "F"), block)))
     items.sort(key=lambda item: item[0])
     # merge: accesses of all threads by order, with allocation events in between
-    streams = {tid: _access_chunks(path, chunk_rows) for tid, path in access_files(directory)}
+    streams = {tid: file_chunks(path, ACCESS_DTYPE, chunk_rows) for tid, path in access_files(directory)}
     current: dict[int, tuple[np.ndarray, int]] = {}
     heads: list[tuple[int, int]] = []
     for tid, chunks in streams.items():
@@ -99,15 +100,3 @@ def ordered_events(directory: str, chunk_rows: int = 1 << 16):
         else:
             yield items[a]
             a += 1
-
-
-def _access_chunks(path: str, chunk_rows: int):
-    size = os.path.getsize(path)
-    if size % ACCESS_DTYPE.itemsize:
-        raise CorruptTraceError(f"{path}: size {size} is not a multiple of {ACCESS_DTYPE.itemsize}")
-    with open(path, "rb") as f:
-        while True:
-            chunk = np.fromfile(f, dtype=ACCESS_DTYPE, count=chunk_rows)
-            if not len(chunk):
-                return
-            yield chunk

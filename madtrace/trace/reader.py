@@ -27,7 +27,7 @@ from .store import per_thread_files
 DEFAULT_CHUNK_ROWS = 1 << 20
 
 
-def _chunks(path: str, dtype: np.dtype, chunk_rows: int) -> Iterator[np.ndarray]:
+def file_chunks(path: str, dtype: np.dtype, chunk_rows: int) -> Iterator[np.ndarray]:
     size = os.path.getsize(path)
     if size % dtype.itemsize:
         raise CorruptTraceError(f"{path}: size {size} is not a multiple of {dtype.itemsize}")
@@ -43,7 +43,7 @@ def iter_call_chunks(directory: str, tid: int | None = None,
                      chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
     for t, path in per_thread_files(directory, "calls", ".rec"):
         if tid is None or t == tid:
-            for chunk in _chunks(path, RECORD_DTYPE, chunk_rows):
+            for chunk in file_chunks(path, RECORD_DTYPE, chunk_rows):
                 yield t, chunk
 
 
@@ -51,7 +51,7 @@ def iter_access_chunks(directory: str, tid: int | None = None,
                        chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
     for t, path in per_thread_files(directory, "data", ".acc"):
         if tid is None or t == tid:
-            for chunk in _chunks(path, ACCESS_DTYPE, chunk_rows):
+            for chunk in file_chunks(path, ACCESS_DTYPE, chunk_rows):
                 yield t, chunk
 
 
