@@ -219,8 +219,10 @@ class Recording:
         self.meta["start_time"] = time.time()
         if self.options.store:
             from .trace.store_writer import StoreWriter
+            from .trace.store_writer import FINISH_AT_END_EVENTS
             self.store_writer = StoreWriter(self.options.output,
-                                            accesses_possible=lambda: self.data is not None)
+                                            accesses_possible=lambda: self.data is not None,
+                                            defer_above=FINISH_AT_END_EVENTS)
             self.store_writer.start()
 
     def add_functions(self, patterns: list[str]) -> dict:
@@ -456,9 +458,7 @@ class Recording:
         if writer is None:
             return
         try:
-            from .trace.store_writer import FINISH_AT_END_EVENTS
-            writer.finish(None if self.options.quiet else sys.stderr,
-                          defer_above=FINISH_AT_END_EVENTS)
+            writer.finish(None if self.options.quiet else sys.stderr)
         except Exception as exc:   # the trace itself is written: say so, go on
             self.log(f"the store was not written ({type(exc).__name__}: {exc}); "
                      "it is built when a query, export or report needs it")

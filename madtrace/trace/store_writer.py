@@ -149,8 +149,10 @@ class StoreWriter:
     accesses may still be recorded (data tracing is or was on)."""
 
     def __init__(self, directory: str, accesses_possible=None, live_min_rows: int = LIVE_MIN_ROWS,
-                 interval: float = LIVE_INTERVAL):
+                 interval: float = LIVE_INTERVAL, defer_above: int | None = None):
         self.directory = directory
+        # a store of more events than this is left to its first use (see finish)
+        self.defer_above = defer_above
         self.accesses_possible = accesses_possible or (lambda: False)
         self.live_min_rows = live_min_rows
         self.interval = interval
@@ -173,14 +175,14 @@ class StoreWriter:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
         except OSError:
             pass
-        try:
-            from .columnar import Flusher     # pyarrow is imported here, not at start-up
-            self._flusher = Flusher(nice=NICE)
-        except BaseException as exc:
-            self.error = exc
-            return
         while not self._stop.wait(self.interval):
+            if self.defer_above is not None and self._captured_events() > self.defer_above:
+                return      # the store will be built on first use: leave the CPU to the target
             try:
+                if self._flusher is None:
+                    # pyarrow is imported here, once there is something to write
+                    from .columnar import Flusher
+                    self._flusher = Flusher(nice=NICE)
                 self.live_rows += self._pass(final=False)
             except BaseException as exc:    # reported by finish(), which rebuilds
                 self.error = exc
@@ -226,13 +228,20 @@ class StoreWriter:
             self._thread.join()
             self._thread = None
 
-    def finish(self, out=sys.stderr, defer_above: int | None = None) -> dict:
+    def _captured_events(self) -> int:
+        return sum(_rows(p, RECORD_DTYPE) for _, p in
+                   per_thread_files(self.directory, "calls", ".rec")) + \
+            sum(_rows(p, ACCESS_DTYPE) for _, p in per_thread_files(self.directory, "data", ".acc"))
+
+    def finish(self, out=sys.stderr) -> dict:
         """Every file is complete: write the rest, then the final tables.
-        Returns the store's meta.  With ``defer_above``, a store that still
-        needs more than that many events converted is left incomplete (the
-        first query, export, report or summary that needs it builds it), so
-        that a recording of tens of millions of calls ends when its target
-        does, as the capture itself does."""
+        Returns the store's meta.  With ``defer_above``, a store of more events
+        than that is left incomplete (the first query, export, report or
+        summary that needs it builds it), so that a recording of tens of
+        millions of calls ends when its target does, as the capture itself
+        does; the live writer stops following such a capture as soon as it
+        grows past that size (its work would be rebuilt anyway)."""
+        defer_above = self.defer_above
         from .store_tables import write_final_tables
         self.stop()
         if self.error is not None:
@@ -243,9 +252,8 @@ class StoreWriter:
         records_total = sum(_rows(p, RECORD_DTYPE) for _, p in
                             per_thread_files(self.directory, "calls", ".rec"))
         pending = records_total - sum(f.records for f in self.followers.values())
-        total = records_total + sum(_rows(p, ACCESS_DTYPE)
-                                    for _, p in per_thread_files(self.directory, "data", ".acc"))
-        if defer_above is not None and pending + total > defer_above:
+        total = self._captured_events()
+        if defer_above is not None and total > defer_above:
             # what was written live is dropped: the first use rebuilds the whole store
             if self._flusher is not None:
                 flusher, self._flusher = self._flusher, None
