@@ -13,12 +13,12 @@ per block event).
 from __future__ import annotations
 
 import bisect
-import json
 import os
 import sys
 
 from ..capture.data import ACCESS_DTYPE
-from ..errors import CorruptTraceError, NoDataError
+from ..errors import NoDataError
+from ..trace.events import load_data_list
 from ..trace.store import per_thread_files, read_meta
 
 # block event kinds -> which of their ranges were read / written
@@ -43,17 +43,7 @@ def access_rows(directory: str) -> int:
 
 
 def load_block_events(directory: str) -> list[dict]:
-    path = os.path.join(directory, "data", "block_events.json")
-    if not os.path.exists(path):
-        return []
-    try:
-        with open(path) as f:
-            events = json.load(f)
-        for e in events:
-            e["kind"], e["address"], e["size"], e["order"]  # noqa: B018 - presence check
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptTraceError(f"{path}: corrupt ({exc})") from None
-    return events
+    return load_data_list(directory, "block_events.json", ("kind", "address", "size", "order"))
 
 
 def block_ranges(event: dict):

@@ -40,18 +40,25 @@ def load_accesses(directory: str) -> dict[int, np.ndarray]:
     return out
 
 
-def load_allocations(directory: str) -> list[dict]:
-    path = os.path.join(directory, "data", "allocations.json")
+def load_data_list(directory: str, name: str, keys: tuple[str, ...]) -> list[dict]:
+    """The JSON list data/<name> (empty if the file is missing), each item
+    checked for ``keys`` (CorruptTraceError otherwise)."""
+    path = os.path.join(directory, "data", name)
     if not os.path.exists(path):
         return []
     try:
         with open(path) as f:
-            blocks = json.load(f)
-        for b in blocks:
-            b["id"], b["address"], b["size"]  # noqa: B018 - presence check
+            items = json.load(f)
+        for item in items:
+            for key in keys:
+                item[key]  # noqa: B018 - presence check
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptTraceError(f"{path}: corrupt ({exc})") from None
-    return blocks
+    return items
+
+
+def load_allocations(directory: str) -> list[dict]:
+    return load_data_list(directory, "allocations.json", ("id", "address", "size"))
 
 
 # MadT's event letters: M malloc (and C++ new), C calloc, R realloc, P mmap, E mremap;
