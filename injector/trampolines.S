@@ -49,6 +49,16 @@
  * (LOOKUP_SLOW, EMIT_SLOW) and saves what else it uses, so the fast path takes
  * no branch.  Labels are .L<what>_<template><tag>. */
 
+/* SLOT_OF: rdx = the slot where key rax is probed first (rcx = control
+ * block), compared with the key (flags: equal if the slot holds it) */
+.macro SLOT_OF
+        mov edx, eax
+        shr edx, MT_SLOT_HASH_SHIFT - 4
+        and edx, (MT_SLOTS - 1) << 4
+        lea rdx, [rcx + rdx + MT_SLOT_TABLE]
+        cmp [rdx], rax
+.endm
+
 /* LOOKUP name, tag: rcx = this thread's ring block.
  * The slot table is keyed by NOT(fs base) (layout.h).  The fast path takes the
  * word at %fs:0 for the fs base: one load, where rdfsbase costs ~7 cycles, and
@@ -60,11 +70,7 @@
 mt_\name\()_pp_ctl\tag\()_abs64:
         mov rax, fs:[0]
         not rax
-        mov edx, eax
-        shr edx, MT_SLOT_HASH_SHIFT - 4
-        and edx, (MT_SLOTS - 1) << 4
-        lea rdx, [rcx + rdx + MT_SLOT_TABLE]
-        cmp [rdx], rax
+        SLOT_OF
         jne .Lprobe_\name\tag
 .Lfound_\name\tag:
         mov rcx, [rdx + 8]
@@ -93,11 +99,7 @@ mt_\name\()_pp_ctl\tag\()_abs64:
         je 4f                       /* that was the fs base: no slot */
         mov rax, rsi
         pop rsi
-        mov edx, eax
-        shr edx, MT_SLOT_HASH_SHIFT - 4
-        and edx, (MT_SLOTS - 1) << 4
-        lea rdx, [rcx + rdx + MT_SLOT_TABLE]
-        cmp [rdx], rax
+        SLOT_OF
         je .Lfound_\name\tag
         jmp .Lprobe_\name\tag
 4:      pop rsi
