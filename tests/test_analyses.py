@@ -31,7 +31,7 @@ from madtrace.binary.elf import ElfImage
 from madtrace.capture.data import ACCESS_DTYPE
 from madtrace.report import png
 
-from .util import madtrace, one_line_error, prog
+from .util import madtrace, one_line_error, prog, report_json
 
 SHIFT = 12
 
@@ -51,12 +51,6 @@ def recorded(tmp_path_factory):
         assert result.returncode == 0, result.stderr
         return out, result.stdout.decode()
     return record
-
-
-def report_json(directory: str, *args: str) -> dict:
-    result = madtrace("report", directory, "--json", *args)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 def raw_accesses(directory: str) -> np.ndarray:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from functools import lru_cache
 
 import numpy as np
@@ -27,7 +26,7 @@ import pytest
 from madtrace.analysis import calltree
 from madtrace.errors import CorruptTraceError
 
-from .util import VARIANTS, madtrace, one_line_error, prog, summary_json
+from .util import VARIANTS, madtrace, one_line_error, prog, report_json, summary_json
 
 PROGRAMS = ("calls_recursion", "calls_longjmp", "calls_tail", "calls_threads")
 TIME_FIELDS = ("incl_ns", "excl_ns")
@@ -47,17 +46,6 @@ def recorded(tmp_path_factory):
         assert result.returncode == 0, result.stderr
         return out, result.stdout.decode()
     return record
-
-
-def report_json(directory: str, *args: str) -> dict:
-    result = madtrace("report", directory, "--json", *args)
-    assert result.returncode == 0, result.stderr
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 20000))   # recursions make trees 1000s of levels deep
-    try:
-        return json.loads(result.stdout)
-    finally:
-        sys.setrecursionlimit(limit)
 
 
 def summary_calls(directory: str) -> dict:

@@ -96,6 +96,20 @@ def summary_json(directory) -> dict:
     return json.loads(result.stdout)
 
 
+def report_json(directory, *args: str) -> dict:
+    """``madtrace report DIR --json ARGS``, parsed (call trees thousands of
+    levels deep need a higher recursion limit to parse)."""
+    import json
+    result = madtrace("report", str(directory), "--json", *args)
+    assert result.returncode == 0, result.stderr
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20000))
+    try:
+        return json.loads(result.stdout)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 def one_line_error(result: subprocess.CompletedProcess, code: int, needle: str) -> None:
     """madtrace failed with exit ``code`` and exactly one line 'madtrace: ...needle...'."""
     err = result.stderr.decode()
