@@ -75,6 +75,7 @@ class FunctionTracer:
         # exceptions, registered with the target's unwinder after patching
         self.unwind_pending: list[tuple[int, int, int]] = []
         self.unwind_registered = 0
+        self._frame_registrar: int | None = None    # see _register_frame_info
         # (address in a trampoline, original address, size) of each relocated
         # prologue instruction: its accesses are named by the original
         self.moved_code: list[tuple[int, int, int]] = []
@@ -152,13 +153,19 @@ class FunctionTracer:
     def _register_frame_info(self) -> int | None:
         """The address of __register_frame_info in the target's unwinder (the module
         that also has _Unwind_RaiseException: libgcc_s; glibc exports a compat copy
-        whose registrations that unwinder never sees), if loaded."""
+        whose registrations that unwinder never sees), if loaded.  Found once (a
+        search of every module's symbols); not found is asked again, since a
+        later ``add`` may see libgcc_s loaded by then."""
+        if self._frame_registrar is not None:
+            return self._frame_registrar
+
         def exported(name: str):
             return [ms for ms in self.space.find_functions(name)
                     if ms.symbol.dynamic and ms.symbol.binding != "LOCAL" and ms.symbol.address]
         unwinders = {ms.module.name for ms in exported("_Unwind_RaiseException")}
         for ms in exported("__register_frame_info"):
             if ms.module.name in unwinders:
+                self._frame_registrar = ms.address
                 return ms.address
         return None
 
