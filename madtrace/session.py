@@ -294,6 +294,8 @@ class Recording:
         self.controller.signal_claimers.append(engine.claim_signal)
         self.controller.syscall_claimers.append(engine.claim_syscall)
         self.controller.on_fork_child.append(lambda child, pid: engine.fork_child(child))
+        self.controller.on_vfork_start.append(engine.vfork.started)
+        self.controller.on_vfork_done.append(engine.vfork.done)
         self.controller.on_thread_exit.append(lambda tracee, tid: engine.thread_exited(tid))
         self.controller.before_detach.append(lambda tracee: engine.detach())
         self.controller.before_detach.append(lambda tracee: self._unpin())
@@ -419,6 +421,8 @@ class Recording:
                                  "guard": {"installed": engine.guard.installed if engine.guard else False,
                                            "reinstalls": engine.guard.reinstalls if engine.guard else 0},
                                  "held_stops": engine.held_stops,
+                                 # vfork children that ran untraced in the shared memory
+                                 "vfork_windows": engine.vfork.windows,
                                  "regions": [[r.start, r.end, r.label] for r in engine.regions.regions]}}
 
     def _state_meta(self, outcome: str) -> dict:

@@ -51,6 +51,7 @@ from .datastubs import DataArea
 from .guard import SegvGuard
 from .numa_record import NumaRecorder
 from .regions import PAGE, Region, RegionSet, default_regions, page_protections, page_runs
+from .vfork_window import VforkWindow
 
 SEGV_ACCERR = 2
 # one data access (data/<tid>.acc): seq = call records the thread had written before it;
@@ -115,6 +116,7 @@ class DataEngine:
         self.alloc: AllocTracker | None = None
         self.syscalls = SyscallGate(self)
         self.blocks = BlockEvents(self)
+        self.vfork = VforkWindow(self)
         self.numa = NumaRecorder(self)
         self._held: set[int] | None = None   # threads stopped while one thread's pages are open
         self.held_stops = 0
@@ -501,6 +503,10 @@ class DataEngine:
                 yield hooks
 
     def fork_child(self, child: Tracee) -> None:
+        """Undo data tracing in a fork child's copy of the memory; nothing to undo in a
+        child forked before tracing started (its fork event handled only now)."""
+        if self.area is None or not child.is_mapped(self.area.area.address):
+            return
         for hooks in self._all_hooks():
             if hooks.active:
                 hooks.remove(child.mem)

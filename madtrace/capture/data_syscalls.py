@@ -18,8 +18,6 @@ The target runs under PTRACE_SYSCALL while data tracing is on.
 
 from __future__ import annotations
 
-import ctypes
-
 from ..binary.maps import read_maps
 from ..process import ptrace_raw as pr
 from ..process.events import SyscallStop
@@ -28,7 +26,6 @@ from .block_events import syscall_ranges
 from .regions import PAGE, Region
 from .syscall_memory import syscall_pages
 
-PTRACE_GET_SYSCALL_INFO = 0x420E
 SYS_MMAP, SYS_MPROTECT, SYS_MUNMAP, SYS_BRK, SYS_MREMAP = 9, 10, 11, 12, 25
 SYS_RT_SIGACTION, SIGSEGV = 13, 11
 MAP_SHARED, MAP_PRIVATE, MAP_ANONYMOUS, MAP_STACK = 0x01, 0x02, 0x20, 0x20000
@@ -40,19 +37,11 @@ MAPPING_CALLS = frozenset({SYS_MMAP, SYS_MPROTECT, SYS_MUNMAP, SYS_BRK, SYS_MREM
 NO_RESULT = 0xFFFFFFFFFFFFFFFF
 
 
-class _SyscallInfo(ctypes.Structure):
-    _fields_ = [("op", ctypes.c_uint8), ("pad", ctypes.c_uint8 * 3), ("arch", ctypes.c_uint32),
-                ("instruction_pointer", ctypes.c_uint64), ("stack_pointer", ctypes.c_uint64),
-                ("nr", ctypes.c_uint64), ("args", ctypes.c_uint64 * 6)]
-
-
 def syscall_op(tid: int) -> tuple[int, int, list[int], int, int]:
     """(1 entry | 2 exit, the syscall number at entry / the result at exit, the
     arguments at entry, the address of the syscall instruction's end, the stack
     pointer)."""
-    info = _SyscallInfo()
-    pr.ptrace(PTRACE_GET_SYSCALL_INFO, tid, ctypes.sizeof(info),
-              ctypes.cast(ctypes.byref(info), ctypes.c_void_p))
+    info = pr.get_syscall_info(tid)
     return info.op, info.nr, list(info.args), info.instruction_pointer, info.stack_pointer
 
 

@@ -356,8 +356,9 @@ class FunctionTracer:
     def fork_child(self, child: Tracee) -> None:
         """A fork child we leave untraced: put its code back and give it a private
         copy of the shared area with recording off, so that frames still inside
-        trampolines return normally and it never writes into our rings."""
-        if not self.active:
+        trampolines return normally and it never writes into our rings.  A child
+        forked before tracing started (its fork event handled only now) has none of it."""
+        if not self.active or not child.is_mapped(self.rings.area.address):
             return
         self.patches.revert_copy(child.mem)
         L, area = self.injector, self.rings.area

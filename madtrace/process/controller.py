@@ -49,6 +49,10 @@ class Controller:
         # called for each fork child (not vfork) before it runs, followed or not:
         # the child is a copy of the parent, patches included
         self.on_fork_child: list[Callable[[Tracee, int], None]] = []
+        # vfork: called with (parent, parent tid, child) before the child runs in the
+        # parent's memory, and with (parent, parent tid) at the parent's vfork-done stop
+        self.on_vfork_start: list[Callable[[Tracee, int, Tracee], None]] = []
+        self.on_vfork_done: list[Callable[[Tracee, int], None]] = []
         # called at PTRACE_EVENT_EXIT, while the exiting thread is still stopped
         self.on_thread_exit: list[Callable[[Tracee, int], None]] = []
         # engines claim signals they caused (breakpoints, protection faults); return True if handled
@@ -147,7 +151,11 @@ class Controller:
             return
         if isinstance(event, PtraceEventStop):
             if event.event in (pr.PTRACE_EVENT_FORK, pr.PTRACE_EVENT_VFORK):
-                self._on_fork(tracee, event.message, vfork=event.event == pr.PTRACE_EVENT_VFORK)
+                self._on_fork(tracee, event.message, vfork=event.event == pr.PTRACE_EVENT_VFORK,
+                              parent_tid=tid)
+            elif event.event == pr.PTRACE_EVENT_VFORK_DONE:
+                for hook in self.on_vfork_done:
+                    hook(tracee, tid)
             elif event.event == pr.PTRACE_EVENT_EXEC:
                 self.execs_seen += 1
                 for hook in self.on_exec:
@@ -169,7 +177,7 @@ class Controller:
         raise AssertionError(f"unhandled event {event!r}")
 
     # ------------------------------------------------------------ fork/vfork
-    def _on_fork(self, parent: Tracee, child_pid: int, vfork: bool) -> None:
+    def _on_fork(self, parent: Tracee, child_pid: int, vfork: bool, parent_tid: int) -> None:
         self.forks_seen += 1
         child = Tracee(child_pid, launched=False, options=parent.options)
         child.threads[child_pid] = ThreadState(child_pid, running=True)
@@ -179,8 +187,12 @@ class Controller:
             child.record(child_pid, status)
         else:
             child.wait_event(block=True, tid=child_pid)
-        if not vfork:
-            # a vfork child shares its parent's memory until it execs: nothing to undo
+        if vfork:
+            # it shares its parent's memory until it execs: nothing to undo, but that
+            # memory must be fit for an untraced thread meanwhile
+            for vfork_hook in self.on_vfork_start:
+                vfork_hook(parent, parent_tid, child)
+        else:
             for hook in self.on_fork_child:
                 hook(child, child_pid)
         if self.follow_forks:

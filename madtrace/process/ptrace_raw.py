@@ -40,6 +40,9 @@ PTRACE_GETSIGINFO = 0x4202
 PTRACE_SEIZE = 0x4206
 PTRACE_INTERRUPT = 0x4207
 PTRACE_LISTEN = 0x4208
+PTRACE_GET_SYSCALL_INFO = 0x420E
+# PTRACE_GET_SYSCALL_INFO's op: where a thread stopped
+SYSCALL_INFO_NONE, SYSCALL_INFO_ENTRY, SYSCALL_INFO_EXIT, SYSCALL_INFO_SECCOMP = 0, 1, 2, 3
 
 # options
 PTRACE_O_TRACESYSGOOD = 0x01
@@ -102,6 +105,15 @@ class SigInfo(ctypes.Structure):
     @property
     def si_pid(self) -> int:
         return self.si_addr & 0xFFFFFFFF
+
+
+class SyscallInfo(ctypes.Structure):
+    """struct ptrace_syscall_info (linux/ptrace.h) up to the entry arguments; at an
+    exit stop ``nr`` holds the result (rval) and ``args[0]`` is_error."""
+
+    _fields_ = [("op", ctypes.c_uint8), ("pad", ctypes.c_uint8 * 3), ("arch", ctypes.c_uint32),
+                ("instruction_pointer", ctypes.c_uint64), ("stack_pointer", ctypes.c_uint64),
+                ("nr", ctypes.c_uint64), ("args", ctypes.c_uint64 * 6)]
 
 
 class PtraceError(OSError):
@@ -176,6 +188,13 @@ def set_regs(tid: int, regs: UserRegs) -> None:
 def get_siginfo(tid: int) -> SigInfo:
     info = SigInfo()
     ptrace(PTRACE_GETSIGINFO, tid, 0, ctypes.cast(ctypes.byref(info), ctypes.c_void_p))
+    return info
+
+
+def get_syscall_info(tid: int) -> SyscallInfo:
+    """Where a stopped thread is with respect to system calls (entry, exit, none)."""
+    info = SyscallInfo()
+    ptrace(PTRACE_GET_SYSCALL_INFO, tid, ctypes.sizeof(info), ctypes.cast(ctypes.byref(info), ctypes.c_void_p))
     return info
 
 

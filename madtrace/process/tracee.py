@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import struct
+import threading
 from dataclasses import dataclass, field
 
 from ..errors import (CommandNotFoundError, KernelThreadError, NoSuchProcessError, NotElfError,
@@ -25,7 +26,8 @@ from .events import (Event, GroupStop, PtraceEventStop, SignalStop, ThreadExited
 from .memory import ProcessMemory
 
 BASE_OPTIONS = (pr.PTRACE_O_TRACESYSGOOD | pr.PTRACE_O_TRACECLONE | pr.PTRACE_O_TRACEEXEC
-                | pr.PTRACE_O_TRACEFORK | pr.PTRACE_O_TRACEVFORK | pr.PTRACE_O_TRACEEXIT)
+                | pr.PTRACE_O_TRACEFORK | pr.PTRACE_O_TRACEVFORK | pr.PTRACE_O_TRACEVFORKDONE
+                | pr.PTRACE_O_TRACEEXIT)
 AT_ENTRY = 9
 
 
@@ -83,6 +85,18 @@ def _is_kthread(pid: int) -> bool:
         return bool(flags & 0x00200000)  # PF_KTHREAD
     except (OSError, IndexError, ValueError):
         return False
+
+
+def tracer_of(tid: int) -> int | None:
+    """TracerPid of a thread (0: not traced; None: gone)."""
+    try:
+        with open(f"/proc/{tid}/status") as f:
+            for line in f:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def thread_group_of(tid: int) -> int | None:
@@ -238,6 +252,11 @@ class Tracee:
                         raise
                     continue  # thread exited meanwhile
                 except PermissionDeniedError as exc:
+                    if tracer_of(tid) in (os.getpid(), threading.get_native_id()):
+                        # made by a thread seized a moment ago: already ours (TRACECLONE),
+                        # its first stop still to come
+                        self.threads[tid] = ThreadState(tid, running=True, fresh=True)
+                        continue
                     raise PermissionDeniedError(f"cannot attach to process {self.pid}: {exc}") from None
                 self.threads[tid] = ThreadState(tid, running=True)
 
@@ -431,6 +450,16 @@ class Tracee:
             else:
                 raise TracerInternalError(f"process {self.pid} has no AT_ENTRY in its auxv")
         return self._entry
+
+    def is_mapped(self, address: int) -> bool:
+        """Whether ``address`` lies in a mapping of the process now (a fork child
+        made before madtrace mapped its areas has none of them)."""
+        with open(f"/proc/{self.pid}/maps") as f:
+            for line in f:
+                start, end = line.split(None, 1)[0].split("-")
+                if int(start, 16) <= address < int(end, 16):
+                    return True
+        return False
 
     def get_regs(self, tid: int | None = None) -> pr.UserRegs:
         return pr.get_regs(self.pid if tid is None else tid)

@@ -8,10 +8,12 @@ until the grandchild has attached (or failed, with its error) and returns.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import socket
 import sys
+import traceback
 import threading
 
 from ..errors import MadtraceError, PermissionDeniedError, TracerInternalError, UsageError
@@ -143,6 +145,7 @@ def _daemon_main(pid: int, options: RecordOptions, status_fd: int) -> int:
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
+        faulthandler.enable()   # a crash of the tracer itself leaves its stack in the log
         if transport.daemon_alive(pid):
             raise PermissionDeniedError(f"a madtrace daemon already traces process {pid}")
         server = ControlServer(pid)
@@ -166,6 +169,7 @@ def _daemon_main(pid: int, options: RecordOptions, status_fd: int) -> int:
         session.end(end_message(recording, status))
     except BaseException as exc:
         session.end(f"madtrace failed: {exc}")
+        recording.log(f"daemon failed: {exc!r}\n{traceback.format_exc()}")
         raise
     finally:
         server.close()

@@ -1,0 +1,136 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Live sessions on programs under load: nothing madtrace does may kill them.
+
+* A real server, ``python3 -m http.server`` on 127.0.0.1, answers a request
+  every 20 ms (it starts a thread per request, so its main thread is often
+  stopped inside clone3) while a daemon attaches, instruments libpython
+  functions, restores them and stops, 30 times.  Before the fix of remote
+  system calls in event stops, 3 of 8 such cycles killed it.
+* tests/progs/churn creates and joins a thread per round, forks, vforks and
+  execs, and blocks in read() and nanosleep, while a daemon instruments one of
+  its functions and switches data tracing on and off.
+Oracles: every request answered, every ctl exit 0, the server alive; churn's
+own checks of each pthread_create/fork/read result and its totals."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from .test_daemon import run, start_daemon, wait_gone
+from .util import prog, read_line, start_ready
+
+CYCLES = 30
+
+
+class RequestLoop:
+    """GET / every 20 ms on its own thread; counts answers and failures."""
+
+    def __init__(self, port: int):
+        self.url = f"http://127.0.0.1:{port}/"
+        self.answered = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with urllib.request.urlopen(self.url, timeout=30) as reply:
+                    reply.read()
+                self.answered += 1
+            except Exception as exc:   # counted, never ignored
+                self.failures.append(repr(exc))
+            self._stop.wait(0.02)
+
+    def __enter__(self) -> "RequestLoop":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+
+def start_server(tmp_path) -> tuple[subprocess.Popen, int]:
+    server = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1"],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    line = read_line(server).decode()
+    port = int(re.search(r"port (\d+)", line).group(1))
+    return server, port
+
+
+def python_function_spec(pid: int, name: str) -> str:
+    """``libpythonX.Y.so.1.0:name`` when the interpreter links libpython, else ``name``."""
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            match = re.search(r"/(libpython[^/\s]*\.so[^/\s]*)$", line.strip())
+            if match:
+                return f"{match.group(1)}:{name}"
+    return name
+
+
+def test_server_under_load_survives_instrument_cycles(tmp_path):
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    server, port = start_server(tmp_path)
+    failed_ctl = []
+    try:
+        specs = [python_function_spec(server.pid, f) for f in ("PyDict_New", "PyDict_SetItem")]
+        with RequestLoop(port) as loop:
+            while loop.answered < 5:
+                time.sleep(0.05)
+            for cycle in range(CYCLES):
+                daemon = start_daemon(str(runtime), server.pid, tmp_path / f"t{cycle}")
+                for words in (["instrument", *specs], ["restore", "all"], ["stop"]):
+                    result = run(str(runtime), "ctl", str(server.pid), *words)
+                    if result.returncode != 0:
+                        failed_ctl.append((cycle, words, result.returncode, result.stderr.decode()))
+                wait_gone(daemon)
+                assert server.poll() is None, f"server died in cycle {cycle}: {server.returncode}"
+        assert failed_ctl == []
+        assert loop.failures == [], loop.failures[:5]
+        assert loop.answered > CYCLES
+    finally:
+        server.kill()
+        server.wait()
+
+
+def churn_expected(rounds: int) -> bytes:
+    squares = sum(i * i for i in range(rounds))
+    byte_sum = sum(i & 0xFF for i in range(rounds))
+    forks, execs = (rounds + 3) // 4, (rounds + 15) // 16
+    return (f"rounds {rounds} squares {squares} bytes {rounds}/{byte_sum} "
+            f"forks {forks} execs {execs}\n").encode()
+
+
+@pytest.mark.parametrize("variant", ["O2-pie", "O0-nopie"])
+def test_thread_churn_while_instrumented_and_data_traced(tmp_path, variant):
+    runtime = str(tmp_path / "run")
+    os.mkdir(runtime)
+    target = start_ready([prog("churn", variant), "0", "ready"])
+    try:
+        for cycle in range(3):
+            daemon = start_daemon(runtime, target.pid, tmp_path / f"t{cycle}")
+            for words in (["instrument", "square"], ["trace", "data", "on"], None,
+                          ["trace", "data", "off"], ["restore", "all"], ["stop"]):
+                if words is None:
+                    time.sleep(0.3)      # the target runs, data traced
+                    continue
+                result = run(runtime, "ctl", str(target.pid), *words)
+                assert result.returncode == 0, (cycle, words, result.stderr.decode())
+            wait_gone(daemon)
+            assert target.poll() is None
+        out, _ = target.communicate(b"\n", timeout=120)
+    finally:
+        target.kill()
+    assert target.returncode == 0, out
+    rounds = int(re.match(rb"rounds (\d+)", out).group(1))
+    assert rounds > 0 and out == churn_expected(rounds)
