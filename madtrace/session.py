@@ -109,6 +109,7 @@ class Recording:
         self.functions: FunctionTracer | None = None
         self.data: DataEngine | None = None
         self.store_writer = None             # trace.store_writer.StoreWriter
+        self.leftovers_line = ""             # what an earlier session left, found at attach
 
     def log(self, message: str) -> None:
         if not self.options.quiet:
@@ -126,6 +127,8 @@ class Recording:
             raise
         try:
             self.controller = Controller(self.tracee, follow_forks=self.options.follow_forks)
+            self.controller.release.append(self._release_footprint)
+            self.controller.release_in_child.append(self._release_in_child)
             self._install_signal_handlers()
             self.controller.run_to(self.tracee.auxv_entry())
             if self.tracee.exit_event is None:
@@ -158,6 +161,8 @@ class Recording:
             self._remove_output()
             raise
         self.controller = Controller(self.tracee, follow_forks=self.options.follow_forks)
+        self.controller.release.append(self._release_footprint)
+        self.controller.release_in_child.append(self._release_in_child)
         self._install_signal_handlers()
         try:
             self.meta["command"] = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[:-1]
@@ -166,11 +171,52 @@ class Recording:
             pass
         try:
             self._load_address_space()
+            self._recover_leftovers()
             self._after_start()
         except BaseException:
             self.tracee.detach()
             self._remove_output()
             raise
+
+    def _recover_leftovers(self) -> None:
+        """What an earlier session (killed) left in the target is found and taken
+        out before anything is installed (inject/leftovers.py); said in one line."""
+        from .inject.leftovers import recover
+        found = recover(self.tracee, self.address_space)
+        if not found:
+            return
+        self.leftovers_line = found.line(self.tracee.pid)
+        self.log(self.leftovers_line)
+        release = found.release
+        self.meta["leftovers"] = {
+            "sites_restored": [{"address": a, "module": m} for a, m in found.sites],
+            "areas": found.areas, "unmapped": len(release.unmapped),
+            "bytes_unmapped": sum(n for _, n in release.unmapped),
+            "returns_given_back": release.returns, "guard": found.guard,
+            "kept": [{"area": n, "bytes": b, "why": w} for n, b, w in found.held + release.kept]}
+
+    def _release_footprint(self, tracee: Tracee) -> None:
+        """At detach (every thread stopped, every patch reverted): madtrace's
+        mappings out of the target (inject/footprint.py), said in one line."""
+        if tracee.footprint is None:
+            return
+        result = tracee.footprint.release(tracee)
+        if result.unmapped or result.kept:
+            self.log(result.line(tracee.pid))
+        released = self.meta.setdefault("released", {"unmapped": 0, "bytes": 0, "kept": []})
+        released["unmapped"] += len(result.unmapped)
+        released["bytes"] += sum(n for _, n in result.unmapped)
+        released["returns_given_back"] = released.get("returns_given_back", 0) + result.returns
+        released["kept"] += [{"area": name, "bytes": n, "why": why} for name, n, why in result.kept]
+
+    def _release_in_child(self, parent: Tracee, child: Tracee) -> None:
+        """A fork child, after every engine undid its part there: madtrace's
+        mappings out of the child's copy of the memory."""
+        if parent.footprint is None or not parent.footprint.areas:
+            return
+        result = parent.footprint.release(child, copy=True)
+        if self.functions is not None:
+            self.functions.child_released(child, result.kept)
 
     def _install_signal_handlers(self) -> None:
         """From here on Ctrl-C/SIGTERM/SIGHUP make madtrace restore and detach."""

@@ -10,7 +10,8 @@ Policy, in one place:
 - group-stops keep the target job-control stopped (PTRACE_LISTEN);
 - a stop request (Ctrl-C, SIGTERM, SIGHUP, --duration, a REPL command) stops
   every thread, runs the ``before_detach`` hooks (which restore all patches
-  and protections) and detaches: the target continues as if never traced.
+  and protections), then the ``release`` hooks (which unmap what madtrace
+  mapped) and detaches: the target continues as if never traced.
 """
 
 from __future__ import annotations
@@ -46,9 +47,15 @@ class Controller:
         self.stop_reason: str | None = None
         self.on_exec: list[Callable[[Tracee], None]] = []
         self.before_detach: list[Callable[[Tracee], None]] = []
+        # called last before detaching, every thread stopped and every stop handled:
+        # madtrace's mappings come out of the target (inject/footprint.py)
+        self.release: list[Callable[[Tracee], None]] = []
         # called for each fork child (not vfork) before it runs, followed or not:
         # the child is a copy of the parent, patches included
         self.on_fork_child: list[Callable[[Tracee, int], None]] = []
+        # called for each fork child after the on_fork_child hooks, with (parent, child):
+        # madtrace's mappings come out of the child's copy (inject/footprint.py)
+        self.release_in_child: list[Callable[[Tracee, Tracee], None]] = []
         # vfork: called with (parent, parent tid, child) before the child runs in the
         # parent's memory, and with (parent, parent tid) at the parent's vfork-done stop
         self.on_vfork_start: list[Callable[[Tracee, int, Tracee], None]] = []
@@ -195,6 +202,8 @@ class Controller:
         else:
             for hook in self.on_fork_child:
                 hook(child, child_pid)
+            for release in self.release_in_child:
+                release(parent, child)
         if self.follow_forks:
             self.children[child_pid] = child
             child.resume(child_pid, 0)
@@ -280,6 +289,13 @@ class Controller:
                     # it stays stopped: detach resumes it (with its signal if it had one)
                     if isinstance(event, SignalStop):
                         state.pending_signal = event.signum
+            if self.release and tracee.threads:
+                tracee.stop_all_quietly()   # the resumed threads again (keeping their signals)
+                for hook in self.release:
+                    try:
+                        hook(tracee)
+                    except Exception:
+                        pass   # what could not be taken out stays (and was said)
             tracee.detach()   # stops the resumed threads again (keeping their own signals)
 
     # --------------------------------------------------------- breakpoints
