@@ -110,6 +110,9 @@ class Recording:
         self.data: DataEngine | None = None
         self.store_writer = None             # trace.store_writer.StoreWriter
         self.leftovers_line = ""             # what an earlier session left, found at attach
+        # live sessions: work that can wait until the target runs again is done then
+        # (``after_commands``), so that a command stops it only to patch
+        self.defer_while_stopped = False
 
     def log(self, message: str) -> None:
         if not self.options.quiet:
@@ -271,6 +274,18 @@ class Recording:
                                             defer_above=FINISH_AT_END_EVENTS)
             self.store_writer.start()
 
+    def after_commands(self) -> None:
+        """Live sessions, the target running again: what the commands deferred."""
+        if self.functions is not None:
+            self.functions.flush_tables()
+
+    def prepare_functions(self, patterns: list[str]) -> None:
+        """While the target runs: find the functions and scan their modules (the
+        costly part of planning, kept per module), so that ``add_functions``
+        stops it only to patch.  Unknown names fail here."""
+        from .inject.plan import prepare_plan
+        prepare_plan(self.address_space, patterns)
+
     def add_functions(self, patterns: list[str]) -> dict:
         """Instrument more functions of the live target (every thread stopped; the
         REPL and the daemon). Returns the report of this addition."""
@@ -292,6 +307,7 @@ class Recording:
         try:
             engine = FunctionTracer(self.tracee, self.address_space, self.options.output,
                                     timestamps=self.options.timestamps, method=self.options.method)
+            engine.defer_tables = self.defer_while_stopped
             self.functions = engine
             started = time.perf_counter()
             report = engine.install(patterns or ["*"])
@@ -492,6 +508,7 @@ class Recording:
 
     def finish(self, outcome: str) -> int | None:
         self._unpin()
+        self.after_commands()
         self.meta.update(self._state_meta(outcome))
         self.meta.update(self._function_results(final=True))
         self.meta.update(self._data_results())
@@ -520,6 +537,7 @@ class Recording:
         map of now as maps.end.txt) while the target keeps running.  Tracer
         thread only (the data engine's buffers are its own); never overwrites an
         existing path without ``force``.  Returns where and what was written."""
+        self.after_commands()
         live = os.path.realpath(self.options.output)
         wanted = os.path.realpath(directory)
         if wanted == live or wanted.startswith(live + os.sep) or live.startswith(wanted + os.sep):

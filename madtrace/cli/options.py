@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from ..errors import UsageError
-from ..session import RecordOptions
 
 
 def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str | None) -> None:
@@ -50,6 +49,7 @@ def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str
 
 
 def recording_options(args, output: str) -> RecordOptions:
+    from ..session import RecordOptions
     duration = getattr(args, "duration", None)
     if duration is not None and duration <= 0:
         raise UsageError("--duration must be a positive number of seconds")

@@ -73,8 +73,15 @@ class Plan:
         return site
 
 
+# the last selection per address space (``prepare_plan`` then ``make_plan`` ask twice)
+_selections: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def select_functions(space: AddressSpace, patterns: list[str]) -> list[ModuleSymbol]:
     """Unscoped patterns match the main executable; 'lib:pattern' another module."""
+    last = _selections.get(space)
+    if last is not None and last[0] == tuple(patterns):
+        return list(last[1])
     chosen: dict[int, ModuleSymbol] = {}
     for pattern in patterns:
         scoped = ":" in pattern and not pattern.startswith("::")
@@ -84,7 +91,9 @@ def select_functions(space: AddressSpace, patterns: list[str]) -> list[ModuleSym
             raise UnknownSymbolError(f"no function matches {pattern!r}")
         for ms in found:
             chosen.setdefault(ms.address, ms)   # aliases share an address: trace once
-    return sorted(chosen.values(), key=lambda ms: ms.address)
+    selected = sorted(chosen.values(), key=lambda ms: ms.address)
+    _selections[space] = (tuple(patterns), selected)
+    return list(selected)
 
 
 # a module that uses these may throw or catch C++ exceptions: an exception unwinding
@@ -130,6 +139,13 @@ def _implementation_size(scan: _ModuleScan, rel: int) -> int:
     starts = sorted(scan.scan.function_starts)
     i = bisect.bisect_right(starts, rel)
     return min(starts[i] - rel, 1 << 16) if i < len(starts) else 64
+
+
+def prepare_plan(space: AddressSpace, patterns: list[str]) -> None:
+    """What ``make_plan`` needs from the files alone, done ahead (no target
+    access): the functions exist, their modules are scanned (kept per image)."""
+    for module in {ms.module.name: ms.module for ms in select_functions(space, patterns)}.values():
+        _ModuleScan(module)
 
 
 METHODS = ("auto", "callsite", "entry")

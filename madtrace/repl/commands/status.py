@@ -38,6 +38,7 @@ class Status(Command):
             "patches": len(engine.patches) if engine is not None else 0,
             "records": 0, "dropped_events": 0, "ring_fill": {},
             "data_tracing": _data_state(session.recording.data, session.scratch.get("data_in", [])),
+            "last_pause_ms": round(session.last_pause * 1000, 3),
         }
         rings = engine.rings if engine is not None else None
         if rings is not None:

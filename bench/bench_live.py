@@ -1,0 +1,261 @@
+"""Issue 17: live sessions, measured side by side in one run, madtrace beside
+Frida (PyPI frida: Interceptor with a CModule, and with JS callbacks) and
+bpftrace (uprobes), each where it runs on this machine (the bench extra
+installs frida; bpftrace is a Debian package).
+
+On the C target (tests/progs/bench_live: it times its own loop) and on
+python3 -m http.server (127.0.0.1, a bounded request loop):
+- attach -> first event: from the tool's start to the first call recorded;
+- the longest pause of the target while attaching and instrumenting (the
+  program's own loop measures it: "watch");
+- the time to instrument 20 and ~900 libpython functions (madtrace: the ctl
+  command, and how long the target was stopped);
+- request latency of http.server untraced / attached with nothing
+  instrumented / with PyDict_* instrumented (median of REQUESTS);
+- ns per call, attached and launched (the program's own loop, N calls);
+- events dropped on an attached run of 11 M calls (--no-time).
+Each figure is the min / median of REPEATS interleaved repeats.
+MADTRACE_BENCH_QUICK=1 runs fewer repeats and smaller N."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+from common import ROOT, prog, table
+
+QUICK = bool(os.environ.get("MADTRACE_BENCH_QUICK"))
+REPEATS = 2 if QUICK else 3
+CALLS = 2_000_000 if QUICK else 11_000_000
+REQUESTS = 30 if QUICK else 100
+MADTRACE = [sys.executable, "-m", "madtrace.cli.main"]
+
+
+def stats(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
+    if not values:
+        return "-"
+    return f"{min(values) * scale:.{digits}f} / {statistics.median(values) * scale:.{digits}f}"
+
+
+class Target:
+    """tests/progs/bench_live, driven line by line."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([prog("bench_live", "O2-pie")], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE)
+        assert self.proc.stdout.readline() == b"ready\n"
+        self.pid = self.proc.pid
+
+    def send(self, line: str) -> None:
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def reply(self) -> str:
+        return self.proc.stdout.readline().decode()
+
+    def calls(self, n: int) -> float:
+        self.send(f"calls {n}")
+        return float(re.search(r"ns_per_call ([\d.]+)", self.reply()).group(1))
+
+    def close(self) -> None:
+        try:
+            self.send("quit")
+            self.proc.wait(timeout=30)
+        except Exception:
+            self.proc.kill()
+
+
+class Madtrace:
+    name = "madtrace"
+
+    def __init__(self, tmp: str):
+        self.env = dict(os.environ, PYTHONPATH=ROOT, XDG_RUNTIME_DIR=os.path.join(tmp, "run"))
+        os.makedirs(self.env["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
+        self.tmp = tmp
+        self.n = 0
+
+    def run(self, *args, check=True) -> subprocess.CompletedProcess:
+        result = subprocess.run([*MADTRACE, *args], capture_output=True, env=self.env, timeout=300)
+        if check and result.returncode != 0:
+            raise RuntimeError(f"madtrace {' '.join(args)}: {result.stderr.decode()}")
+        return result
+
+    def attach(self, pid: int, *extra: str) -> str:
+        self.n += 1
+        out = os.path.join(self.tmp, f"t{self.n}")
+        self.run("daemon", str(pid), "-o", out, *extra)
+        return out
+
+    def instrument(self, pid: int, *specs: str) -> None:
+        self.run("ctl", str(pid), "instrument", *specs)
+
+    def status(self, pid: int) -> dict:
+        return json.loads(self.run("ctl", str(pid), "status", "--json").stdout)
+
+    def detach(self, pid: int) -> None:
+        self.run("ctl", str(pid), "stop")
+
+
+def first_record(directory: str, started: float, timeout: float = 60) -> float:
+    """Seconds from ``started`` until a record reached calls/ (polled every ms)."""
+    calls = os.path.join(directory, "calls")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if any(os.path.getsize(os.path.join(calls, f)) for f in os.listdir(calls)):
+                return time.perf_counter() - started
+        except OSError:
+            pass
+        time.sleep(0.001)
+    raise RuntimeError("no record")
+
+
+def madtrace_c(tmp: str) -> dict:
+    """attach -> first event, longest pause, ns per call attached, drops (C target)."""
+    tool = Madtrace(tmp)
+    out: dict[str, list] = {"first": [], "pause": [], "ns": [], "ns_notime": [], "drops": []}
+    for _ in range(REPEATS):
+        target = Target()
+        try:
+            target.send("watch 4000")       # the program measures its longest pause meanwhile
+            time.sleep(0.3)
+            started = time.perf_counter()
+            directory = tool.attach(target.pid)
+            tool.instrument(target.pid, "leaf")
+            out["first"].append(first_record(directory, started))
+            out["pause"].append(float(re.search(r"longest_us ([\d.]+)", target.reply()).group(1)))
+            out["ns"].append(target.calls(CALLS))
+            out["drops"].append(tool.status(target.pid)["dropped_events"])
+            tool.detach(target.pid)
+            directory = tool.attach(target.pid, "--no-time")
+            tool.instrument(target.pid, "leaf")
+            out["ns_notime"].append(target.calls(CALLS))
+            out["drops"].append(tool.status(target.pid)["dropped_events"])
+            tool.detach(target.pid)
+        finally:
+            target.close()
+    return out
+
+
+def launched_c(tmp: str) -> dict:
+    """ns per call launched, and untraced (the program's own loop)."""
+    out: dict[str, list] = {"ns": [], "ns_notime": [], "untraced": []}
+    for _ in range(REPEATS):
+        for key, extra in (("ns", []), ("ns_notime", ["--no-time"])):
+            run = subprocess.run([*MADTRACE, "record", "-q", "--force", "-o",
+                                  os.path.join(tmp, "launched"), "-f", "leaf", *extra, "--",
+                                  prog("bench_live", "O2-pie")],
+                                 input=f"calls {CALLS}\nquit\n".encode(), capture_output=True,
+                                 env=dict(os.environ, PYTHONPATH=ROOT), timeout=300)
+            out[key].append(float(re.search(rb"ns_per_call ([\d.]+)", run.stdout).group(1)))
+        target = Target()
+        out["untraced"].append(target.calls(CALLS))
+        target.close()
+    return out
+
+
+class Server:
+    def __init__(self, tmp: str):
+        self.proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind",
+                                      "127.0.0.1"], cwd=tmp, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL)
+        self.port = int(re.search(rb"port (\d+)", self.proc.stdout.readline()).group(1))
+        self.pid = self.proc.pid
+        with open(f"/proc/{self.pid}/maps") as f:
+            lib = re.search(r"/(libpython[^/\s]*\.so[^/\s]*)$", f.read(), re.M)
+        self.lib = lib.group(1) if lib else None
+
+    def spec(self, pattern: str) -> str:
+        return f"{self.lib}:{pattern}" if self.lib else pattern
+
+    def latency(self, n: int = REQUESTS) -> list[float]:
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/", timeout=30) as reply:
+                reply.read()
+            times.append(time.perf_counter() - t0)
+            time.sleep(0.02)
+        return times
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def madtrace_server(tmp: str) -> dict:
+    tool = Madtrace(tmp)
+    out: dict[str, list] = {"first": [], "lat_untraced": [], "lat_attached": [],
+                            "lat_instrumented": [], "hook20": [], "hook20_pause": [],
+                            "hook900": [], "hook900_pause": [], "functions900": []}
+    for _ in range(REPEATS):
+        server = Server(tmp)
+        try:
+            out["lat_untraced"].append(statistics.median(server.latency()))
+            load = threading.Thread(target=server.latency, args=(50,), daemon=True)
+            load.start()
+            started = time.perf_counter()
+            directory = tool.attach(server.pid)
+            tool.instrument(server.pid, server.spec("PyDict_New"))
+            out["first"].append(first_record(directory, started))
+            load.join()
+            tool.detach(server.pid)
+            tool.attach(server.pid)
+            out["lat_attached"].append(statistics.median(server.latency()))
+            t0 = time.perf_counter()
+            tool.instrument(server.pid, server.spec("PyDict_*"))
+            out["hook20"].append(time.perf_counter() - t0)
+            out["hook20_pause"].append(tool.status(server.pid)["last_pause_ms"] / 1000)
+            out["lat_instrumented"].append(statistics.median(server.latency()))
+            t0 = time.perf_counter()
+            result = tool.run("ctl", str(server.pid), "instrument", server.spec("Py[A-Z]*"),
+                              "--json")
+            out["hook900"].append(time.perf_counter() - t0)
+            out["hook900_pause"].append(tool.status(server.pid)["last_pause_ms"] / 1000)
+            out["functions900"].append(len(json.loads(result.stdout)["patched"]))
+            tool.detach(server.pid)
+        finally:
+            server.close()
+    return out
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        c = madtrace_c(tmp)
+        launched = launched_c(tmp)
+        server = madtrace_server(tmp)
+    rows = [
+        ("ns per call, launched (the program's loop)", stats(launched["ns"]),
+         f"--no-time {stats(launched['ns_notime'])}"),
+        ("ns per call, attached", stats(c["ns"]), f"--no-time {stats(c['ns_notime'])}"),
+        ("ns per call, untraced", stats(launched["untraced"]), ""),
+        (f"drops, attached runs of {CALLS} calls", max(c["drops"]), ""),
+        ("attach -> first event, C program (s)", stats(c["first"]), ""),
+        ("attach -> first event, http.server PyDict_New (s)", stats(server["first"]), ""),
+        ("longest pause attaching + instrumenting, C (ms)", stats(c["pause"], 1e-3), ""),
+        ("instrument 20 PyDict_* (s), target stopped (ms)", stats(server["hook20"]),
+         stats(server["hook20_pause"], 1e3)),
+        (f"instrument ~{max(server['functions900'])} Py* (s), target stopped (ms)",
+         stats(server["hook900"]), stats(server["hook900_pause"], 1e3)),
+        ("http.server latency untraced (ms)", stats(server["lat_untraced"], 1e3), ""),
+        ("http.server latency attached, nothing instrumented (ms)",
+         stats(server["lat_attached"], 1e3), ""),
+        ("http.server latency, PyDict_* instrumented (ms)",
+         stats(server["lat_instrumented"], 1e3), ""),
+    ]
+    print(table(f"madtrace live sessions (min / median of {REPEATS})", rows,
+                ("measurement", "madtrace", "")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
