@@ -63,8 +63,13 @@ class Target:
         return self.proc.stdout.readline().decode()
 
     def calls(self, n: int) -> float:
+        return self.checked_calls(n)[0]
+
+    def checked_calls(self, n: int) -> tuple[float, int]:
+        """(ns per call of the program's own loop, its checksum)."""
         self.send(f"calls {n}")
-        return float(re.search(r"ns_per_call ([\d.]+)", self.reply()).group(1))
+        match = re.search(r"checksum (\d+) ns_per_call ([\d.]+)", self.reply())
+        return float(match.group(2)), int(match.group(1))
 
     def close(self) -> None:
         try:
@@ -228,6 +233,57 @@ def madtrace_server(tmp: str) -> dict:
     return out
 
 
+def other_c(tool, addresses_of) -> dict:
+    """Frida / bpftrace on the C target: attach -> first event, longest pause, ns
+    per call (checksum checked against an untraced run)."""
+    out: dict[str, list] = {"first": [], "pause": [], "ns": [], "wrong": []}
+    for _ in range(REPEATS):
+        target = Target()
+        try:
+            reference = target.checked_calls(CALLS // 10)[1]
+            target.send("watch 4000")
+            time.sleep(0.3)
+            first = threading.Event()
+            started = time.perf_counter()
+            tool.attach(target.pid, addresses_of(target.pid), first)
+            if first.wait(60):
+                out["first"].append(time.perf_counter() - started)
+            pause = float(re.search(r"longest_us ([\d.]+)", target.reply()).group(1))
+            if pause < 4e6:        # longer than the watch itself: the loop's clock was wrong
+                out["pause"].append(pause)
+            ns, checksum = target.checked_calls(CALLS // 10)
+            out["ns"].append(ns)
+            out["wrong"].append(checksum != reference)
+            tool.detach()
+        finally:
+            target.close()
+    return out
+
+
+def others(rows: list) -> None:
+    """Frida (CModule, JS) and bpftrace beside madtrace, where they run here."""
+    from live_others import Bpftrace, Frida, symbol_address
+    path = prog("bench_live", "O2-pie")
+    for make, how in ((lambda: Frida("cmodule"), "address"), (lambda: Frida("js"), "address"),
+                      (Bpftrace, "probe")):
+        try:
+            tool = make()
+        except Exception as exc:        # not installed, or cannot run here
+            rows.append((f"{getattr(exc, 'name', '')}".strip() or "a tool", f"skipped: {exc}", ""))
+            continue
+        addresses_of = ((lambda pid: [symbol_address(pid, path, "leaf")]) if how == "address"
+                        else (lambda pid: [f"{path}:leaf"]))
+        try:
+            got = other_c(tool, addresses_of)
+        except Exception as exc:
+            rows.append((tool.name, f"failed: {exc}", ""))
+            continue
+        wrong = " (WRONG RESULTS)" if any(got["wrong"]) else ""
+        rows.append((f"{tool.name}: ns per call / first event (s) / longest pause (ms)",
+                     f"{stats(got['ns'], digits=1)}{wrong}",
+                     f"{stats(got['first'])} / {stats(got['pause'], 1e-3)}"))
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         c = madtrace_c(tmp)
@@ -252,7 +308,8 @@ def main() -> int:
         ("http.server latency, PyDict_* instrumented (ms)",
          stats(server["lat_instrumented"], 1e3), ""),
     ]
-    print(table(f"madtrace live sessions (min / median of {REPEATS})", rows,
+    others(rows)
+    print(table(f"live sessions (min / median of {REPEATS})", rows,
                 ("measurement", "madtrace", "")))
     return 0
 

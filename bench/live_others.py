@@ -16,11 +16,11 @@ const counter = Memory.alloc(8);
 const cm = new CModule(`
 #include <gum/guminterceptor.h>
 extern volatile long counter;
-void onEnter (GumInvocationContext * ic) { __atomic_fetch_add (&counter, 1, __ATOMIC_RELAXED); }
-void onLeave (GumInvocationContext * ic) { __atomic_fetch_add (&counter, 1, __ATOMIC_RELAXED); }
+void onEnter (GumInvocationContext * ic) { counter++; }
+void onLeave (GumInvocationContext * ic) { counter++; }
 `, { counter });
 for (const a of ADDRESSES) Interceptor.attach(ptr(a), cm);
-send("hooked");
+send("hooked " + counter);
 """
 
 FRIDA_JS = r"""
@@ -71,9 +71,16 @@ class Frida:
             "ADDRESSES", "[" + ",".join(f"'{a:#x}'" for a in addresses) + "]")
         hooked = threading.Event()
 
+        errors = []
+
         def on_message(message, data):
-            payload = message.get("payload")
-            if payload == "hooked":
+            payload = message.get("payload") or ""
+            if message.get("type") == "error":
+                errors.append(message.get("description"))
+                hooked.set()
+            elif payload.startswith("hooked"):
+                if self.kind == "cmodule":      # the counter's address: polled for the first event
+                    self.counter = int(payload.split()[1], 16)
                 hooked.set()
             elif payload == "first" and first is not None:
                 first.set()
@@ -82,7 +89,20 @@ class Frida:
         script.on("message", on_message)
         script.load()
         hooked.wait(60)
+        if errors:
+            raise RuntimeError(f"{self.name}: {errors[0]}")
         self.script = script
+        if first is not None and self.kind == "cmodule":
+            threading.Thread(target=self._watch_counter, args=(pid, first), daemon=True).start()
+
+    def _watch_counter(self, pid: int, first: threading.Event) -> None:
+        with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+            for _ in range(60000):
+                mem.seek(self.counter)
+                if int.from_bytes(mem.read(8), "little"):
+                    first.set()
+                    return
+                time.sleep(0.001)
 
     def detach(self) -> None:
         if self.session is not None:
