@@ -20,6 +20,7 @@ from .capture.regions import Region, region_matcher
 from .inject.engine import FunctionTracer
 from .inject.loader_watch import LoaderWatch
 from .inject.plan import split_patterns
+from .session_footprint import Footprints
 from .session_images import ImageChanges, parent_of, read_cmdline
 from .fork_children import ForkChildren
 from .errors import StrippedBinaryError, UnknownSymbolError, UsageError
@@ -98,7 +99,7 @@ def read_maps_text(pid: int) -> str:
         return ""
 
 
-class Recording(ImageChanges):
+class Recording(ImageChanges, Footprints):
     def __init__(self, options: RecordOptions):
         self.options = options
         if options.functions and not options.trace_functions:
@@ -126,6 +127,7 @@ class Recording(ImageChanges):
         self._entry_start: EntryStart | None = None
         self._loader_watch: LoaderWatch | None = None   # while -f patterns are pending
         self.forks: ForkChildren | None = None    # --follow-forks: the children's recordings
+        self.leftovers_line = ""             # what an earlier session left, found at attach
 
     def log(self, message: str) -> None:
         if not self.options.quiet:
@@ -160,6 +162,7 @@ class Recording(ImageChanges):
         self._create_output()
         self.tracee, self.controller = child, controller
         self.meta.update(mode="fork", command=read_cmdline(child.pid), parent=parent_of(child.pid))
+        self._register_release()
         self._load_address_space()
         self._after_start()
 
@@ -191,6 +194,7 @@ class Recording(ImageChanges):
             pass
         try:
             self._load_address_space()
+            self._recover_leftovers()
             self._after_start()
         except BaseException:
             self.tracee.detach()
@@ -201,7 +205,14 @@ class Recording(ImageChanges):
         self.controller = Controller(self.tracee, follow_forks=self.options.follow_forks)
         if self.options.follow_forks:
             self.forks = ForkChildren(self)
+        self._register_release()
         self._install_signal_handlers()
+
+    def _register_release(self) -> None:
+        """madtrace's mappings come out of this process at detach, and out of the
+        copies its fork children get (session_footprint.py)."""
+        self.hooks.release.append(self._release_footprint)
+        self.hooks.release_in_child.append(self._release_in_child)
 
     def _install_signal_handlers(self) -> None:
         """From here on Ctrl-C/SIGTERM/SIGHUP make madtrace restore and detach."""

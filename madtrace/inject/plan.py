@@ -22,6 +22,7 @@ unwind through an exit stub (the return address it finds is the stub's).
 from __future__ import annotations
 
 import bisect
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -111,20 +112,30 @@ def uses_cxx_exceptions(module: Module) -> bool:
     return any(name in names for name in CXX_EXCEPTION_SYMBOLS)
 
 
+# the scan of each ELF image (images are cached per file: binary/elf.py), so that a
+# module is scanned once per tracer process, whichever session instruments it
+_image_scans: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 class _ModuleScan:
-    """Call sites and address-taken functions of one module, computed once."""
+    """Call sites and address-taken functions of one module, computed once per
+    image (all ELF-relative)."""
 
     def __init__(self, module: Module):
         self.module = module
-        self.cxx = uses_cxx_exceptions(module)
-        self.scan = find_call_sites(module.image)
-        self.taken = address_taken(module.image)
-        self.sites_by_target: dict[int, list] = {}
-        for site in self.scan.sites:
-            self.sites_by_target.setdefault(site.target, []).append(site)
-        self.unpatchable_by_target: dict[int, list] = {}
-        for item in self.scan.unpatchable:
-            self.unpatchable_by_target.setdefault(item.target, []).append(item)
+        cached = _image_scans.get(module.image)
+        if cached is None:
+            scan = find_call_sites(module.image)
+            sites_by_target: dict[int, list] = {}
+            for site in scan.sites:
+                sites_by_target.setdefault(site.target, []).append(site)
+            unpatchable_by_target: dict[int, list] = {}
+            for item in scan.unpatchable:
+                unpatchable_by_target.setdefault(item.target, []).append(item)
+            cached = (uses_cxx_exceptions(module), scan, address_taken(module.image),
+                      sites_by_target, unpatchable_by_target)
+            _image_scans[module.image] = cached
+        self.cxx, self.scan, self.taken, self.sites_by_target, self.unpatchable_by_target = cached
 
 
 def _implementation_size(scan: _ModuleScan, rel: int) -> int:

@@ -10,7 +10,8 @@ Policy, in one place:
 - group-stops keep the target job-control stopped (PTRACE_LISTEN);
 - a stop request (Ctrl-C, SIGTERM, SIGHUP, --duration, a REPL command) stops
   every thread, runs the ``before_detach`` hooks (which restore all patches
-  and protections) and detaches: the target continues as if never traced.
+  and protections), then the ``release`` hooks (which unmap what madtrace
+  mapped) and detaches: the target continues as if never traced.
 """
 
 from __future__ import annotations
@@ -228,6 +229,8 @@ class Controller:
         else:
             for hook in hooks.on_fork_child:
                 hook(child, child_pid)
+            for release in hooks.release_in_child:
+                release(parent, child)
         if self.follow_forks:
             self.children[child_pid] = child
             for follow in self.on_follow:
@@ -322,6 +325,14 @@ class Controller:
                     # it stays stopped: detach resumes it (with its signal if it had one)
                     if isinstance(event, SignalStop):
                         state.pending_signal = event.signum
+            releases = self.hooks(tracee).release
+            if releases and tracee.threads:
+                tracee.stop_all_quietly()   # the resumed threads again (keeping their signals)
+                for hook in releases:
+                    try:
+                        hook(tracee)
+                    except Exception:
+                        pass   # what could not be taken out stays (and was said)
             tracee.detach()   # stops the resumed threads again (keeping their own signals)
 
     # --------------------------------------------------------- breakpoints
@@ -369,6 +380,12 @@ class TraceeHooks:
         # parent's memory, and with (parent, parent tid) at the parent's vfork-done stop
         self.on_vfork_start: list[Callable[[Tracee, int, Tracee], None]] = []
         self.on_vfork_done: list[Callable[[Tracee, int], None]] = []
+        # called last before detaching, every thread stopped and every stop handled:
+        # madtrace's mappings come out of the target (inject/footprint.py)
+        self.release: list[Callable[[Tracee], None]] = []
+        # called for each fork child after the on_fork_child hooks, with (parent, child):
+        # madtrace's mappings come out of the child's copy (inject/footprint.py)
+        self.release_in_child: list[Callable[[Tracee, Tracee], None]] = []
         # called at PTRACE_EVENT_EXIT, while the exiting thread is still stopped
         self.on_thread_exit: list[Callable[[Tracee, int], None]] = []
         # engines claim signals they caused (breakpoints, protection faults); True if handled

@@ -170,6 +170,9 @@ class Tracee:
         # (it writes back the data stubs' stores)
         self.fast_wait = None
         self.after_stop = None
+        # what madtrace mapped into this process (inject.footprint.Footprint), taken
+        # out again when the session ends
+        self.footprint = None
 
     # ---------------------------------------------------------------- creation
     @classmethod
@@ -329,6 +332,8 @@ class Tracee:
             self.mem.close()
             self.mem = ProcessMemory(self.pid)
             self._entry = None
+            if self.footprint is not None:
+                self.footprint.image_replaced()
         return event
 
     # ----------------------------------------------------------- stop / resume

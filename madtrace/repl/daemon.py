@@ -171,7 +171,7 @@ def _daemon_main(pid: int, options: RecordOptions, status_fd: int) -> int:
     recording.log(f"daemon {os.getpid()} attached to process {pid} "
                   f"({recording.tracee.threads_seen} threads); socket {server.path}")
     _report(status_fd, {"ok": True, "daemon": os.getpid(), "socket": server.path,
-                        "log": transport.log_path(pid)})
+                        "log": transport.log_path(pid), "leftovers": recording.leftovers_line})
     try:
         status = recording.run()
         session.end(end_message(recording, status))
