@@ -13,7 +13,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from . import cleanup
 from .binary.address_space import AddressSpace
 from .binary.maps import read_maps
 from .capture.data import DataEngine
@@ -21,6 +20,7 @@ from .capture.regions import Region, region_matcher
 from .inject.engine import FunctionTracer
 from .inject.loader_watch import LoaderWatch
 from .inject.plan import prepare_plan, split_patterns
+from .session_footprint import Footprints
 from .session_images import ImageChanges, parent_of, read_cmdline
 from .fork_children import ForkChildren
 from .errors import StrippedBinaryError, UnknownSymbolError, UsageError
@@ -99,7 +99,7 @@ def read_maps_text(pid: int) -> str:
         return ""
 
 
-class Recording(ImageChanges):
+class Recording(ImageChanges, Footprints):
     def __init__(self, options: RecordOptions):
         self.options = options
         if options.functions and not options.trace_functions:
@@ -163,6 +163,7 @@ class Recording(ImageChanges):
         self._create_output()
         self.tracee, self.controller = child, controller
         self.meta.update(mode="fork", command=read_cmdline(child.pid), parent=parent_of(child.pid))
+        self._register_release()
         self._load_address_space()
         self._after_start()
 
@@ -194,7 +195,7 @@ class Recording(ImageChanges):
             pass
         try:
             self._load_address_space()
-            cleanup.recover_leftovers(self)
+            self._recover_leftovers()
             self._after_start()
         except BaseException:
             self.tracee.detach()
@@ -205,7 +206,14 @@ class Recording(ImageChanges):
         self.controller = Controller(self.tracee, follow_forks=self.options.follow_forks)
         if self.options.follow_forks:
             self.forks = ForkChildren(self)
+        self._register_release()
         self._install_signal_handlers()
+
+    def _register_release(self) -> None:
+        """madtrace's mappings come out of this process at detach, and out of the
+        copies its fork children get (session_footprint.py)."""
+        self.hooks.release.append(self._release_footprint)
+        self.hooks.release_in_child.append(self._release_in_child)
 
     def _install_signal_handlers(self) -> None:
         """From here on Ctrl-C/SIGTERM/SIGHUP make madtrace restore and detach."""
@@ -254,9 +262,6 @@ class Recording(ImageChanges):
         if main is not None and main.image.stripped and not self._warned_stripped:
             self._warned_stripped = True
             self.log(f"{main.name} is stripped: only dynamic symbols and PLT entries are named")
-        self.hooks.release.append(lambda tracee: cleanup.release_footprint(self, tracee))
-        self.hooks.release_in_child.append(
-            lambda parent, child: cleanup.release_in_child(self, parent, child))
         self._start_image()
         self.hooks.on_thread_exit.append(self._snapshot_at_exit)
         self.hooks.on_exec.append(self._on_exec)

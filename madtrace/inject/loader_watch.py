@@ -21,8 +21,8 @@ stub is a plain ``ret``; if the program closed the descriptor, EBADF: the
 same.  At its trap the tracer reads ``r_state`` and, when the list is
 consistent, calls ``on_change(tid)`` with the trapping thread stopped (the
 loader holds its lock while it calls: no other thread is loading meanwhile).
-``remove`` puts the original bytes back, unmaps the stub and closes the
-descriptor.
+``remove`` puts the original bytes back and closes the descriptor; the
+stub's area is unmapped with madtrace's other areas (footprint.py).
 """
 
 from __future__ import annotations
@@ -120,16 +120,14 @@ class LoaderWatch:
         return True
 
     def remove(self) -> None:
-        """Every thread stopped: the loader's bytes back, the stub and the pidfd gone
-        (the stub stays mapped if a thread is inside it)."""
+        """Every thread stopped: the loader's bytes back and the pidfd closed; the
+        stub's area goes with the process's footprint (footprint.py), which keeps
+        it while a thread is inside."""
         if not self.patches.applied or not self.tracee.threads:
             return
         self.patches.revert(self.tracee.mem)
-        rips = [self.tracee.get_regs(t).rip for t in self.tracee.threads
-                if not self.tracee.threads[t].gone]
-        with RemoteSyscalls(self.tracee) as rs:
-            if self.pidfd >= 0:
+        if self.pidfd >= 0:
+            with RemoteSyscalls(self.tracee) as rs:
                 rs.call("close", self.pidfd)
-            if self.area is not None and not any(self.area.address <= r < self.area.end for r in rips):
-                rs.munmap(self.area.address, self.area.size)
+            self.pidfd = -1
         self.trap = 0

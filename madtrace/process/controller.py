@@ -370,10 +370,10 @@ class Controller:
                     # it stays stopped: detach resumes it (with its signal if it had one)
                     if isinstance(event, SignalStop):
                         state.pending_signal = event.signum
-            release = self.hooks(tracee).release
-            if release and tracee.threads:
+            releases = self.hooks(tracee).release
+            if releases and tracee.threads:
                 tracee.stop_all_quietly()   # the resumed threads again (keeping their signals)
-                for hook in release:
+                for hook in releases:
                     try:
                         hook(tracee)
                     except Exception:
@@ -418,19 +418,19 @@ class TraceeHooks:
         self.on_exec: list[Callable[[Tracee], None]] = []
         # restore every patch and protection (all threads stopped), before detaching
         self.before_detach: list[Callable[[Tracee], None]] = []
-        # called last before detaching, every thread stopped and every stop handled:
-        # madtrace's mappings come out of the target (inject/footprint.py)
-        self.release: list[Callable[[Tracee], None]] = []
         # called for each fork child (not vfork) before it runs, followed or not:
         # the child is a copy of the parent, patches included
         self.on_fork_child: list[Callable[[Tracee, int], None]] = []
-        # called for each fork child after the on_fork_child hooks, with (parent, child):
-        # madtrace's mappings come out of the child's copy (inject/footprint.py)
-        self.release_in_child: list[Callable[[Tracee, Tracee], None]] = []
         # vfork: called with (parent, parent tid, child) before the child runs in the
         # parent's memory, and with (parent, parent tid) at the parent's vfork-done stop
         self.on_vfork_start: list[Callable[[Tracee, int, Tracee], None]] = []
         self.on_vfork_done: list[Callable[[Tracee, int], None]] = []
+        # called last before detaching, every thread stopped and every stop handled:
+        # madtrace's mappings come out of the target (inject/footprint.py)
+        self.release: list[Callable[[Tracee], None]] = []
+        # called for each fork child after the on_fork_child hooks, with (parent, child):
+        # madtrace's mappings come out of the child's copy (inject/footprint.py)
+        self.release_in_child: list[Callable[[Tracee, Tracee], None]] = []
         # called at PTRACE_EVENT_EXIT, while the exiting thread is still stopped
         self.on_thread_exit: list[Callable[[Tracee, int], None]] = []
         # engines claim signals they caused (breakpoints, protection faults); True if handled
