@@ -86,7 +86,6 @@ class Madtrace:
         self.env = dict(os.environ, PYTHONPATH=ROOT, XDG_RUNTIME_DIR=os.path.join(tmp, "run"))
         os.makedirs(self.env["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
         self.tmp = tmp
-        self.n = 0
 
     def run(self, *args, check=True) -> subprocess.CompletedProcess:
         result = subprocess.run([*MADTRACE, *args], capture_output=True, env=self.env, timeout=300)
@@ -95,8 +94,8 @@ class Madtrace:
         return result
 
     def attach(self, pid: int, *extra: str) -> str:
-        self.n += 1
-        out = os.path.join(self.tmp, f"t{self.n}")
+        out = tempfile.mkdtemp(prefix="t", dir=self.tmp)
+        os.rmdir(out)                   # the daemon makes it (it never overwrites one)
         self.run("daemon", str(pid), "-o", out, *extra)
         return out
 
@@ -260,7 +259,38 @@ def other_c(tool, addresses_of) -> dict:
     return out
 
 
-def others(rows: list) -> None:
+def lib_path(pid: int) -> str:
+    with open(f"/proc/{pid}/maps") as f:
+        return re.search(r"(/\S*libpython[^/\s]*\.so[^/\s]*)$", f.read(), re.M).group(1)
+
+
+def other_server(tool, how: str, tmp: str) -> dict:
+    """Frida / bpftrace on http.server: hook the PyDict_* functions (s, until the
+    tool says they are hooked), request latency untraced and hooked."""
+    from live_others import functions_of, symbol_address
+    out: dict[str, list] = {"hook20": [], "lat_untraced": [], "lat_hooked": [], "n": []}
+    for _ in range(REPEATS):
+        server = Server(tmp)
+        try:
+            out["lat_untraced"].append(statistics.median(server.latency()))
+            path = lib_path(server.pid)
+            names = functions_of(path, "PyDict_*")
+            out["n"].append(len(names))
+            started = time.perf_counter()
+            if how == "address":
+                tool.attach(server.pid, [a for a in (symbol_address(server.pid, path, n)
+                                                     for n in names) if a])
+            else:
+                tool.attach(server.pid, [f"{path}:PyDict_*"])
+            out["hook20"].append(time.perf_counter() - started)
+            out["lat_hooked"].append(statistics.median(server.latency()))
+            tool.detach()
+        finally:
+            server.close()
+    return out
+
+
+def others(rows: list, tmp: str) -> None:
     """Frida (CModule, JS) and bpftrace beside madtrace, where they run here."""
     from live_others import Bpftrace, Frida, symbol_address
     path = prog("bench_live", "O2-pie")
@@ -282,6 +312,14 @@ def others(rows: list) -> None:
         rows.append((f"{tool.name}: ns per call / first event (s) / longest pause (ms)",
                      f"{stats(got['ns'], digits=1)}{wrong}",
                      f"{stats(got['first'])} / {stats(got['pause'], 1e-3)}"))
+        try:
+            got = other_server(tool, how, tmp)
+        except Exception as exc:
+            rows.append((f"{tool.name}, http.server", f"failed: {exc}", ""))
+            continue
+        rows.append((f"{tool.name}: hook {max(got['n'])} PyDict_* (s) / latency untraced, "
+                     "hooked (ms)", stats(got["hook20"]),
+                     f"{stats(got['lat_untraced'], 1e3)}, {stats(got['lat_hooked'], 1e3)}"))
 
 
 def main() -> int:
@@ -289,26 +327,26 @@ def main() -> int:
         c = madtrace_c(tmp)
         launched = launched_c(tmp)
         server = madtrace_server(tmp)
-    rows = [
-        ("ns per call, launched (the program's loop)", stats(launched["ns"]),
-         f"--no-time {stats(launched['ns_notime'])}"),
-        ("ns per call, attached", stats(c["ns"]), f"--no-time {stats(c['ns_notime'])}"),
-        ("ns per call, untraced", stats(launched["untraced"]), ""),
-        (f"drops, attached runs of {CALLS} calls", max(c["drops"]), ""),
-        ("attach -> first event, C program (s)", stats(c["first"]), ""),
-        ("attach -> first event, http.server PyDict_New (s)", stats(server["first"]), ""),
-        ("longest pause attaching + instrumenting, C (ms)", stats(c["pause"], 1e-3), ""),
-        ("instrument 20 PyDict_* (s), target stopped (ms)", stats(server["hook20"]),
-         stats(server["hook20_pause"], 1e3)),
-        (f"instrument ~{max(server['functions900'])} Py* (s), target stopped (ms)",
-         stats(server["hook900"]), stats(server["hook900_pause"], 1e3)),
-        ("http.server latency untraced (ms)", stats(server["lat_untraced"], 1e3), ""),
-        ("http.server latency attached, nothing instrumented (ms)",
-         stats(server["lat_attached"], 1e3), ""),
-        ("http.server latency, PyDict_* instrumented (ms)",
-         stats(server["lat_instrumented"], 1e3), ""),
-    ]
-    others(rows)
+        rows = [
+            ("ns per call, launched (the program's loop)", stats(launched["ns"]),
+             f"--no-time {stats(launched['ns_notime'])}"),
+            ("ns per call, attached", stats(c["ns"]), f"--no-time {stats(c['ns_notime'])}"),
+            ("ns per call, untraced", stats(launched["untraced"]), ""),
+            (f"drops, attached runs of {CALLS} calls (timed and --no-time)", max(c["drops"]), ""),
+            ("attach -> first event, C program (s)", stats(c["first"]), ""),
+            ("attach -> first event, http.server PyDict_New (s)", stats(server["first"]), ""),
+            ("longest pause attaching + instrumenting, C (ms)", stats(c["pause"], 1e-3), ""),
+            ("instrument 20 PyDict_* (s), target stopped (ms)", stats(server["hook20"]),
+             stats(server["hook20_pause"], 1e3)),
+            (f"instrument ~{max(server['functions900'])} Py* (s), target stopped (ms)",
+             stats(server["hook900"]), stats(server["hook900_pause"], 1e3)),
+            ("http.server latency untraced (ms)", stats(server["lat_untraced"], 1e3), ""),
+            ("http.server latency attached, nothing instrumented (ms)",
+             stats(server["lat_attached"], 1e3), ""),
+            ("http.server latency, PyDict_* instrumented (ms)",
+             stats(server["lat_instrumented"], 1e3), ""),
+        ]
+        others(rows, tmp)
     print(table(f"live sessions (min / median of {REPEATS})", rows,
                 ("measurement", "madtrace", "")))
     return 0
