@@ -61,7 +61,9 @@ NATIVE_OUT := build/native/libmtloop.so
 DRAIN_OUT := build/native/libmtdrain.so
 # the frame rules of the call records (analysis side: segmentation, call tree)
 REPLAY_OUT := build/native/libmtreplay.so
-native: $(NATIVE_OUT) $(DRAIN_OUT) $(REPLAY_OUT)
+# the allocation tracker's block index (tracer side, C, loaded with ctypes)
+BLOCKS_OUT := build/native/libmtblocks.so
+native: $(NATIVE_OUT) $(DRAIN_OUT) $(REPLAY_OUT) $(BLOCKS_OUT)
 $(NATIVE_OUT): madtrace/process/fault_loop.c injector/layout.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
@@ -69,6 +71,9 @@ $(DRAIN_OUT): madtrace/capture/ring_drain.c injector/layout.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
 $(REPLAY_OUT): madtrace/analysis/replay.c
+	@mkdir -p $(@D)
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
+$(BLOCKS_OUT): madtrace/capture/block_index.c
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
 

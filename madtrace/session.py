@@ -406,7 +406,7 @@ class Recording:
                                  "store_writeback_errors": loop["writeback_errors"],
                                  "syscalls_resumed_natively": loop["syscalls"],
                                  "mapped_regions": engine.syscalls.mapped_regions,
-                                 "allocations": len(engine.alloc.blocks) if engine.alloc else 0,
+                                 "allocations": engine.alloc.count if engine.alloc else 0,
                                  # allocator calls other threads made while a breakpoint was
                                  # stepped over: those calls may be missing
                                  "allocation_windows": engine.alloc.missed_windows if engine.alloc else 0,

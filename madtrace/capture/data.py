@@ -156,7 +156,7 @@ class DataEngine:
                 self.gate.install(rs, self.patched_addresses)
             if self.track_allocations:
                 self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of, self._next_order,
-                                          self.guard)
+                                          self.guard, self.out_dir)
                 self.warnings += self.alloc.install(rs, self.patched_addresses)
         self.numa.initial_threads(list(self.tracee.threads))
         for tid in self.tracee.threads:
@@ -290,7 +290,7 @@ class DataEngine:
         for field in ("seq", "order", "addr", "size", "kind", "ilen", "first"):
             out[field] = records[field]
         out["rip"] = self.original_address(records["rip"])
-        if self.alloc is not None and self.alloc.blocks:
+        if self.alloc is not None and self.alloc.count:
             out["block"], out["freed"] = self.alloc.blocks_of(records["addr"])
         if self.only_blocks is not None:
             keep = np.isin(out["block"], np.array(sorted(self.only_blocks), dtype=np.uint32))
@@ -438,8 +438,7 @@ class DataEngine:
                 if self.regions.find(address) is None or not self.recording(tid):
                     continue
                 recorded = True
-                block = self.alloc.block_at(address) if self.alloc is not None else None
-                block_id, freed = (block.id, int(block.freed_seq is not None)) if block else (0, 0)
+                block_id, freed = self.alloc.block_at(address) if self.alloc is not None else (0, 0)
                 if self.only_blocks is not None and block_id not in self.only_blocks:
                     continue
                 self.freed_accesses += freed

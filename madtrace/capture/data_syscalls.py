@@ -237,8 +237,7 @@ class SyscallGate:
                         alloc.mapped(tid, "memmap", start, args[1], self._caller(tid))
             elif nr == SYS_MREMAP:
                 self._moved(rs, args[0], _page_up(args[1]), result, _page_up(args[2]))
-                if alloc and any(b.kind in ("memmap", "mremap") for b in
-                                 (alloc.live.get(args[0]),) if b is not None):
+                if alloc and alloc.is_mapping(args[0]):
                     alloc.unmapped(tid, args[0], args[0] + _page_up(args[1]))
                     alloc.mapped(tid, "mremap", result, args[2], self._caller(tid))
             elif nr == SYS_MPROTECT:
