@@ -6,7 +6,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_STAMP := build/.apt-installed
-APT_PACKAGES := gcc g++ make valgrind uftrace binutils procps nodejs
+APT_PACKAGES := gcc g++ make valgrind uftrace binutils procps nodejs libdw-dev
 
 TEST_SRCS := $(wildcard tests/progs/*.c) $(wildcard tests/progs/*.cc)
 TEST_NAMES := $(basename $(notdir $(TEST_SRCS)))
@@ -63,7 +63,9 @@ DRAIN_OUT := build/native/libmtdrain.so
 REPLAY_OUT := build/native/libmtreplay.so
 # the allocation tracker's block index (tracer side, C, loaded with ctypes)
 BLOCKS_OUT := build/native/libmtblocks.so
-native: $(NATIVE_OUT) $(DRAIN_OUT) $(REPLAY_OUT) $(BLOCKS_OUT)
+# the DWARF reader (a program, libdw): variables, types, line tables for the symbol cache
+DWARF_OUT := build/native/mtdwarf
+native: $(NATIVE_OUT) $(DRAIN_OUT) $(REPLAY_OUT) $(BLOCKS_OUT) $(DWARF_OUT)
 $(NATIVE_OUT): madtrace/process/fault_loop.c injector/layout.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
@@ -76,6 +78,9 @@ $(REPLAY_OUT): madtrace/analysis/replay.c
 $(BLOCKS_OUT): madtrace/capture/block_index.c
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
+$(DWARF_OUT): madtrace/binary/dwarf_reader.c | $(APT_STAMP)
+	@mkdir -p $(@D)
+	gcc -O2 -g -Wall -Wextra -o $@ $< -ldw -lelf
 
 # the footprint analysis core (analysis side, C, loaded with ctypes)
 FOOTPRINT_OUT := build/native/libmtfootprint.so

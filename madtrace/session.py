@@ -7,12 +7,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import shutil
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
 
+from .binary import symcache
 from .binary.address_space import AddressSpace
 from .binary.maps import read_maps
 from .capture.data import DataEngine
@@ -109,6 +111,8 @@ class Recording:
         self.functions: FunctionTracer | None = None
         self.data: DataEngine | None = None
         self.store_writer = None             # trace.store_writer.StoreWriter
+        self.prefetches: list[symcache.Prefetch] = []   # DWARF read while the target runs
+        symcache.notify = self.log      # a corrupt cache entry rebuilt: one line, not under -q
 
     def log(self, message: str) -> None:
         if not self.options.quiet:
@@ -194,6 +198,9 @@ class Recording:
         pid = self.tracee.pid
         self.address_space = AddressSpace.from_maps(
             read_maps(pid), self.tracee.mem.read, exe_path=os.readlink(f"/proc/{pid}/exe"), pid=pid)
+        # the DWARF of binaries seen for the first time is read now, while the target
+        # runs (a child process per binary), not when the trace is written
+        self.prefetches.append(symcache.Prefetch(m.image for m in self.address_space.modules).start())
 
     def module_summaries(self) -> list[dict]:
         space = self.address_space
@@ -445,6 +452,7 @@ class Recording:
         )
 
     def finish(self, outcome: str) -> int | None:
+        started = time.monotonic()
         self._unpin()
         self.meta.update(self._state_meta(outcome))
         self.meta.update(self._function_results(final=True))
@@ -453,7 +461,21 @@ class Recording:
             store.write_text(self.options.output, "maps.end.txt", self._maps_end)
         store.write_meta(self.options.output, self.meta)
         self._finish_store()
+        self.meta["tracer"] = self.tracer_stats(time.monotonic() - started)
+        store.write_meta(self.options.output, self.meta)
         return self.meta["exit_status"]
+
+    def tracer_stats(self, write_seconds: float) -> dict:
+        """What the recording cost the tracer: its peak RSS (bytes; the DWARF
+        reader's children apart), the time the write-out took after the target
+        ended, the binaries whose DWARF was read while the target ran."""
+        for prefetch in self.prefetches:
+            prefetch.wait()
+        return {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                "dwarf_reader_peak_rss_bytes": max((p.peak_rss for p in self.prefetches), default=0),
+                "dwarf_read_while_running": sum(p.built for p in self.prefetches),
+                "dwarf_errors": [e for p in self.prefetches for e in p.errors],
+                "write_seconds": round(write_seconds, 3)}
 
     def _finish_store(self) -> None:
         """The rest of DIR/store (progress on stderr when it takes long).  A

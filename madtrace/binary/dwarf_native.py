@@ -34,6 +34,9 @@ LINE_DTYPE = np.dtype([("address", "<u8"), ("file", "<i4"), ("line", "<i4")])
 SECTIONS = {b"STRS": np.dtype("u1"), b"TYPE": TYPE_DTYPE, b"MEMB": MEMBER_DTYPE,
             b"DIMS": np.dtype("<i8"), b"VARS": VAR_DTYPE, b"LINE": LINE_DTYPE,
             b"FILE": np.dtype("<u4")}
+# added by the cache (summaries): each variable's size and type name, so that a
+# warm load builds a type only when a variable's fields are named
+SUMMARY_SECTIONS = {b"VSIZ": np.dtype("<u8"), b"VTYN": np.dtype("<u4"), b"VSTR": np.dtype("u1")}
 KINDS = ("base", "enum", "struct", "union", "class", "pointer", "reference", "typedef", "const",
          "volatile", "restrict", "atomic", "array", "function", "unknown")
 _QUALIFIERS = frozenset(("const", "volatile", "restrict", "atomic"))
@@ -49,13 +52,16 @@ class DwarfData:
     lines: LineTable
 
 
-def read_dwarf(path: str, out: str) -> bool:
-    """Runs the reader on the ELF file ``path``, writing ``out``; False when the
-    file has no DWARF."""
+def read_dwarf(path: str, out: str, nice: int = 0) -> bool:
+    """Runs the reader on the ELF file ``path``, writing ``out`` (``nice``: at
+    that lower priority); False when the file has no DWARF."""
     if not os.path.exists(READER):
         raise TracerInternalError(f"the DWARF reader is not built ({READER} is missing): "
                                   "run `make native`")
-    run = subprocess.run([READER, path, out], capture_output=True, text=True)
+    argv = [READER, path, out]
+    if nice:
+        argv = ["nice", "-n", str(nice)] + argv
+    run = subprocess.run(argv, capture_output=True, text=True)
     if run.returncode == 2:
         return False
     if run.returncode != 0:
@@ -73,12 +79,13 @@ def split_sections(payload) -> dict[bytes, np.ndarray]:
             raise DwarfFormatError("truncated section header")
         tag = bytes(view[at:at + 4])
         count, size = np.frombuffer(view[at + 4:at + 20], dtype="<u8").tolist()
-        dtype = SECTIONS.get(tag)
+        dtype = SECTIONS.get(tag) or SUMMARY_SECTIONS.get(tag)
         if dtype is None or count * dtype.itemsize != size or at + 20 + size > len(view):
             raise DwarfFormatError(f"bad section {tag!r}")
         out[tag] = np.frombuffer(view[at + 20:at + 20 + size], dtype=dtype)
         at += 20 + size
-    if set(out) != set(SECTIONS):
+    if not set(SECTIONS) <= set(out) or \
+            set(out) - set(SECTIONS) not in (set(), set(SUMMARY_SECTIONS)):
         raise DwarfFormatError("missing sections")
     return out
 
@@ -103,15 +110,18 @@ class _Types:
     builds them from DIEs (same kinds, names, sizes, members)."""
 
     def __init__(self, sections, string):
-        self.types = sections[b"TYPE"].tolist()
-        self.members = sections[b"MEMB"].tolist()
-        self.dims = sections[b"DIMS"].tolist()
+        self.sections = sections
+        self.types = self.members = self.dims = None      # lists made at the first build
         self.string = string
         self.cache: dict[int, TypeInfo] = {}
 
     def get(self, index: int) -> TypeInfo:
         if index == -1:
             return VOID
+        if self.types is None:
+            self.types = self.sections[b"TYPE"].tolist()
+            self.members = self.sections[b"MEMB"].tolist()
+            self.dims = self.sections[b"DIMS"].tolist()
         if index < 0 or index >= len(self.types):
             return UNKNOWN
         hit = self.cache.get(index)
@@ -198,17 +208,75 @@ def _tag_name(tag: int) -> str:
     return f"DW_TAG_{tag:#x}"
 
 
+class CachedVariable:
+    """A DWARF variable read from the cache: the attributes of
+    ``dwarf_vars.Variable``; its ``type`` is built when first asked for."""
+
+    __slots__ = ("name", "address", "size", "type_name", "scope", "external", "cu", "_types",
+                 "_type_index", "_type")
+
+    def __init__(self, name, address, size, type_name, scope, external, cu, types, type_index):
+        self.name, self.address, self.size, self.type_name = name, address, size, type_name
+        self.scope, self.external, self.cu = scope, external, cu
+        self._types, self._type_index, self._type = types, type_index, None
+
+    @property
+    def type(self) -> TypeInfo:
+        if self._type is None:
+            self._type = self._types.get(self._type_index)
+        return self._type
+
+    def __repr__(self) -> str:
+        return f"CachedVariable({self.name!r}, {self.address:#x}, {self.size}, {self.type_name!r})"
+
+
+def _section(tag: bytes, items: np.ndarray) -> bytes:
+    return tag + np.array([len(items), items.nbytes], dtype="<u8").tobytes() + items.tobytes()
+
+
+def summarize(payload: bytes) -> tuple[bytes, DwarfData]:
+    """The reader's output with each variable's size and type name appended
+    (every type built once, here), and the ``DwarfData`` it holds."""
+    data = parse_dwarf(payload)
+    blob, offsets, index = bytearray(), [], {}
+    for v in data.variables:
+        off = index.get(v.type_name)
+        if off is None:
+            off = index[v.type_name] = len(blob)
+            blob += v.type_name.encode() + b"\0"
+        offsets.append(off)
+    sections = split_sections(payload)
+    lines = sections[b"LINE"]
+    sections[b"LINE"] = lines[np.argsort(lines["address"], kind="stable")]   # sorted once
+    sections[b"VSIZ"] = np.array([v.size for v in data.variables], dtype="<u8")
+    sections[b"VTYN"] = np.array(offsets, dtype="<u4")
+    sections[b"VSTR"] = np.frombuffer(bytes(blob), dtype="u1")
+    return MAGIC + b"".join(_section(tag, items) for tag, items in sections.items()), data
+
+
 def parse_dwarf(payload) -> DwarfData:
-    """``DwarfData`` from the reader's output (``DwarfFormatError`` if corrupt)."""
+    """``DwarfData`` from the reader's output (``DwarfFormatError`` if corrupt);
+    lazy types when the output has the cache's summaries."""
     sections = split_sections(payload)
     string = _Strings(sections[b"STRS"])
     types = _Types(sections, string)
     variables = []
     try:
-        for name, scope, cu, external, address, type_index in sections[b"VARS"].tolist():
-            t = types.get(type_index)
-            variables.append(Variable(string(name), address, t.size, t, t.name, string(scope),
-                                      bool(external), string(cu) or ""))
+        records = sections[b"VARS"].tolist()
+        if b"VSIZ" in sections:
+            type_name = _Strings(sections[b"VSTR"])
+            if len(sections[b"VSIZ"]) != len(records) or len(sections[b"VTYN"]) != len(records):
+                raise DwarfFormatError("summaries do not match the variables")
+            for (name, scope, cu, external, address, type_index), size, tn in zip(
+                    records, sections[b"VSIZ"].tolist(), sections[b"VTYN"].tolist()):
+                variables.append(CachedVariable(string(name), address, size, type_name(tn),
+                                                string(scope), bool(external), string(cu) or "",
+                                                types, type_index))
+        else:
+            for name, scope, cu, external, address, type_index in records:
+                t = types.get(type_index)
+                variables.append(Variable(string(name), address, t.size, t, t.name,
+                                          string(scope), bool(external), string(cu) or ""))
         rows = sections[b"LINE"]
         files = [os.path.normpath(string(off)) for off in sections[b"FILE"].tolist()]
         file_index = rows["file"].astype(np.int64)

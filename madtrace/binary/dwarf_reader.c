@@ -260,7 +260,8 @@ static int64_t resolve(Dwarf_Die *die) {
         for (size_t i = 0; i < mine.n; i++) PUSH(members, mine.v[i]);
         free(mine.v);
     } else if (kind == K_ARRAY) {
-        types.v[index].target = type_of(die);
+        int64_t element = type_of(die);      /* may move types.v: assigned after */
+        types.v[index].target = element;
         VEC(int64_t) mine = {0};
         Dwarf_Die child;
         if (dwarf_child(die, &child) == 0) {
@@ -284,7 +285,8 @@ static int64_t resolve(Dwarf_Die *die) {
         for (size_t i = 0; i < mine.n; i++) PUSH(dims, mine.v[i]);
         free(mine.v);
     } else if (kind != K_BASE && kind != K_ENUM && kind != K_FUNCTION && kind != K_UNKNOWN) {
-        types.v[index].target = type_of(die);
+        int64_t target = type_of(die);       /* may move types.v: assigned after */
+        types.v[index].target = target;
     }
     return index;
 }

@@ -14,7 +14,7 @@ HELP = "print the summary of a trace directory (one JSON object with --json)"
 
 SUMMARY_KEYS = ("exit_status", "exit_signal", "threads", "calls", "accesses", "dropped_events",
                 "mode", "command", "pid", "outcome", "stop_reason", "forks", "signals_forwarded",
-                "symbols")
+                "symbols", "tracer")
 
 
 TOP = 15
@@ -109,6 +109,10 @@ def print_human_summary(meta: dict, directory: str, out, totals: dict | None = N
     if totals is not None:
         print_data_totals(totals, meta, out)
     print(f"   dropped events: {s['dropped_events']}", file=out)
+    tracer = s.get("tracer") or {}
+    if tracer:
+        print(f"   tracer   : peak RSS {tracer['peak_rss_bytes'] / 2**20:.0f} MB, write-out "
+              f"{tracer['write_seconds']:.2f} s after the target", file=out)
 
 
 def print_data_totals(totals: dict, meta: dict, out) -> None:
