@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from .binary import symcache
+from .progress import Activity
 from .binary.address_space import AddressSpace
 from .binary.maps import read_maps
 from .capture.data import DataEngine
@@ -113,6 +114,7 @@ class Recording:
         self.store_writer = None             # trace.store_writer.StoreWriter
         self.prefetches: list[symcache.Prefetch] = []   # DWARF read while the target runs
         symcache.notify = self.log      # a corrupt cache entry rebuilt: one line, not under -q
+        symcache.progress_out = None if options.quiet else sys.stderr
 
     def log(self, message: str) -> None:
         if not self.options.quiet:
@@ -455,15 +457,29 @@ class Recording:
         started = time.monotonic()
         self._unpin()
         self.meta.update(self._state_meta(outcome))
-        self.meta.update(self._function_results(final=True))
-        self.meta.update(self._data_results())
-        if self._maps_end:
-            store.write_text(self.options.output, "maps.end.txt", self._maps_end)
-        store.write_meta(self.options.output, self.meta)
+        out = None if self.options.quiet else sys.stderr
+        with Activity("writing the trace", out):
+            self.meta.update(self._function_results(final=True))
+            self.meta.update(self._data_results())
+            if self._maps_end:
+                store.write_text(self.options.output, "maps.end.txt", self._maps_end)
+            store.write_meta(self.options.output, self.meta)
+        if self.store_writer is not None:
+            self._wait_for_dwarf(out)
         self._finish_store()
         self.meta["tracer"] = self.tracer_stats(time.monotonic() - started)
         store.write_meta(self.options.output, self.meta)
         return self.meta["exit_status"]
+
+    def _wait_for_dwarf(self, out) -> None:
+        """The debug info read while the target ran is needed now (naming the
+        accesses): wait for what is left, saying so when it takes long."""
+        pending = [p for p in self.prefetches if p.thread.is_alive()]
+        if pending:
+            names = ", ".join(sorted({i.name for p in pending for i in p.images}))
+            with Activity(f"reading the debug info of {names} (once per binary)", out):
+                for prefetch in pending:
+                    prefetch.wait()
 
     def tracer_stats(self, write_seconds: float) -> dict:
         """What the recording cost the tracer: its peak RSS (bytes; the DWARF

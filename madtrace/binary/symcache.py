@@ -34,6 +34,7 @@ import threading
 import time
 import zlib
 
+from ..progress import Activity
 from .dwarf_lines import LineTable
 from .dwarf_native import DwarfData, DwarfFormatError, parse_dwarf, read_dwarf, summarize
 
@@ -49,6 +50,7 @@ def _default_notify(message: str) -> None:
 
 
 notify = _default_notify        # how a rebuilt corrupt entry is reported (the CLI's -q: quiet)
+progress_out = sys.stderr       # where a read that takes long says so (None: quiet)
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 _loaded: dict[str, DwarfData] = {}
@@ -174,7 +176,9 @@ def dwarf_of(image, low_priority: bool = False) -> DwarfData:
             except DwarfFormatError as exc:
                 notify(f"symbol cache: {path} was corrupt ({exc}); rebuilt")
         if data is None:
-            data = _build(image, path, low_priority)
+            with Activity(f"reading the debug info of {image.name} (once per binary)",
+                          None if low_priority else progress_out):
+                data = _build(image, path, low_priority)
         _loaded[key] = data
         return data
 
