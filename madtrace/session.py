@@ -113,6 +113,7 @@ class Recording:
         self.data: DataEngine | None = None
         self.store_writer = None             # trace.store_writer.StoreWriter
         self.prefetches: list[symcache.Prefetch] = []   # DWARF read while the target runs
+        self.symbols_seconds = 0.0      # reading the modules' symbols (ELF)
         symcache.notify = self.log      # a corrupt cache entry rebuilt: one line, not under -q
         symcache.progress_out = None if options.quiet else sys.stderr
 
@@ -198,11 +199,10 @@ class Recording:
 
     def _load_address_space(self) -> None:
         pid = self.tracee.pid
+        started = time.perf_counter()
         self.address_space = AddressSpace.from_maps(
             read_maps(pid), self.tracee.mem.read, exe_path=os.readlink(f"/proc/{pid}/exe"), pid=pid)
-        # the DWARF of binaries seen for the first time is read now, while the target
-        # runs (a child process per binary), not when the trace is written
-        self.prefetches.append(symcache.Prefetch(m.image for m in self.address_space.modules).start())
+        self.symbols_seconds += time.perf_counter() - started
 
     def module_summaries(self) -> list[dict]:
         space = self.address_space
@@ -292,6 +292,9 @@ class Recording:
                             loads=self.options.loads, stores=self.options.stores,
                             original_address=self._original_addresses, **selection)
         self.data = engine
+        # the accesses are named with DWARF: the binaries seen for the first time are
+        # read now, while the target runs (a child process each), not at the write-out
+        self.prefetches.append(symcache.Prefetch(m.image for m in self.address_space.modules).start())
         try:
             engine.install()
         except BaseException:
@@ -464,7 +467,7 @@ class Recording:
             if self._maps_end:
                 store.write_text(self.options.output, "maps.end.txt", self._maps_end)
             store.write_meta(self.options.output, self.meta)
-        if self.store_writer is not None:
+        if self.store_writer is not None and self.data is not None:
             self._wait_for_dwarf(out)
         self._finish_store()
         self.meta["tracer"] = self.tracer_stats(time.monotonic() - started)
@@ -491,6 +494,8 @@ class Recording:
                 "dwarf_reader_peak_rss_bytes": max((p.peak_rss for p in self.prefetches), default=0),
                 "dwarf_read_while_running": sum(p.built for p in self.prefetches),
                 "dwarf_errors": [e for p in self.prefetches for e in p.errors],
+                "symbols_seconds": round(self.symbols_seconds, 3),
+                "dwarf_seconds": round(symcache.seconds, 3),
                 "write_seconds": round(write_seconds, 3)}
 
     def _finish_store(self) -> None:

@@ -54,6 +54,7 @@ progress_out = sys.stderr       # where a read that takes long says so (None: qu
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 _loaded: dict[str, DwarfData] = {}
+seconds = 0.0                   # spent in dwarf_of (loading, reading, waiting for a prefetch)
 
 
 def cache_dir() -> str:
@@ -155,6 +156,16 @@ def _lock_for(key: str) -> threading.Lock:
 
 def dwarf_of(image, low_priority: bool = False) -> DwarfData:
     """The DWARF data of an ElfImage that has debug info (see module doc)."""
+    global seconds
+    started = time.perf_counter()
+    try:
+        return _dwarf_of(image, low_priority)
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            seconds += time.perf_counter() - started
+
+
+def _dwarf_of(image, low_priority: bool) -> DwarfData:
     try:
         key = cache_key(image) if image.path is not None else None
     except OSError:                        # deleted since it was mapped: read the bytes held
