@@ -24,7 +24,7 @@ def test_block_index_matches_a_sorted_list_oracle():
     rng = random.Random(15)
     index, model = BlockIndex(), {}
     next_id = 1
-    for step in range(30000):
+    for step in range(15000):
         op = rng.random()
         if op < 0.55 or not model:
             start = rng.randrange(0, 200000) * 16
@@ -235,3 +235,37 @@ def test_cache_list_and_clear(tmp_path):
     assert json.loads(_with_cache(cache, "cache", "list", "--json").stdout)["entries"] == []
     shutil.rmtree(cache)
     assert _with_cache(cache, "cache", "list").returncode == 0
+
+
+def test_page_protections_match_a_page_dict():
+    """The run-based page table against a dict page -> prot, under random
+    range sets, drops, single-page edits and queries."""
+    from madtrace.capture.regions import PAGE, PageProtections
+    rng = random.Random(3)
+    table, model = PageProtections(), {}
+    for _ in range(3000):
+        start = rng.randrange(0, 400) * PAGE
+        end = start + rng.randrange(1, 40) * PAGE
+        op = rng.random()
+        if op < 0.35:
+            prot = rng.choice((0, 1, 3, 5))
+            table.set_range(start, end, prot)
+            model.update({p: prot for p in range(start, end, PAGE)})
+        elif op < 0.6:
+            table.drop_range(start, end)
+            for p in range(start, end, PAGE):
+                model.pop(p, None)
+        elif op < 0.7:
+            table[start] = 7
+            model[start] = 7
+        elif op < 0.8:
+            assert table.pop(start, None) == model.pop(start, None)
+        else:
+            assert table.pages_in(start, end) == sorted(p for p in model if start <= p < end)
+            gaps = [p for a, b in table.gaps(start, end) for p in range(a, b, PAGE)]
+            assert gaps == [p for p in range(start, end, PAGE) if p not in model]
+        assert len(table) == len(model)
+    assert dict(table.items()) == model and sorted(table) == sorted(model)
+    runs = table.runs()
+    assert all(a[1] <= b[0] for a, b in zip(runs, runs[1:]))
+    assert not any(a[1] == b[0] and a[2] == b[2] for a, b in zip(runs, runs[1:]))  # joined

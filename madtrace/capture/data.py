@@ -50,7 +50,8 @@ from .data_syscalls import SyscallGate
 from .datastubs import DataArea
 from .guard import SegvGuard
 from .numa_record import NumaRecorder
-from .regions import PAGE, Region, RegionSet, default_regions, page_protections, page_runs
+from .regions import (PAGE, PageProtections, Region, RegionSet, default_regions,
+                      page_protections, page_runs)
 from .vfork_window import VforkWindow
 
 SEGV_ACCERR = 2
@@ -101,7 +102,7 @@ class DataEngine:
         self.sequence_address = sequence_address or (lambda tid: 0)
         self.original_address = original_address or (lambda rips: rips)
         self.regions = RegionSet([])
-        self.protected: dict[int, int] = {}   # page -> original PROT_* bits
+        self.protected = PageProtections()   # page -> original PROT_* bits, as runs
         self.decoded: dict[int, MemInstruction | None] = {}
         self.counts: Counter = Counter()      # (rip, "L"/"S") -> n
         self.chunks: dict[int, list[np.ndarray]] = {}   # tid -> ACCESS_DTYPE chunks not written yet
@@ -171,14 +172,7 @@ class DataEngine:
     def tables_changed(self) -> None:
         """The protected pages or the traced ranges changed: tell the C loop and
         the guard."""
-        runs = []
-        by_prot: dict[int, list[int]] = {}
-        for page, prot in self.protected.items():
-            if prot and self.armed:
-                by_prot.setdefault(prot, []).append(page)
-        for prot, pages in by_prot.items():
-            runs += [(start, end, prot) for start, end in page_runs(pages)]
-        runs.sort()
+        runs = [run for run in self.protected.runs() if run[2]] if self.armed else []
         self.area.loop.set_protected(runs)
         self.area.loop.set_traced([(r.start, r.end) for r in self.regions.regions])
         if self.guard is not None:
@@ -194,10 +188,16 @@ class DataEngine:
             # the guard's table first: if the tracer dies between two mprotect calls,
             # the guard restores every page that may be protected
             self.tables_changed()
-        for start, end in page_runs(p for p in pages if self.protected.get(p)):
+        runs = [(start, end) for start, end, prot in self.protected.runs() if prot] \
+            if pages is self.protected else page_runs(p for p in pages if self.protected.get(p))
+        for start, end in runs:
             rs.mprotect(start, end - start, PROT_NONE)
 
     def _unprotect(self, rs: RemoteSyscalls, pages) -> None:
+        if pages is self.protected:
+            for start, end, prot in self.protected.runs():
+                rs.mprotect(start, end - start, prot)
+            return
         by_prot: dict[int, list[int]] = {}
         for page in pages:
             if page in self.protected:
