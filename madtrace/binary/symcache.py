@@ -41,7 +41,7 @@ from .dwarf_native import DwarfData, DwarfFormatError, parse_dwarf, read_dwarf, 
 MAGIC = b"MTCACHE1"
 FORMAT = 1
 SUFFIX = ".mtc"
-NICE = 10
+NICE = 3
 NT_GNU_BUILD_ID = 3
 
 
