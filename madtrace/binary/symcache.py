@@ -71,7 +71,10 @@ def build_id(image) -> str | None:
     if section is None or section.size < 16:
         return None
     note = image.read(section.offset, section.size)
-    namesz, descsz, kind = struct.unpack_from("<III", note, 0)
+    try:
+        namesz, descsz, kind = struct.unpack_from("<III", note, 0)
+    except struct.error:
+        return None
     name_end = 12 + ((namesz + 3) & ~3)
     if kind != NT_GNU_BUILD_ID or name_end + descsz > len(note):
         return None
@@ -236,7 +239,8 @@ class Prefetch:
             for image in self.images:
                 try:
                     key = cache_key(image)
-                except OSError:
+                except Exception as exc:   # noqa: BLE001 - gone or unreadable: read when needed
+                    self.errors.append(f"{image.name}: {exc}")
                     continue
                 lock = _lock_for(key)
                 if key not in _loaded and not os.path.exists(

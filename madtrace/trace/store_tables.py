@@ -2,7 +2,7 @@
 """The store's tables that are written when the recording ends: ``calls`` and
 ``accesses`` (one pass of the segmentation over the raw capture: each
 thread's calls and its accesses with their call, named by naming.py),
-``allocations`` (data/allocations.json) and ``sites`` (functions.json).
+``allocations`` (data/blocks.bin, trace/blocks.py) and ``sites`` (functions.json).
 They need the whole replay, the final memory map and the allocation names,
 so they are not written live (columnar.py has the layout)."""
 
