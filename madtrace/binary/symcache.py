@@ -214,9 +214,10 @@ def is_cached(image) -> bool:
 
 class Prefetch:
     """Builds the entries of ``images`` that are not cached yet, one after the
-    other, from a daemon thread: each in a child process (``python -m
-    madtrace.binary.symcache PATH``) at low priority, so that neither the
-    target nor the tracer's own thread waits for it.  While an entry is being
+    other, from a daemon thread: each in another process (``python -m
+    madtrace.binary.symcache --detached PATH``, not a child of the tracer) at
+    low priority, so that neither the target nor the tracer's own thread waits
+    for it.  While an entry is being
     built its key is locked: ``dwarf_of`` of that binary waits for it rather
     than reading it twice.  ``peak_rss`` is the largest child's (bytes)."""
 
@@ -257,17 +258,26 @@ class Prefetch:
                 lock.release()
 
     def _build_in_child(self, image) -> None:
+        # the reader runs in a grandchild (``--detached``: its parent exits at once), so
+        # that the tracer's waitpid(-1) never reaps it: it says how it ended on its stdout
         child = subprocess.Popen(["nice", "-n", str(NICE), sys.executable, "-m",
-                                  "madtrace.binary.symcache", os.path.realpath(image.path)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  "madtrace.binary.symcache", "--detached",
+                                  os.path.realpath(image.path)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                  env=dict(os.environ, MADTRACE_CACHE_DIR=cache_dir()))
-        err = child.stderr.read()
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        self.peak_rss = max(self.peak_rss, usage.ru_maxrss * 1024)
-        if child.returncode != 0:
-            lines = err.decode(errors="replace").strip().splitlines()
-            raise RuntimeError(lines[-1] if lines else f"exit status {child.returncode}")
+        said = child.stdout.read().decode(errors="replace").strip().splitlines()
+        child.stdout.close()
+        try:
+            child.wait()                 # the intermediate (or already reaped by the tracer)
+        except ChildProcessError:
+            pass
+        try:
+            result = json.loads(said[-1]) if said else {}
+        except ValueError:
+            result = {}
+        if not result.get("ok"):
+            raise RuntimeError(result.get("error") or "the DWARF reader ended without a word")
+        self.peak_rss = max(self.peak_rss, result.get("peak_rss_bytes", 0))
         self.built += 1
 
     def wait(self) -> None:
@@ -315,14 +325,29 @@ def clear() -> tuple[int, int]:
     return files, size
 
 
-def main(paths: list[str]) -> int:
-    """``python -m madtrace.binary.symcache PATH...``: builds their entries (Prefetch's child)."""
+def main(args: list[str]) -> int:
+    """``python -m madtrace.binary.symcache [--detached] PATH...``: builds their
+    entries (Prefetch's reader); with --detached in a grandchild, and one JSON
+    line on stdout at the end: ok, error, the peak RSS of it and its reader."""
+    import resource
     from .elf import ElfImage
-    for path in paths:
-        image = ElfImage.load(path)
-        if image.has_debug_info:
-            dwarf_of(image)
-    return 0
+    detached = bool(args) and args[0] == "--detached"
+    if detached:
+        args = args[1:]
+        if os.fork():
+            os._exit(0)
+    result = {"ok": True}
+    try:
+        for path in args:
+            image = ElfImage.load(path)
+            if image.has_debug_info:
+                dwarf_of(image)
+    except Exception as exc:   # noqa: BLE001 - reported to the tracer, which reads it later
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    result["peak_rss_bytes"] = 1024 * max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                                          resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    print(json.dumps(result), flush=True)
+    return 0 if result["ok"] else 1
 
 
 if __name__ == "__main__":
