@@ -28,7 +28,7 @@ import threading
 
 import numpy as np
 
-from ..errors import TracerInternalError
+from ..errors import OutputError, TracerInternalError
 from ..inject.templates import Injector
 from ..native import load
 
@@ -92,6 +92,10 @@ class RingSet:
         self.waits = 0
         self.unregistered_threads = 0
         self._stop = threading.Event()
+        # the drain's write error (OutputError): recording stopped there; on_failure(exc)
+        # is called from the drain thread (say it at once; no ptrace from there)
+        self.failure: OutputError | None = None
+        self.on_failure = None
         self._thread: threading.Thread | None = None
         self._u64(injector.MT_CTL_MAGIC, injector.MT_MAGIC)
         self._u64(injector.MT_CTL_VERSION, injector.MT_LAYOUT_VERSION)
@@ -276,7 +280,8 @@ class RingSet:
             raise TracerInternalError(f"ring of thread {tid}: head {self.head_of(tid)} more than "
                                       f"one ring ahead of tail")
         if err:
-            raise OSError(-err, f"writing calls/{tid}.rec: {os.strerror(-err)}")
+            raise OutputError(f"cannot write {os.path.join(self.out_dir, 'calls', f'{tid}.rec')}: "
+                              f"{os.strerror(-err)}")
         return n
 
     def drain_all(self) -> int:
@@ -306,7 +311,16 @@ class RingSet:
         def loop():
             idle = interval
             while not self._stop.is_set():
-                moved = self.drain_all()
+                try:
+                    moved = self.drain_all()
+                except OutputError as exc:
+                    # the disk is full (or gone): recording stops, so no writer ever
+                    # waits for a drain; the session reports it (exit 23) at its end
+                    self.failure = exc
+                    self.set_enabled(False)
+                    if self.on_failure is not None:
+                        self.on_failure(exc)
+                    return
                 if moved >= busy:
                     idle = interval
                     continue
@@ -320,7 +334,8 @@ class RingSet:
         self._stop.set()
         if self._thread:
             self._thread.join()
-        self.drain_all()
+        if self.failure is None:
+            self.drain_all()
 
     def totals(self) -> dict:
         """Drop accounting of every ring still registered plus those already released;

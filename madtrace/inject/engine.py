@@ -353,6 +353,17 @@ class FunctionTracer:
             self.rings.stop()
         self.active = False
 
+    def forget_range(self, lo: int, hi: int) -> int:
+        """A module was unmapped (dlclose): its patches went with it. Returns how many."""
+        gone = [a for a in self.patches.applied if lo <= a < hi]
+        for address in gone:
+            del self.patches.applied[address]
+        for fid, addresses in list(self.patches_of.items()):
+            addresses[:] = [a for a in addresses if not lo <= a < hi]
+            if not addresses:
+                del self.patches_of[fid]
+        return len(gone)
+
     def fork_child(self, child: Tracee) -> None:
         """A fork child we leave untraced: put its code back and give it a private
         copy of the shared area with recording off, so that frames still inside

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..arch.x86_64.callsites import address_taken, find_call_sites
-from ..binary.address_space import AddressSpace, Module, ModuleSymbol
+from ..binary.address_space import AddressSpace, Module, ModuleSymbol, SpecElsewhereError
 from ..errors import UnknownSymbolError, UsageError
 
 # functions that must never be entry-patched: they do not return normally or run
@@ -73,17 +73,31 @@ class Plan:
 
 
 def select_functions(space: AddressSpace, patterns: list[str]) -> list[ModuleSymbol]:
-    """Unscoped patterns match the main executable; 'lib:pattern' another module."""
+    """The functions of the specs (AddressSpace.functions_for_spec: unscoped globs
+    the main executable's, a bare name its definition, 'lib:pattern' a module's)."""
     chosen: dict[int, ModuleSymbol] = {}
     for pattern in patterns:
-        scoped = ":" in pattern and not pattern.startswith("::")
-        query = pattern if scoped or space.main is None else f"{space.main.name}:{pattern}"
-        found = [ms for ms in space.find_functions(query) if ms.symbol.size > 0]
+        found = space.functions_for_spec(pattern)
         if not found:
             raise UnknownSymbolError(f"no function matches {pattern!r}")
         for ms in found:
             chosen.setdefault(ms.address, ms)   # aliases share an address: trace once
     return sorted(chosen.values(), key=lambda ms: ms.address)
+
+
+def split_patterns(space: AddressSpace, patterns: list[str]) -> tuple[list[str], list[str]]:
+    """(patterns that match a function of ``space`` now, those that match none yet:
+    pending until an exec or a dlopen brings a module that defines them)."""
+    matched, pending = [], []
+    for pattern in patterns:
+        try:
+            select_functions(space, [pattern])
+            matched.append(pattern)
+        except SpecElsewhereError:
+            raise
+        except UnknownSymbolError:
+            pending.append(pattern)
+    return matched, pending
 
 
 # a module that uses these may throw or catch C++ exceptions: an exception unwinding

@@ -98,9 +98,17 @@ class ControlServer:
                 self._connections.pop(conn, None)
             conn.close()
 
-    def answer(self, message: dict) -> Reply:
+    def answer(self, message) -> Reply:
+        if not isinstance(message, dict):
+            return failure(UsageError("a request is a JSON object: {\"line\": \"COMMAND\"}"))
         if "complete" in message:
-            return Reply(True, data=self.session.complete(message["complete"], message.get("word", "")))
+            kind, word = message["complete"], message.get("word", "")
+            if not isinstance(kind, str) or not isinstance(word, str):
+                return failure(UsageError("a completion request names a kind and a word (strings)"))
+            try:
+                return Reply(True, data=self.session.complete(kind, word))
+            except Exception as exc:
+                return failure(exc)
         try:
             invocation = parse(str(message.get("line", "")))
             if invocation is None:

@@ -6,8 +6,11 @@ Files (in ``data/``):
 * ``blocks.bin``: ``BLOCK_DTYPE`` rows.  The tracker appends a row when the
   block is allocated and writes its release fields in place when it is
   freed: the file is complete whenever the tracker has flushed it;
-* ``blocks.json``: ``{"kinds": [...], "sites": [...]}``, the strings the
-  rows' ``kind`` and ``site`` columns index.
+* ``blocks.sites``: the call sites the rows' ``site`` column indexes, one
+  JSON string a line, appended (and written through) when a site first
+  comes, before any row that uses it: a recording whose tracer was killed
+  still has the sites of every row that reached the file.  ``kind`` indexes
+  ``KINDS``.
 Traces written before this table have ``data/allocations.json`` (a JSON list
 of block dicts) instead; ``load_allocations`` reads either.
 
@@ -26,7 +29,7 @@ import numpy as np
 from ..errors import CorruptTraceError
 
 BLOCKS_FILE = "blocks.bin"
-BLOCK_STRINGS_FILE = "blocks.json"
+BLOCK_SITES_FILE = "blocks.sites"
 LEGACY_FILE = "allocations.json"
 # the release fields (freed .. freed_order) are contiguous: one write when a block is freed
 BLOCK_DTYPE = np.dtype({
@@ -62,31 +65,30 @@ class BlockTableWriter:
         data = os.path.join(directory, "data")
         os.makedirs(data, exist_ok=True)
         self.path = os.path.join(data, BLOCKS_FILE)
-        self.strings_path = os.path.join(data, BLOCK_STRINGS_FILE)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self.sites_fd = os.open(os.path.join(data, BLOCK_SITES_FILE),
+                                os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC,
+                                0o644)
         self.buffer = np.zeros(self.BUFFER_ROWS, dtype=BLOCK_DTYPE)
         self.buffered = 0
         self.written = 0          # rows in the file
-        self.kinds = list(KINDS)
         self.sites: list[str] = []
         self._site_codes: dict[str, int] = {}
-        self._strings_written = (-1, -1)
 
     def site_code(self, site: str) -> int:
         code = self._site_codes.get(site)
         if code is None:
             code = self._site_codes[site] = len(self.sites)
             self.sites.append(site)
+            os.write(self.sites_fd, (json.dumps(site) + "\n").encode())
         return code
 
     def add(self, block_id: int, kind: str, address: int, size: int, site: int, tid: int,
             seq: int, order: int) -> None:
         if block_id != self.written + self.buffered + 1:
             raise ValueError(f"block {block_id} out of order")
-        if kind not in self.kinds:
-            self.kinds.append(kind)
         self.buffer[self.buffered] = (block_id, tid, site, 0, address, size, seq, order,
-                                      self.kinds.index(kind), 0, 0, 0, 0)
+                                      KINDS.index(kind), 0, 0, 0, 0)
         self.buffered += 1
         if self.buffered == self.BUFFER_ROWS:
             self._write_rows()
@@ -117,19 +119,14 @@ class BlockTableWriter:
             self.buffered = 0
 
     def flush(self) -> None:
-        """The file complete as of now: the rows and the strings they index."""
+        """The file complete as of now."""
         self._write_rows()
-        if self._strings_written != (len(self.kinds), len(self.sites)):
-            tmp = self.strings_path + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump({"kinds": self.kinds, "sites": self.sites}, f)
-            os.replace(tmp, self.strings_path)
-            self._strings_written = (len(self.kinds), len(self.sites))
 
     def close(self) -> None:
         if self.fd >= 0:
             self.flush()
             os.close(self.fd)
+            os.close(self.sites_fd)
             self.fd = -1
 
 
@@ -201,13 +198,15 @@ def load_block_table(directory: str) -> BlockTable:
         if not os.path.exists(legacy):
             return BlockTable(np.zeros(0, dtype=BLOCK_DTYPE), list(KINDS), [])
         return BlockTable.from_dicts(_load_legacy(legacy))
-    strings_path = os.path.join(data, BLOCK_STRINGS_FILE)
+    sites_path = os.path.join(data, BLOCK_SITES_FILE)
     try:
-        with open(strings_path) as f:
-            strings = json.load(f)
-        kinds, sites = list(strings["kinds"]), list(strings["sites"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CorruptTraceError(f"{strings_path}: missing or corrupt ({exc})") from None
+        with open(sites_path, encoding="utf-8") as f:
+            sites = [json.loads(line) for line in f if line.strip()]
+        if not all(isinstance(x, str) for x in sites):
+            raise ValueError("a site is not a string")
+    except (OSError, ValueError) as exc:
+        raise CorruptTraceError(f"{sites_path}: missing or corrupt ({exc})") from None
+    kinds = list(KINDS)
     size = os.path.getsize(path)
     if size % BLOCK_DTYPE.itemsize:
         raise CorruptTraceError(f"{path}: size {size} is not a multiple of {BLOCK_DTYPE.itemsize}")
@@ -216,7 +215,7 @@ def load_block_table(directory: str) -> BlockTable:
         last = rows[-1]
         if int(last["id"]) != len(rows) or int(last["kind"]) >= len(kinds) or \
                 int(rows["site"].max()) >= len(sites):
-            raise CorruptTraceError(f"{path}: rows and {BLOCK_STRINGS_FILE} disagree")
+            raise CorruptTraceError(f"{path}: rows and {BLOCK_SITES_FILE} disagree")
     return BlockTable(rows, kinds, sites)
 
 

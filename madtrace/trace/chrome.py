@@ -36,6 +36,7 @@ from ..analysis.replay import EVENT_ACCESS, EVENT_END, FATE_UNMATCHED, FATES
 from ..analysis.segmentation import RECORD_DTYPE, iter_thread_chunks, load_tables
 from ..capture.data import ACCESS_DTYPE, KIND_LOAD
 from .naming import AccessNamer
+from .reader import mapped_rows
 from .store import per_thread_files, read_meta
 
 HISTOGRAM_BINS = 1 << 16
@@ -66,9 +67,9 @@ def _event_times(directory: str, clock: Clock):
     records = dict(per_thread_files(directory, "calls", ".rec"))
     accesses = dict(per_thread_files(directory, "data", ".acc"))
     for tid in sorted(set(records) | set(accesses)):
-        n_rec = os.path.getsize(records[tid]) // RECORD_DTYPE.itemsize if tid in records else 0
-        rec = np.memmap(records[tid], dtype=RECORD_DTYPE, mode="r", shape=(n_rec,)) \
-            if n_rec else np.zeros(0, dtype=RECORD_DTYPE)
+        rec = mapped_rows(records[tid], RECORD_DTYPE) if tid in records else \
+            np.zeros(0, dtype=RECORD_DTYPE)
+        n_rec = len(rec)
         for start in range(0, n_rec, CHUNK):
             part = rec[start:start + CHUNK]
             entries = (part["code"] & 1) == 0
@@ -76,8 +77,8 @@ def _event_times(directory: str, clock: Clock):
                 np.flatnonzero(entries).astype(np.float64) + start
         if tid not in accesses:
             continue
-        n_acc = os.path.getsize(accesses[tid]) // ACCESS_DTYPE.itemsize
-        seq = np.memmap(accesses[tid], dtype=ACCESS_DTYPE, mode="r", shape=(n_acc,))["seq"]
+        seq = mapped_rows(accesses[tid], ACCESS_DTYPE)["seq"]
+        n_acc = len(seq)
         for start in range(0, n_acc, CHUNK):
             s = np.asarray(seq[start:start + CHUNK], dtype=np.int64)
             prev = np.clip(s - 1, 0, max(n_rec - 1, 0))
