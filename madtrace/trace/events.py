@@ -1,6 +1,6 @@
 """Reading a trace directory's data events back, in the order the tracer saw
 them: accesses (data/<tid>.acc, read in chunks) and allocation events
-(data/allocations.json), merged by their shared ``order`` counter."""
+(data/blocks.bin), merged by their shared ``order`` counter."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import numpy as np
 
 from ..capture.data import ACCESS_DTYPE
 from ..errors import CorruptTraceError
+from .blocks import load_block_table
 from .reader import file_chunks
 from .store import per_thread_files
 
@@ -58,7 +59,8 @@ def load_data_list(directory: str, name: str, keys: tuple[str, ...]) -> list[dic
 
 
 def load_allocations(directory: str) -> list[dict]:
-    return load_data_list(directory, "allocations.json", ("id", "address", "size"))
+    """Every heap block of the trace as a dict (trace/blocks.py)."""
+    return load_block_table(directory).dicts()
 
 
 # MadT's event letters: M malloc (and C++ new), C calloc, R realloc, P mmap, E mremap;
