@@ -116,3 +116,43 @@ def test_churn_attached_instrumented_restored_detached_twenty_times(tmp_path):
     assert target.returncode == 0, out
     rounds = int(re.match(rb"rounds (\d+)", out).group(1))
     assert rounds > 0 and out == churn_expected(rounds)
+
+
+@pytest.mark.parametrize("extra", [[], ["--no-time"]])
+def test_attached_burst_is_exact_and_status_tells_fill_and_drops(tmp_path, extra):
+    """Attached, a burst of 3 M calls of leaf() (6 M records, 23 rings' worth):
+    every call is counted, nothing is dropped, and status says how full the ring
+    was at its fullest (above zero: it was not idle) and how many records waited
+    for room.  Oracle: the program's own checksum (untraced and traced alike)
+    and its call count; the records in calls/."""
+    runtime = str(tmp_path / "run")
+    os.mkdir(runtime)
+    n = 3_000_000
+    target = start_ready([prog("bench_live", "O2-pie")])
+    try:
+        target.stdin.write(f"calls {n}\n".encode())
+        target.stdin.flush()
+        untraced = re.search(rb"checksum (\d+)", read_line(target)).group(1)
+        daemon = start_daemon(runtime, target.pid, tmp_path / "t", how=("daemon", *extra))
+        assert run(runtime, "ctl", str(target.pid), "instrument", "leaf").returncode == 0
+        target.stdin.write(f"calls {n}\n".encode())
+        target.stdin.flush()
+        traced = re.search(rb"checksum (\d+)", read_line(target, timeout=120)).group(1)
+        status = json.loads(run(runtime, "ctl", str(target.pid), "status", "--json").stdout)
+        calls = json.loads(run(runtime, "ctl", str(target.pid), "calls", "--json").stdout)
+        assert run(runtime, "ctl", str(target.pid), "stop").returncode == 0
+        wait_gone(daemon)
+        assert madtrace_maps(target.pid) == []
+        target.stdin.write(b"quit\n")
+        target.stdin.flush()
+        assert target.wait(timeout=60) == 0
+    finally:
+        target.kill()
+    assert traced == untraced
+    assert calls == {"leaf": n}
+    assert status["dropped_events"] == 0
+    assert status["records"] == 2 * n
+    assert max(status["ring_peak"].values()) > 0
+    assert status["ring_waits"] >= 0 and "ring_fill" in status
+    records = sum(len(chunk) for _, chunk in iter_call_chunks(str(tmp_path / "t")))
+    assert records == 2 * n

@@ -84,22 +84,32 @@ class Controller:
         if hooks is not None and hooks.tracee is tracee:
             del self._hooks[id(tracee)]
 
-    def settle_attach(self, rounds: int = 16) -> None:
+    def settle_attach(self) -> None:
         """Before engines are installed in a process just attached: a fork, vfork or
         clone met while stopping it leaves a new process or thread stopped at its
         first stop (a vfork parent waits for its child meanwhile): handle those now,
         then stop every thread again."""
+        self.deferred = self.settle(self.deferred)
+
+    def settle(self, events: list, rounds: int = 16) -> list:
+        """``events``: met while every thread was being stopped (``stop_all``), for
+        a change of the engines (attach, a live command).  The forks, vforks and
+        clones among them are handled now, under the engines in place when they
+        happened (a fork child met while data tracing is turned off must still
+        have its copy of the protected pages opened), then every thread is stopped
+        again.  Returns the other events."""
         kinds = (pr.PTRACE_EVENT_FORK, pr.PTRACE_EVENT_VFORK, pr.PTRACE_EVENT_CLONE)
         for _ in range(rounds):
-            now = [e for e in self.deferred if isinstance(e, PtraceEventStop) and e.event in kinds]
+            now = [e for e in events if isinstance(e, PtraceEventStop) and e.event in kinds]
             if not now:
-                return
-            self.deferred = [e for e in self.deferred if e not in now]
+                return events
+            events = [e for e in events if e not in now]
             for event in now:
                 if event.tid in self.tracee.threads:
                     self.handle(event)
             self._route_foreign()
-            self.deferred.extend(self.tracee.stop_all())
+            events += self.tracee.stop_all()
+        return events
 
     # ------------------------------------------------------------ stop requests
     def request_stop(self, reason: str) -> None:

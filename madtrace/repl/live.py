@@ -173,7 +173,9 @@ class LiveSession:
                 continue
             ready.append((invocation, future))
         stop = any(invocation.command.stops_target for invocation, _ in ready)
-        events = self.tracee.stop_all() if stop else []
+        # forks and clones met while stopping: handled before the commands change
+        # the engines (Controller.settle)
+        events = self.controller.settle(self.tracee.stop_all()) if stop else []
         started = time.perf_counter()
         replies = []
         try:
