@@ -89,6 +89,16 @@ class AllocTracker:
         self.hooks.install(rs, functions)
         return warnings
 
+    def split_freed(self, freed: np.ndarray, tids: np.ndarray) -> tuple[int, int]:
+        """Accesses to freed blocks (``freed``, by thread ``tids``): how many are the
+        program's (use after free), how many the allocator's own bookkeeping (its
+        thread inside malloc, free...)."""
+        inside = self.inside_threads()
+        allocator = freed & np.isin(tids, np.array(sorted(inside))) if inside else \
+            np.zeros(len(freed), dtype=bool)
+        mine = int(np.count_nonzero(allocator))
+        return int(np.count_nonzero(freed)) - mine, mine
+
     def remove(self, mem=None) -> None:
         self.hooks.remove(mem)
         # calls in flight never return through the hooks now: open-ended rows

@@ -310,16 +310,11 @@ class DataEngine:
             self._append(tid, out[tids == tid])
 
     def _count_freed(self, freed: np.ndarray, tids: np.ndarray) -> None:
-        """Accesses to freed blocks: the program's (use after free), or the
-        allocator's own bookkeeping (its thread inside malloc/free...)."""
-        if not freed.any():
-            return
-        inside = self.alloc.inside_threads() if self.alloc is not None else set()
-        if inside:
-            allocator = freed & np.isin(tids, np.array(sorted(inside)))
-            self.allocator_freed_accesses += int(np.count_nonzero(allocator))
-            freed = freed & ~allocator
-        self.freed_accesses += int(np.count_nonzero(freed))
+        """Accesses to freed blocks: the program's (use after free), or the allocator's."""
+        if freed.any() and self.alloc is not None:
+            program, allocator = self.alloc.split_freed(freed, tids)
+            self.freed_accesses += program
+            self.allocator_freed_accesses += allocator
 
     def _append(self, tid: int, chunk: np.ndarray) -> None:
         self.chunks.setdefault(tid, []).append(chunk)
