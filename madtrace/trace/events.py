@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .partial import list_prefix, unfinished
 from ..capture.data import ACCESS_DTYPE
 from ..errors import CorruptTraceError
 from .blocks import load_block_table
@@ -49,7 +50,13 @@ def load_data_list(directory: str, name: str, keys: tuple[str, ...]) -> list[dic
         return []
     try:
         with open(path) as f:
-            items = json.load(f)
+            text = f.read()
+        try:
+            items = json.loads(text)
+        except ValueError:
+            if not unfinished(directory):
+                raise
+            items = list_prefix(text)     # a killed recording: what reached the disk
         for item in items:
             for key in keys:
                 item[key]  # noqa: B018 - presence check

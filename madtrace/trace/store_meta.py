@@ -9,7 +9,7 @@ import os
 
 STORE_DIR = "store"
 STORE_META = "meta.json"
-STORE_FORMAT = 1
+STORE_FORMAT = 2        # 2: accesses.allocator, block_events
 
 
 def store_path(directory: str, *parts: str) -> str:

@@ -14,6 +14,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
+from .allocator_calls import AllocatorCalls
 from ..analysis.replay import EVENT_ACCESS, FATES
 from ..analysis.segmentation import iter_thread_chunks, load_tables
 from ..capture.data import KIND_LOAD
@@ -21,6 +22,7 @@ from .columnar import Flusher, PartWriter, dictionary_column
 from .blocks import block_name, load_block_table
 from .naming import AccessNamer
 from .store import per_thread_files
+from .store_block_events import write_block_events
 
 ACCESS_KINDS = ["L", "S"]
 
@@ -42,7 +44,8 @@ def calls_columns(segments: np.ndarray, names: list[str]) -> dict:
         "bytes_self": s["bytes_self"], "bytes_incl": s["bytes_incl"]}
 
 
-def access_columns(chunk, names: list[str], namer: AccessNamer) -> dict:
+def access_columns(chunk, names: list[str], namer: AccessNamer,
+                   allocator_calls: AllocatorCalls | None = None) -> dict:
     acc = chunk.accesses
     events = chunk.events[chunk.events["type"] == EVENT_ACCESS]
     n = len(acc)
@@ -59,7 +62,10 @@ def access_columns(chunk, names: list[str], namer: AccessNamer) -> dict:
         "symbol": dictionary_column(*data["symbol"]), "offset": data["offset"],
         "variable": dictionary_column(*data["variable"]),
         "region": dictionary_column(*data["region"]),
-        "block": acc["block"], "freed": acc["freed"] != 0, "first": acc["first"] != 0}
+        "block": acc["block"], "freed": acc["freed"] != 0, "first": acc["first"] != 0,
+        # made by the allocator itself (its thread inside malloc, free...)
+        "allocator": allocator_calls.inside(chunk.tid, acc["order"]) if allocator_calls
+        is not None else np.zeros(n, dtype=bool)}
 
 
 def _column(values: list, type_: pa.DataType) -> pa.Array:
@@ -116,7 +122,7 @@ def write_sites(directory: str) -> int:
 
 
 def write_final_tables(directory: str, progress=None) -> dict[str, int]:
-    """calls, accesses, allocations and sites; returns the rows of each.
+    """calls, accesses, allocations, sites and block events; returns the rows of each.
     ``progress(events_done)`` is called after each chunk."""
     tables = load_tables(directory, required=False)
     namer = AccessNamer(directory) if per_thread_files(directory, "data", ".acc") else None
@@ -132,12 +138,14 @@ def write_final_tables(directory: str, progress=None) -> dict[str, int]:
             PartWriter(directory, table, 0).ensure_file()
     rows["allocations"] = write_allocations(directory)
     rows["sites"] = write_sites(directory)
+    rows["block_events"] = write_block_events(directory, namer)
     return rows
 
 
 def _write_threads(directory, tables, namer, flusher, rows, written, progress) -> None:
     """calls and accesses of every thread, in one segmentation pass."""
     names = tables.names
+    allocator_calls = AllocatorCalls.load(directory)
     writers: dict[str, PartWriter] = {}
     done_before = 0
     for chunk in iter_thread_chunks(directory, tables=tables):
@@ -146,7 +154,7 @@ def _write_threads(directory, tables, namer, flusher, rows, written, progress) -
         if len(chunk.segments):
             writers["calls"].write(calls_columns(chunk.segments, names))
         if len(chunk.accesses):
-            writers["accesses"].write(access_columns(chunk, names, namer))
+            writers["accesses"].write(access_columns(chunk, names, namer, allocator_calls))
         done = chunk.record_start + len(chunk.records) + chunk.access_start + len(chunk.accesses)
         if progress is not None:
             progress(done_before + done)
