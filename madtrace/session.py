@@ -190,6 +190,8 @@ class Recording(ImageChanges, Footprints, Results):
         self._create_output()
         self.meta.update(mode="attach", pid=pid)
         ahead = self._space_ahead(pid)
+        if self.options.store:     # imported before the target stops (17 ms of its pause)
+            from .trace import store_writer  # noqa: F401
         try:
             self.tracee = Tracee.attach(pid)
         except BaseException:

@@ -173,10 +173,10 @@ class LiveSession:
                 continue
             ready.append((invocation, future))
         stop = any(invocation.command.stops_target for invocation, _ in ready)
+        started = time.perf_counter()      # the pause: from the first interrupt to the resume
         # forks and clones met while stopping: handled before the commands change
         # the engines (Controller.settle)
         events = self.controller.settle(self.tracee.stop_all()) if stop else []
-        started = time.perf_counter()
         replies = []
         try:
             for invocation, future in ready:
