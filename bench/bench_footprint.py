@@ -33,8 +33,7 @@ BASE_RSP = 0x7FFF0000
 
 
 def write_trace(directory: str) -> None:
-    from madtrace.capture.data import ACCESS_DTYPE
-    from madtrace.capture.rings import RECORD_DTYPE
+    from madtrace.trace.format import ACCESS_DTYPE, RECORD_DTYPE
     os.makedirs(os.path.join(directory, "calls"))
     os.makedirs(os.path.join(directory, "data"))
     names = ["phase", "work", "leaf"]

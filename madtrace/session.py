@@ -24,6 +24,7 @@ from .process.cpu import SameCpu
 from .process.events import ThreadExited, ThreadKilled
 from .process.tracee import Tracee, check_traceable, resolve_command
 from .trace import store
+from .trace.format import MAPS_END_FILE, MAPS_START_FILE, write_meta
 from .trace.reader import entry_counts
 
 
@@ -212,7 +213,7 @@ class Recording:
             self._install_function_tracing()
         if self.options.data and self.tracee.exit_event is None:
             self._install_data_tracing(**data_selection(self.options, self.address_space))
-        store.write_text(self.options.output, "maps.start.txt", read_maps_text(self.tracee.pid))
+        store.write_text(self.options.output, MAPS_START_FILE, read_maps_text(self.tracee.pid))
         self.controller.on_thread_exit.append(self._snapshot_at_exit)
         self.controller.on_exec.append(self._on_exec)
         self.meta["pid"] = self.tracee.pid
@@ -450,8 +451,8 @@ class Recording:
         self.meta.update(self._function_results(final=True))
         self.meta.update(self._data_results())
         if self._maps_end:
-            store.write_text(self.options.output, "maps.end.txt", self._maps_end)
-        store.write_meta(self.options.output, self.meta)
+            store.write_text(self.options.output, MAPS_END_FILE, self._maps_end)
+        write_meta(self.options.output, self.meta)
         self._finish_store()
         return self.meta["exit_status"]
 
@@ -492,8 +493,8 @@ class Recording:
             if self.functions is not None and rings is not None:
                 # the calls of the records copied (the threads' own counters went on)
                 meta["calls"] = self.functions.call_counts(entry_counts(directory, rings.sites))
-            store.write_text(directory, "maps.end.txt", read_maps_text(self.tracee.pid))
-            store.write_meta(directory, meta)
+            store.write_text(directory, MAPS_END_FILE, read_maps_text(self.tracee.pid))
+            write_meta(directory, meta)
             if self.options.store:
                 from .trace.store_writer import build_store
                 build_store(directory, None if self.options.quiet else sys.stderr)

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from madtrace.binary.elf import ElfImage
-from madtrace.capture.data import ACCESS_DTYPE
+from madtrace.trace.format import ACCESS_DTYPE
 from madtrace.report import png
 
 from .util import madtrace, one_line_error, prog, report_json

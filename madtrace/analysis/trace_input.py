@@ -13,13 +13,10 @@ per block event).
 from __future__ import annotations
 
 import bisect
-import os
 import sys
 
-from ..capture.data import ACCESS_DTYPE
 from ..errors import NoDataError
-from ..trace.events import load_data_list
-from ..trace.store import per_thread_files, read_meta
+from ..trace.format import ACCESS_RECORDS, load_block_events, read_meta
 
 # block event kinds -> which of their ranges were read / written
 #   Y copy: `source` read, `address` written; W block store; G block fetch (write())
@@ -30,7 +27,7 @@ BLOCK_WRITES = {"Y": "address", "W": "address"}
 def require_accesses(directory: str, kind: str) -> dict:
     """meta.json of ``directory``; NoDataError when it was recorded without --data."""
     meta = read_meta(directory)
-    if "data_tracing" not in meta and not per_thread_files(directory, "data", ".acc"):
+    if "data_tracing" not in meta and not ACCESS_RECORDS.files(directory):
         raise NoDataError(f"{directory} has no data accesses: --kind {kind} needs a trace "
                           "recorded with --data")
     return meta
@@ -38,12 +35,7 @@ def require_accesses(directory: str, kind: str) -> dict:
 
 def access_rows(directory: str) -> int:
     """How many accesses the trace holds (from the file sizes)."""
-    return sum(os.path.getsize(path) // ACCESS_DTYPE.itemsize
-               for _, path in per_thread_files(directory, "data", ".acc"))
-
-
-def load_block_events(directory: str) -> list[dict]:
-    return load_data_list(directory, "block_events.json", ("kind", "address", "size", "order"))
+    return ACCESS_RECORDS.total_rows(directory)
 
 
 def block_ranges(event: dict):

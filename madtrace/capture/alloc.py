@@ -23,6 +23,7 @@ from ..errors import UnknownSymbolError
 from ..process.events import SignalStop
 from ..process.remote_syscall import RemoteSyscalls
 from ..process.tracee import Tracee
+from ..trace.format import ALLOCATIONS_FILE
 
 from .call_hooks import CallHooks
 
@@ -212,6 +213,7 @@ class AllocTracker:
         return ids, freed
 
     def write(self, out_dir: str) -> None:
-        os.makedirs(os.path.join(out_dir, "data"), exist_ok=True)
-        with open(os.path.join(out_dir, "data", "allocations.json"), "w") as f:
+        path = os.path.join(out_dir, ALLOCATIONS_FILE)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
             json.dump([dict(asdict(b), name=b.name) for b in self.blocks], f)

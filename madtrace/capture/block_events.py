@@ -27,8 +27,8 @@ import os
 import struct
 
 from ..process.remote_syscall import RemoteSyscalls
+from ..trace.format import BLOCK_EVENTS_FILE, PAGE
 from .call_hooks import CallHooks
-from .regions import PAGE
 
 # system call -> (kind, ((pointer arg, length arg), ...) | ("iovec", arg, count arg) |
 #                 ("msghdr", arg))
@@ -174,6 +174,7 @@ class BlockEvents:
         return out
 
     def write(self, out_dir: str) -> None:
-        os.makedirs(os.path.join(out_dir, "data"), exist_ok=True)
-        with open(os.path.join(out_dir, "data", "block_events.json"), "w") as f:
+        path = os.path.join(out_dir, BLOCK_EVENTS_FILE)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
             json.dump(self.events, f)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from ..binary.address_space import AddressSpace
 from ..binary.maps import Mapping
+from ..trace.format import PAGE
 
-PAGE = 4096
 TRACED_SECTIONS = (".data", ".bss")
 SKIPPED_MODULES = ("ld-linux", "ld64", "[vdso]")
 

@@ -31,8 +31,8 @@ import numpy as np
 from ..errors import TracerInternalError
 from ..inject.templates import Injector
 from ..native import load
+from ..trace.format import CALL_RECORDS, CALLS_DIR, RECORD_DTYPE
 
-RECORD_DTYPE = np.dtype([("tsc", "<u8"), ("code", "<u4"), ("rsp", "<u4")])
 TOMBSTONE = 1
 KEY_MASK = (1 << 64) - 1
 MADV_POPULATE_WRITE = 23   # Linux 5.14
@@ -66,7 +66,7 @@ class RingSet:
         self.L = injector
         self.mem = area.local
         self.out_dir = out_dir
-        os.makedirs(os.path.join(out_dir, "calls"), exist_ok=True)
+        os.makedirs(os.path.join(out_dir, CALLS_DIR), exist_ok=True)
         self.lock = threading.RLock()
         self.free_rings = list(range(injector.MT_SLOTS))
         self.thread_ring: dict[int, int] = {}      # tid -> ring index
@@ -263,7 +263,7 @@ class RingSet:
         if fd is None:
             if self._u64(ring + self.L.MT_RING_HEAD) == self._u64(ring + self.L.MT_RING_TAIL):
                 return 0
-            fd = self.files[tid] = os.open(os.path.join(self.out_dir, "calls", f"{tid}.rec"),
+            fd = self.files[tid] = os.open(CALL_RECORDS.path(self.out_dir, tid),
                                            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                                            0o644)
         counts = self.code_counts

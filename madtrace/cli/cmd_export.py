@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import sys
 
-from ..analysis.segments import address_space_of
 from ..errors import CorruptTraceError, OutputExistsError, UsageError
-from ..trace import store
-from ..trace.events import AllocEvent, load_allocations, ordered_events
+from ..trace.events import AllocEvent, ordered_events
+from ..trace.format import DATA_DIR, KIND_LOAD, load_allocations, read_meta
 from ..trace.madt import access_line, alloc_line
+from ..trace.naming import address_space_of
 
 NAME = "export"
 HELP = ("write a trace in another format: its data events as MadT's text (symbolic, or --raw) "
@@ -41,7 +41,7 @@ def madt_lines(directory: str, raw: bool):
         if isinstance(event, AllocEvent):
             yield alloc_line(event.kind, thread, event.block, raw)
         else:
-            kind = "L" if int(event["kind"]) == 1 else "S"
+            kind = "L" if int(event["kind"]) == KIND_LOAD else "S"
             yield access_line(kind, thread, event, space, blocks.get(int(event["block"])), raw)
 
 
@@ -55,7 +55,7 @@ def lackey_lines(directory: str):
         if isinstance(event, AllocEvent):
             continue
         address, size = int(event["addr"]), int(event["size"])
-        kind = "L" if int(event["kind"]) == 1 else "S"
+        kind = "L" if int(event["kind"]) == KIND_LOAD else "S"
         if pending is not None:
             if kind == "S" and not event["first"] and pending == (address, size):
                 yield f" M {address:08x},{size}"
@@ -105,12 +105,12 @@ def export_parquet(args) -> int:
 
 
 def run(args) -> int:
-    store.read_meta(args.directory)   # a clear error for anything but a trace directory
+    read_meta(args.directory)   # a clear error for anything but a trace directory
     if args.format == "chrome":
         return export_chrome(args)
     if args.format == "parquet":
         return export_parquet(args)
-    if not os.path.isdir(os.path.join(args.directory, "data")):
+    if not os.path.isdir(os.path.join(args.directory, DATA_DIR)):
         raise CorruptTraceError(f"{args.directory}: no data accesses (recorded without --data)")
     lines = madt_lines(args.directory, args.raw) if args.format == "madt" \
         else lackey_lines(args.directory)

@@ -21,7 +21,7 @@ from ..errors import NoDataError, OutputExistsError, UsageError
 from ..report import text
 from ..report.calls_text import DEFAULT_DEPTH, DEFAULT_TOP, print_human_report, report_dict
 from ..report.json_out import write_json
-from ..trace.store import per_thread_files, read_meta
+from ..trace.format import ACCESS_RECORDS, FUNCTIONS_FILE, NUMA_FILE, read_meta
 
 NAME = "report"
 HELP = ("analyse a trace directory: calls (per-function counts and times, call tree), "
@@ -79,12 +79,12 @@ def _kind_of(args) -> str:
 def available_kinds(directory: str) -> list[str]:
     """The kinds ``all`` covers: those whose input the trace has."""
     read_meta(directory)
-    calls = os.path.exists(os.path.join(directory, "functions.json"))
-    data = bool(per_thread_files(directory, "data", ".acc"))
+    calls = os.path.exists(os.path.join(directory, FUNCTIONS_FILE))
+    data = bool(ACCESS_RECORDS.files(directory))
     kinds = ["calls"] if calls else []
     if data:
         kinds += ["heatmap", "alloc", "source"]
-        if os.path.exists(os.path.join(directory, "data", "numa.json")):
+        if os.path.exists(os.path.join(directory, NUMA_FILE)):
             kinds.append("numa")
         if calls:
             kinds.append("footprint")

@@ -20,8 +20,8 @@ from ..binary.maps import Mapping, read_maps
 from ..errors import TracerInternalError
 from ..process.remote_syscall import (MAP_FIXED_NOREPLACE, MAP_SHARED, PROT_EXEC, PROT_READ,
                                       PROT_WRITE, RemoteSyscalls)
+from ..trace.format import PAGE
 
-PAGE = 4096
 MFD_CLOEXEC = 1
 REL32_REACH = (1 << 31) - PAGE
 HEAP_GROWTH_ROOM = 1 << 30

@@ -26,6 +26,7 @@ from ..errors import TracerInternalError
 from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_READ,
                                       PROT_WRITE, RemoteSyscalls)
 from ..process.tracee import Tracee
+from ..trace.format import FUNCTIONS_FILE, RECORD_FORMAT
 from .areas import SharedArea, gap_for_module, page_round
 from .patchset import Patch, PatchConflict, PatchSet
 from .plan import Plan, Site, TracedFunction, make_plan
@@ -382,11 +383,10 @@ class FunctionTracer:
         functions = [{"fid": f.fid, "name": f.name, "module": f.module.name, "address": f.address,
                       "size": f.size, "method": f.method, "reason": f.reason}
                      for f in self.plan.functions]
-        with open(os.path.join(self.out_dir, "functions.json"), "w") as f:
+        with open(os.path.join(self.out_dir, FUNCTIONS_FILE), "w") as f:
             json.dump({"timestamps": self.timestamps,
                        "tsc_hz": tsc_hz() if self.timestamps else None, "tsc_flags": tsc_flags(),
-                       "record_format": {"size": 16, "fields": ["tsc:u64", "code:u32", "rsp_low32:u32"],
-                                         "code": "site id << 1 | 1 for exit records"},
+                       "record_format": RECORD_FORMAT,
                        "sites": sites, "functions": functions, "report": self.report,
                        "relocated": [list(m) for m in sorted(self.moved_code)]}, f, indent=1)
 

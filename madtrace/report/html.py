@@ -24,7 +24,7 @@ import math
 import os
 import tempfile
 
-from ..trace.store import read_meta
+from ..trace.format import read_meta
 from .text import short_path
 
 FULL_FILE_LINES = 3000

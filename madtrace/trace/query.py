@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import os
 
-from .columnar import PER_THREAD, TABLES, read_store_meta, store_path
+from .columnar import PER_THREAD, TABLES
+from .format import read_store_meta, store_path
 from .store_writer import ensure_store
 
 

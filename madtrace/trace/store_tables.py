@@ -8,19 +8,14 @@ so they are not written live (columnar.py has the layout)."""
 
 from __future__ import annotations
 
-import json
-import os
-
 import numpy as np
 import pyarrow as pa
 
 from ..analysis.replay import EVENT_ACCESS, FATES
 from ..analysis.segmentation import iter_thread_chunks, load_tables
-from ..capture.data import KIND_LOAD
 from .columnar import Flusher, PartWriter, dictionary_column
-from .events import load_allocations
+from .format import ACCESS_RECORDS, KIND_LOAD, load_allocations, load_functions
 from .naming import AccessNamer
-from .store import per_thread_files
 
 ACCESS_KINDS = ["L", "S"]
 
@@ -81,11 +76,8 @@ def write_allocations(directory: str) -> int:
 
 def write_sites(directory: str) -> int:
     writer = PartWriter(directory, "sites")
-    path = os.path.join(directory, "functions.json")
-    sites = []
-    if os.path.exists(path):
-        with open(path) as f:
-            sites = json.load(f).get("sites", [])
+    doc = load_functions(directory)
+    sites = doc.get("sites", []) if doc is not None else []
     if sites:
         writer.write({"site": _column([s["sid"] for s in sites], pa.int32()),
                       "function": _column([s["function"] for s in sites], pa.string()),
@@ -101,7 +93,7 @@ def write_final_tables(directory: str, progress=None) -> dict[str, int]:
     """calls, accesses, allocations and sites; returns the rows of each.
     ``progress(events_done)`` is called after each chunk."""
     tables = load_tables(directory, required=False)
-    namer = AccessNamer(directory) if per_thread_files(directory, "data", ".acc") else None
+    namer = AccessNamer(directory) if ACCESS_RECORDS.files(directory) else None
     rows = {"calls": 0, "accesses": 0}
     written: set[str] = set()      # tables with at least one file
     flusher = Flusher()
