@@ -70,7 +70,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import CorruptTraceError
+from ..errors import CorruptTraceError, writing
 
 FORMAT_VERSION = 1            # of the trace directory (meta.json format_version)
 STORE_FORMAT_VERSION = 1      # of the store (store/meta.json format_version)
@@ -90,6 +90,16 @@ ALLOCATIONS_FILE = f"{DATA_DIR}/allocations.json"
 BLOCK_EVENTS_FILE = f"{DATA_DIR}/block_events.json"
 NUMA_FILE = f"{DATA_DIR}/numa.json"
 STORE_META_FILE = f"{STORE_DIR}/meta.json"
+EXEC_DIR_PREFIX = "exec."     # exec.<n>: the trace of the n-th image the process exec'd
+FORK_DIR_PREFIX = "fork."     # fork.<pid>: the trace of a fork child followed
+
+
+def exec_dir(directory: str, number: int) -> str:
+    return os.path.join(directory, f"{EXEC_DIR_PREFIX}{number}")
+
+
+def fork_dir(directory: str, pid: int) -> str:
+    return os.path.join(directory, f"{FORK_DIR_PREFIX}{pid}")
 
 # ------------------------------------------------------------------- records
 # A call record (calls/<tid>.rec), as the trampolines write it into the ring
@@ -168,8 +178,14 @@ class RecordFile:
                            offset=start * self.dtype.itemsize)
 
     def map(self, path: str, rows: int | None = None) -> np.ndarray:
-        """The file's first ``rows`` records (all: None) mapped read-only."""
-        rows = self.rows(path) if rows is None else rows
+        """The file's first ``rows`` records mapped read-only; all of them
+        (None), then CorruptTraceError if the file does not hold whole records."""
+        if rows is None:
+            size = os.path.getsize(path)
+            if size % self.dtype.itemsize:
+                raise CorruptTraceError(f"{path}: size {size} is not a multiple of "
+                                        f"{self.dtype.itemsize}")
+            rows = size // self.dtype.itemsize
         if not rows:
             return np.zeros(0, dtype=self.dtype)
         return np.memmap(path, dtype=self.dtype, mode="r", shape=(rows,))
@@ -183,11 +199,14 @@ RECORD_FILES = (CALL_RECORDS, ACCESS_RECORDS)
 # ------------------------------------------------------------------ meta.json
 def write_meta(directory: str, meta: dict) -> None:
     meta = dict(meta, format_version=FORMAT_VERSION)
-    _write_json_atomically(os.path.join(directory, META_FILE), meta)
+    path = os.path.join(directory, META_FILE)
+    with writing(path + ".tmp"):         # OutputError (exit 23), one line
+        _write_json_atomically(path, meta)
 
 
 def read_meta(directory: str) -> dict:
-    """meta.json; CorruptTraceError for anything but a trace directory of this version."""
+    """meta.json; CorruptTraceError for anything but a trace directory of this
+    version.  A recording whose tracer was killed is settled (trace/partial.py)."""
     if not os.path.isdir(directory):
         raise CorruptTraceError(f"{directory}: no such trace directory")
     meta_path = os.path.join(directory, META_FILE)
@@ -202,7 +221,8 @@ def read_meta(directory: str) -> dict:
     if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
         raise CorruptTraceError(
             f"{meta_path}: unsupported or missing format_version (expected {FORMAT_VERSION})")
-    return meta
+    from .partial import settle      # a recording whose tracer died: what reached the disk
+    return settle(meta, directory)
 
 
 def _write_json_atomically(path: str, value: dict) -> None:
@@ -220,7 +240,7 @@ def last_maps_text(directory: str) -> str | None:
     for name in (MAPS_END_FILE, MAPS_START_FILE):
         path = os.path.join(directory, name)
         if os.path.exists(path):
-            with open(path) as f:
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
                 return f.read()
     return None
 

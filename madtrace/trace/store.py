@@ -10,11 +10,16 @@ from __future__ import annotations
 import os
 import shutil
 
-from ..errors import CorruptTraceError, OutputExistsError
+from ..errors import CorruptTraceError, OutputExistsError, writing
 from .format import CALL_RECORDS, CALLS_DIR, META_FILE, STORE_DIR
 
 
 def create_trace_dir(path: str, force: bool) -> str:
+    with writing(path):
+        return _create_trace_dir(path, force)
+
+
+def _create_trace_dir(path: str, force: bool) -> str:
     if os.path.lexists(path):
         if not force:
             raise OutputExistsError(f"{path} already exists (use --force to overwrite it)")
@@ -75,5 +80,5 @@ def copy_trace_files(source: str, destination: str, record_sizes: dict[str, int]
 
 
 def write_text(path: str, name: str, text: str) -> None:
-    with open(os.path.join(path, name), "w") as f:
+    with writing(os.path.join(path, name)), open(os.path.join(path, name), "w") as f:
         f.write(text)
