@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import NoDataError, UsageError
-from ..trace.format import NUMA_FILE, PAGE_SHIFT as SHIFT, load_allocations, load_numa
+from ..trace.blocks import load_allocations
+from ..trace.format import NUMA_FILE, PAGE_SHIFT as SHIFT, load_numa
 from ..trace.naming import address_space_of
 from ..trace.reader import iter_access_chunks
 from .trace_input import Progress, access_rows, require_accesses

@@ -15,7 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..binary.address_space import AddressSpace
-from ..trace.format import ACCESS_RECORDS, CALL_RECORDS, KIND_LOAD, KIND_STORE, load_allocations
+from ..trace.blocks import block_name as forged_name
+from ..trace.blocks import load_allocations
+from ..trace.format import ACCESS_RECORDS, CALL_RECORDS, KIND_LOAD, KIND_STORE
 from ..trace.naming import address_space_of
 from .replay import EVENT_ACCESS, EVENT_BEGIN, FATE_COMPLETED, FATES
 from .segmentation import iter_thread_chunks, load_tables
@@ -25,7 +27,7 @@ KIND_CHAR = {KIND_LOAD: "L", KIND_STORE: "S"}
 
 def block_name(block: dict, address: int, freed: bool) -> str:
     """MadT's forged name: <malloc0014@func+230>+off, <freed:0014@...> once released."""
-    name = f"<freed:{block['id']:04d}@{block['site']}>" if freed else block["name"]
+    name = forged_name(block["kind"], block["id"], block["site"], freed)
     offset = address - block["address"]
     return f"{name}+{offset}" if offset else name
 

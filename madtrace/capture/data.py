@@ -52,7 +52,8 @@ from .guard import SegvGuard
 from .numa_record import NumaRecorder
 from ..trace.format import (ACCESS_DTYPE, ACCESS_FIELDS, ACCESS_RECORDS, DATA_DIR, KIND_LOAD,
                             KIND_STORE, PAGE)
-from .regions import Region, RegionSet, default_regions, page_protections, page_runs
+from .regions import (PageProtections, Region, RegionSet, default_regions, page_protections,
+                      page_runs)
 from .vfork_window import VforkWindow
 
 SEGV_ACCERR = 2
@@ -94,7 +95,7 @@ class DataEngine:
         self.sequence_address = sequence_address or (lambda tid: 0)
         self.original_address = original_address or (lambda rips: rips)
         self.regions = RegionSet([])
-        self.protected: dict[int, int] = {}   # page -> original PROT_* bits
+        self.protected = PageProtections()   # page -> original PROT_* bits, as runs
         self.decoded: dict[int, MemInstruction | None] = {}
         self.counts: Counter = Counter()      # (rip, "L"/"S") -> n
         self.chunks: dict[int, list[np.ndarray]] = {}   # tid -> ACCESS_DTYPE chunks not written yet
@@ -150,7 +151,7 @@ class DataEngine:
                 self.gate.install(rs, self.patched_addresses)
             if self.track_allocations:
                 self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of, self._next_order,
-                                          self.guard)
+                                          self.guard, self.out_dir)
                 self.warnings += self.alloc.install(rs, self.patched_addresses)
         self.numa.initial_threads(list(self.tracee.threads))
         for tid in self.tracee.threads:
@@ -165,14 +166,7 @@ class DataEngine:
     def tables_changed(self) -> None:
         """The protected pages or the traced ranges changed: tell the C loop and
         the guard."""
-        runs = []
-        by_prot: dict[int, list[int]] = {}
-        for page, prot in self.protected.items():
-            if prot and self.armed:
-                by_prot.setdefault(prot, []).append(page)
-        for prot, pages in by_prot.items():
-            runs += [(start, end, prot) for start, end in page_runs(pages)]
-        runs.sort()
+        runs = [run for run in self.protected.runs() if run[2]] if self.armed else []
         self.area.loop.set_protected(runs)
         self.area.loop.set_traced([(r.start, r.end) for r in self.regions.regions])
         if self.guard is not None:
@@ -188,10 +182,16 @@ class DataEngine:
             # the guard's table first: if the tracer dies between two mprotect calls,
             # the guard restores every page that may be protected
             self.tables_changed()
-        for start, end in page_runs(p for p in pages if self.protected.get(p)):
+        runs = [(start, end) for start, end, prot in self.protected.runs() if prot] \
+            if pages is self.protected else page_runs(p for p in pages if self.protected.get(p))
+        for start, end in runs:
             rs.mprotect(start, end - start, PROT_NONE)
 
     def _unprotect(self, rs: RemoteSyscalls, pages) -> None:
+        if pages is self.protected:
+            for start, end, prot in self.protected.runs():
+                rs.mprotect(start, end - start, prot)
+            return
         by_prot: dict[int, list[int]] = {}
         for page in pages:
             if page in self.protected:
@@ -284,7 +284,7 @@ class DataEngine:
         for field in ("seq", "order", "addr", "size", "kind", "ilen", "first"):
             out[field] = records[field]
         out["rip"] = self.original_address(records["rip"])
-        if self.alloc is not None and self.alloc.blocks:
+        if self.alloc is not None and self.alloc.count:
             out["block"], out["freed"] = self.alloc.blocks_of(records["addr"])
         if self.only_blocks is not None:
             keep = np.isin(out["block"], np.array(sorted(self.only_blocks), dtype=np.uint32))
@@ -433,8 +433,7 @@ class DataEngine:
                 if self.regions.find(address) is None or not self.recording(tid):
                     continue
                 recorded = True
-                block = self.alloc.block_at(address) if self.alloc is not None else None
-                block_id, freed = (block.id, int(block.freed_seq is not None)) if block else (0, 0)
+                block_id, freed = self.alloc.block_at(address) if self.alloc is not None else (0, 0)
                 if self.only_blocks is not None and block_id not in self.only_blocks:
                     continue
                 self.freed_accesses += freed

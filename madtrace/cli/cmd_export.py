@@ -8,7 +8,8 @@ import sys
 
 from ..errors import CorruptTraceError, OutputExistsError, UsageError, writing
 from ..trace.events import AllocEvent, ordered_events
-from ..trace.format import DATA_DIR, KIND_LOAD, load_allocations, read_meta
+from ..trace.blocks import load_allocations
+from ..trace.format import DATA_DIR, KIND_LOAD, read_meta
 from ..trace.madt import access_line, alloc_line
 from ..trace.naming import address_space_of
 

@@ -1,6 +1,6 @@
 """Reading a trace directory's data events back, in the order the tracer saw
 them: accesses (data/<tid>.acc, read in chunks) and allocation events
-(data/allocations.json), merged by their shared ``order`` counter."""
+(data/blocks.bin), merged by their shared ``order`` counter."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .format import ACCESS_RECORDS, load_allocations
+from .blocks import load_allocations
+from .format import ACCESS_RECORDS
 
 
 @dataclass(frozen=True)

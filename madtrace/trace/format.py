@@ -17,7 +17,11 @@ A trace directory (``FORMAT_VERSION`` 1, in meta.json)::
   functions.json          FUNCTIONS_FILE    load_functions: sites, functions, clock
   calls/<tid>.rec         CALL_RECORDS      RECORD_DTYPE, 16 bytes a record
   data/<tid>.acc          ACCESS_RECORDS    ACCESS_DTYPE, 48 bytes an access
-  data/allocations.json   ALLOCATIONS_FILE  load_allocations: heap blocks
+  data/blocks.bin         BLOCKS_FILE       BLOCK_DTYPE, 72 bytes a heap block
+  data/blocks.sites       BLOCK_SITES_FILE  the blocks' call sites, one JSON string a line
+                                            (trace/blocks.py reads and writes both)
+  data/allocations.json   ALLOCATIONS_FILE  load_allocations_json: the heap blocks
+                                            of traces older than blocks.bin
   data/block_events.json  BLOCK_EVENTS_FILE load_block_events: memcpy/memset/syscalls
   data/numa.json          NUMA_FILE         load_numa: nodes, thread masks, page nodes
   store/                  STORE_DIR         the columnar store (Parquet tables:
@@ -86,7 +90,9 @@ FUNCTIONS_FILE = "functions.json"
 CALLS_DIR = "calls"
 DATA_DIR = "data"
 STORE_DIR = "store"
-ALLOCATIONS_FILE = f"{DATA_DIR}/allocations.json"
+BLOCKS_FILE = f"{DATA_DIR}/blocks.bin"
+BLOCK_SITES_FILE = f"{DATA_DIR}/blocks.sites"
+ALLOCATIONS_FILE = f"{DATA_DIR}/allocations.json"    # the block list of older traces
 BLOCK_EVENTS_FILE = f"{DATA_DIR}/block_events.json"
 NUMA_FILE = f"{DATA_DIR}/numa.json"
 STORE_META_FILE = f"{STORE_DIR}/meta.json"
@@ -122,6 +128,26 @@ ACCESS_DTYPE = np.dtype([("seq", "<u8"), ("order", "<u8"), ("rip", "<u8"), ("add
                          ("ilen", "u1"), ("first", "u1"), ("pad", "u1", 6)])
 ACCESS_FIELDS = ("seq", "order", "rip", "addr", "block", "size", "kind", "freed", "ilen", "first")
 KIND_LOAD, KIND_STORE = 1, 2
+
+
+# A heap block (data/blocks.bin, row N-1 = block id N; trace/blocks.py): the
+# allocation tracker appends a row when the block is allocated and writes the
+# release fields (freed .. freed_order, contiguous: one write) in place when it
+# is freed, and part_of when an operator new wraps it.  kind indexes BLOCK_KINDS,
+# site the lines of data/blocks.sites.
+BLOCK_DTYPE = np.dtype({
+    "names": ["id", "tid", "site", "part_of", "address", "size", "seq", "order", "kind",
+              "freed", "freed_tid", "freed_seq", "freed_order"],
+    "formats": ["<u4", "<u4", "<u4", "<u4", "<u8", "<u8", "<u8", "<u8", "u1", "u1", "<u4",
+                "<u8", "<u8"],
+    "offsets": [0, 4, 8, 12, 16, 24, 32, 40, 48, 49, 52, 56, 64],
+    "itemsize": 72})
+BLOCK_RELEASE_OFFSET = 49             # freed, pad, freed_tid, freed_seq, freed_order
+BLOCK_RELEASE_DTYPE = np.dtype({"names": ["freed", "freed_tid", "freed_seq", "freed_order"],
+                                "formats": ["u1", "<u4", "<u8", "<u8"],
+                                "offsets": [0, 3, 7, 15], "itemsize": 23})
+BLOCK_PART_OF_OFFSET = 12
+BLOCK_KINDS = ("malloc", "calloc", "realloc", "new", "memmap", "mremap")
 
 
 @dataclass(frozen=True)
@@ -279,10 +305,14 @@ def _load_list(directory: str, name: str, keys: tuple[str, ...]) -> list[dict]:
     return items
 
 
-def load_allocations(directory: str) -> list[dict]:
-    """Every heap block (id, kind, name, address, size, site, tid, seq, order,
-    freed_seq, freed_tid, freed_order, part_of); empty without --data."""
-    return _load_list(directory, ALLOCATIONS_FILE, ("id", "address", "size"))
+def load_allocations_json(directory: str) -> list[dict] | None:
+    """data/allocations.json of a trace older than data/blocks.bin (id, kind,
+    name, address, size, site, tid, seq, order, freed_seq, freed_tid,
+    freed_order, part_of); None when there is none.  Everyone else reads
+    blocks with trace/blocks.py load_allocations (either file)."""
+    if not os.path.exists(os.path.join(directory, ALLOCATIONS_FILE)):
+        return None
+    return _load_list(directory, ALLOCATIONS_FILE, ("id", "address", "size", "kind", "site"))
 
 
 def load_block_events(directory: str) -> list[dict]:
