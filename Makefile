@@ -62,7 +62,7 @@ $(INJECTOR_OUT): injector/trampolines.S injector/layout.h injector/build_templat
 NATIVE_OUT := build/native/libmtloop.so
 # the drain of the function-tracing rings (tracer side, C, loaded with ctypes)
 DRAIN_OUT := build/native/libmtdrain.so
-# the frame rules of the call records (analysis side: segmentation, call tree)
+# the frame rules of the call records (offline side: trace/segmentation.py)
 REPLAY_OUT := build/native/libmtreplay.so
 # the allocation tracker's block index (tracer side, C, loaded with ctypes)
 BLOCKS_OUT := build/native/libmtblocks.so
@@ -75,7 +75,7 @@ $(NATIVE_OUT): madtrace/process/fault_loop.c injector/layout.h
 $(DRAIN_OUT): madtrace/capture/ring_drain.c injector/layout.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
-$(REPLAY_OUT): madtrace/analysis/replay.c
+$(REPLAY_OUT): madtrace/trace/replay.c
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
 $(BLOCKS_OUT): madtrace/capture/block_index.c

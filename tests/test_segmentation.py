@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""The segmentation (madtrace.analysis.segmentation): every access belongs to
+"""The segmentation (madtrace.trace.segmentation): every access belongs to
 the call it was made in, whatever the frame rules had to do (longjmp, tail
 calls, threads), in bounded chunks.
 
@@ -19,7 +19,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from madtrace.analysis import segmentation as sg
+from madtrace.trace import segmentation as sg
 from madtrace.binary.elf import ElfImage
 from madtrace.trace.format import ACCESS_DTYPE, RECORD_DTYPE
 

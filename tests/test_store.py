@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from madtrace.analysis import segmentation as sg
+from madtrace.trace import segmentation as sg
 from madtrace.trace.format import ACCESS_DTYPE, RECORD_DTYPE, read_store_meta, store_is_complete
 from madtrace.trace.query import connect
 from madtrace.trace.store_writer import RecordFollower

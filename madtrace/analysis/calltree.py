@@ -45,8 +45,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .replay import EVENT_BEGIN, FATE_UNMATCHED
-from .segmentation import iter_thread_chunks, load_tables
+from ..trace.replay import EVENT_BEGIN, FATE_UNMATCHED
+from ..trace.segmentation import iter_thread_chunks, load_tables
 
 DEFAULT_CHUNK_RECORDS = 1 << 18
 DEFAULT_MAX_NODES = 100_000

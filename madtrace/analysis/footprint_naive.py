@@ -17,7 +17,7 @@ call) and bench/bench_footprint.py (memory); not by madtrace itself.
 from __future__ import annotations
 
 from ..trace.format import PAGE_SHIFT, read_meta
-from .segmentation import EVENT_ACCESS, EVENT_BEGIN, EVENT_END, iter_thread_chunks
+from ..trace.segmentation import EVENT_ACCESS, EVENT_BEGIN, EVENT_END, iter_thread_chunks
 from .trace_input import thread_block_ranges
 
 SHIFTS = (0, 6, PAGE_SHIFT)

@@ -19,8 +19,8 @@ from ..trace.blocks import block_name as forged_name
 from ..trace.blocks import load_allocations
 from ..trace.format import ACCESS_RECORDS, CALL_RECORDS, KIND_LOAD, KIND_STORE
 from ..trace.naming import address_space_of
-from .replay import EVENT_ACCESS, EVENT_BEGIN, FATE_COMPLETED, FATES
-from .segmentation import iter_thread_chunks, load_tables
+from ..trace.replay import EVENT_ACCESS, EVENT_BEGIN, FATE_COMPLETED, FATES
+from ..trace.segmentation import iter_thread_chunks, load_tables
 
 KIND_CHAR = {KIND_LOAD: "L", KIND_STORE: "S"}
 

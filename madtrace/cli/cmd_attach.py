@@ -4,9 +4,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import UsageError
-from ..session import Recording
 from .options import add_recording_arguments, recording_options
+
+if TYPE_CHECKING:       # the tracer is imported when the command runs (offline commands need none of it)
+    from ..session import Recording
 
 NAME = "attach"
 HELP = ("attach to a running process (every thread), trace it until it exits, "
@@ -43,6 +47,7 @@ def run(args) -> int:
     if args.repl:
         from ..repl.host import repl_options
         options = repl_options(options)
+    from ..session import Recording
     recording = Recording(options)
     recording.attach(pid)
     recording.log(f"attached to process {pid} ({recording.tracee.threads_seen} threads)")

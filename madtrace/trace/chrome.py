@@ -32,8 +32,8 @@ import os
 
 import numpy as np
 
-from ..analysis.replay import EVENT_ACCESS, EVENT_END, FATE_UNMATCHED, FATES
-from ..analysis.segmentation import iter_thread_chunks, load_tables
+from .replay import EVENT_ACCESS, EVENT_END, FATE_UNMATCHED, FATES
+from .segmentation import iter_thread_chunks, load_tables
 from .format import ACCESS_RECORDS, CALL_RECORDS, KIND_LOAD, read_meta
 from .naming import AccessNamer
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..analysis.replay import EVENT_ACCESS, FATES
-from ..analysis.segmentation import iter_thread_chunks, load_tables
+from .replay import EVENT_ACCESS, FATES
+from .segmentation import iter_thread_chunks, load_tables
 from .columnar import Flusher, PartWriter, dictionary_column
 from .blocks import block_name, load_block_table
 from .format import ACCESS_RECORDS, KIND_LOAD, load_functions
