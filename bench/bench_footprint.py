@@ -99,7 +99,7 @@ elif which == "naive":
     result = {{str(c): [list(v[0]), list(v[1])] for calls in n.values() for c, v in calls.items()
               if c >= 0}}
 else:
-    from madtrace.analysis.segmentation import iter_thread_chunks
+    from madtrace.trace.segmentation import iter_thread_chunks
     for chunk in iter_thread_chunks(directory):
         pass
     held, result = 0, {{}}

@@ -4,13 +4,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..errors import UsageError
 from .options import add_recording_arguments, recording_options
-
-if TYPE_CHECKING:       # the tracer is imported when the command runs (offline commands need none of it)
-    from ..session import Recording
 
 NAME = "attach"
 HELP = ("attach to a running process (every thread), trace it until it exits, "

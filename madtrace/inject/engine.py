@@ -21,6 +21,7 @@ import struct
 
 import numpy as np
 
+from ..arch.x86_64.encode import jmp_rel32
 from ..arch.x86_64.relocate import relocate_entry
 from ..binary.address_space import AddressSpace
 from ..capture.rings import MADV_POPULATE_WRITE, RingSet
@@ -37,12 +38,7 @@ from .plan import Plan, Site, TracedFunction, make_plan
 from .templates import load_injector
 from .unwind import OBJECT_SIZE, eh_frame
 
-JMP_REL32 = 0xE9
 GROUP = "madtrace-functions"     # the areas of function tracing stay or go together
-
-
-def jmp_rel32(at: int, to: int) -> bytes:
-    return struct.pack("<Bi", JMP_REL32, to - (at + 5))
 
 
 class CodeArea:

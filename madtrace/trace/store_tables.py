@@ -75,7 +75,7 @@ def write_allocations(directory: str, batch_rows: int = 1 << 18) -> int:
             kinds[rows["kind"]].tolist(), rows["id"].tolist(), sites[rows["site"]].tolist(),
             freed.tolist())]
 
-        def released(column, type_):
+        def released(column, type_, rows=rows, freed=freed):
             return pa.array(rows[column], type=type_, mask=~freed)
 
         writer.write({"id": rows["id"], "kind": pa.array(kinds[rows["kind"]], type=pa.string()),
