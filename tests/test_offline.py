@@ -24,8 +24,14 @@ import pytest
 from .util import ROOT, madtrace, prog
 
 BLOCKED = ("ptrace", "capstone", "lief")
-TRACER = ("madtrace.process", "madtrace.capture", "madtrace.inject", "madtrace.arch",
-          "madtrace.repl", "madtrace.session")
+TRACER = (
+    "madtrace.process",
+    "madtrace.capture",
+    "madtrace.inject",
+    "madtrace.arch",
+    "madtrace.repl",
+    "madtrace.session",
+)
 
 # runs madtrace's CLI once per argv list, in one interpreter, with BLOCKED unimportable;
 # prints one JSON object: per command its exit status, stdout and stderr, then the
@@ -57,8 +63,14 @@ print(json.dumps({"results": results, "modules": sorted(sys.modules)}))
 
 def run_offline(commands: list[list[str]], blocked: tuple[str, ...]) -> dict:
     env = dict(os.environ, PYTHONPATH=ROOT)
-    r = subprocess.run([sys.executable, "-c", RUNNER % (blocked,), json.dumps(commands)],
-                       capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-c", RUNNER % (blocked,), json.dumps(commands)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -73,8 +85,11 @@ def trace(tmp_path_factory):
 
 def test_blocked_imports_really_fail():
     """The blocker works: importing capstone in the runner's interpreter fails."""
-    code = ("import sys, importlib.abc\n" + RUNNER.split("from madtrace.cli.main")[0] % (BLOCKED,) +
-            "\ntry:\n    import capstone\nexcept ImportError as e:\n    print('blocked:', e)\n")
+    code = (
+        "import sys, importlib.abc\n"
+        + RUNNER.split("from madtrace.cli.main")[0] % (BLOCKED,)
+        + "\ntry:\n    import capstone\nexcept ImportError as e:\n    print('blocked:', e)\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "blocked: capstone is not installed" in r.stdout, (r.stdout, r.stderr)
 
@@ -85,7 +100,7 @@ def test_offline_commands_without_the_tracer(trace, tmp_path):
     commands = [["summary", trace], ["summary", trace, "--json"]]
     for kind in ("calls", "segments", "heatmap", "alloc", "footprint", "source", "all"):
         commands.append(["report", trace, "--kind", kind])
-        if kind != "segments":          # a text listing only
+        if kind != "segments":  # a text listing only
             commands.append(["report", trace, "--kind", kind, "--json"])
     commands += [
         ["report", trace, "--html", os.path.join(out, "report.html")],
@@ -98,13 +113,16 @@ def test_offline_commands_without_the_tracer(trace, tmp_path):
         ["export", trace, "--format", "parquet", "-o", os.path.join(out, "parquet")],
     ]
     offline = run_offline(commands, BLOCKED)
-    loaded = [m for m in offline["modules"]
-              if m.split(".")[0] in BLOCKED or m.startswith(TRACER)]
+    loaded = [m for m in offline["modules"] if m.split(".")[0] in BLOCKED or m.startswith(TRACER)]
     assert loaded == [], f"the offline side imported the tracer's stack: {loaded}"
     for result in offline["results"]:
         assert result["status"] == 0, result
-        assert result["stdout"] or result["argv"][0] == "export" or "--html" in result["argv"] \
-            or "--png" in result["argv"], result
+        assert (
+            result["stdout"]
+            or result["argv"][0] == "export"
+            or "--html" in result["argv"]
+            or "--png" in result["argv"]
+        ), result
     for name in ("report.html", "heatmap.png", "trace.json", "parquet/calls.parquet"):
         assert os.path.getsize(os.path.join(out, name)) > 0, name
 
@@ -115,6 +133,5 @@ def test_offline_commands_without_the_tracer(trace, tmp_path):
     for a, b in zip(offline["results"], normal["results"]):
         assert (a["status"], a["stdout"]) == (b["status"], b["stdout"]), a["argv"]
     for name in ("report.html", "trace.json"):
-        with open(os.path.join(out, name), "rb") as f1, \
-                open(os.path.join(normal_out, name), "rb") as f2:
+        with open(os.path.join(out, name), "rb") as f1, open(os.path.join(normal_out, name), "rb") as f2:
             assert f1.read() == f2.read(), name

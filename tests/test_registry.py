@@ -82,8 +82,9 @@ EXPORT = Export(name="csv", help="its accesses as CSV", order=4,
 def extended(tmp_path_factory):
     """A copy of madtrace with one new kind file and one new export file."""
     root = tmp_path_factory.mktemp("extended")
-    shutil.copytree(os.path.join(ROOT, "madtrace"), root / "madtrace",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        os.path.join(ROOT, "madtrace"), root / "madtrace", ignore=shutil.ignore_patterns("__pycache__")
+    )
     os.symlink(os.path.join(ROOT, "build"), root / "build")
     (root / "madtrace" / "kinds" / "threads.py").write_text(THREADS_KIND)
     (root / "madtrace" / "exports" / "csv.py").write_text(CSV_EXPORT)
@@ -91,8 +92,14 @@ def extended(tmp_path_factory):
 
 
 def run(root: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "madtrace.cli.main", *args], capture_output=True,
-                          text=True, timeout=300, cwd=root, env=dict(os.environ, PYTHONPATH=root))
+    return subprocess.run(
+        [sys.executable, "-m", "madtrace.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env=dict(os.environ, PYTHONPATH=root),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -107,15 +114,17 @@ def oracle(directory: str) -> dict[str, dict]:
     out = {}
     for tid, path in ACCESS_RECORDS.files(directory):
         rows = np.fromfile(path, dtype=ACCESS_RECORDS.dtype)
-        out[str(tid)] = {"loads": int((rows["kind"] == KIND_LOAD).sum()),
-                         "stores": int((rows["kind"] != KIND_LOAD).sum()),
-                         "bytes": int(rows["size"].astype(np.int64).sum())}
+        out[str(tid)] = {
+            "loads": int((rows["kind"] == KIND_LOAD).sum()),
+            "stores": int((rows["kind"] != KIND_LOAD).sum()),
+            "bytes": int(rows["size"].astype(np.int64).sum()),
+        }
     return out
 
 
 def test_a_new_kind_is_one_file(extended, trace, tmp_path):
     expected = oracle(trace)
-    assert len(expected) >= 2            # data_threads: several threads made accesses
+    assert len(expected) >= 2  # data_threads: several threads made accesses
     help_text = " ".join(run(extended, "report", "--help").stdout.split())
     assert "threads (accesses per thread)" in help_text and "threads," in help_text
     r = run(extended, "report", trace, "--kind", "threads", "--json")
@@ -131,8 +140,10 @@ def test_a_new_kind_is_one_file(extended, trace, tmp_path):
     assert every["reports"]["threads"] == expected
     # the other kinds are untouched by the new one
     for kind in ("calls", "heatmap", "alloc"):
-        assert run(extended, "report", trace, "--kind", kind).stdout == \
-            madtrace("report", trace, "--kind", kind).stdout.decode()
+        assert (
+            run(extended, "report", trace, "--kind", kind).stdout
+            == madtrace("report", trace, "--kind", kind).stdout.decode()
+        )
     # a kind without a picture says so, with the list from the registry
     r = run(extended, "report", trace, "--kind", "threads", "--png", str(tmp_path / "x.png"))
     assert r.returncode == 2 and "--png draws heatmap, alloc, footprint" in r.stderr
@@ -149,4 +160,4 @@ def test_a_new_export_format_is_one_file(extended, trace, tmp_path):
     expected = oracle(trace)
     assert len(lines) - 1 == sum(c["loads"] + c["stores"] for c in expected.values())
     r = run(extended, "export", trace, "--format", "csv", "-o", out)
-    assert r.returncode != 0 and "already exists" in r.stderr     # never over a file
+    assert r.returncode != 0 and "already exists" in r.stderr  # never over a file

@@ -155,8 +155,8 @@ def run(args) -> int:
         print(f"madtrace: wrote {args.png}", file=sys.stderr)
     if args.html:
         from ..report.html import write_html
-        sections = [(k.name, k.html(results.get(k.name)))
-                     for k in html_sections([KINDS[name] for name in kinds])]
+        sections = [(k.name, k.html(results.get(k.name)))  # type: ignore[misc]  # html_sections: has one
+                    for k in html_sections([KINDS[name] for name in kinds])]
         write_html(args.directory, sections, args.html)
         print(f"madtrace: wrote {args.html}", file=sys.stderr)
     return 0

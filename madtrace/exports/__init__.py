@@ -23,9 +23,9 @@ from ..errors import OutputExistsError, writing
 @dataclass(frozen=True)
 class Export:
     name: str
-    help: str                         # its phrase in `export --help` (joined by "; ", or
-    order: int                        # by " " when it starts with "or ")
-    write: Callable[[Any], int]       # (args) -> exit status
+    help: str  # its phrase in `export --help` (joined by "; ", or
+    order: int  # by " " when it starts with "or ")
+    write: Callable[[Any], int]  # (args) -> exit status
     add_arguments: Callable[[Any], None] | None = None
 
 
@@ -41,8 +41,7 @@ def _discover() -> dict[str, Export]:
 def help_text() -> str:
     text = ""
     for export in FORMATS.values():
-        text += (" " if export.help.startswith("or ") else "; ") + export.help if text \
-            else export.help
+        text += (" " if export.help.startswith("or ") else "; ") + export.help if text else export.help
     return text
 
 
@@ -62,10 +61,11 @@ def write_lines(args, lines) -> int:
                 out.write(line + "\n")
     else:
         import sys
+
         write = sys.stdout.write
         for line in lines:
             write(line + "\n")
     return 0
 
 
-FORMATS: dict[str, Export] = _discover()     # last: the format modules import the helpers above
+FORMATS: dict[str, Export] = _discover()  # last: the format modules import the helpers above

@@ -13,13 +13,19 @@ DEFAULT_MAX_EVENTS = 1_000_000
 
 
 def _arguments(parser) -> None:
-    parser.add_argument("--max-events", type=int, metavar="N", default=DEFAULT_MAX_EVENTS,
-                        help=f"chrome: at most N events, the earliest (default {DEFAULT_MAX_EVENTS}; "
-                        "a warning says when the trace was cut)")
+    parser.add_argument(
+        "--max-events",
+        type=int,
+        metavar="N",
+        default=DEFAULT_MAX_EVENTS,
+        help=f"chrome: at most N events, the earliest (default {DEFAULT_MAX_EVENTS}; "
+        "a warning says when the trace was cut)",
+    )
 
 
 def _write(args) -> int:
     from ..trace.chrome import write_chrome
+
     if args.max_events < 1:
         raise UsageError("--max-events must be >= 1")
 
@@ -35,5 +41,10 @@ def _write(args) -> int:
     return 0
 
 
-EXPORT = Export(name="chrome", help="its calls and accesses as a Chrome/Perfetto JSON timeline",
-                order=2, write=_write, add_arguments=_arguments)
+EXPORT = Export(
+    name="chrome",
+    help="its calls and accesses as a Chrome/Perfetto JSON timeline",
+    order=2,
+    write=_write,
+    add_arguments=_arguments,
+)

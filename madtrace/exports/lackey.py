@@ -22,7 +22,8 @@ def lackey_lines(directory: str):
     execution are one " M" line, as lackey writes them."""
     from ..trace.events import AllocEvent, ordered_events
     from ..trace.format import KIND_LOAD
-    pending = None     # a load that may turn into an M
+
+    pending = None  # a load that may turn into an M
     for _order, _tid, event in ordered_events(directory):
         if isinstance(event, AllocEvent):
             continue
@@ -50,5 +51,4 @@ def _write(args) -> int:
     return write_lines(args, lackey_lines(args.directory))
 
 
-EXPORT = Export(name="lackey", help="or valgrind lackey's --trace-mem format", order=1,
-                write=_write)
+EXPORT = Export(name="lackey", help="or valgrind lackey's --trace-mem format", order=1, write=_write)

@@ -12,6 +12,7 @@ def madt_lines(directory: str, raw: bool):
     from ..trace.format import KIND_LOAD
     from ..trace.madt import access_line, alloc_line
     from ..trace.naming import address_space_of
+
     space = address_space_of(directory)
     blocks = {b["id"]: b for b in load_allocations(directory)}
     threads: dict[int, int] = {}
@@ -30,9 +31,15 @@ def _arguments(parser) -> None:
 
 def _write(args) -> int:
     from .lackey import require_data
+
     require_data(args.directory)
     return write_lines(args, madt_lines(args.directory, args.raw))
 
 
-EXPORT = Export(name="madt", help="its data events as MadT's text (symbolic, or --raw)", order=0,
-                write=_write, add_arguments=_arguments)
+EXPORT = Export(
+    name="madt",
+    help="its data events as MadT's text (symbolic, or --raw)",
+    order=0,
+    write=_write,
+    add_arguments=_arguments,
+)

@@ -11,6 +11,7 @@ from . import Export, check_output
 
 def _write(args) -> int:
     from ..trace.query import copy_store
+
     if not args.output:
         raise UsageError("--format parquet writes a directory: give it with -o DIR")
     check_output(args.output, args.force)
@@ -19,5 +20,4 @@ def _write(args) -> int:
     return 0
 
 
-EXPORT = Export(name="parquet", help="its store as one Parquet file per table", order=3,
-                write=_write)
+EXPORT = Export(name="parquet", help="its store as one Parquet file per table", order=3, write=_write)

@@ -35,19 +35,19 @@ NEEDS: dict[str, Callable[[str], bool]] = {
 @dataclass(frozen=True)
 class Kind:
     name: str
-    help: str                                         # the phrase in `report --help`
+    help: str  # the phrase in `report --help`
     order: int
-    needs: tuple[str, ...]                            # keys of NEEDS
-    compute: Callable[[str, Any], Any]                # (directory, args) -> result
-    text: Callable[[Any, int, Any, Any], None]        # (result, top, args, out)
-    json: Callable[[Any, Any], dict] | None = None    # (result, args) -> a JSON value
-    png: Callable[[Any, str], Any] | None = None      # (result, path)
-    html: Callable[[Any], str] | None = None          # (result) -> a section
+    needs: tuple[str, ...]  # keys of NEEDS
+    compute: Callable[[str, Any], Any]  # (directory, args) -> result
+    text: Callable[[Any, int, Any, Any], None]  # (result, top, args, out)
+    json: Callable[[Any, Any], dict] | None = None  # (result, args) -> a JSON value
+    png: Callable[[Any, str], Any] | None = None  # (result, path)
+    html: Callable[[Any], str] | None = None  # (result) -> a section
     all_order: int | None = None
     html_order: int | None = None
-    html_with_accesses: bool = False   # a section of every page that shows a kind of accesses
-    default_top: int = 20              # rows per text table
-    text_only: str | None = None       # a listing: the error for --json/--png/--html
+    html_with_accesses: bool = False  # a section of every page that shows a kind of accesses
+    default_top: int = 20  # rows per text table
+    text_only: str | None = None  # a listing: the error for --json/--png/--html
 
 
 def _discover() -> dict[str, Kind]:
@@ -66,12 +66,17 @@ def available(directory: str) -> list[Kind]:
     """The kinds ``report all`` covers: those whose inputs the trace has."""
     have = {need for need, present in NEEDS.items() if present(directory)}
     kinds = [k for k in KINDS.values() if k.all_order is not None and set(k.needs) <= have]
-    return sorted(kinds, key=lambda k: k.all_order)
+    return sorted(kinds, key=lambda k: k.all_order or 0)
 
 
 def html_sections(kinds: list[Kind]) -> list[Kind]:
     """The sections of the HTML page of a report of ``kinds``, in page order."""
     accesses = any("accesses" in k.needs for k in kinds)
-    shown = [k for k in KINDS.values() if k.html is not None and k.html_order is not None
-             and (k in kinds or (k.html_with_accesses and accesses))]
-    return sorted(shown, key=lambda k: k.html_order)
+    shown = [
+        k
+        for k in KINDS.values()
+        if k.html is not None
+        and k.html_order is not None
+        and (k in kinds or (k.html_with_accesses and accesses))
+    ]
+    return sorted(shown, key=lambda k: k.html_order or 0)

@@ -8,20 +8,32 @@ from . import Kind
 
 def _compute(directory: str, args):
     from ..analysis.numa import load_topology, numa_report
+
     topology = load_topology(args.topology) if args.topology else None
     return numa_report(directory, topology)
 
 
 def _text(result, top: int, args, out) -> None:
     from ..report.text import print_numa
+
     print_numa(result, top, out)
 
 
 def _html(result) -> str:
     from ..report.html import numa_section
+
     return numa_section(result)
 
 
-KIND = Kind(name="numa", help="local/remote/unpinned accesses", order=4,
-            needs=("accesses", "numa"), compute=_compute, text=_text,
-            json=lambda result, args: result.to_dict(), html=_html, all_order=4, html_order=3)
+KIND = Kind(
+    name="numa",
+    help="local/remote/unpinned accesses",
+    order=4,
+    needs=("accesses", "numa"),
+    compute=_compute,
+    text=_text,
+    json=lambda result, args: result.to_dict(),
+    html=_html,
+    all_order=4,
+    html_order=3,
+)

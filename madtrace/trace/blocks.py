@@ -157,7 +157,7 @@ class BlockTable:
 
     @classmethod
     def from_dicts(cls, blocks: list[dict]) -> "BlockTable":
-        kinds, sites = list(KINDS), []
+        kinds, sites = list(KINDS), []  # type: list[str], list[str]
         site_index: dict[str, int] = {}
         rows = np.zeros(len(blocks), dtype=BLOCK_DTYPE)
         for i, b in enumerate(blocks):

@@ -76,11 +76,11 @@ import numpy as np
 
 from ..errors import CorruptTraceError, writing
 
-FORMAT_VERSION = 1            # of the trace directory (meta.json format_version)
-STORE_FORMAT_VERSION = 1      # of the store (store/meta.json format_version)
+FORMAT_VERSION = 1  # of the trace directory (meta.json format_version)
+STORE_FORMAT_VERSION = 1  # of the store (store/meta.json format_version)
 
 PAGE_SHIFT = 12
-PAGE = 1 << PAGE_SHIFT        # the unit of protection, heat maps and page footprints
+PAGE = 1 << PAGE_SHIFT  # the unit of protection, heat maps and page footprints
 
 # ---------------------------------------------------------------- file names
 META_FILE = "meta.json"
@@ -92,12 +92,12 @@ DATA_DIR = "data"
 STORE_DIR = "store"
 BLOCKS_FILE = f"{DATA_DIR}/blocks.bin"
 BLOCK_SITES_FILE = f"{DATA_DIR}/blocks.sites"
-ALLOCATIONS_FILE = f"{DATA_DIR}/allocations.json"    # the block list of older traces
+ALLOCATIONS_FILE = f"{DATA_DIR}/allocations.json"  # the block list of older traces
 BLOCK_EVENTS_FILE = f"{DATA_DIR}/block_events.json"
 NUMA_FILE = f"{DATA_DIR}/numa.json"
 STORE_META_FILE = f"{STORE_DIR}/meta.json"
-EXEC_DIR_PREFIX = "exec."     # exec.<n>: the trace of the n-th image the process exec'd
-FORK_DIR_PREFIX = "fork."     # fork.<pid>: the trace of a fork child followed
+EXEC_DIR_PREFIX = "exec."  # exec.<n>: the trace of the n-th image the process exec'd
+FORK_DIR_PREFIX = "fork."  # fork.<pid>: the trace of a fork child followed
 
 
 def exec_dir(directory: str, number: int) -> str:
@@ -107,6 +107,7 @@ def exec_dir(directory: str, number: int) -> str:
 def fork_dir(directory: str, pid: int) -> str:
     return os.path.join(directory, f"{FORK_DIR_PREFIX}{pid}")
 
+
 # ------------------------------------------------------------------- records
 # A call record (calls/<tid>.rec), as the trampolines write it into the ring
 # (injector/layout.h) and the drain copies it out: the TSC (0 with --no-time);
@@ -114,8 +115,11 @@ def fork_dir(directory: str, pid: int) -> str:
 # stack pointer at entry (closes frames left by longjmp and tail calls).
 RECORD_DTYPE = np.dtype([("tsc", "<u8"), ("code", "<u4"), ("rsp", "<u4")])
 # how functions.json describes it (a reader of the files without madtrace)
-RECORD_FORMAT = {"size": RECORD_DTYPE.itemsize, "fields": ["tsc:u64", "code:u32", "rsp_low32:u32"],
-                 "code": "site id << 1 | 1 for exit records"}
+RECORD_FORMAT = {
+    "size": RECORD_DTYPE.itemsize,
+    "fields": ["tsc:u64", "code:u32", "rsp_low32:u32"],
+    "code": "site id << 1 | 1 for exit records",
+}
 
 # A data access (data/<tid>.acc): seq = call records the thread had written
 # before it (the access lies between its records seq-1 and seq); order = the
@@ -123,9 +127,21 @@ RECORD_FORMAT = {"size": RECORD_DTYPE.itemsize, "fields": ["tsc:u64", "code:u32"
 # what the tracer saw); rip, addr; block = allocation id (0: none); size;
 # kind (KIND_LOAD, KIND_STORE); freed = the block was already freed; ilen =
 # the instruction's length; first = the first access of one execution of it.
-ACCESS_DTYPE = np.dtype([("seq", "<u8"), ("order", "<u8"), ("rip", "<u8"), ("addr", "<u8"),
-                         ("block", "<u4"), ("size", "<u2"), ("kind", "u1"), ("freed", "u1"),
-                         ("ilen", "u1"), ("first", "u1"), ("pad", "u1", 6)])
+ACCESS_DTYPE = np.dtype(
+    [
+        ("seq", "<u8"),
+        ("order", "<u8"),
+        ("rip", "<u8"),
+        ("addr", "<u8"),
+        ("block", "<u4"),
+        ("size", "<u2"),
+        ("kind", "u1"),
+        ("freed", "u1"),
+        ("ilen", "u1"),
+        ("first", "u1"),
+        ("pad", "u1", 6),
+    ]
+)
 ACCESS_FIELDS = ("seq", "order", "rip", "addr", "block", "size", "kind", "freed", "ilen", "first")
 KIND_LOAD, KIND_STORE = 1, 2
 
@@ -135,17 +151,37 @@ KIND_LOAD, KIND_STORE = 1, 2
 # release fields (freed .. freed_order, contiguous: one write) in place when it
 # is freed, and part_of when an operator new wraps it.  kind indexes BLOCK_KINDS,
 # site the lines of data/blocks.sites.
-BLOCK_DTYPE = np.dtype({
-    "names": ["id", "tid", "site", "part_of", "address", "size", "seq", "order", "kind",
-              "freed", "freed_tid", "freed_seq", "freed_order"],
-    "formats": ["<u4", "<u4", "<u4", "<u4", "<u8", "<u8", "<u8", "<u8", "u1", "u1", "<u4",
-                "<u8", "<u8"],
-    "offsets": [0, 4, 8, 12, 16, 24, 32, 40, 48, 49, 52, 56, 64],
-    "itemsize": 72})
-BLOCK_RELEASE_OFFSET = 49             # freed, pad, freed_tid, freed_seq, freed_order
-BLOCK_RELEASE_DTYPE = np.dtype({"names": ["freed", "freed_tid", "freed_seq", "freed_order"],
-                                "formats": ["u1", "<u4", "<u8", "<u8"],
-                                "offsets": [0, 3, 7, 15], "itemsize": 23})
+BLOCK_DTYPE = np.dtype(
+    {
+        "names": [
+            "id",
+            "tid",
+            "site",
+            "part_of",
+            "address",
+            "size",
+            "seq",
+            "order",
+            "kind",
+            "freed",
+            "freed_tid",
+            "freed_seq",
+            "freed_order",
+        ],
+        "formats": ["<u4", "<u4", "<u4", "<u4", "<u8", "<u8", "<u8", "<u8", "u1", "u1", "<u4", "<u8", "<u8"],
+        "offsets": [0, 4, 8, 12, 16, 24, 32, 40, 48, 49, 52, 56, 64],
+        "itemsize": 72,
+    }
+)
+BLOCK_RELEASE_OFFSET = 49  # freed, pad, freed_tid, freed_seq, freed_order
+BLOCK_RELEASE_DTYPE = np.dtype(
+    {
+        "names": ["freed", "freed_tid", "freed_seq", "freed_order"],
+        "formats": ["u1", "<u4", "<u8", "<u8"],
+        "offsets": [0, 3, 7, 15],
+        "itemsize": 23,
+    }
+)
 BLOCK_PART_OF_OFFSET = 12
 BLOCK_KINDS = ("malloc", "calloc", "realloc", "new", "memmap", "mremap")
 
@@ -189,8 +225,7 @@ class RecordFile:
         if the file does not hold whole records."""
         size = os.path.getsize(path)
         if size % self.dtype.itemsize:
-            raise CorruptTraceError(f"{path}: size {size} is not a multiple of "
-                                    f"{self.dtype.itemsize}")
+            raise CorruptTraceError(f"{path}: size {size} is not a multiple of {self.dtype.itemsize}")
         with open(path, "rb") as f:
             while True:
                 chunk = np.fromfile(f, dtype=self.dtype, count=chunk_rows)
@@ -200,8 +235,7 @@ class RecordFile:
 
     def read(self, path: str, start: int = 0, count: int = -1) -> np.ndarray:
         """Records ``start`` .. ``start + count`` (all of them from ``start``: -1)."""
-        return np.fromfile(path, dtype=self.dtype, count=count,
-                           offset=start * self.dtype.itemsize)
+        return np.fromfile(path, dtype=self.dtype, count=count, offset=start * self.dtype.itemsize)
 
     def map(self, path: str, rows: int | None = None) -> np.ndarray:
         """The file's first ``rows`` records mapped read-only; all of them
@@ -209,8 +243,7 @@ class RecordFile:
         if rows is None:
             size = os.path.getsize(path)
             if size % self.dtype.itemsize:
-                raise CorruptTraceError(f"{path}: size {size} is not a multiple of "
-                                        f"{self.dtype.itemsize}")
+                raise CorruptTraceError(f"{path}: size {size} is not a multiple of {self.dtype.itemsize}")
             rows = size // self.dtype.itemsize
         if not rows:
             return np.zeros(0, dtype=self.dtype)
@@ -226,7 +259,7 @@ RECORD_FILES = (CALL_RECORDS, ACCESS_RECORDS)
 def write_meta(directory: str, meta: dict) -> None:
     meta = dict(meta, format_version=FORMAT_VERSION)
     path = os.path.join(directory, META_FILE)
-    with writing(path + ".tmp"):         # OutputError (exit 23), one line
+    with writing(path + ".tmp"):  # OutputError (exit 23), one line
         _write_json_atomically(path, meta)
 
 
@@ -240,14 +273,15 @@ def read_meta(directory: str) -> dict:
         with open(meta_path) as f:
             meta = json.load(f)
     except FileNotFoundError:
-        raise CorruptTraceError(f"{directory}: not a madtrace trace directory "
-                                f"(no {META_FILE})") from None
+        raise CorruptTraceError(f"{directory}: not a madtrace trace directory (no {META_FILE})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CorruptTraceError(f"{meta_path}: corrupt ({exc})") from None
     if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
         raise CorruptTraceError(
-            f"{meta_path}: unsupported or missing format_version (expected {FORMAT_VERSION})")
-    from .partial import settle      # a recording whose tracer died: what reached the disk
+            f"{meta_path}: unsupported or missing format_version (expected {FORMAT_VERSION})"
+        )
+    from .partial import settle  # a recording whose tracer died: what reached the disk
+
     return settle(meta, directory)
 
 
@@ -359,5 +393,4 @@ def write_store_meta(directory: str, meta: dict) -> None:
 
 def store_is_complete(directory: str) -> bool:
     meta = read_store_meta(directory)
-    return bool(meta and meta.get("format_version") == STORE_FORMAT_VERSION
-                and meta.get("complete"))
+    return bool(meta and meta.get("format_version") == STORE_FORMAT_VERSION and meta.get("complete"))
