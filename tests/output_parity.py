@@ -190,6 +190,10 @@ def main() -> int:
                         "outputs already in --work (only the working tree's are made again)")
     args = parser.parse_args()
     work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="madtrace-parity-"))
+    if os.path.commonpath([work, ROOT]) == ROOT:
+        # ref/build links back to build/: inside the repository it makes a cycle that
+        # setuptools' package discovery follows (pip install -e then never ends)
+        parser.error("--work must be outside the repository")
     os.makedirs(work, exist_ok=True)
     ref = os.path.join(work, "ref")
     shutil.rmtree(ref, ignore_errors=True)
