@@ -115,6 +115,7 @@ class DataEngine:
         self._held: set[int] | None = None   # threads stopped while one thread's pages are open
         self.held_stops = 0
         self.freed_accesses = 0  # accesses to blocks already freed (use after free)
+        self.allocator_freed_accesses = 0   # the allocator's, in freed blocks (not the program's)
         self._order = 0          # event counter shared with the allocation tracker
         self.active = False
         self.released: set[int] = set()   # pages given back when tracing stopped
@@ -291,7 +292,7 @@ class DataEngine:
             out, records = out[keep], records[keep]
             if not len(out):
                 return
-        self.freed_accesses += int(np.count_nonzero(out["freed"]))
+        self._count_freed(out["freed"] != 0, records["tid"])
         # per (instruction, kind) counts: one 64-bit key each (user addresses < 2**62)
         keys, n = np.unique((out["rip"] << np.uint64(2)) | out["kind"].astype(np.uint64),
                             return_counts=True)
@@ -300,6 +301,13 @@ class DataEngine:
         tids = records["tid"]
         for tid in np.unique(tids).tolist():
             self._append(tid, out[tids == tid])
+
+    def _count_freed(self, freed: np.ndarray, tids: np.ndarray) -> None:
+        """Accesses to freed blocks: the program's (use after free), or the allocator's."""
+        if freed.any() and self.alloc is not None:
+            program, allocator = self.alloc.split_freed(freed, tids)
+            self.freed_accesses += program
+            self.allocator_freed_accesses += allocator
 
     def _append(self, tid: int, chunk: np.ndarray) -> None:
         self.chunks.setdefault(tid, []).append(chunk)
@@ -436,7 +444,7 @@ class DataEngine:
                 block_id, freed = self.alloc.block_at(address) if self.alloc is not None else (0, 0)
                 if self.only_blocks is not None and block_id not in self.only_blocks:
                     continue
-                self.freed_accesses += freed
+                self._count_freed(np.array([freed != 0]), np.array([tid]))
                 # a read-modify-write operand is one load, then one store
                 for wanted, letter, kind in ((op.load and self.loads, "L", KIND_LOAD),
                                              (op.store and self.stores, "S", KIND_STORE)):

@@ -153,23 +153,26 @@ def alloc_section(usage) -> str:
     parts = [f"<h2 id=\"alloc\">Heap blocks and allocation sites</h2><p>{t['blocks']} blocks "
              f"({t['bytes_allocated']} bytes), {t['loads']} loads, {t['stores']} stores, "
              f"{t['untouched_blocks']} never touched, {t['use_after_free_blocks']} used after "
-             "free</p>"]
+             f"free; {t.get('allocator_accesses', 0)} accesses by the allocator itself (its "
+             "bookkeeping, never a use after free)</p>"]
     parts.append(_table(["site", "kind", "blocks", "bytes", "loads", "stores", "accessed B",
-                         "block in B", "block out B", "untouched", "after free"],
+                         "block in B", "block out B", "untouched", "after free", "by allocator"],
                         [[s["site"], ",".join(s["kinds"]), s["blocks"], s["bytes_allocated"],
                           s["loads"], s["stores"], s["bytes"], s["block_bytes_in"],
-                          s["block_bytes_out"], s["untouched_blocks"], s["freed_accesses"]]
+                          s["block_bytes_out"], s["untouched_blocks"], s["freed_accesses"],
+                          s["allocator_accesses"]]
                          for s in usage.sites]))
     blocks = sorted(usage.blocks, key=lambda b: (-(b["loads"] + b["stores"]), b["id"]))
     parts.append(_table(["block", "size", "loads", "stores", "accessed B", "block in B",
-                         "block out B", "after free", "first access after free"],
-                        [[b["name"], b["size"], b["loads"], b["stores"], b["bytes"],
+                         "block out B", "after free", "by allocator", "first access after free"],
+                        [[b["allocated_as"], b["size"], b["loads"], b["stores"], b["bytes"],
                           b["block_bytes_in"], b["block_bytes_out"], b["freed_accesses"],
+                          b["allocator_accesses"],
                           (f"{b['first_freed_access']['instruction']} (thread "
                            f"{b['first_freed_access']['tid']}, offset "
                            f"{b['first_freed_access']['offset']:+d})")
                           if b.get("first_freed_access") else ""] for b in blocks],
-                        left=(0, 8)))
+                        left=(0, 9)))
     return "".join(parts)
 
 

@@ -20,6 +20,7 @@ once freed ``<freed:0014@build_list+39>`` (``<unmap:...>`` for a mapping).
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import struct
@@ -208,3 +209,28 @@ def load_allocations(directory: str) -> list[dict]:
     """Every block as a dict (id, kind, address, size, site, tid, seq, order,
     freed_seq/freed_tid/freed_order or None, part_of or None, name)."""
     return load_block_table(directory).dicts()
+
+
+class BlockIndex:
+    """Which heap block held an address when event ``order`` happened: the block
+    alive then, else the last one freed before it (a use after free)."""
+
+    def __init__(self, blocks: list[dict]):
+        self.blocks = sorted(blocks, key=lambda b: (b["address"], b["order"]))
+        self.starts = [b["address"] for b in self.blocks]
+        self.max_size = max((b["size"] for b in self.blocks), default=0)
+
+    def find(self, address: int, order: int) -> tuple[dict | None, bool]:
+        i = bisect.bisect_right(self.starts, address) - 1
+        freed_best = None
+        while i >= 0 and self.starts[i] + self.max_size > address:
+            b = self.blocks[i]
+            i -= 1
+            if not b["address"] <= address < b["address"] + max(b["size"], 1) or b["order"] > order:
+                continue
+            freed_at = b.get("freed_order")
+            if freed_at is None or order < freed_at:
+                return b, False
+            if freed_best is None or freed_at > freed_best["freed_order"]:
+                freed_best = b
+        return freed_best, freed_best is not None

@@ -24,6 +24,8 @@ A trace directory (``FORMAT_VERSION`` 1, in meta.json)::
                                             of traces older than blocks.bin
   data/block_events.json  BLOCK_EVENTS_FILE load_block_events: memcpy/memset/syscalls
   data/numa.json          NUMA_FILE         load_numa: nodes, thread masks, page nodes
+  data/allocator_calls.bin ALLOCATOR_CALLS_FILE  ALLOCATOR_CALL_DTYPE, 24 bytes a call
+                                            of the allocator (trace/allocator_calls.py)
   store/                  STORE_DIR         the columnar store (Parquet tables:
                                             trace/columnar.py has their schemas)
   store/meta.json         STORE_META_FILE   read_store_meta / write_store_meta
@@ -77,7 +79,7 @@ import numpy as np
 from ..errors import CorruptTraceError, writing
 
 FORMAT_VERSION = 1  # of the trace directory (meta.json format_version)
-STORE_FORMAT_VERSION = 1  # of the store (store/meta.json format_version)
+STORE_FORMAT_VERSION = 2  # of the store (store/meta.json format_version); 2: accesses.allocator, block_events
 
 PAGE_SHIFT = 12
 PAGE = 1 << PAGE_SHIFT  # the unit of protection, heat maps and page footprints
@@ -95,6 +97,7 @@ BLOCK_SITES_FILE = f"{DATA_DIR}/blocks.sites"
 ALLOCATIONS_FILE = f"{DATA_DIR}/allocations.json"  # the block list of older traces
 BLOCK_EVENTS_FILE = f"{DATA_DIR}/block_events.json"
 NUMA_FILE = f"{DATA_DIR}/numa.json"
+ALLOCATOR_CALLS_FILE = f"{DATA_DIR}/allocator_calls.bin"
 STORE_META_FILE = f"{STORE_DIR}/meta.json"
 EXEC_DIR_PREFIX = "exec."  # exec.<n>: the trace of the n-th image the process exec'd
 FORK_DIR_PREFIX = "fork."  # fork.<pid>: the trace of a fork child followed
@@ -184,6 +187,13 @@ BLOCK_RELEASE_DTYPE = np.dtype(
 )
 BLOCK_PART_OF_OFFSET = 12
 BLOCK_KINDS = ("malloc", "calloc", "realloc", "new", "memmap", "mremap")
+
+
+# An allocator call (data/allocator_calls.bin, trace/allocator_calls.py): the
+# thread and the tracer's event order at the call's entry and at its return
+# (end = ALLOCATOR_CALL_OPEN: still running when the recording ended).
+ALLOCATOR_CALL_DTYPE = np.dtype([("tid", "<u4"), ("pad", "<u4"), ("begin", "<u8"), ("end", "<u8")])
+ALLOCATOR_CALL_OPEN = np.iinfo(np.uint64).max
 
 
 @dataclass(frozen=True)
@@ -330,7 +340,15 @@ def _load_list(directory: str, name: str, keys: tuple[str, ...]) -> list[dict]:
         return []
     try:
         with open(path) as f:
-            items = json.load(f)
+            text = f.read()
+        try:
+            items = json.loads(text)
+        except ValueError:
+            from .partial import list_prefix, unfinished
+
+            if not unfinished(directory):
+                raise
+            items = list_prefix(text)  # a killed recording: what reached the disk
         for item in items:
             for key in keys:
                 item[key]  # noqa: B018 - presence check

@@ -11,10 +11,13 @@ and returns a DuckDB connection with these views (README "madtrace query"):
 * ``accesses``    one row per data access, named (columnar.py), plus
                   ``data`` (variable, else symbol+offset, else region+offset)
 * ``allocations`` one row per heap block
+* ``block_events`` MadT's Y/W/G events (memcpy, memset, system calls moving
+                  traced memory), named like accesses (store_block_events.py);
+                  ``pos``: that of the event that follows it in ``events``
 * ``events``      records and accesses of each thread merged in exact order:
-                  ``ORDER BY tid, pos``; type 'entry'/'exit' (records, with
-                  the site's function) or 'L'/'S' (accesses, with the function
-                  of the innermost call)
+                  ``ORDER BY tid, pos`` (pos 0, 1, 2...); type 'entry'/'exit'
+                  (records, with the site's function) or 'L'/'S' (accesses, with
+                  the function of the innermost call)
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ def _connect(directory: str, out=None):
     con.execute(f"CREATE VIEW records AS SELECT * FROM {raw['records']}")
     con.execute(f"CREATE VIEW sites AS SELECT * FROM {raw['sites']}")
     con.execute(f"CREATE VIEW allocations AS SELECT * FROM {raw['allocations']}")
+    con.execute(f"CREATE VIEW block_events AS SELECT * FROM {raw['block_events']}")
     con.execute(f"CREATE VIEW calls AS SELECT *, {duration} AS duration_ns FROM {raw['calls']}")
     con.execute(
         "CREATE VIEW accesses AS SELECT *, pos - seq AS access_index, "

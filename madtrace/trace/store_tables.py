@@ -11,12 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from .allocator_calls import AllocatorCalls
 from .replay import EVENT_ACCESS, FATES
 from .segmentation import iter_thread_chunks, load_tables
 from .columnar import Flusher, PartWriter, dictionary_column
 from .blocks import block_name, load_block_table
 from .format import ACCESS_RECORDS, KIND_LOAD, load_functions
 from .naming import AccessNamer
+from .store_block_events import write_block_events
 
 ACCESS_KINDS = ["L", "S"]
 
@@ -38,7 +40,8 @@ def calls_columns(segments: np.ndarray, names: list[str]) -> dict:
         "bytes_self": s["bytes_self"], "bytes_incl": s["bytes_incl"]}
 
 
-def access_columns(chunk, names: list[str], namer: AccessNamer) -> dict:
+def access_columns(chunk, names: list[str], namer: AccessNamer,
+                   allocator_calls: AllocatorCalls | None = None) -> dict:
     acc = chunk.accesses
     events = chunk.events[chunk.events["type"] == EVENT_ACCESS]
     n = len(acc)
@@ -55,7 +58,10 @@ def access_columns(chunk, names: list[str], namer: AccessNamer) -> dict:
         "symbol": dictionary_column(*data["symbol"]), "offset": data["offset"],
         "variable": dictionary_column(*data["variable"]),
         "region": dictionary_column(*data["region"]),
-        "block": acc["block"], "freed": acc["freed"] != 0, "first": acc["first"] != 0}
+        "block": acc["block"], "freed": acc["freed"] != 0, "first": acc["first"] != 0,
+        # made by the allocator itself (its thread inside malloc, free...)
+        "allocator": allocator_calls.inside(chunk.tid, acc["order"]) if allocator_calls
+        is not None else np.zeros(n, dtype=bool)}
 
 
 def _column(values: list, type_: pa.DataType) -> pa.Array:
@@ -109,7 +115,7 @@ def write_sites(directory: str) -> int:
 
 
 def write_final_tables(directory: str, progress=None) -> dict[str, int]:
-    """calls, accesses, allocations and sites; returns the rows of each.
+    """calls, accesses, allocations, sites and block events; returns the rows of each.
     ``progress(events_done)`` is called after each chunk."""
     tables = load_tables(directory, required=False)
     namer = AccessNamer(directory) if ACCESS_RECORDS.files(directory) else None
@@ -125,12 +131,14 @@ def write_final_tables(directory: str, progress=None) -> dict[str, int]:
             PartWriter(directory, table, 0).ensure_file()
     rows["allocations"] = write_allocations(directory)
     rows["sites"] = write_sites(directory)
+    rows["block_events"] = write_block_events(directory, namer)
     return rows
 
 
 def _write_threads(directory, tables, namer, flusher, rows, written, progress) -> None:
     """calls and accesses of every thread, in one segmentation pass."""
     names = tables.names
+    allocator_calls = AllocatorCalls.load(directory)
     writers: dict[str, PartWriter] = {}
     done_before = 0
     for chunk in iter_thread_chunks(directory, tables=tables):
@@ -139,7 +147,7 @@ def _write_threads(directory, tables, namer, flusher, rows, written, progress) -
         if len(chunk.segments):
             writers["calls"].write(calls_columns(chunk.segments, names))
         if len(chunk.accesses):
-            writers["accesses"].write(access_columns(chunk, names, namer))
+            writers["accesses"].write(access_columns(chunk, names, namer, allocator_calls))
         done = chunk.record_start + len(chunk.records) + chunk.access_start + len(chunk.accesses)
         if progress is not None:
             progress(done_before + done)
