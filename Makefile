@@ -20,7 +20,7 @@ EXAMPLE_BINS := $(patsubst examples/%.c,build/examples/%,$(EXAMPLE_SRCS))
 
 CFLAGS_COMMON := -g -Wall -Wno-unused-result -fno-omit-frame-pointer -pthread
 
-.PHONY: all setup deps venv programs injector native footprint-native demo example-reports check test bench clean distclean
+.PHONY: all setup deps venv programs injector native footprint-native demo example-reports check test parity bench clean distclean
 
 all: setup
 
@@ -152,6 +152,11 @@ check: setup
 
 test: setup check
 	$(VENV)/bin/python -m pytest -q tests
+
+# every offline output of the working tree against REF's, byte for byte (not part of make test)
+REF ?= main
+parity: setup
+	$(VPY) tests/output_parity.py --ref $(REF)
 
 bench: setup
 	$(VENV)/bin/python bench/run_all.py
