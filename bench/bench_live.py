@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -212,7 +211,7 @@ def madtrace_server(tmp: str) -> dict:
             out["lat_untraced"].append(statistics.median(server.latency()))
             loaded = threading.Event()       # requests go on until the first record
 
-            def load():
+            def load(server=server, loaded=loaded):
                 while not loaded.is_set():
                     server.latency(1)
             threading.Thread(target=load, daemon=True).start()

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from madtrace.binary.elf import ElfImage
-from madtrace.capture.data import ACCESS_DTYPE
+from madtrace.trace.format import ACCESS_DTYPE
 from madtrace.report import png
 from madtrace.trace.events import load_allocations
 
@@ -197,7 +197,7 @@ def test_alloc_blocks_sites_untouched_and_use_after_free(recorded):
         assert site["untouched_blocks"] == sum(not b["touched"] for b in members)
     text = madtrace("report", directory, "--kind", "alloc").stdout.decode()
     assert f"use after free: {gone['name']}: 1 accesses, first by {function}+" in text
-    assert f"never touched" in text and never["name"] in text
+    assert "never touched" in text and never["name"] in text
 
 
 @pytest.mark.parametrize("variant", ["O0-pie", "O2-nopie"])

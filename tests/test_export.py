@@ -14,7 +14,7 @@ import pytest
 from madtrace.binary.elf import ElfImage
 from madtrace.trace.events import load_accesses, load_allocations
 from madtrace.trace.madt import parse_line
-from madtrace.trace.store_meta import STORE_FORMAT
+from madtrace.trace.format import STORE_FORMAT_VERSION as STORE_FORMAT
 
 from .oracles import lackey_accesses, parse_lackey
 from .util import madtrace, one_line_error, prog

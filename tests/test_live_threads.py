@@ -21,7 +21,6 @@ import socket
 import subprocess
 import threading
 
-import numpy as np
 import pytest
 
 from madtrace.trace.reader import iter_call_chunks

@@ -28,12 +28,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..trace.allocator_calls import AllocatorCalls
-from ..trace.blocks import block_name
-from ..trace.events import load_allocations
+from ..trace.blocks import block_name, load_allocations
+from ..trace.format import load_block_events
+from ..trace.naming import address_space_of
 from ..trace.reader import iter_access_chunks
-from .segments import address_space_of
-from .trace_input import BlockIndex, Progress, access_rows, block_ranges, load_block_events, \
-    require_accesses
+from .trace_input import BlockIndex, Progress, access_rows, block_ranges, require_accesses
 
 COLUMNS = ("loads", "stores", "bytes_loaded", "bytes_stored", "block_bytes_in", "block_bytes_out",
            "block_events", "freed_accesses", "allocator_accesses")

@@ -50,20 +50,13 @@ from .data_syscalls import SyscallGate
 from .datastubs import DataArea
 from .guard import SegvGuard
 from .numa_record import NumaRecorder
-from .regions import (PAGE, PageProtections, Region, RegionSet, default_regions,
-                      page_protections, page_runs)
+from ..trace.format import (ACCESS_DTYPE, ACCESS_FIELDS, ACCESS_RECORDS, DATA_DIR, KIND_LOAD,
+                            KIND_STORE, PAGE)
+from .regions import (PageProtections, Region, RegionSet, default_regions, page_protections,
+                      page_runs)
 from .vfork_window import VforkWindow
 
 SEGV_ACCERR = 2
-# one data access (data/<tid>.acc): seq = call records the thread had written before it;
-# order = the tracer's event counter, shared with allocation events (a total order of
-# what the tracer saw); block = allocation id (0: none), freed = it was already freed;
-# first = the first access of one execution of the instruction
-ACCESS_DTYPE = np.dtype([("seq", "<u8"), ("order", "<u8"), ("rip", "<u8"), ("addr", "<u8"),
-                         ("block", "<u4"), ("size", "<u2"), ("kind", "u1"), ("freed", "u1"),
-                         ("ilen", "u1"), ("first", "u1"), ("pad", "u1", 6)])
-ACCESS_FIELDS = ("seq", "order", "rip", "addr", "block", "size", "kind", "freed", "ilen", "first")
-KIND_LOAD, KIND_STORE = 1, 2
 SPOOL_ROWS = 1 << 18     # accesses a thread buffers before they go to its file
 
 
@@ -144,7 +137,7 @@ class DataEngine:
             raise UsageError("no data region to trace")   # nor any the program could create
         self.regions = RegionSet(regions)
         self.protected = page_protections(mappings, self.regions.pages())
-        os.makedirs(os.path.join(self.out_dir, "data"), exist_ok=True)
+        os.makedirs(os.path.join(self.out_dir, DATA_DIR), exist_ok=True)
         with RemoteSyscalls(self.tracee) as rs:
             self.area = DataArea(self.tracee, rs)
             self.area.loop.set_kinds(self.loads, self.stores)
@@ -326,7 +319,7 @@ class DataEngine:
         chunks = self.chunks.pop(tid, [])
         self.rows[tid] = 0
         if chunks:
-            path = os.path.join(self.out_dir, "data", f"{tid}.acc")
+            path = ACCESS_RECORDS.path(self.out_dir, tid)
             with writing(path), open(path, "ab") as f:
                 for chunk in chunks:
                     f.write(chunk.tobytes())

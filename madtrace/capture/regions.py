@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from ..binary.address_space import AddressSpace
 from ..binary.maps import Mapping
+from ..trace.format import PAGE
 
-PAGE = 4096
 TRACED_SECTIONS = (".data", ".bss")
 OPT_IN_SECTIONS = (".rodata",)     # traced only when a --regions glob names them
 SKIPPED_MODULES = ("ld-linux", "ld64", "[vdso]")

@@ -32,8 +32,8 @@ import numpy as np
 from ..errors import OutputError, TracerInternalError
 from ..inject.templates import Injector
 from ..native import load
+from ..trace.format import CALL_RECORDS, CALLS_DIR, RECORD_DTYPE
 
-RECORD_DTYPE = np.dtype([("tsc", "<u8"), ("code", "<u4"), ("rsp", "<u4")])
 TOMBSTONE = 1
 KEY_MASK = (1 << 64) - 1
 MADV_POPULATE_WRITE = 23   # Linux 5.14
@@ -71,7 +71,7 @@ class RingSet:
         self.mem = area.local
         self.out_dir = out_dir
         self._map_chunk = map_chunk
-        os.makedirs(os.path.join(out_dir, "calls"), exist_ok=True)
+        os.makedirs(os.path.join(out_dir, CALLS_DIR), exist_ok=True)
         self.lock = threading.RLock()
         self.chunks: list = []                     # SharedArea of MT_RINGS_PER_CHUNK ring blocks
         self._chunk_local: list[int] = []          # their addresses in the tracer
@@ -367,7 +367,7 @@ class RingSet:
         if fd is None:
             if self._ring_u64(index, self.L.MT_RING_HEAD) == self._ring_u64(index, self.L.MT_RING_TAIL):
                 return 0
-            fd = self.files[tid] = os.open(os.path.join(self.out_dir, "calls", f"{tid}.rec"),
+            fd = self.files[tid] = os.open(CALL_RECORDS.path(self.out_dir, tid),
                                            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                                            0o644)
         counts = self.code_counts

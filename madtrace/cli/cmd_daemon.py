@@ -10,7 +10,7 @@ from ..errors import UsageError
 from .cmd_repl import parse_pid
 from .options import add_recording_arguments, recording_options
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:       # the tracer is imported when the command runs
     from ..session import RecordOptions
 
 NAME = "daemon"

@@ -6,8 +6,7 @@ import json
 import os
 import sys
 
-from ..trace import store
-from ..trace.store_meta import store_path
+from ..trace.format import STORE_META_FILE, read_meta
 
 NAME = "summary"
 HELP = "print the summary of a trace directory (one JSON object with --json)"
@@ -195,7 +194,7 @@ def print_data_totals(totals: dict, meta: dict, out) -> None:
 
 
 def run(args) -> int:
-    meta = store.read_meta(args.directory)
+    meta = read_meta(args.directory)
     totals = store_totals(args.directory)
     if args.json:
         summary = summary_of(meta)
@@ -209,6 +208,6 @@ def run(args) -> int:
 
 def totals_if_stored(directory: str) -> dict | None:
     """store_totals() when the recording wrote a store (not with --no-store)."""
-    if not os.path.exists(store_path(directory, "meta.json")):
+    if not os.path.exists(os.path.join(directory, STORE_META_FILE)):
         return None
     return store_totals(directory)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:       # the tracer is imported by the commands that record, when they run
+    from ..session import RecordOptions
 
 
 def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str | None) -> None:
@@ -50,7 +54,6 @@ def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str
 
 
 def recording_options(args, output: str) -> RecordOptions:
-    from ..session import RecordOptions
     duration = getattr(args, "duration", None)
     if duration is not None and duration <= 0:
         raise UsageError("--duration must be a positive number of seconds")
@@ -58,6 +61,7 @@ def recording_options(args, output: str) -> RecordOptions:
     if selecting and not args.data:
         raise UsageError("--regions, --only, --data-in, --loads-only and --stores-only "
                          "select data accesses: add --data")
+    from ..session import RecordOptions
     return RecordOptions(output=output, force=args.force, functions=args.functions,
                          data=args.data, follow_forks=args.follow_forks,
                          data_regions=args.regions, data_only=args.only, data_in=args.data_in,

@@ -4,6 +4,7 @@ socket carries it (a module of its own: clients load nothing else)."""
 
 from __future__ import annotations
 
+from typing import Any
 from dataclasses import asdict, dataclass
 
 
@@ -21,4 +22,5 @@ class Reply:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Reply":
-        return cls(**{k: d.get(k, getattr(cls, k, None)) for k in cls.__dataclass_fields__})
+        fields: dict[str, Any] = {k: d.get(k, getattr(cls, k, None)) for k in cls.__dataclass_fields__}
+        return cls(**fields)

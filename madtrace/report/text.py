@@ -8,7 +8,7 @@ import math
 import os
 
 from ..analysis.heatmap import COLUMNS, Heatmap
-from ..capture.regions import PAGE
+from ..trace.format import PAGE
 
 RAMP = ".:-=+*#%@"      # log scale, 1 .. the largest cell
 

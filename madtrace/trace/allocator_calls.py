@@ -25,10 +25,9 @@ import os
 
 import numpy as np
 
-ALLOCATOR_CALLS_FILE = "allocator_calls.bin"
-ALLOCATOR_CALL_DTYPE = np.dtype([("tid", "<u4"), ("pad", "<u4"), ("begin", "<u8"),
-                                 ("end", "<u8")])
-OPEN = np.iinfo(np.uint64).max
+from .format import ALLOCATOR_CALL_DTYPE, ALLOCATOR_CALL_OPEN, ALLOCATOR_CALLS_FILE, DATA_DIR
+
+OPEN = ALLOCATOR_CALL_OPEN     # the end of a call still running when the recording ended
 
 
 class AllocatorCallWriter:
@@ -38,9 +37,8 @@ class AllocatorCallWriter:
     BUFFER_ROWS = 8192
 
     def __init__(self, directory: str):
-        data = os.path.join(directory, "data")
-        os.makedirs(data, exist_ok=True)
-        self.fd = os.open(os.path.join(data, ALLOCATOR_CALLS_FILE),
+        os.makedirs(os.path.join(directory, DATA_DIR), exist_ok=True)
+        self.fd = os.open(os.path.join(directory, ALLOCATOR_CALLS_FILE),
                           os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
         self.buffer = np.zeros(self.BUFFER_ROWS, dtype=ALLOCATOR_CALL_DTYPE)
         self.buffered = 0
@@ -86,7 +84,7 @@ class AllocatorCalls:
     def load(cls, directory: str) -> "AllocatorCalls":
         """The directory's calls; none for a trace written without the file
         (older traces, or no allocation tracking)."""
-        path = os.path.join(directory, "data", ALLOCATOR_CALLS_FILE)
+        path = os.path.join(directory, ALLOCATOR_CALLS_FILE)
         if not os.path.exists(path):
             return cls(np.zeros(0, dtype=ALLOCATOR_CALL_DTYPE))
         raw = np.fromfile(path, dtype=np.uint8)

@@ -3,7 +3,7 @@
 their schemas and writers.  StoreWriter (store_writer.py) fills them; query.py
 reads them with DuckDB.
 
-Layout (``STORE_FORMAT`` 2)::
+Layout (``format.STORE_FORMAT_VERSION`` 2)::
 
   store/meta.json                 {"format_version": 2, "complete": true|false,
                                    "tables": {name: {"rows": n, "files": n}},
@@ -40,8 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .store_meta import (STORE_DIR, STORE_FORMAT, STORE_META, read_store_meta,  # noqa: F401
-                         store_is_complete, store_path, write_store_meta)
+from .format import store_path
 
 ROW_GROUP_ROWS = 1 << 20
 PART_ROWS = 8 << 20

@@ -5,18 +5,12 @@ them: accesses (data/<tid>.acc, read in chunks) and allocation events
 from __future__ import annotations
 
 import heapq
-import json
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from .partial import list_prefix, unfinished
-from ..capture.data import ACCESS_DTYPE
-from ..errors import CorruptTraceError
-from .blocks import load_block_table
-from .reader import file_chunks
-from .store import per_thread_files
+from .blocks import load_allocations
+from .format import ACCESS_RECORDS
 
 
 @dataclass(frozen=True)
@@ -27,47 +21,11 @@ class AllocEvent:
     block: dict
 
 
-def access_files(directory: str) -> list[tuple[int, str]]:
-    return per_thread_files(directory, "data", ".acc")
-
-
 def load_accesses(directory: str) -> dict[int, np.ndarray]:
-    out = {}
-    for tid, path in access_files(directory):
-        size = os.path.getsize(path)
-        if size % ACCESS_DTYPE.itemsize:
-            raise CorruptTraceError(f"{path}: size {size} is not a multiple of "
-                                    f"{ACCESS_DTYPE.itemsize}")
-        out[tid] = np.fromfile(path, dtype=ACCESS_DTYPE)
-    return out
-
-
-def load_data_list(directory: str, name: str, keys: tuple[str, ...]) -> list[dict]:
-    """The JSON list data/<name> (empty if the file is missing), each item
-    checked for ``keys`` (CorruptTraceError otherwise)."""
-    path = os.path.join(directory, "data", name)
-    if not os.path.exists(path):
-        return []
-    try:
-        with open(path) as f:
-            text = f.read()
-        try:
-            items = json.loads(text)
-        except ValueError:
-            if not unfinished(directory):
-                raise
-            items = list_prefix(text)     # a killed recording: what reached the disk
-        for item in items:
-            for key in keys:
-                item[key]  # noqa: B018 - presence check
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptTraceError(f"{path}: corrupt ({exc})") from None
-    return items
-
-
-def load_allocations(directory: str) -> list[dict]:
-    """Every heap block of the trace as a dict (trace/blocks.py)."""
-    return load_block_table(directory).dicts()
+    """Every thread's accesses, whole (tests and small traces)."""
+    return {tid: np.concatenate(list(ACCESS_RECORDS.chunks(path, 1 << 20)) or
+                                [np.zeros(0, ACCESS_RECORDS.dtype)])
+            for tid, path in ACCESS_RECORDS.files(directory)}
 
 
 # MadT's event letters: M malloc (and C++ new), C calloc, R realloc, P mmap, E mremap;
@@ -91,7 +49,8 @@ def ordered_events(directory: str, chunk_rows: int = 1 << 16):
                                      _RELEASE_KIND.get(block["kind"], "F"), block)))
     items.sort(key=lambda item: item[0])
     # merge: accesses of all threads by order, with allocation events in between
-    streams = {tid: file_chunks(path, ACCESS_DTYPE, chunk_rows) for tid, path in access_files(directory)}
+    streams = {tid: ACCESS_RECORDS.chunks(path, chunk_rows)
+               for tid, path in ACCESS_RECORDS.files(directory)}
     current: dict[int, tuple[np.ndarray, int]] = {}
     heads: list[tuple[int, int]] = []
     for tid, chunks in streams.items():

@@ -25,8 +25,8 @@ from __future__ import annotations
 import os
 
 from ..errors import CorruptTraceError
-from .columnar import PER_THREAD, TABLES, read_store_meta, store_path
-from .store import per_thread_files
+from .columnar import PER_THREAD, TABLES
+from .format import ACCESS_RECORDS, CALL_RECORDS, read_store_meta, store_path
 from .store_writer import ensure_store
 
 
@@ -47,8 +47,7 @@ def connect(directory: str, out=None):
     try:
         return _connect(directory, out)
     except duckdb.Error as exc:
-        if not (per_thread_files(directory, "calls", ".rec") or
-                per_thread_files(directory, "data", ".acc")):
+        if not (CALL_RECORDS.files(directory) or ACCESS_RECORDS.files(directory)):
             raise CorruptTraceError(f"the store of {directory} is corrupt ({first_line(exc)}) and "
                                     "the trace files to rebuild it from are gone") from None
         if out is not None:

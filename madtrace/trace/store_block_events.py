@@ -18,10 +18,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..analysis.trace_input import BlockIndex, load_block_events
-from .blocks import block_name
+from .blocks import BlockIndex, block_name, load_allocations
 from .columnar import PartWriter
-from .events import load_allocations
+from .format import load_block_events
 from .naming import AccessNamer
 from .reader import iter_access_chunks
 

@@ -8,20 +8,16 @@ so they are not written live (columnar.py has the layout)."""
 
 from __future__ import annotations
 
-import json
-import os
-
 import numpy as np
 import pyarrow as pa
 
 from .allocator_calls import AllocatorCalls
-from ..analysis.replay import EVENT_ACCESS, FATES
-from ..analysis.segmentation import iter_thread_chunks, load_tables
-from ..capture.data import KIND_LOAD
+from .replay import EVENT_ACCESS, FATES
+from .segmentation import iter_thread_chunks, load_tables
 from .columnar import Flusher, PartWriter, dictionary_column
 from .blocks import block_name, load_block_table
+from .format import ACCESS_RECORDS, KIND_LOAD, load_functions
 from .naming import AccessNamer
-from .store import per_thread_files
 from .store_block_events import write_block_events
 
 ACCESS_KINDS = ["L", "S"]
@@ -85,7 +81,7 @@ def write_allocations(directory: str, batch_rows: int = 1 << 18) -> int:
             kinds[rows["kind"]].tolist(), rows["id"].tolist(), sites[rows["site"]].tolist(),
             freed.tolist())]
 
-        def released(column, type_):
+        def released(column, type_, rows=rows, freed=freed):
             return pa.array(rows[column], type=type_, mask=~freed)
 
         writer.write({"id": rows["id"], "kind": pa.array(kinds[rows["kind"]], type=pa.string()),
@@ -105,11 +101,8 @@ def write_allocations(directory: str, batch_rows: int = 1 << 18) -> int:
 
 def write_sites(directory: str) -> int:
     writer = PartWriter(directory, "sites")
-    path = os.path.join(directory, "functions.json")
-    sites = []
-    if os.path.exists(path):
-        with open(path) as f:
-            sites = json.load(f).get("sites", [])
+    doc = load_functions(directory)
+    sites = doc.get("sites", []) if doc is not None else []
     if sites:
         writer.write({"site": _column([s["sid"] for s in sites], pa.int32()),
                       "function": _column([s["function"] for s in sites], pa.string()),
@@ -125,7 +118,7 @@ def write_final_tables(directory: str, progress=None) -> dict[str, int]:
     """calls, accesses, allocations, sites and block events; returns the rows of each.
     ``progress(events_done)`` is called after each chunk."""
     tables = load_tables(directory, required=False)
-    namer = AccessNamer(directory) if per_thread_files(directory, "data", ".acc") else None
+    namer = AccessNamer(directory) if ACCESS_RECORDS.files(directory) else None
     rows = {"calls": 0, "accesses": 0}
     written: set[str] = set()      # tables with at least one file
     flusher = Flusher()

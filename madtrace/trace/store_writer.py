@@ -30,12 +30,9 @@ import threading
 
 import numpy as np
 
-from ..analysis.segmentation import RECORD_DTYPE
-from ..capture.data import ACCESS_DTYPE
-from .store_meta import (STORE_FORMAT, read_store_meta, store_is_complete, store_path,
-                         write_store_meta)
-from .store import per_thread_files
 from ..progress import Progress
+from .format import (ACCESS_RECORDS, CALL_RECORDS, STORE_FORMAT_VERSION, load_functions,
+                     read_store_meta, store_is_complete, store_path, write_store_meta)
 
 BATCH_ROWS = 1 << 19
 # events a recording converts before it ends; a longer conversion waits for first use
@@ -45,11 +42,6 @@ LIVE_INTERVAL = 0.25
 NICE = 10
 
 
-def _rows(path: str, dtype: np.dtype) -> int:
-    try:
-        return os.path.getsize(path) // dtype.itemsize
-    except OSError:
-        return 0
 
 
 class RecordFollower:
@@ -58,16 +50,16 @@ class RecordFollower:
     def __init__(self, directory: str, tid: int, flusher=None):
         from .columnar import PartWriter     # pyarrow: imported by the thread that writes
         self.tid = tid
-        self.rec_path = os.path.join(directory, "calls", f"{tid}.rec")
-        self.acc_path = os.path.join(directory, "data", f"{tid}.acc")
+        self.rec_path = CALL_RECORDS.path(directory, tid)
+        self.acc_path = ACCESS_RECORDS.path(directory, tid)
         self.writer = PartWriter(directory, "records", tid, flusher)
         self.records = 0      # records written
         self.accesses = 0     # accesses before the next record
 
     def step(self, final: bool, accesses_possible, min_rows: int) -> int:
         """Write the next batch of records that can be placed; returns how many."""
-        n_rec = _rows(self.rec_path, RECORD_DTYPE)
-        n_acc = _rows(self.acc_path, ACCESS_DTYPE)
+        n_rec = CALL_RECORDS.rows(self.rec_path)
+        n_acc = ACCESS_RECORDS.rows(self.acc_path)
         limit = n_rec
         if not final and accesses_possible():      # asked after the sizes were read
             # every access with seq below the last one's is on disk
@@ -76,8 +68,7 @@ class RecordFollower:
         p1 = min(limit, p0 + BATCH_ROWS)
         if p1 <= p0 or (not final and p1 - p0 < min_rows):
             return 0
-        records = np.fromfile(self.rec_path, dtype=RECORD_DTYPE, count=p1 - p0,
-                              offset=p0 * RECORD_DTYPE.itemsize)
+        records = CALL_RECORDS.read(self.rec_path, p0, p1 - p0)
         before = self._accesses_before(p0, p1, n_acc)
         seq = np.arange(p0, p1, dtype=np.int64)
         self.writer.write({"pos": seq + before, "seq": seq, "tsc": records["tsc"],
@@ -86,9 +77,7 @@ class RecordFollower:
         return p1 - p0
 
     def _seq_of(self, index: int) -> int:
-        one = np.fromfile(self.acc_path, dtype=ACCESS_DTYPE, count=1,
-                          offset=index * ACCESS_DTYPE.itemsize)
-        return int(one["seq"][0])
+        return int(ACCESS_RECORDS.read(self.acc_path, index, 1)["seq"][0])
 
     def _accesses_before(self, p0: int, p1: int, n_acc: int) -> np.ndarray:
         """For each record p0..p1-1: the thread's accesses with seq <= p (the
@@ -97,7 +86,7 @@ class RecordFollower:
         if self.accesses >= n_acc:
             return counts + self.accesses
         # only the seq field is needed: a strided view of the mapped file
-        mapped = np.memmap(self.acc_path, dtype=ACCESS_DTYPE, mode="r", shape=(n_acc,))["seq"]
+        mapped = ACCESS_RECORDS.map(self.acc_path, n_acc)["seq"]
         while self.accesses < n_acc:
             seqs = mapped[self.accesses:self.accesses + BATCH_ROWS]
             k = int(np.searchsorted(seqs, p1 - 1, side="right"))
@@ -161,7 +150,7 @@ class StoreWriter:
 
     def _pass(self, final: bool, progress=None) -> int:
         written = 0
-        for tid, _path in per_thread_files(self.directory, "calls", ".rec"):
+        for tid, _path in CALL_RECORDS.files(self.directory):
             follower = self.followers.get(tid)
             if follower is None:
                 follower = self.followers[tid] = RecordFollower(self.directory, tid,
@@ -200,9 +189,7 @@ class StoreWriter:
             self._thread = None
 
     def _captured_events(self) -> int:
-        return sum(_rows(p, RECORD_DTYPE) for _, p in
-                   per_thread_files(self.directory, "calls", ".rec")) + \
-            sum(_rows(p, ACCESS_DTYPE) for _, p in per_thread_files(self.directory, "data", ".acc"))
+        return CALL_RECORDS.total_rows(self.directory) + ACCESS_RECORDS.total_rows(self.directory)
 
     def finish(self, out=sys.stderr) -> dict:
         """Every file is complete: write the rest, then the final tables.
@@ -220,8 +207,7 @@ class StoreWriter:
                 print(f"madtrace: store: writing while the target ran failed ({self.error}); "
                       "writing it again", file=out, flush=True)
             return build_store(self.directory, out)
-        records_total = sum(_rows(p, RECORD_DTYPE) for _, p in
-                            per_thread_files(self.directory, "calls", ".rec"))
+        records_total = CALL_RECORDS.total_rows(self.directory)
         pending = records_total - sum(f.records for f in self.followers.values())
         total = self._captured_events()
         if defer_above is not None and total > defer_above:
@@ -255,13 +241,10 @@ class StoreWriter:
 
 
 def _clock(directory: str) -> dict:
-    import json
-    try:
-        with open(os.path.join(directory, "functions.json")) as f:
-            doc = json.load(f)
-        return {"timestamps": bool(doc.get("timestamps", True)), "tsc_hz": doc.get("tsc_hz")}
-    except (OSError, ValueError):
+    doc = load_functions(directory)
+    if doc is None:
         return {"timestamps": False, "tsc_hz": None}
+    return {"timestamps": bool(doc.get("timestamps", True)), "tsc_hz": doc.get("tsc_hz")}
 
 
 def build_store(directory: str, out=sys.stderr) -> dict:
@@ -284,8 +267,8 @@ def ensure_store(directory: str, out=sys.stderr) -> None:
         raise StoreError(f"cannot write the store of {directory}: {exc.strerror or exc}") from None
     if out is not None:
         why = "has none" if meta is None else (
-            f"is of format {meta.get('format_version')}, not {STORE_FORMAT}"
-            if meta.get("format_version") != STORE_FORMAT else "is incomplete")
+            f"is of format {meta.get('format_version')}, not {STORE_FORMAT_VERSION}"
+            if meta.get("format_version") != STORE_FORMAT_VERSION else "is incomplete")
         print(f"madtrace: building the store of {directory} (it {why})", file=out, flush=True)
     try:
         build_store(directory, out)
