@@ -158,7 +158,17 @@ REF ?= main
 parity: setup
 	$(VPY) tests/output_parity.py --ref $(REF)
 
-bench: setup
+# what bench/ compares madtrace with: Frida (PyPI, the bench extra) and bpftrace
+# (Debian); never needed to run madtrace
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(VPY) -m pip install -q -e '.[test,bench]'
+	@command -v bpftrace >/dev/null 2>&1 || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bpftrace >/dev/null || \
+	  echo "bpftrace could not be installed: bench_live.py leaves it out"; }
+	@touch $@
+
+bench: setup $(BENCH_STAMP)
 	$(VENV)/bin/python bench/run_all.py
 
 clean:

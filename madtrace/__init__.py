@@ -5,21 +5,44 @@ import os as _os
 __version__ = "0.1.0"
 
 
-def _load_numpy_single_threaded() -> None:
+class _NumpySingleThreaded:
     """numpy's OpenBLAS starts one thread per CPU when it is loaded, and they spin
     a while: on a 2-CPU machine, CPU taken from the target and from the drain of
     the rings (~40 ms of CPU per run).  madtrace does no linear algebra: numpy
-    is loaded with one BLAS thread.  The environment is put back as it was, so
-    the target inherits the user's."""
-    saved = _os.environ.get("OPENBLAS_NUM_THREADS")
-    _os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    try:
-        import numpy  # noqa: F401
-    finally:
-        if saved is None:
-            del _os.environ["OPENBLAS_NUM_THREADS"]
-        else:
-            _os.environ["OPENBLAS_NUM_THREADS"] = saved
+    is loaded with one BLAS thread, when something first imports it (commands
+    that never need numpy, ``ctl`` and the clients, never load it).  The
+    environment is put back as it was, so the target inherits the user's."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "numpy":
+            return None
+        import importlib.machinery
+        import sys as _sys
+        _sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        exec_module = loader.exec_module
+
+        def single_threaded(module):
+            saved = _os.environ.get("OPENBLAS_NUM_THREADS")
+            _os.environ["OPENBLAS_NUM_THREADS"] = "1"
+            try:
+                exec_module(module)
+            finally:
+                if saved is None:
+                    del _os.environ["OPENBLAS_NUM_THREADS"]
+                else:
+                    _os.environ["OPENBLAS_NUM_THREADS"] = saved
+        loader.exec_module = single_threaded
+        return spec
 
 
-_load_numpy_single_threaded()
+def _install_numpy_hook() -> None:
+    import sys as _sys
+    if "numpy" not in _sys.modules:
+        _sys.meta_path.insert(0, _NumpySingleThreaded())
+
+
+_install_numpy_hook()

@@ -16,20 +16,21 @@ from dataclasses import dataclass, field
 from .binary import symcache
 from .progress import Activity
 from .binary.address_space import AddressSpace
-from .binary.maps import read_maps
+from .binary.maps import image_mappings, read_maps
 from .capture.data import DataEngine
 from .capture.regions import Region, region_matcher
 from .inject.engine import FunctionTracer
 from .inject.loader_watch import LoaderWatch
-from .inject.plan import split_patterns
+from .inject.plan import prepare_plan, split_patterns
 from .session_footprint import Footprints
 from .session_results import Results
 from .session_images import ImageChanges, parent_of, read_cmdline
 from .fork_children import ForkChildren
-from .errors import StrippedBinaryError, UnknownSymbolError, UsageError
+from .errors import MadtraceError, StrippedBinaryError, UnknownSymbolError, UsageError
 from .process.controller import Controller
 from .process.cpu import SameCpu
 from .process.entry_start import EntryStart
+from .process.memory import ProcessMemory
 from .process.events import ThreadExited, ThreadKilled
 from .process.tracee import Tracee, check_traceable, resolve_command
 from .trace import store
@@ -132,6 +133,7 @@ class Recording(ImageChanges, Footprints, Results):
         self._loader_watch: LoaderWatch | None = None   # while -f patterns are pending
         self.forks: ForkChildren | None = None    # --follow-forks: the children's recordings
         self.leftovers_line = ""             # what an earlier session left, found at attach
+        self.defer_while_stopped = False     # live sessions: see ``after_commands``
         self.prefetches: list[symcache.Prefetch] = []   # DWARF read while the target runs
         self.symbols_seconds = 0.0      # reading the modules' symbols (ELF)
         symcache.notify = self.log      # a corrupt cache entry rebuilt: one line, not under -q
@@ -188,6 +190,9 @@ class Recording(ImageChanges, Footprints, Results):
         check_traceable(pid)
         self._create_output()
         self.meta.update(mode="attach", pid=pid)
+        ahead = self._space_ahead(pid)
+        if self.options.store:     # imported before the target stops (17 ms of its pause)
+            from .trace import store_writer  # noqa: F401
         try:
             self.tracee = Tracee.attach(pid)
         except BaseException:
@@ -201,7 +206,7 @@ class Recording(ImageChanges, Footprints, Results):
         except OSError:
             pass
         try:
-            self._load_address_space()
+            self._load_address_space(ahead)
             self._recover_leftovers()
             self._after_start()
         except BaseException:
@@ -251,11 +256,32 @@ class Recording(ImageChanges, Footprints, Results):
         if getattr(self, "_created_output", False):
             shutil.rmtree(self.options.output, ignore_errors=True)
 
-    def _load_address_space(self) -> None:
+    def _space_ahead(self, pid: int) -> tuple | None:
+        """Attach: the address space loaded before the target is stopped (parsing its
+        ELF files was most of an attach's pause: 130-150 ms of the 140-160 ms
+        http.server stood still).  (the mappings it was made of, the space), or
+        None where it cannot be read yet."""
+        started = time.perf_counter()
+        try:
+            maps = read_maps(pid)
+            with ProcessMemory(pid) as mem:
+                space = AddressSpace.from_maps(maps, mem.read, pid=pid,
+                                               exe_path=os.readlink(f"/proc/{pid}/exe"))
+        except (MadtraceError, OSError):
+            return None
+        self.symbols_seconds += time.perf_counter() - started
+        return image_mappings(maps), space
+
+    def _load_address_space(self, ahead: tuple | None = None) -> None:
+        """``ahead``: see ``_space_ahead``; kept if the target mapped no file since."""
         pid = self.tracee.pid
         started = time.perf_counter()
+        maps = read_maps(pid)
+        if ahead is not None and ahead[0] == image_mappings(maps):
+            self.address_space = ahead[1]
+            return
         self.address_space = AddressSpace.from_maps(
-            read_maps(pid), self.tracee.mem.read, exe_path=os.readlink(f"/proc/{pid}/exe"), pid=pid)
+            maps, self.tracee.mem.read, exe_path=os.readlink(f"/proc/{pid}/exe"), pid=pid)
         self.symbols_seconds += time.perf_counter() - started
 
     def module_summaries(self) -> list[dict]:
@@ -298,6 +324,15 @@ class Recording(ImageChanges, Footprints, Results):
                                             defer_above=FINISH_AT_END_EVENTS)
             self.store_writer.start()
 
+    def after_commands(self) -> None:
+        """Live sessions, the target running again: what the commands deferred."""
+        if self.functions is not None:
+            self.functions.flush_tables()
+
+    def prepare_functions(self, patterns: list[str]) -> None:
+        """While the target runs: what ``add_functions`` can do ahead (plan.py)."""
+        prepare_plan(self.address_space, patterns)
+
     def add_functions(self, patterns: list[str]) -> dict:
         """Instrument more functions of the live target (every thread stopped; the
         REPL and the daemon). Returns the report of this addition."""
@@ -330,6 +365,7 @@ class Recording(ImageChanges, Footprints, Results):
         try:
             engine = FunctionTracer(self.tracee, self.address_space, self.output,
                                     timestamps=self.options.timestamps, method=self.options.method)
+            engine.defer_tables = self.defer_while_stopped
             self.functions = engine
             started = time.perf_counter()
             report = engine.install(patterns or ["*"])
@@ -474,6 +510,7 @@ class Recording(ImageChanges, Footprints, Results):
     def finish(self, outcome: str) -> int | None:
         started = time.monotonic()
         self._unpin()
+        self.after_commands()
         if self._entry_start is not None:
             self._entry_start.disarm()
         self.meta.update(self._state_meta(outcome))
@@ -511,6 +548,7 @@ class Recording(ImageChanges, Footprints, Results):
         map of now as maps.end.txt) while the target keeps running.  Tracer
         thread only (the data engine's buffers are its own); never overwrites an
         existing path without ``force``.  Returns where and what was written."""
+        self.after_commands()
         live = os.path.realpath(self.output)
         wanted = os.path.realpath(directory)
         if wanted == live or wanted.startswith(live + os.sep) or live.startswith(wanted + os.sep):

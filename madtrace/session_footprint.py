@@ -13,14 +13,16 @@ functions engine and log.
 
 from __future__ import annotations
 
+from .inject.leftovers import recover
 from .process.tracee import Tracee
 
 
 class Footprints:
     def _recover_leftovers(self) -> None:
         """What an earlier session (killed) left in the target is found and taken
-        out before anything is installed (inject/leftovers.py); said in one line."""
-        from .inject.leftovers import recover
+        out before anything is installed (inject/leftovers.py); said in one line
+        (imported with this module: its first import took 3 of the ~5 ms a C
+        program stood still at attach)."""
         found = recover(self.tracee, self.address_space)
         if not found:
             return

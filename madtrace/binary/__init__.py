@@ -11,10 +11,22 @@ variables, and address -> symbol/region/variable lookups.
 See each module's docstring for the full API.
 """
 
-from .address_space import AddressSpace, Module, ModuleSymbol, VariableRef
-from .dwarf_vars import Member, TypeInfo, Variable, describe_in_variable
-from .elf import ElfImage, Section, Segment, Symbol
-from .maps import Mapping, parse_maps, read_maps
+import importlib
+
+_WHERE = {"AddressSpace": "address_space", "Module": "address_space",
+          "ModuleSymbol": "address_space", "VariableRef": "address_space",
+          "Member": "dwarf_vars", "TypeInfo": "dwarf_vars", "Variable": "dwarf_vars",
+          "describe_in_variable": "dwarf_vars", "ElfImage": "elf", "Section": "elf",
+          "Segment": "elf", "Symbol": "elf", "Mapping": "maps", "parse_maps": "maps",
+          "read_maps": "maps"}
+
+
+def __getattr__(name: str):
+    """The names below, imported on first use (``binary.maps`` alone stays light)."""
+    if name not in _WHERE:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+
 
 __all__ = [
     "AddressSpace", "Module", "ModuleSymbol", "VariableRef",

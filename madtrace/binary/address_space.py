@@ -360,9 +360,11 @@ class AddressSpace:
         scope, pat = _split_scope(pattern)
         match = re.compile(fnmatch.translate(pat)).match
         want_plt = "@" in pat
+        exact = not any(c in pat for c in "*?[")     # a plain name: the index, no scan
         out: list[ModuleSymbol] = []
         for mod in self._modules_for_scope(scope):
-            syms = [s for s in mod.image.symbols if s.kind in ("FUNC", "IFUNC") and match(s.name)]
+            candidates = mod.image.symbols_named(pat) if exact else mod.image.symbols
+            syms = [s for s in candidates if s.kind in ("FUNC", "IFUNC") and match(s.name)]
             if want_plt:
                 syms += [s for s in mod.image.plt_symbols if match(s.name)]
             syms.sort(key=lambda s: (s.address, s.name))

@@ -111,6 +111,13 @@ def _check_pid(pid) -> int:
     return pid
 
 
+def image_mappings(maps: list[Mapping]) -> tuple:
+    """What an AddressSpace is made of (the file mappings and the vdso), to tell
+    whether one loaded earlier still describes the process."""
+    return tuple((m.start, m.end, m.perms, m.offset, m.dev, m.inode, m.path)
+                 for m in maps if (m.is_file and m.inode) or m.path == "[vdso]")
+
+
 def read_maps(pid: int) -> list[Mapping]:
     """Return the memory mappings of process *pid*, sorted by start address."""
     pid = _check_pid(pid)

@@ -81,6 +81,8 @@ class RingSet:
         self.thread_key: dict[int, int] = {}       # tid -> slot table key
         self.files: dict[int, int] = {}            # tid -> record file descriptor
         self.records_per_thread: dict[int, int] = {}
+        # the most records waiting in each thread's ring at a drain (``take_peaks``)
+        self.peak_used: dict[int, int] = {}
         # Calls per site: each thread's trampolines count them in its ring block
         # (MT_RING_COUNTS, sites below MT_COUNTED_SITES); a ring given back adds its
         # counters to ``released_counts``.  The drain counts the records of further
@@ -329,6 +331,12 @@ class RingSet:
             return {tid: (self._ring_u64(i, L.MT_RING_HEAD) - self._ring_u64(i, L.MT_RING_TAIL))
                     / L.MT_RING_RECORDS for tid, i in self.thread_ring.items()}
 
+    def take_peaks(self) -> dict[int, float]:
+        """How full each thread's ring was at its fullest drain since the last call."""
+        with self.lock:
+            peaks, self.peak_used = self.peak_used, {}
+        return {tid: used / self.L.MT_RING_RECORDS for tid, used in peaks.items()}
+
     def shadow_entries(self) -> list[tuple[int, int]]:
         """(real return address, stack slot) of every call of an entry-patched
         function that has not returned, per thread from the newest; an entry
@@ -352,6 +360,9 @@ class RingSet:
     # ------------------------------------------------------------- draining
     def _drain_one(self, tid: int) -> int:
         index = self.thread_ring[tid]
+        used = self._ring_u64(index, self.L.MT_RING_HEAD) - self._ring_u64(index, self.L.MT_RING_TAIL)
+        if used > self.peak_used.get(tid, 0):
+            self.peak_used[tid] = used
         fd = self.files.get(tid)
         if fd is None:
             if self._ring_u64(index, self.L.MT_RING_HEAD) == self._ring_u64(index, self.L.MT_RING_TAIL):

@@ -11,20 +11,51 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import os
 import sys
 
 from .. import __version__
 from ..errors import CorruptTraceError, MadtraceError, OutputError, UsageError
-from . import (cmd_attach, cmd_cache, cmd_ctl, cmd_daemon, cmd_export, cmd_query, cmd_record,
-               cmd_repl, cmd_report, cmd_run, cmd_summary)
 
-COMMANDS = {module.NAME: module for module in (cmd_run, cmd_record, cmd_attach, cmd_summary, cmd_export,
-                                                      cmd_query, cmd_report, cmd_repl, cmd_daemon,
-                                                      cmd_ctl, cmd_cache)}
+# command name -> its module (imported when that command runs, or for --help: a
+# command such as ctl loads nothing the others need)
+COMMAND_MODULES = {"run": "cmd_run", "record": "cmd_record", "attach": "cmd_attach",
+                   "summary": "cmd_summary", "export": "cmd_export", "query": "cmd_query",
+                   "report": "cmd_report", "repl": "cmd_repl", "daemon": "cmd_daemon",
+                   "ctl": "cmd_ctl", "cache": "cmd_cache"}
 INTERNAL_ERROR_EXIT = 70
 # errors of writing, whatever wrote: a read-only file system, a full disk, a quota
 WRITE_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def command_module(name: str):
+    module = importlib.import_module(f".{COMMAND_MODULES[name]}", __package__)
+    if module.NAME != name:
+        raise AssertionError(f"{module.__name__} is command {module.NAME!r}, not {name!r}")
+    return module
+
+
+class _Commands(dict):
+    """name -> module, each module imported on first access."""
+
+    def __missing__(self, name: str):
+        if name not in COMMAND_MODULES:
+            raise KeyError(name)
+        module = self[name] = command_module(name)
+        return module
+
+    def __contains__(self, name) -> bool:
+        return name in COMMAND_MODULES
+
+    def __iter__(self):
+        return iter(COMMAND_MODULES)
+
+    def items(self):
+        return [(name, self[name]) for name in COMMAND_MODULES]
+
+
+COMMANDS = _Commands()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,14 +63,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of command ``only`` (its module alone is loaded)."""
     parser = _Parser(prog="madtrace", description=(
         "Trace function calls and data memory accesses of a Linux x86-64 program "
         "with ptrace, without recompiling it."),
         epilog="madtrace -- CMD ARGS...   records CMD and prints a summary")
     parser.add_argument("--version", action="version", version=f"madtrace {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name, module in COMMANDS.items():
+    for name in COMMAND_MODULES if only is None else [only]:
+        module = COMMANDS[name]
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
     return parser
@@ -69,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = normalise_argv(list(sys.argv[1:] if argv is None else argv))
     try:
         own, target = split_command(argv)
-        parser = build_parser()
+        parser = build_parser(own[0] if own and own[0] in COMMAND_MODULES else None)
         args = parser.parse_args(own)
         if args.command is None:
             parser.print_help(sys.stderr)

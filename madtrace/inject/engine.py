@@ -83,6 +83,10 @@ class FunctionTracer:
         self.moved_code: list[tuple[int, int, int]] = []
         self._moved_arrays = None
         self.exit_stubs: set[int] = set()            # where entry-patched calls return
+        # functions.json is written by flush_tables (after the target resumes) when set
+        self.defer_tables = False
+        self._tables_dirty = False
+        self._tsc_hz: float | None = None
         self._deregistrar: int | None = None         # __deregister_frame_info
 
     # --------------------------------------------------------------- install
@@ -448,6 +452,17 @@ class FunctionTracer:
 
     # ------------------------------------------------------------- results
     def _write_tables(self) -> None:
+        self._tables_dirty = True
+        if not self.defer_tables:
+            self.flush_tables()
+
+    def flush_tables(self) -> None:
+        """functions.json of the plan so far (if it changed)."""
+        if not self._tables_dirty or self.plan is None:
+            return
+        self._tables_dirty = False
+        if self.timestamps and self._tsc_hz is None:
+            self._tsc_hz = tsc_hz()
         sites = [{"sid": s.sid, "function": s.function.name, "kind": s.kind,
                   "address": s.address, "caller": s.caller} for s in self.plan.sites]
         functions = [{"fid": f.fid, "name": f.name, "module": f.module.name, "address": f.address,
@@ -455,7 +470,7 @@ class FunctionTracer:
                      for f in self.plan.functions]
         with open(os.path.join(self.out_dir, FUNCTIONS_FILE), "w") as f:
             json.dump({"timestamps": self.timestamps,
-                       "tsc_hz": tsc_hz() if self.timestamps else None, "tsc_flags": tsc_flags(),
+                       "tsc_hz": self._tsc_hz, "tsc_flags": tsc_flags(),
                        "record_format": RECORD_FORMAT,
                        "sites": sites, "functions": functions, "report": self.report,
                        "relocated": [list(m) for m in sorted(self.moved_code)]}, f, indent=1)

@@ -16,9 +16,11 @@ Policy, in one place:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import signal
-import time
+import threading
 from typing import Callable
 
 from ..errors import NoSuchProcessError
@@ -29,10 +31,9 @@ from .tracee import Tracee, ThreadState, thread_group_of
 
 SIGTRAP = signal.SIGTRAP
 INT3 = b"\xcc"
-# polling period of the run loop when a command hook is set: short after
-# activity, backing off while the target runs quietly
-POLL_MIN = 0.001
-POLL_MAX = 0.010
+# with a command hook, the run loop sleeps until a stop of the target (SIGCHLD) or a
+# command (``wake``) arrives; this long at most (a safety net, never a latency)
+POLL_MAX = 0.25
 
 
 class Controller:
@@ -58,7 +59,16 @@ class Controller:
         tracee.attach_events = []
         # REPL/daemon commands: when set, the run loop polls for events instead of
         # blocking, and calls this between polls (it runs queued commands at a safe stop)
+        # a front end calls ``wake`` after queueing a command
         self.command_poll: Callable[[], None] | None = None
+        self._wake_r = self._wake_w = -1     # the run loop's wake-up pipe, while it runs
+
+    def wake(self) -> None:
+        """Any thread: the run loop looks at its commands now."""
+        try:
+            os.write(self._wake_w, b"c")
+        except OSError:
+            pass          # full of wake-ups already, or the loop is over
 
     def hooks(self, tracee: Tracee | None = None) -> "TraceeHooks":
         """What the engines of ``tracee`` (default: the main target) do at its events."""
@@ -74,22 +84,32 @@ class Controller:
         if hooks is not None and hooks.tracee is tracee:
             del self._hooks[id(tracee)]
 
-    def settle_attach(self, rounds: int = 16) -> None:
+    def settle_attach(self) -> None:
         """Before engines are installed in a process just attached: a fork, vfork or
         clone met while stopping it leaves a new process or thread stopped at its
         first stop (a vfork parent waits for its child meanwhile): handle those now,
         then stop every thread again."""
+        self.deferred = self.settle(self.deferred)
+
+    def settle(self, events: list, rounds: int = 16) -> list:
+        """``events``: met while every thread was being stopped (``stop_all``), for
+        a change of the engines (attach, a live command).  The forks, vforks and
+        clones among them are handled now, under the engines in place when they
+        happened (a fork child met while data tracing is turned off must still
+        have its copy of the protected pages opened), then every thread is stopped
+        again.  Returns the other events."""
         kinds = (pr.PTRACE_EVENT_FORK, pr.PTRACE_EVENT_VFORK, pr.PTRACE_EVENT_CLONE)
         for _ in range(rounds):
-            now = [e for e in self.deferred if isinstance(e, PtraceEventStop) and e.event in kinds]
+            now = [e for e in events if isinstance(e, PtraceEventStop) and e.event in kinds]
             if not now:
-                return
-            self.deferred = [e for e in self.deferred if e not in now]
+                return events
+            events = [e for e in events if e not in now]
             for event in now:
                 if event.tid in self.tracee.threads:
                     self.handle(event)
             self._route_foreign()
-            self.deferred.extend(self.tracee.stop_all())
+            events += self.tracee.stop_all()
+        return events
 
     # ------------------------------------------------------------ stop requests
     def request_stop(self, reason: str) -> None:
@@ -131,37 +151,72 @@ class Controller:
         """Runs until the target exits ('exited') or a stop request ('detached')."""
         tracee = self.tracee
         tracee.resume_all(except_tids={event.tid for event in self.deferred})
-        idle = POLL_MIN
-        while True:
-            if self.stop_reason is not None:
-                self.detach_all()
-                return "detached"
-            if tracee.exit_event is not None and not tracee.threads:
-                self._reap_children()
-                return "exited"
-            if self.deferred:
-                # events of threads an engine stopped while it worked (still stopped there)
-                event = self.deferred.pop(0)
-                owner = self._tracee_of(event.tid)
-                if owner is not None:
-                    self.handle(event, owner)
-                continue
-            polling = self.command_poll is not None
-            if polling:
-                self.command_poll()
+        with self._woken_by_stops():
+            while True:
                 if self.stop_reason is not None:
-                    continue
-            event = tracee.wait_event(block=not polling)
-            self._route_foreign()
-            if event is None:
-                if tracee.exit_event is None and not tracee.threads:
+                    self.detach_all()
+                    return "detached"
+                if tracee.exit_event is not None and not tracee.threads:
+                    self._reap_children()
                     return "exited"
+                if self.deferred:
+                    # events of threads an engine stopped while it worked (still stopped there)
+                    event = self.deferred.pop(0)
+                    owner = self._tracee_of(event.tid)
+                    if owner is not None:
+                        self.handle(event, owner)
+                    continue
+                polling = self.command_poll is not None
                 if polling:
-                    time.sleep(idle)
-                    idle = min(idle * 2, POLL_MAX)
-                continue
-            idle = POLL_MIN
-            self.handle(event)
+                    self.command_poll()
+                    if self.stop_reason is not None:
+                        continue
+                event = tracee.wait_event(block=not polling)
+                self._route_foreign()
+                if event is None:
+                    if tracee.exit_event is None and not tracee.threads:
+                        return "exited"
+                    if polling and not tracee.foreign:
+                        self._sleep()
+                    continue
+                self.handle(event)
+
+    @contextlib.contextmanager
+    def _woken_by_stops(self):
+        """While commands are polled for, a stop of a traced thread (the kernel sends
+        its tracer SIGCHLD) writes to the wake-up pipe: the run loop sleeps on the
+        pipe, not on a timer, so a stop waits for no timer (a request thread of a
+        server: one stop when it is created, one when it exits).  Main thread only
+        (signal handlers); elsewhere the loop sleeps POLL_MAX at most."""
+        if self.command_poll is None:      # no commands: the loop blocks in waitpid
+            yield
+            return
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            previous_handler = signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+            signal.siginterrupt(signal.SIGCHLD, False)     # SA_RESTART: waitpid in C goes on
+            previous_fd = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        try:
+            yield
+        finally:
+            if main:
+                signal.set_wakeup_fd(previous_fd)
+                signal.signal(signal.SIGCHLD, previous_handler)
+            wake_r, wake_w = self._wake_r, self._wake_w
+            self._wake_r = self._wake_w = -1
+            os.close(wake_r)
+            os.close(wake_w)
+
+    def _sleep(self) -> None:
+        """Until a stop or a command (or POLL_MAX)."""
+        ready, _, _ = select.select([self._wake_r], [], [], POLL_MAX)
+        if ready:
+            try:
+                while os.read(self._wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
 
     def _tracee_of(self, tid: int) -> Tracee | None:
         for tracee in [self.tracee, *self.children.values()]:

@@ -16,6 +16,7 @@ import shutil
 import signal
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
 
 from ..errors import (CommandNotFoundError, KernelThreadError, NoSuchProcessError, NotElfError,
@@ -382,11 +383,32 @@ class Tracee:
             for state in running:
                 if state.gone or state.tid not in self.threads:
                     continue
-                event = self.wait_event(block=True, tid=state.tid)
+                if state.tid == self.pid:
+                    event = self._wait_leader()
+                    if state.gone:
+                        continue
+                else:
+                    event = self.wait_event(block=True, tid=state.tid)
                 if event is None:
                     self.threads.pop(state.tid, None)
                 elif not isinstance(event, TrapStop):
                     other_events.append(event)
+
+    def _wait_leader(self) -> Event | None:
+        """The leader's stop, polled: a blocking wait for it never returns if the
+        process exits meanwhile (a zombie leader is reported only once its other
+        threads are reaped, by this same loop later); then it is marked gone."""
+        pause, deadline = 0.0001, time.monotonic() + 10
+        while time.monotonic() < deadline:
+            event = self.wait_event(block=False, tid=self.pid)
+            if event is not None or self.pid not in self.threads:
+                return event
+            if not self._leader_alive():
+                self.threads[self.pid].gone = True
+                return None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.002)
+        return self.wait_event(block=True, tid=self.pid)
 
     def _leader_alive(self) -> bool:
         try:

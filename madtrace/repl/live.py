@@ -19,33 +19,16 @@ import shlex
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass
 from fnmatch import fnmatch
 
 from ..capture.regions import default_regions
 from ..errors import MadtraceError, NoSuchProcessError
 from ..process.events import ThreadKilled
 from .parser import Invocation
+from .reply import Reply
 from .registry import WAIT_FOR_END
 
 INTERNAL_ERROR = 70
-
-
-@dataclass
-class Reply:
-    ok: bool
-    text: str = ""
-    data: object = None
-    error: str = ""
-    code: int = 0
-    ended: bool = False      # the session is over
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Reply":
-        return cls(**{k: d.get(k, getattr(cls, k, None)) for k in cls.__dataclass_fields__})
 
 
 def failure(exc: BaseException) -> Reply:
@@ -75,8 +58,12 @@ class LiveSession:
         self._lock = threading.Lock()
         self._waiting_for_end: list[Future] = []
         self._names: dict[str, list[str]] = {}
+        self.last_pause = 0.0            # s the target was stopped for the last command batch
         self._refresh_names()
         recording.controller.command_poll = self.poll
+        recording.defer_while_stopped = True
+        if recording.functions is not None:
+            recording.functions.defer_tables = True
         recording.hooks.on_exec.append(lambda tracee: self._refresh_names())
 
     # ------------------------------------------------------------ state
@@ -110,6 +97,7 @@ class LiveSession:
         """Any thread (no ptrace request): the polling run loop sees it within ms."""
         if self.controller.stop_reason is None:
             self.controller.stop_reason = reason
+        self.controller.wake()
 
     def traced_functions(self, patched_only: bool = False) -> list:
         engine = self.functions
@@ -163,6 +151,7 @@ class LiveSession:
                 return Reply(False, error=f"the session has ended: {self.ended_message}",
                              code=NoSuchProcessError.exit_code, ended=True)
             self._queue.put((invocation, future))
+        self.controller.wake()
         return future.result()
 
     # ----------------------------------------------- the tracer thread
@@ -175,26 +164,46 @@ class LiveSession:
                 batch.append(self._queue.get_nowait())
             except queue.Empty:
                 break
-        stop = any(invocation.command.stops_target for invocation, _ in batch)
-        events = self.tracee.stop_all() if stop else []
+        ready = []
+        for invocation, future in batch:
+            try:
+                invocation.command.prepare(self, invocation.args)
+            except Exception as exc:      # the reply; the target was not stopped for it
+                future.set_result(failure(exc))
+                continue
+            ready.append((invocation, future))
+        stop = any(invocation.command.stops_target for invocation, _ in ready)
+        started = time.perf_counter()      # the pause: from the first interrupt to the resume
+        # forks and clones met while stopping: handled before the commands change
+        # the engines (Controller.settle)
+        events = self.controller.settle(self.tracee.stop_all()) if stop else []
+        replies = []
         try:
-            for invocation, future in batch:
-                self._execute(invocation, future)
+            for invocation, future in ready:
+                reply = self._execute(invocation, future)
+                if reply is not None:
+                    replies.append((future, reply))
         finally:
             if stop:
                 self._resume(events)
+                self.last_pause = time.perf_counter() - started
+            try:
+                self.recording.after_commands()
+            finally:
+                # answered once what they changed is written (functions.json...)
+                for future, reply in replies:
+                    future.set_result(reply)
 
-    def _execute(self, invocation: Invocation, future: Future) -> None:
+    def _execute(self, invocation: Invocation, future: Future) -> Reply | None:
         command = invocation.command
         try:
             data = command.execute(self, invocation)
             if data is WAIT_FOR_END:
                 self._waiting_for_end.append(future)
-                return
-            reply = Reply(True, text=command.render(data), data=data)
+                return None
+            return Reply(True, text=command.render(data), data=data)
         except Exception as exc:  # every failure is one reply; the session goes on
-            reply = failure(exc)
-        future.set_result(reply)
+            return failure(exc)
 
     def _resume(self, events) -> None:
         """Give the stop events to the run loop's policy (which resumes their

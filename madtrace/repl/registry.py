@@ -50,6 +50,11 @@ class Command:
         directory made absolute)."""
         return list(args)
 
+    def prepare(self, session, args: list[str]) -> None:
+        """Tracer side, before the target is stopped (it still runs): the work that
+        needs no stopped thread (reading files, planning), so that the stop is
+        short.  A failure here is the command's reply; the target is not stopped."""
+
     def execute(self, session, invocation):
         """Tracer side: run the invocation (flags included); most commands only
         need ``run``."""

@@ -19,7 +19,7 @@ import stat
 import struct
 
 from ..errors import NoSuchProcessError, PermissionDeniedError, TracerInternalError
-from .live import Reply
+from .reply import Reply
 from .parser import Invocation
 
 

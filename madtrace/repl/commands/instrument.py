@@ -22,6 +22,9 @@ class Instrument(Command):
     stops_target = True
     completes = "functions"
 
+    def prepare(self, session, args):
+        session.recording.prepare_functions(list(args))
+
     def run(self, session, args):
         return session.recording.add_functions(list(args))
 

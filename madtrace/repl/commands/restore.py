@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from ...errors import UnknownSymbolError
-from ..live import matching_functions
 from ..registry import Command, register
 
 
@@ -25,6 +24,7 @@ class Restore(Command):
 
     def run(self, session, args):
         pattern = "*" if args[0] == "all" else args[0]
+        from ..live import matching_functions
         chosen = matching_functions(session, pattern, patched_only=True)
         if not chosen:
             raise UnknownSymbolError(f"no instrumented function matches {args[0]!r}")

@@ -17,8 +17,9 @@ def _data_state(engine, inside: list[str]) -> str:
 @register
 class Status(Command):
     """The traced process: its threads, the instrumented functions and their
-    patches, the records drained so far, how full each thread's ring is, and
-    the events dropped (never silently)."""
+    patches, the records drained so far, how full each thread's ring is (now,
+    and at its fullest since the last status), the records that waited for
+    room, and the events dropped (never silently)."""
 
     name = "status"
     summary = "threads, instrumented functions, patches, records, drops"
@@ -36,15 +37,18 @@ class Status(Command):
             "functions_instrumented": len(patched),
             "functions_restored": len(traced) - len(patched),
             "patches": len(engine.patches) if engine is not None else 0,
-            "records": 0, "dropped_events": 0, "ring_fill": {},
+            "records": 0, "dropped_events": 0, "ring_fill": {}, "ring_peak": {}, "ring_waits": 0,
             "data_tracing": _data_state(session.recording.data, session.scratch.get("data_in", [])),
+            "last_pause_ms": round(session.last_pause * 1000, 3),
         }
         rings = engine.rings if engine is not None else None
         if rings is not None:
+            status["ring_peak"] = {str(t): round(f, 4) for t, f in rings.take_peaks().items()}
             rings.drain_all()
             totals = rings.totals()
             status["records"] = sum(rings.records_per_thread.values())
             status["dropped_events"] = totals["dropped"] + totals["unregistered_records"]
+            status["ring_waits"] = totals["ring_waits"]
             for tid, fill in rings.fill().items():
                 status["ring_fill"][str(tid)] = round(fill, 4)
         return status
@@ -52,13 +56,15 @@ class Status(Command):
     def render(self, s):
         threads = s["threads"]
         fill = max(s["ring_fill"].values(), default=0.0)
+        peak = max(s.get("ring_peak", {}).values(), default=0.0)
         return "\n".join([
             f"process {s['pid']}: {' '.join(s['command'] or [])}",
             f"threads       : {len(threads)} ({' '.join(map(str, threads[:16]))}"
             f"{' ...' if len(threads) > 16 else ''})",
             f"functions     : {s['functions_instrumented']} instrumented, "
             f"{s['functions_restored']} restored; {s['patches']} patched sites",
-            f"records       : {s['records']} (rings at most {fill:.1%} full)",
+            f"records       : {s['records']} (rings {fill:.1%} full now, at most {peak:.1%} "
+            f"since the last status; {s.get('ring_waits', 0)} records waited for room)",
             f"dropped events: {s['dropped_events']}",
             f"data tracing  : {s['data_tracing']}",
             f"trace dir     : {s['output']}",

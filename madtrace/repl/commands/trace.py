@@ -5,7 +5,6 @@ from __future__ import annotations
 
 
 from ...errors import UnknownSymbolError, UsageError
-from ...capture.regions import region_matcher
 from ..registry import Command, register
 from .funcs import find_functions
 
@@ -92,6 +91,7 @@ class Trace(Command):
         regions, functions = split_selection(args)
         selection = {}
         if regions:
+            from ...capture.regions import region_matcher
             selection["region_filter"] = region_matcher(regions)
         if functions:
             for glob in functions:

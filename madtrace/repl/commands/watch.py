@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from ...capture.regions import Region
 from ...errors import UsageError
 from ..registry import Command, register
 from .trace import data_tracing_state
@@ -36,8 +35,13 @@ class Watch(Command):
         if address <= 0:
             raise UsageError(f"not an address: {target}")
         message = session.recording.start_data_tracing(
-            only_regions=[Region(address, address + size, label)])
+            only_regions=[_region(address, address + size, label)])
         return data_tracing_state(session, message)
 
     def render(self, data):
         return data["message"]
+
+
+def _region(start: int, end: int, label: str):
+    from ...capture.regions import Region
+    return Region(start, end, label)

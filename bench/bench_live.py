@@ -1,0 +1,367 @@
+"""Issue 17: live sessions, measured side by side in one run, madtrace beside
+Frida (PyPI frida: Interceptor with a CModule, and with JS callbacks) and
+bpftrace (uprobes), each where it runs on this machine (the bench extra
+installs frida; bpftrace is a Debian package).
+
+On the C target (tests/progs/bench_live: it times its own loop) and on
+python3 -m http.server (127.0.0.1, a bounded request loop):
+- attach -> first event: from the tool's start to the first call recorded;
+- the longest pause of the target while attaching and instrumenting (the
+  program's own loop measures it: "watch");
+- the time to instrument 20 and ~900 libpython functions (madtrace: the ctl
+  command, and how long the target was stopped);
+- request latency of http.server untraced / attached with nothing
+  instrumented / with PyDict_* instrumented (median of REQUESTS);
+- ns per call, attached and launched (the program's own loop, N calls);
+- events dropped on an attached run of 11 M calls (--no-time).
+Each figure is the min / median of REPEATS interleaved repeats.
+MADTRACE_BENCH_QUICK=1 runs fewer repeats and smaller N."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+from common import ROOT, prog, table
+
+QUICK = bool(os.environ.get("MADTRACE_BENCH_QUICK"))
+REPEATS = 2 if QUICK else 3
+CALLS = 2_000_000 if QUICK else 11_000_000
+REQUESTS = 30 if QUICK else 100
+MADTRACE = [sys.executable, "-m", "madtrace.cli.main"]
+WATCH_MS = 6000      # the C target's own loop while attaching and instrumenting
+
+
+def stats(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
+    if not values:
+        return "-"
+    return f"{min(values) * scale:.{digits}f} / {statistics.median(values) * scale:.{digits}f}"
+
+
+class Target:
+    """tests/progs/bench_live, driven line by line."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([prog("bench_live", "O2-pie")], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE)
+        assert self.proc.stdout.readline() == b"ready\n"
+        self.pid = self.proc.pid
+
+    def send(self, line: str) -> None:
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def reply(self) -> str:
+        return self.proc.stdout.readline().decode()
+
+    def calls(self, n: int) -> float:
+        return self.checked_calls(n)[0]
+
+    def checked_calls(self, n: int) -> tuple[float, int]:
+        """(ns per call of the program's own loop, its checksum)."""
+        self.send(f"calls {n}")
+        match = re.search(r"checksum (\d+) ns_per_call ([\d.]+)", self.reply())
+        return float(match.group(2)), int(match.group(1))
+
+    def close(self) -> None:
+        try:
+            self.send("quit")
+            self.proc.wait(timeout=30)
+        except Exception:
+            self.proc.kill()
+
+
+class Madtrace:
+    name = "madtrace"
+
+    def __init__(self, tmp: str):
+        self.env = dict(os.environ, PYTHONPATH=ROOT, XDG_RUNTIME_DIR=os.path.join(tmp, "run"))
+        os.makedirs(self.env["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
+        self.tmp = tmp
+
+    def run(self, *args, check=True) -> subprocess.CompletedProcess:
+        result = subprocess.run([*MADTRACE, *args], capture_output=True, env=self.env, timeout=300)
+        if check and result.returncode != 0:
+            raise RuntimeError(f"madtrace {' '.join(args)}: {result.stderr.decode()}")
+        return result
+
+    def attach(self, pid: int, *extra: str) -> str:
+        out = tempfile.mkdtemp(prefix="t", dir=self.tmp)
+        os.rmdir(out)                   # the daemon makes it (it never overwrites one)
+        self.run("daemon", str(pid), "-o", out, *extra)
+        return out
+
+    def instrument(self, pid: int, *specs: str) -> None:
+        self.run("ctl", str(pid), "instrument", *specs)
+
+    def status(self, pid: int) -> dict:
+        return json.loads(self.run("ctl", str(pid), "status", "--json").stdout)
+
+    def detach(self, pid: int) -> None:
+        self.run("ctl", str(pid), "stop")
+
+
+def first_record(directory: str, started: float, timeout: float = 60) -> float:
+    """Seconds from ``started`` until a record reached calls/ (polled every ms)."""
+    calls = os.path.join(directory, "calls")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if any(os.path.getsize(os.path.join(calls, f)) for f in os.listdir(calls)):
+                return time.perf_counter() - started
+        except OSError:
+            pass
+        time.sleep(0.001)
+    raise RuntimeError("no record")
+
+
+def madtrace_c(tmp: str) -> dict:
+    """attach -> first event, longest pause, ns per call attached, drops (C target)."""
+    tool = Madtrace(tmp)
+    out: dict[str, list] = {"first": [], "pause": [], "ns": [], "ns_notime": [], "drops": [],
+                            "missed": []}
+    for _ in range(REPEATS):
+        target = Target()
+        try:
+            target.send(f"watch {WATCH_MS}")   # the program measures its longest pause meanwhile
+            time.sleep(0.3)
+            started = time.perf_counter()
+            directory = tool.attach(target.pid)
+            tool.instrument(target.pid, "leaf")
+            try:
+                out["first"].append(first_record(directory, started, timeout=WATCH_MS / 1000))
+            except RuntimeError:        # the loop ended first (a machine too loaded): said
+                out["missed"].append(1)
+            out["pause"].append(float(re.search(r"longest_us ([\d.]+)", target.reply()).group(1)))
+            out["ns"].append(target.calls(CALLS))
+            out["drops"].append(tool.status(target.pid)["dropped_events"])
+            tool.detach(target.pid)
+            directory = tool.attach(target.pid, "--no-time")
+            tool.instrument(target.pid, "leaf")
+            out["ns_notime"].append(target.calls(CALLS))
+            out["drops"].append(tool.status(target.pid)["dropped_events"])
+            tool.detach(target.pid)
+        finally:
+            target.close()
+    return out
+
+
+def launched_c(tmp: str) -> dict:
+    """ns per call launched, and untraced (the program's own loop)."""
+    out: dict[str, list] = {"ns": [], "ns_notime": [], "untraced": []}
+    for _ in range(REPEATS):
+        for key, extra in (("ns", []), ("ns_notime", ["--no-time"])):
+            run = subprocess.run([*MADTRACE, "record", "-q", "--force", "-o",
+                                  os.path.join(tmp, "launched"), "-f", "leaf", *extra, "--",
+                                  prog("bench_live", "O2-pie")],
+                                 input=f"calls {CALLS}\nquit\n".encode(), capture_output=True,
+                                 env=dict(os.environ, PYTHONPATH=ROOT), timeout=300)
+            out[key].append(float(re.search(rb"ns_per_call ([\d.]+)", run.stdout).group(1)))
+        target = Target()
+        out["untraced"].append(target.calls(CALLS))
+        target.close()
+    return out
+
+
+class Server:
+    def __init__(self, tmp: str):
+        self.proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind",
+                                      "127.0.0.1"], cwd=tmp, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL)
+        self.port = int(re.search(rb"port (\d+)", self.proc.stdout.readline()).group(1))
+        self.pid = self.proc.pid
+        with open(f"/proc/{self.pid}/maps") as f:
+            lib = re.search(r"/(libpython[^/\s]*\.so[^/\s]*)$", f.read(), re.M)
+        self.lib = lib.group(1) if lib else None
+
+    def spec(self, pattern: str) -> str:
+        return f"{self.lib}:{pattern}" if self.lib else pattern
+
+    def latency(self, n: int = REQUESTS) -> list[float]:
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/", timeout=30) as reply:
+                reply.read()
+            times.append(time.perf_counter() - t0)
+            time.sleep(0.02)
+        return times
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def madtrace_server(tmp: str) -> dict:
+    tool = Madtrace(tmp)
+    out: dict[str, list] = {"first": [], "lat_untraced": [], "lat_attached": [],
+                            "lat_instrumented": [], "hook20": [], "hook20_pause": [],
+                            "hook900": [], "hook900_pause": [], "functions900": []}
+    for _ in range(REPEATS):
+        server = Server(tmp)
+        try:
+            out["lat_untraced"].append(statistics.median(server.latency()))
+            loaded = threading.Event()       # requests go on until the first record
+
+            def load(server=server, loaded=loaded):
+                while not loaded.is_set():
+                    server.latency(1)
+            threading.Thread(target=load, daemon=True).start()
+            started = time.perf_counter()
+            directory = tool.attach(server.pid)
+            tool.instrument(server.pid, server.spec("PyDict_New"))
+            try:
+                out["first"].append(first_record(directory, started))
+            finally:
+                loaded.set()
+            tool.detach(server.pid)
+            tool.attach(server.pid)
+            out["lat_attached"].append(statistics.median(server.latency()))
+            t0 = time.perf_counter()
+            tool.instrument(server.pid, server.spec("PyDict_*"))
+            out["hook20"].append(time.perf_counter() - t0)
+            out["hook20_pause"].append(tool.status(server.pid)["last_pause_ms"] / 1000)
+            out["lat_instrumented"].append(statistics.median(server.latency()))
+            t0 = time.perf_counter()
+            result = tool.run("ctl", str(server.pid), "instrument", server.spec("Py[A-Z]*"),
+                              "--json")
+            out["hook900"].append(time.perf_counter() - t0)
+            out["hook900_pause"].append(tool.status(server.pid)["last_pause_ms"] / 1000)
+            out["functions900"].append(len(json.loads(result.stdout)["patched"]))
+            tool.detach(server.pid)
+        finally:
+            server.close()
+    return out
+
+
+def other_c(tool, addresses_of) -> dict:
+    """Frida / bpftrace on the C target: attach -> first event, longest pause, ns
+    per call (checksum checked against an untraced run)."""
+    out: dict[str, list] = {"first": [], "pause": [], "ns": [], "wrong": []}
+    for _ in range(REPEATS):
+        target = Target()
+        try:
+            reference = target.checked_calls(CALLS // 10)[1]
+            target.send(f"watch {WATCH_MS}")
+            time.sleep(0.3)
+            first = threading.Event()
+            started = time.perf_counter()
+            tool.attach(target.pid, addresses_of(target.pid), first)
+            if first.wait(60):
+                out["first"].append(time.perf_counter() - started)
+            pause = float(re.search(r"longest_us ([\d.]+)", target.reply()).group(1))
+            if pause < 4e6:        # longer than the watch itself: the loop's clock was wrong
+                out["pause"].append(pause)
+            ns, checksum = target.checked_calls(CALLS // 10)
+            out["ns"].append(ns)
+            out["wrong"].append(checksum != reference)
+            tool.detach()
+        finally:
+            target.close()
+    return out
+
+
+def lib_path(pid: int) -> str:
+    with open(f"/proc/{pid}/maps") as f:
+        return re.search(r"(/\S*libpython[^/\s]*\.so[^/\s]*)$", f.read(), re.M).group(1)
+
+
+def other_server(tool, how: str, tmp: str) -> dict:
+    """Frida / bpftrace on http.server: hook the PyDict_* functions (s, until the
+    tool says they are hooked), request latency untraced and hooked."""
+    from live_others import functions_of, symbol_address
+    out: dict[str, list] = {"hook20": [], "lat_untraced": [], "lat_hooked": [], "n": []}
+    for _ in range(REPEATS):
+        server = Server(tmp)
+        try:
+            out["lat_untraced"].append(statistics.median(server.latency()))
+            path = lib_path(server.pid)
+            names = functions_of(path, "PyDict_*")
+            out["n"].append(len(names))
+            started = time.perf_counter()
+            if how == "address":
+                tool.attach(server.pid, [a for a in (symbol_address(server.pid, path, n)
+                                                     for n in names) if a])
+            else:
+                tool.attach(server.pid, [f"{path}:PyDict_*"])
+            out["hook20"].append(time.perf_counter() - started)
+            out["lat_hooked"].append(statistics.median(server.latency()))
+            tool.detach()
+        finally:
+            server.close()
+    return out
+
+
+def others(rows: list, tmp: str) -> None:
+    """Frida (CModule, JS) and bpftrace beside madtrace, where they run here."""
+    from live_others import Bpftrace, Frida, symbol_address
+    path = prog("bench_live", "O2-pie")
+    for make, how in ((lambda: Frida("cmodule"), "address"), (lambda: Frida("js"), "address"),
+                      (Bpftrace, "probe")):
+        try:
+            tool = make()
+        except Exception as exc:        # not installed, or cannot run here
+            rows.append((f"{getattr(exc, 'name', '')}".strip() or "a tool", f"skipped: {exc}", ""))
+            continue
+        addresses_of = ((lambda pid: [symbol_address(pid, path, "leaf")]) if how == "address"
+                        else (lambda pid: [f"{path}:leaf"]))
+        try:
+            got = other_c(tool, addresses_of)
+        except Exception as exc:
+            rows.append((tool.name, f"failed: {exc}", ""))
+            continue
+        wrong = " (WRONG RESULTS)" if any(got["wrong"]) else ""
+        rows.append((f"{tool.name}: ns per call / first event (s) / longest pause (ms)",
+                     f"{stats(got['ns'], digits=1)}{wrong}",
+                     f"{stats(got['first'])} / {stats(got['pause'], 1e-3)}"))
+        try:
+            got = other_server(tool, how, tmp)
+        except Exception as exc:
+            rows.append((f"{tool.name}, http.server", f"failed: {exc}", ""))
+            continue
+        rows.append((f"{tool.name}: hook {max(got['n'])} PyDict_* (s) / latency untraced, "
+                     "hooked (ms)", stats(got["hook20"]),
+                     f"{stats(got['lat_untraced'], 1e3)}, {stats(got['lat_hooked'], 1e3)}"))
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
+        c = madtrace_c(tmp)
+        launched = launched_c(tmp)
+        server = madtrace_server(tmp)
+        rows = [
+            ("ns per call, launched (the program's loop)", stats(launched["ns"]),
+             f"--no-time {stats(launched['ns_notime'])}"),
+            ("ns per call, attached", stats(c["ns"]), f"--no-time {stats(c['ns_notime'])}"),
+            ("ns per call, untraced", stats(launched["untraced"]), ""),
+            (f"drops, attached runs of {CALLS} calls (timed and --no-time)", max(c["drops"]), ""),
+            ("attach -> first event, C program (s)", stats(c["first"]),
+             f"{len(c['missed'])} runs saw none within {WATCH_MS} ms" if c["missed"] else ""),
+            ("attach -> first event, http.server PyDict_New (s)", stats(server["first"]), ""),
+            ("longest pause attaching + instrumenting, C (ms)", stats(c["pause"], 1e-3), ""),
+            ("instrument 20 PyDict_* (s), target stopped (ms)", stats(server["hook20"]),
+             stats(server["hook20_pause"], 1e3)),
+            (f"instrument ~{max(server['functions900'])} Py* (s), target stopped (ms)",
+             stats(server["hook900"]), stats(server["hook900_pause"], 1e3)),
+            ("http.server latency untraced (ms)", stats(server["lat_untraced"], 1e3), ""),
+            ("http.server latency attached, nothing instrumented (ms)",
+             stats(server["lat_attached"], 1e3), ""),
+            ("http.server latency, PyDict_* instrumented (ms)",
+             stats(server["lat_instrumented"], 1e3), ""),
+        ]
+        others(rows, tmp)
+    print(table(f"live sessions (min / median of {REPEATS})", rows,
+                ("measurement", "madtrace", "")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The C target of bench/bench_live.py and of the live tests.
+ *
+ *   bench_live
+ *
+ * Prints "ready", then obeys one command per line on stdin:
+ *   calls N   -> calls wrapper(i) N times (wrapper calls leaf: N calls of each)
+ *               and prints "calls N checksum C ns_per_call T" (its own loop's time)
+ *   watch MS  -> runs a loop of short steps (one leaf call each) for MS ms and
+ *               prints "watch steps S longest_us L": the longest time between two
+ *               steps, i.e. the longest pause of the program (a tracer stopping
+ *               it to attach or to patch shows there)
+ *   quit      -> exits 0
+ * Each reply is one line, flushed.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TRACED __attribute__((noinline, noclone, noipa))
+
+TRACED unsigned long leaf(unsigned long i) {
+    return i * 2654435761UL ^ (i >> 7);
+}
+
+TRACED unsigned long wrapper(unsigned long i) {
+    return leaf(i) + (i & 3);
+}
+
+static double now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+int main(void) {
+    char line[128];
+    printf("ready\n");
+    fflush(stdout);
+    while (fgets(line, sizeof line, stdin)) {
+        if (strncmp(line, "calls ", 6) == 0) {
+            unsigned long n = strtoul(line + 6, NULL, 10), sum = 0;
+            double start = now_ns();
+            for (unsigned long i = 0; i < n; i++)
+                sum += wrapper(i);
+            double end = now_ns();
+            printf("calls %lu checksum %lu ns_per_call %.3f\n", n, sum, (end - start) / (n ? n : 1));
+        } else if (strncmp(line, "watch ", 6) == 0) {
+            double ms = atof(line + 6), start = now_ns(), last = start, longest = 0;
+            unsigned long steps = 0, sum = 0;
+            for (;;) {
+                sum += leaf(steps++);
+                double t = now_ns();
+                if (t - last > longest)
+                    longest = t - last;
+                last = t;
+                if (t - start >= ms * 1e6)
+                    break;
+            }
+            printf("watch steps %lu longest_us %.1f checksum %lu\n", steps, longest / 1000, sum);
+        } else if (strncmp(line, "quit", 4) == 0) {
+            return 0;
+        } else {
+            printf("unknown command\n");
+        }
+        fflush(stdout);
+    }
+    return 0;
+}

@@ -1,0 +1,157 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Live sessions on programs that create threads all the time.
+
+* tests/progs/thread_server: a thread per request (127.0.0.1); while a daemon
+  has handle() and work() instrumented, every request's calls are counted:
+  handle() once per request, work() N times for a request of N (the server
+  counts them itself); each request thread's records hold handle's entry, its
+  N work calls and handle's exit, in order.
+* tests/progs/churn (threads created and joined continuously, forks, vforks,
+  execs): attached, instrumented, restored and detached 20 times; its own
+  checks of every result and its totals hold, nothing of madtrace stays
+  mapped.
+Oracles: the programs' own counts and output, /proc/PID/maps."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import threading
+
+import pytest
+
+from madtrace.trace.reader import iter_call_chunks
+
+from .test_daemon import run, start_daemon, wait_gone
+from .test_live_load import churn_expected
+from .util import madtrace_maps, prog, read_line, start_ready
+
+REQUESTS = 60
+
+
+def ask(port: int, n: int) -> int:
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+        conn.sendall(f"{n}\n".encode())
+        answer = b""
+        while not answer.endswith(b"\n"):
+            chunk = conn.recv(64)
+            assert chunk, "the server closed the connection without an answer"
+            answer += chunk
+    return int(answer)
+
+
+def expected_sum(n: int) -> int:
+    return sum((i * 2654435761 + 7) & 0xFFFFFFFFFFFFFFFF for i in range(n)) & 0xFFFFFFFFFFFFFFFF
+
+
+@pytest.mark.parametrize("variant", ["O2-pie", "O0-nopie"])
+def test_thread_per_request_server_stays_exact(tmp_path, variant):
+    runtime = str(tmp_path / "run")
+    os.mkdir(runtime)
+    server = subprocess.Popen([prog("thread_server", variant)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    try:
+        port = int(re.match(rb"port (\d+)", read_line(server)).group(1))
+        daemon = start_daemon(runtime, server.pid, tmp_path / "t")
+        result = run(runtime, "ctl", str(server.pid), "instrument", "handle", "work")
+        assert result.returncode == 0, result.stderr
+        sizes = [(i * 37) % 200 for i in range(REQUESTS)]
+        answers: dict[int, int] = {}
+
+        def client(k: int) -> None:             # three clients at once: threads overlap
+            for i in range(k, REQUESTS, 3):
+                answers[i] = ask(port, sizes[i])
+        clients = [threading.Thread(target=client, args=(k,)) for k in range(3)]
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join()
+        calls = json.loads(run(runtime, "ctl", str(server.pid), "calls", "--json").stdout)
+        status = json.loads(run(runtime, "ctl", str(server.pid), "status", "--json").stdout)
+        assert run(runtime, "ctl", str(server.pid), "stop").returncode == 0
+        wait_gone(daemon)
+        assert madtrace_maps(server.pid) == []
+        out, _ = server.communicate(b"", timeout=60)
+    finally:
+        server.kill()
+    assert server.returncode == 0
+    assert out == f"served {REQUESTS} works {sum(sizes)}\n".encode()
+    assert answers == {i: expected_sum(sizes[i]) for i in range(REQUESTS)}
+    assert calls == {"handle": REQUESTS, "work": sum(sizes)}
+    assert status["dropped_events"] == 0
+    with open(tmp_path / "t" / "functions.json") as f:
+        sites = json.load(f)["sites"]
+    function_of = {s["sid"]: s["function"] for s in sites}
+    per_request = []
+    for tid, chunk in iter_call_chunks(str(tmp_path / "t")):
+        names = [function_of[int(code) >> 1] + ("<" if code & 1 else ">") for code in chunk["code"]]
+        # one request after another on a thread (a reused thread stack may carry several)
+        text = " ".join(names)
+        for match in re.finditer(r"handle> ((?:work> work< )*)handle<", text):
+            per_request.append(match.group(1).count("work>"))
+        assert re.fullmatch(r"(handle> (work> work< )*handle< ?)*", text + " "), (tid, text[:200])
+    assert sorted(per_request) == sorted(sizes)
+
+
+def test_churn_attached_instrumented_restored_detached_twenty_times(tmp_path):
+    runtime = str(tmp_path / "run")
+    os.mkdir(runtime)
+    target = start_ready([prog("churn", "O2-pie"), "0", "ready"])
+    try:
+        for cycle in range(20):
+            daemon = start_daemon(runtime, target.pid, tmp_path / f"t{cycle}")
+            for words in (["instrument", "square"], ["restore", "all"], ["stop"]):
+                result = run(runtime, "ctl", str(target.pid), *words)
+                assert result.returncode == 0, (cycle, words, result.stderr.decode())
+            wait_gone(daemon)
+            assert target.poll() is None, cycle
+            assert madtrace_maps(target.pid) == [], cycle
+        out, _ = target.communicate(b"\n", timeout=120)
+    finally:
+        target.kill()
+    assert target.returncode == 0, out
+    rounds = int(re.match(rb"rounds (\d+)", out).group(1))
+    assert rounds > 0 and out == churn_expected(rounds)
+
+
+@pytest.mark.parametrize("extra", [[], ["--no-time"]])
+def test_attached_burst_is_exact_and_status_tells_fill_and_drops(tmp_path, extra):
+    """Attached, a burst of 3 M calls of leaf() (6 M records, 23 rings' worth):
+    every call is counted, nothing is dropped, and status says how full the ring
+    was at its fullest (above zero: it was not idle) and how many records waited
+    for room.  Oracle: the program's own checksum (untraced and traced alike)
+    and its call count; the records in calls/."""
+    runtime = str(tmp_path / "run")
+    os.mkdir(runtime)
+    n = 3_000_000
+    target = start_ready([prog("bench_live", "O2-pie")])
+    try:
+        target.stdin.write(f"calls {n}\n".encode())
+        target.stdin.flush()
+        untraced = re.search(rb"checksum (\d+)", read_line(target)).group(1)
+        daemon = start_daemon(runtime, target.pid, tmp_path / "t", how=("daemon", *extra))
+        assert run(runtime, "ctl", str(target.pid), "instrument", "leaf").returncode == 0
+        target.stdin.write(f"calls {n}\n".encode())
+        target.stdin.flush()
+        traced = re.search(rb"checksum (\d+)", read_line(target, timeout=120)).group(1)
+        status = json.loads(run(runtime, "ctl", str(target.pid), "status", "--json").stdout)
+        calls = json.loads(run(runtime, "ctl", str(target.pid), "calls", "--json").stdout)
+        assert run(runtime, "ctl", str(target.pid), "stop").returncode == 0
+        wait_gone(daemon)
+        assert madtrace_maps(target.pid) == []
+        target.stdin.write(b"quit\n")
+        target.stdin.flush()
+        assert target.wait(timeout=60) == 0
+    finally:
+        target.kill()
+    assert traced == untraced
+    assert calls == {"leaf": n}
+    assert status["dropped_events"] == 0
+    assert status["records"] == 2 * n
+    assert max(status["ring_peak"].values()) > 0
+    assert status["ring_waits"] >= 0 and "ring_fill" in status
+    records = sum(len(chunk) for _, chunk in iter_call_chunks(str(tmp_path / "t")))
+    assert records == 2 * n
