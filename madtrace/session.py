@@ -47,6 +47,7 @@ class RecordOptions:
     loads: bool = True
     stores: bool = True
     store: bool = False              # write DIR/store while the target runs (store_writer.py)
+    data_engine: str = "fault"       # hybrid (alias + rewritten code) or fault (a stop per access)
 
 
 BLOCK_NAME = re.compile(r"^<?(?:malloc|calloc|realloc|freed:)?(\d+)(?:@.*)?>?$")
@@ -212,7 +213,7 @@ class Recording:
             self._install_function_tracing()
         if self.options.data and self.tracee.exit_event is None:
             self._install_data_tracing(**data_selection(self.options, self.address_space))
-        store.write_text(self.options.output, "maps.start.txt", read_maps_text(self.tracee.pid))
+        store.write_text(self.options.output, "maps.start.txt", self._program_maps())
         self.controller.on_thread_exit.append(self._snapshot_at_exit)
         self.controller.on_exec.append(self._on_exec)
         self.meta["pid"] = self.tracee.pid
@@ -281,7 +282,8 @@ class Recording:
                             defer=self.controller.deferred.extend,
                             track_allocations=self.options.track_allocations,
                             loads=self.options.loads, stores=self.options.stores,
-                            original_address=self._original_addresses, **selection)
+                            original_address=self._original_addresses,
+                            engine=self.options.data_engine, **selection)
         self.data = engine
         try:
             engine.install()
@@ -334,7 +336,14 @@ class Recording:
 
     def _snapshot_at_exit(self, tracee: Tracee, tid: int) -> None:
         if tid == tracee.pid or len(tracee.threads) <= 1:
-            self._maps_end = read_maps_text(tracee.pid)
+            self._maps_end = self._program_maps()
+
+    def _program_maps(self) -> str:
+        """/proc/PID/maps as the program sees it (the data engine's alias mappings
+        under the names of what the program mapped there)."""
+        text = read_maps_text(self.tracee.pid)
+        alias = self.data.alias if self.data is not None else None
+        return alias.maps_view(text) if alias is not None and alias.active else text
 
     def _on_exec(self, tracee: Tracee) -> None:
         if self.data is not None and self.data.active:
@@ -366,7 +375,7 @@ class Recording:
             signal.setitimer(signal.ITIMER_REAL, 0)
             self._restore_signal_handlers()
         if outcome == "detached":
-            self._maps_end = self._maps_end or read_maps_text(self.tracee.pid)
+            self._maps_end = self._maps_end or self._program_maps()
             self.log(f"detached from process {self.tracee.pid} ({controller.stop_reason})")
         return self.finish(outcome)
 
@@ -413,6 +422,7 @@ class Recording:
                                  "freed_accesses": engine.freed_accesses,
                                  "stubs": len(engine.area.stubs) if engine.area else 0,
                                  "syscalls_opened": engine.syscalls.opened,
+                                 "syscalls_redirected": engine.syscalls.redirected_calls,
                                  "open_windows": engine.syscalls.open_windows + engine.blocks.open_windows,
                                  "block_events": engine.blocks.counts(),
                                  "gate": {"functions": engine.gate.names,
@@ -492,7 +502,7 @@ class Recording:
             if self.functions is not None and rings is not None:
                 # the calls of the records copied (the threads' own counters went on)
                 meta["calls"] = self.functions.call_counts(entry_counts(directory, rings.sites))
-            store.write_text(directory, "maps.end.txt", read_maps_text(self.tracee.pid))
+            store.write_text(directory, "maps.end.txt", self._program_maps())
             store.write_meta(directory, meta)
             if self.options.store:
                 from .trace.store_writer import build_store

@@ -43,6 +43,7 @@ from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
 from ..process.tracee import Tracee
+from .alias import ALIAS_BIT, AliasMap, origins_in
 from .alloc import AllocTracker
 from .block_events import BlockEvents
 from .data_gate import DataGate
@@ -51,6 +52,7 @@ from .datastubs import DataArea
 from .guard import SegvGuard
 from .numa_record import NumaRecorder
 from .regions import PAGE, Region, RegionSet, default_regions, page_protections, page_runs
+from .slow_path import SlowPath
 from .vfork_window import VforkWindow
 
 SEGV_ACCERR = 2
@@ -73,7 +75,7 @@ class DataEngine:
                  defer=None, only_regions: list[Region] | None = None, region_filter=None,
                  loads: bool = True, stores: bool = True, data_in: list[str] | None = None,
                  only_blocks: set[int] | None = None, block_events: bool = True,
-                 original_address=None):
+                 original_address=None, engine: str = "fault"):
         """``only_regions``: trace these ranges (watched variables), and no default
         region unless ``region_filter`` also keeps some (--regions);
         ``only_blocks``: record only accesses to these heap blocks (--only malloc0014);
@@ -83,7 +85,9 @@ class DataEngine:
         ``data_in``: function globs: record only inside them (data_gate.py);
         ``original_address(rips)``: the addresses recorded for instructions
         (function tracing relocates prologues into trampolines: an access made
-        there is recorded at the original instruction's address)."""
+        there is recorded at the original instruction's address);
+        ``engine``: "fault" (every access a fault) or "hybrid" (traced memory
+        aliased, alias.py)."""
         self.only_regions = only_regions
         self.region_filter = region_filter
         self.exact_threads = exact_threads
@@ -110,6 +114,8 @@ class DataEngine:
         self.slow = 0            # faults handled by single-stepping
         self.untraced_faults = 0
         self.area: DataArea | None = None
+        self.engine_kind = engine
+        self.alias: AliasMap | None = None
         self.guard: SegvGuard | None = None
         self.gate: DataGate | None = DataGate(self, data_in) if data_in else None
         self.armed = self.gate is None   # pages protected (always, without --data-in)
@@ -118,7 +124,7 @@ class DataEngine:
         self.blocks = BlockEvents(self)
         self.vfork = VforkWindow(self)
         self.numa = NumaRecorder(self)
-        self._held: set[int] | None = None   # threads stopped while one thread's pages are open
+        self.slow_path = SlowPath(self)
         self.held_stops = 0
         self.freed_accesses = 0  # accesses to blocks already freed (use after free)
         self._order = 0          # event counter shared with the allocation tracker
@@ -149,6 +155,8 @@ class DataEngine:
             self.guard = SegvGuard(self.area)
             self.tables_changed()
             self.guard.install(rs)            # before any page is protected
+            if self.engine_kind == "hybrid":
+                self._alias_all(rs, mappings)
             if self.block_events:
                 self.warnings += self.blocks.install(rs, self.patched_addresses)
             self._protect(rs, self.protected)
@@ -167,6 +175,14 @@ class DataEngine:
         self.tracee.fast_wait = self._fast_wait
         self.tracee.after_stop = self.area.loop.flush
         self.active = True
+
+    def _alias_all(self, rs: RemoteSyscalls, mappings) -> None:
+        """Every run of traced pages backed by shared memory mapped twice (alias.py)."""
+        self.alias = AliasMap(self.tracee, rs)
+        for start, end in page_runs(p for p, prot in self.protected.items() if prot):
+            self.alias.alias(rs, start, end, origins_in(mappings, start, end), mappings)
+        self.alias.update_access(self.protected)
+        self.area.loop.set_alias(self.alias.bits.ctypes.data, ALIAS_BIT)
 
     def tables_changed(self) -> None:
         """The protected pages or the traced ranges changed: tell the C loop and
@@ -363,7 +379,7 @@ class DataEngine:
         if self._fast_fault(tid, insn, event.si_addr):
             tracee.threads[tid].running = True
             return True
-        self._slow_fault(tid, regs, page)
+        self.slow_path.fault(tid, regs, page)
         return True
 
     def _fast_fault(self, tid: int, insn: MemInstruction | None, address: int) -> bool:
@@ -386,109 +402,10 @@ class DataEngine:
         self._drain_fast()
         return area.loop.handle_fault(tid, address)
 
-    def _slow_fault(self, tid: int, regs, page: int) -> None:
-        self.slow += 1
-        self._hold_others(tid)
-        pages = self._record(tid, regs, {page})
-        self._single_step(tid, pages)
-        self._release_others()
-        self.tracee.resume(tid, 0)
-
-    # threads: while pages are open for one thread's instruction, the others must not
-    # run, or their accesses to those pages would go unseen
-    def _hold_others(self, tid: int) -> None:
-        if not self.exact_threads or len(self.tracee.threads) < 2:
-            return
-        running = {t for t, s in self.tracee.threads.items() if s.running and t != tid}
-        if not running:
-            return
-        events = self.tracee.stop_all()
-        self.defer(events)
-        self._held = (self._held or set()) | (running - {e.tid for e in events})
-        self.held_stops += 1
-
-    def _release_others(self) -> None:
-        held, self._held = self._held, None
-        for t in held or ():
-            state = self.tracee.threads.get(t)
-            if state is not None and not state.running:
-                self.tracee.resume(t)
-
     def _decode(self, rip: int) -> MemInstruction | None:
         if rip not in self.decoded:
             self.decoded[rip] = memory_accesses(self.tracee.mem.read(rip, 16), rip)
         return self.decoded[rip]
-
-    def _record(self, tid: int, regs, pages: set[int]) -> set[int]:
-        """Slow path: record the accesses of the instruction at rip; returns the
-        protected pages it touches."""
-        self._drain_fast()
-        insn = self._decode(regs.rip)
-        recorded = False
-        if insn is not None:
-            seq = self.sequence_of(tid)
-            rip = int(self.original_address(np.array([regs.rip], dtype=np.uint64))[0])
-            first = 1
-            rows = []
-            for op in insn.operands:
-                address = effective_address(op, regs, insn)
-                for page in range(address & ~(PAGE - 1), address + op.size, PAGE):
-                    if self.is_protected(page):
-                        pages.add(page)
-                if self.regions.find(address) is None or not self.recording(tid):
-                    continue
-                recorded = True
-                block = self.alloc.block_at(address) if self.alloc is not None else None
-                block_id, freed = (block.id, int(block.freed_seq is not None)) if block else (0, 0)
-                if self.only_blocks is not None and block_id not in self.only_blocks:
-                    continue
-                self.freed_accesses += freed
-                # a read-modify-write operand is one load, then one store
-                for wanted, letter, kind in ((op.load and self.loads, "L", KIND_LOAD),
-                                             (op.store and self.stores, "S", KIND_STORE)):
-                    if wanted:
-                        self.counts[(rip, letter)] += 1
-                        rows.append((seq, self._next_order(), rip, address, block_id,
-                                     op.size, kind, freed, insn.size, first))
-                        first = 0
-            if rows:
-                chunk = np.zeros(len(rows), dtype=ACCESS_DTYPE)
-                for field, column in zip(ACCESS_FIELDS, zip(*rows)):
-                    chunk[field] = column
-                self._append(tid, chunk)
-        if not recorded:
-            self.untraced_faults += 1
-        return pages
-
-    def _single_step(self, tid: int, pages: set[int]) -> None:
-        """Slow path: open the pages, single-step the instruction, close them."""
-        opened: set[int] = set()
-        state = self.tracee.threads[tid]
-        while True:
-            new = pages - opened
-            if new:
-                with RemoteSyscalls(self.tracee, tid) as rs:
-                    self._unprotect(rs, new)
-                opened |= new
-            pr.singlestep(tid, 0)
-            state.running = True
-            event = self.tracee.wait_event(block=True, tid=tid)
-            if isinstance(event, SignalStop) and event.signum == signal.SIGTRAP:
-                break
-            if isinstance(event, SignalStop) and event.signum == signal.SIGSEGV:
-                page = event.si_addr & ~(PAGE - 1)
-                if event.si_code == SEGV_ACCERR and self.is_protected(page) and page not in opened:
-                    pages.add(page)  # a page the decoder did not predict: open it too
-                    continue
-                state.pending_signal = event.signum  # a genuine fault of the target
-                break
-            if isinstance(event, SignalStop):
-                state.pending_signal = event.signum  # delivered when it resumes
-                continue
-            break
-        if opened and tid in self.tracee.threads:
-            with RemoteSyscalls(self.tracee, tid) as rs:
-                self._protect(rs, opened)
 
     # ---------------------------------------------------------------- syscalls
     def claim_syscall(self, tracee, event) -> bool:
@@ -511,9 +428,30 @@ class DataEngine:
             if hooks.active:
                 hooks.remove(child.mem)
         if self.active and self.protected:
+            held = self._hold_all() if self.alias is not None else []
             with RemoteSyscalls(child) as rs:
+                if self.alias is not None:
+                    self.alias.privatize(rs, self.protected)   # private copies, before it runs
                 self._unprotect(rs, self.protected)
                 self.guard.restore_in(rs)
+            self._resume(held)
+
+    def _hold_all(self) -> list[int]:
+        """Stop every running thread (a fork child's copies are taken meanwhile);
+        returns those to resume."""
+        running = [t for t, s in self.tracee.threads.items() if s.running]
+        if not running:
+            return []
+        events = self.tracee.stop_all()
+        self.defer(events)
+        met = {e.tid for e in events}
+        return [t for t in running if t not in met]
+
+    def _resume(self, tids) -> None:
+        for tid in tids:
+            state = self.tracee.threads.get(tid)
+            if state is not None and not state.running:
+                self.tracee.resume(tid)
 
     def _unhook(self) -> None:
         self.tracee.fast_wait = None
@@ -540,6 +478,8 @@ class DataEngine:
         if self.tracee.threads:
             with RemoteSyscalls(self.tracee) as rs:
                 self.guard.remove(rs)
+                if self.alias is not None:
+                    self.alias.privatize(rs, self.protected)
                 self._unprotect(rs, self.protected)
         self.released = set(self.protected)
         self.loop_stats()
@@ -553,6 +493,8 @@ class DataEngine:
         self._unhook()
         self.tracee.trace_syscalls = False
         self.protected.clear()
+        if self.alias is not None:
+            self.alias.forget()
         self.loop_stats()
         self.area.close()
 

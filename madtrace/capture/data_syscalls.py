@@ -24,9 +24,11 @@ from ..process.events import SyscallStop
 from ..process.remote_syscall import RemoteSyscalls
 from .block_events import syscall_ranges
 from .regions import PAGE, Region
+from .syscall_alias import redirect
 from .syscall_memory import syscall_pages
 
-SYS_MMAP, SYS_MPROTECT, SYS_MUNMAP, SYS_BRK, SYS_MREMAP = 9, 10, 11, 12, 25
+SYS_MMAP, SYS_MPROTECT, SYS_MUNMAP, SYS_BRK, SYS_MREMAP, SYS_MADVISE = 9, 10, 11, 12, 25, 28
+MADV_ZEROING = frozenset({4, 8, 24})    # MADV_DONTNEED, MADV_FREE, MADV_DONTNEED_LOCKED
 SYS_RT_SIGACTION, SIGSEGV = 13, 11
 MAP_SHARED, MAP_PRIVATE, MAP_ANONYMOUS, MAP_STACK = 0x01, 0x02, 0x20, 0x20000
 # system calls that never touch user memory through a pointer nor change mappings
@@ -66,6 +68,9 @@ class SyscallGate:
         # tid -> (rsi to restore, signal, oldact): rt_sigaction of another signal that the
         # kernel gets without SIGSEGV in its mask
         self._rewritten: dict[int, tuple[int, int, int]] = {}
+        # tid -> {register: the program's value}: pointers redirected to the alias
+        self._redirected: dict[int, dict[str, int]] = {}
+        self.redirected_calls = 0
 
     @staticmethod
     def safe_numbers() -> frozenset[int]:
@@ -109,11 +114,14 @@ class SyscallGate:
             return True
         if nr in MAPPING_CALLS:
             engine.numa.mapping_call(nr, args)   # where pages about to go away are
-        if tid in self._open or nr in SAFE or nr in MAPPING_CALLS:
+        if tid in self._open or nr in SAFE or nr in MAPPING_CALLS or \
+                (nr == SYS_MADVISE and engine.alias is not None):
             tracee.resume(tid, 0)
             return True
         if tid in self._skipping:
             return False
+        if engine.alias is not None and self._redirect(tracee, tid, nr, args):
+            return True
         pages = syscall_pages(nr, args, engine.protected, engine.tracee.mem.read)
         pages = {p for p in engine.protected if engine.is_protected(p)} if pages is None else \
             {p for p in pages if engine.is_protected(p)}
@@ -128,8 +136,34 @@ class SyscallGate:
         tracee.resume(tid, 0)
         return True
 
+    def _redirect(self, tracee, tid: int, nr: int, args: list[int]) -> bool:
+        """Pointers into aliased memory go to the alias for the call (True: resumed)."""
+        engine = self.engine
+
+        def touches(start: int, end: int) -> bool:
+            return any(engine.is_protected(p) for p in range(start & ~(PAGE - 1), end, PAGE))
+
+        changes = redirect(nr, args, engine.alias, touches)
+        if changes is None:
+            return False
+        if changes:
+            regs = tracee.get_regs(tid)
+            self._redirected[tid] = {reg: getattr(regs, reg) for reg in changes}
+            for reg, value in changes.items():
+                setattr(regs, reg, value)
+            tracee.set_regs(regs, tid)
+            self.redirected_calls += 1
+        tracee.resume(tid, 0)
+        return True
+
     def _exit_stop(self, tracee, tid: int, result: int) -> bool:
         engine = self.engine
+        redirected = self._redirected.pop(tid, None)
+        if redirected is not None:
+            regs = tracee.get_regs(tid)
+            for reg, value in redirected.items():
+                setattr(regs, reg, value)
+            tracee.set_regs(regs, tid)
         if tid in self._answered:
             signum, kernel_now = self._answered.pop(tid)
             regs = tracee.get_regs(tid)
@@ -173,9 +207,14 @@ class SyscallGate:
         if opened is not None:
             with RemoteSyscalls(tracee, tid) as rs:
                 engine._protect(rs, opened)
+        if opened is not None or redirected:
             engine.blocks.syscall_done(tid, nr, ranges, rip, _signed(result))
         if nr in MAPPING_CALLS and _signed(result) >= 0 or nr == SYS_BRK:
             self._mapping_changed(tracee, tid, nr, args, result)
+        elif nr == SYS_MADVISE and engine.alias is not None and args[2] in MADV_ZEROING \
+                and _signed(result) == 0:
+            with RemoteSyscalls(tracee, tid) as rs:
+                engine.alias.zero(rs, args[0], args[1])
         tracee.resume(tid, 0)
         return True
 
@@ -215,15 +254,20 @@ class SyscallGate:
     def _mapping_changed(self, tracee, tid: int, nr: int, args: list[int], result: int) -> None:
         engine = self.engine
         alloc = engine.alloc if engine.alloc is not None and engine.alloc.active else None
+        alias = engine.alias
         with RemoteSyscalls(tracee, tid) as rs:
             if nr == SYS_BRK:
-                self._refresh_heap(rs)
+                self._refresh_heap(rs, result)
             elif nr == SYS_MUNMAP:
+                if alias is not None:
+                    alias.unmapped(rs, args[0], args[0] + args[1])
                 self._forget(args[0], args[0] + args[1])
                 if alloc:
                     alloc.unmapped(tid, args[0], args[0] + _page_up(args[1]))
             elif nr == SYS_MMAP:
                 start, end = result, result + _page_up(args[1])
+                if alias is not None:
+                    alias.unmapped(rs, start, end)   # MAP_FIXED over aliased pages
                 self._forget(start, end)   # MAP_FIXED over traced pages
                 flags = args[3]
                 if (flags & MAP_ANONYMOUS and flags & MAP_PRIVATE and not flags & MAP_STACK
@@ -231,6 +275,8 @@ class SyscallGate:
                     engine.regions.add(Region(start, end, f"[anon {start:#x}]"))
                     new = {p: args[2] & 7 for p in range(start, end, PAGE)}
                     engine.protected.update(new)
+                    if alias is not None:
+                        self._alias_new(rs, start, end, "", new)
                     engine._protect(rs, new)
                     self.mapped_regions += 1
                     if alloc:
@@ -249,7 +295,17 @@ class SyscallGate:
                 for p in pages:
                     engine.protected[p] = args[2] & 7
                 engine._protect(rs, pages)   # closed again (those still accessible)
+                if alias is not None:
+                    alias.update_access(engine.protected, pages)
         engine.tables_changed()
+
+    def _alias_new(self, rs: RemoteSyscalls, start: int, end: int, path: str, pages) -> None:
+        """Fresh memory of the program (zeros) joins the aliased memory."""
+        from .alias import Origin
+        alias = self.engine.alias
+        if alias.alias(rs, start, end, [Origin(start, end, path)], read_maps(rs.tracee.pid),
+                       fresh=True):
+            alias.update_access(self.engine.protected, pages)
 
     def _forget(self, start: int, end: int) -> None:
         engine = self.engine
@@ -263,20 +319,28 @@ class SyscallGate:
         if region is None:
             return
         prot = engine.protected.get(old & ~(PAGE - 1), 3)
+        moved = engine.alias is not None and engine.alias.moved(rs, old, old_size, new, new_size,
+                                                                 read_maps(rs.tracee.pid))
         self._forget(old, old + old_size)
         engine.regions.add(Region(new, new + new_size, region.label))
         pages = {p: prot for p in range(new, new + new_size, PAGE)}
         engine.protected.update(pages)
         engine._protect(rs, pages)   # the grown part of the mapping was never closed
+        if moved:
+            engine.alias.update_access(engine.protected, pages)
 
-    def _refresh_heap(self, rs: RemoteSyscalls) -> None:
+    def _refresh_heap(self, rs: RemoteSyscalls, brk: int) -> None:
         engine = self.engine
         if not self.traces_default("[heap]"):
             return  # the heap is not among the traced regions
-        # our own mprotect calls split the heap into several mappings, all named [heap]
-        parts = [m for m in read_maps(engine.tracee.pid) if m.path == "[heap]"]
-        heap = Region(min(m.start for m in parts), max(m.end for m in parts), "[heap]") if parts else None
         old = next((r for r in engine.regions.regions if r.label == "[heap]"), None)
+        if engine.alias is not None:
+            heap = self._aliased_heap(rs, old, brk)
+        else:
+            # our own mprotect calls split the heap into several mappings, all named [heap]
+            parts = [m for m in read_maps(engine.tracee.pid) if m.path == "[heap]"]
+            heap = Region(min(m.start for m in parts), max(m.end for m in parts), "[heap]") \
+                if parts else None
         engine.regions.replace("[heap]", heap)
         wanted = set(range(heap.start, heap.end, PAGE)) if heap else set()
         if old is not None:
@@ -286,7 +350,25 @@ class SyscallGate:
         new = {p: 3 for p in wanted if p not in engine.protected}
         if new:
             engine.protected.update(new)
+            if engine.alias is not None:
+                engine.alias.update_access(engine.protected, new)
             engine._protect(rs, new)
+
+    def _aliased_heap(self, rs: RemoteSyscalls, old: Region | None, brk: int) -> Region | None:
+        """The brk heap [start_brk, brk) (its mappings are the alias's memfd, not
+        named [heap]): a shrunk part loses its alias, a grown part gets one."""
+        alias = self.engine.alias
+        start = alias.start_brk
+        end = _page_up(brk) if start <= brk < 1 << 63 else start
+        old_end = old.end if old is not None else start
+        if end < old_end:
+            alias.unmapped(rs, end, old_end)
+        elif end > old_end:
+            maps = read_maps(rs.tracee.pid)
+            if old_end == start or not alias.extend(rs, old_end, end, maps):
+                from .alias import Origin
+                alias.alias(rs, old_end, end, [Origin(old_end, end, "[heap]")], maps, fresh=True)
+        return Region(start, end, "[heap]") if end > start else None
 
 
 def _page_up(n: int) -> int:

@@ -52,7 +52,7 @@ def _library() -> ctypes.CDLL:
         "mt_record_size": (SZ, []),
         "mt_set_protected": (I, [P, P, SZ]), "mt_set_traced": (I, [P, P, SZ]),
         "mt_set_safe_syscalls": (I, [P, P, SZ]), "mt_set_resume": (None, [P, I]),
-        "mt_set_kinds": (None, [P, U64]),
+        "mt_set_kinds": (None, [P, U64]), "mt_set_alias": (None, [P, P, U64]),
         "mt_order": (U64, [P]), "mt_set_order": (None, [P, U64]),
         "mt_n_records": (SZ, [P]), "mt_clear_records": (None, [P]), "mt_n_insns": (SZ, [P]),
         "mt_insn_resize": (I, [P, SZ]),
@@ -129,6 +129,11 @@ class FaultLoop:
 
     def set_resume(self, trace_syscalls: bool) -> None:
         self.lib.mt_set_resume(self.ctx, pr.PTRACE_SYSCALL if trace_syscalls else pr.PTRACE_CONT)
+
+    def set_alias(self, bits_address: int, alias_bit: int) -> None:
+        """Stores into aliased pages are written through their alias (``bits_address``:
+        the tracer's mapping of the alias bitmap, alias.py)."""
+        self.lib.mt_set_alias(self.ctx, bits_address or None, alias_bit)
 
     def set_kinds(self, loads: bool, stores: bool) -> None:
         self.lib.mt_set_kinds(self.ctx, (1 if loads else 0) | (2 if stores else 0))

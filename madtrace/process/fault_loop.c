@@ -102,6 +102,9 @@ struct mt_ctx {
     uint64_t order;
     uint64_t fast, untraced, syscalls, writebacks, writeback_errors;
     uint64_t kinds_filter;     /* bit 0: record loads, bit 1: record stores */
+    const volatile uint8_t *alias_bits;  /* hybrid engine: one bit per page reached through
+                                            its alias (capture/alias.py), or NULL */
+    uint64_t alias_bit;
 };
 
 static inline uint8_t *slot_of(struct mt_ctx *c, int slot) {
@@ -168,6 +171,29 @@ int mt_set_safe_syscalls(struct mt_ctx *c, const uint8_t *bitmap, size_t n) {
     return 0;
 }
 void mt_set_resume(struct mt_ctx *c, int request) { c->resume_request = request; }
+void mt_set_alias(struct mt_ctx *c, const uint8_t *bits, uint64_t alias_bit) {
+    c->alias_bits = bits;
+    c->alias_bit = alias_bit;
+}
+
+/* Writes into the target: a protected page of shared memory cannot be written
+ * through /proc/PID/mem (FOLL_FORCE only breaks copy-on-write), so an aliased
+ * page is written through its alias.  Returns the bytes written (len: all). */
+static ssize_t write_target(struct mt_ctx *c, const void *buf, size_t len, uint64_t addr) {
+    if (!c->alias_bits)
+        return pwrite(c->memfd, buf, len, (off_t)addr);
+    size_t done = 0;
+    while (done < len) {
+        uint64_t a = addr + done, page = a / MT_PAGE;
+        size_t n = MT_PAGE - (a % MT_PAGE);
+        if (n > len - done) n = len - done;
+        uint64_t to = (c->alias_bits[page / 8] >> (page % 8) & 1) ? a ^ c->alias_bit : a;
+        if (pwrite(c->memfd, (const uint8_t *)buf + done, n, (off_t)to) != (ssize_t)n)
+            return (ssize_t)done;
+        done += n;
+    }
+    return (ssize_t)done;
+}
 void mt_set_kinds(struct mt_ctx *c, uint64_t kinds) { c->kinds_filter = kinds; }
 uint64_t mt_order(struct mt_ctx *c) { return c->order; }
 void mt_set_order(struct mt_ctx *c, uint64_t order) { c->order = order; }
@@ -290,7 +316,7 @@ int mt_flush(struct mt_ctx *c) {
         /* whatever the instruction changed goes back, whether or not the decoder
          * called it a store */
         if (len && memcmp(slot_of(c, s) + MT_DSLOT_BYTES, slot_of(c, s) + MT_DSLOT_ORIGINAL, len)) {
-            if (pwrite(c->memfd, slot_of(c, s) + MT_DSLOT_BYTES, len, (off_t)addr) == (ssize_t)len)
+            if (write_target(c, slot_of(c, s) + MT_DSLOT_BYTES, len, addr) == (ssize_t)len)
                 c->writebacks++;
             else
                 c->writeback_errors++;
@@ -359,7 +385,7 @@ static int branch(struct mt_ctx *c, struct mt_thread *t, struct user_regs_struct
                   struct mt_insn *e, uint64_t ea) {
     uint64_t target, back = regs->rip + e->ilen;
     if (e->size != 8 || pread(c->memfd, &target, 8, (off_t)ea) != 8) return 0;
-    if (e->op == OP_CALL && pwrite(c->memfd, &back, 8, (off_t)(regs->rsp - 8)) != 8) return 0;
+    if (e->op == OP_CALL && write_target(c, &back, 8, regs->rsp - 8) != 8) return 0;
     if (!record_operand(c, t, regs->rip, ea, 8, 1, e->ilen)) c->untraced++;
     if (e->op == OP_CALL) regs->rsp -= 8;
     regs->rip = target;
@@ -385,10 +411,10 @@ static int string_op(struct mt_ctx *c, struct mt_thread *t, struct user_regs_str
     uint64_t src_lo = back ? src - (n - 1) * size : src;
     if (e->op == OP_STOS) {
         for (uint64_t i = 0; i < span; i++) buf[i] = ((uint8_t *)&regs->rax)[i % size];
-        if (pwrite(c->memfd, buf, span, (off_t)dst_lo) != (ssize_t)span) return 0;
+        if (write_target(c, buf, span, dst_lo) != (ssize_t)span) return 0;
     } else if (dst_lo + span <= src_lo || src_lo + span <= dst_lo) {
         if (pread(c->memfd, buf, span, (off_t)src_lo) != (ssize_t)span) return 0;
-        if (pwrite(c->memfd, buf, span, (off_t)dst_lo) != (ssize_t)span) return 0;
+        if (write_target(c, buf, span, dst_lo) != (ssize_t)span) return 0;
     } else {
         /* overlapping: element by element in a copy of both ranges, in program order */
         uint64_t lo = dst_lo < src_lo ? dst_lo : src_lo;
@@ -398,7 +424,7 @@ static int string_op(struct mt_ctx *c, struct mt_thread *t, struct user_regs_str
             uint64_t off = back ? (n - 1 - i) * size : i * size;
             memmove(buf + (dst_lo - lo) + off, buf + (src_lo - lo) + off, size);
         }
-        if (pwrite(c->memfd, buf + (dst_lo - lo), span, (off_t)dst_lo) != (ssize_t)span) return 0;
+        if (write_target(c, buf + (dst_lo - lo), span, dst_lo) != (ssize_t)span) return 0;
     }
     int64_t step = back ? -(int64_t)size : (int64_t)size;
     int any = 0;
