@@ -336,6 +336,113 @@ mt_dataslot_pp_return_abs64:
 mt_dataslot_end:
 
 /* ---------------------------------------------------------------------------
+ * Data probes (layout.h "Data probes").  probe_head, then the tracer's
+ * "lea rcx, [effective address]", then probe, then the tracer's tail (the
+ * instruction on [rA]).  probe uses rax, rcx and rdx only and never the stack
+ * beyond its frame, so that the tracer can move a thread stopped anywhere in
+ * it back to the original instruction (before the record is published: the
+ * registers are in the frame) or forward (after); the marks mt_probe_at_*
+ * tell it where the flags are saved, where the record is published and where
+ * the slow paths begin.  Threads whose %fs:0 is not their fs base are not
+ * recorded (counted as unregistered).
+ */
+mt_probe_head_start:
+        lea rsp, [rsp - MT_PROBE_FRAME]
+        mov [rsp + MT_PF_RAX], rax
+        mov [rsp + MT_PF_RCX], rcx
+        mov [rsp + MT_PF_RDX], rdx
+mt_probe_head_end:
+
+mt_probe_start:
+        lahf
+        seto al
+        mov [rsp + MT_PF_FLAGS], rax
+mt_probe_at_flags:
+        mov [rsp + MT_PF_ADDR], rcx
+        mov rdx, rcx
+        shr rdx, 15
+        movabs rax, 0x1122334455667788
+mt_probe_pp_bitmap_abs64:
+        movzx eax, byte ptr [rax + rdx]
+        mov edx, ecx
+        shr edx, 12
+        and edx, 7
+        bt eax, edx
+        jnc .Lpr_out                        /* not aliased: the address itself */
+        movabs rcx, 0x1122334455667788
+mt_probe_pp_ctl_abs64:
+        mov rax, fs:[0]
+        not rax
+        SLOT_OF
+        jne .Lpr_probe
+.Lpr_found:
+        mov rcx, [rdx + 8]
+        mov rax, [rcx + MT_RING_HEAD]
+        cmp rax, [rcx + MT_RING_LIMIT]
+        jae .Lpr_full
+.Lpr_room:
+        and eax, MT_RING_MASK
+        shl eax, 4
+        mov rdx, [rsp + MT_PF_ADDR]
+        mov [rcx + rax + MT_RING_RECORDS_OFF], rdx
+        mov qword ptr [rcx + rax + MT_RING_RECORDS_OFF + 8], 0x7fffffff
+mt_probe_pp_code_imm32:
+        inc qword ptr [rcx + MT_RING_HEAD]
+mt_probe_at_published:
+.Lpr_alias:
+        btc qword ptr [rsp + MT_PF_ADDR], MT_ALIAS_BIT_INDEX
+.Lpr_out:
+        mov rax, [rsp + MT_PF_FLAGS]
+        add al, 0x7f                        /* OF back (al: 1 if it was set) */
+        sahf                                /* SF ZF AF PF CF back */
+        mov rdx, [rsp + MT_PF_RDX]
+        mov rcx, [rsp + MT_PF_RCX]
+        mov rax, [rsp + MT_PF_RAX]
+        jmp .Lpr_end
+mt_probe_at_slow:
+.Lpr_probe:                                 /* the rest of the linear probe for %fs:0 */
+        cmp qword ptr [rdx], 0
+        je .Lpr_noslot
+        add rdx, MT_SLOT_ENTRY_SIZE
+        lea rax, [rcx + MT_SLOT_TABLE + MT_SLOT_TABLE_SIZE]
+        cmp rdx, rax
+        jae .Lpr_noslot
+        mov rax, fs:[0]
+        not rax
+        cmp [rdx], rax
+        jne .Lpr_probe
+        jmp .Lpr_found
+.Lpr_noslot:
+        test byte ptr [rcx + MT_CTL_FLAGS], MT_FLAG_ENABLED
+        jz .Lpr_alias
+        lock inc qword ptr [rcx + MT_CTL_UNREGISTERED]
+        jmp .Lpr_alias
+.Lpr_full:                                  /* HEAD >= LIMIT: off, or full */
+        cmp qword ptr [rcx + MT_RING_LIMIT], 0
+        je .Lpr_alias
+        mov rdx, [rcx + MT_RING_CONTROL]
+        cmp byte ptr [rdx + MT_CTL_NOWAIT], 0
+        jne .Lpr_drop
+        inc qword ptr [rcx + MT_RING_WAITS]
+        mov edx, MT_SPIN_LIMIT
+.Lpr_wait:
+        pause
+        mov rax, [rcx + MT_RING_HEAD]
+        cmp qword ptr [rcx + MT_RING_LIMIT], 0
+        je .Lpr_alias
+        cmp rax, [rcx + MT_RING_LIMIT]
+        jb .Lpr_room
+        dec edx
+        jnz .Lpr_wait
+        mov rdx, [rcx + MT_RING_CONTROL]
+        mov byte ptr [rdx + MT_CTL_NOWAIT], 1
+.Lpr_drop:
+        inc qword ptr [rcx + MT_RING_DROPS]
+        jmp .Lpr_alias
+.Lpr_end:
+mt_probe_end:
+
+/* ---------------------------------------------------------------------------
  * The guard (layout.h "The guard"): the SIGSEGV and SIGTRAP handler installed
  * while data tracing is on (SA_SIGINFO | SA_RESTORER, restorer: mt_sigreturn).
  * Every register is restored by rt_sigreturn from the signal frame, so the

@@ -283,7 +283,8 @@ class Recording:
                             track_allocations=self.options.track_allocations,
                             loads=self.options.loads, stores=self.options.stores,
                             original_address=self._original_addresses,
-                            engine=self.options.data_engine, **selection)
+                            engine=self.options.data_engine,
+                            rings=functions.rings if functions else None, **selection)
         self.data = engine
         try:
             engine.install()
@@ -433,7 +434,10 @@ class Recording:
                                  "held_stops": engine.held_stops,
                                  # vfork children that ran untraced in the shared memory
                                  "vfork_windows": engine.vfork.windows,
-                                 "regions": [[r.start, r.end, r.label] for r in engine.regions.regions]}}
+                                 "regions": [[r.start, r.end, r.label] for r in engine.regions.regions],
+                                 "engine": engine.engine_kind,
+                                 "paths": engine.paths.report() if engine.paths else None,
+                                 "alias": engine.alias.report() if engine.alias else None}}
 
     def _state_meta(self, outcome: str) -> dict:
         """How the recording stands (or ended): the part of meta.json that the end

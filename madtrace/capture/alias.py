@@ -183,6 +183,10 @@ class AliasMap:
     def aliased_pages(self) -> int:
         return sum(e - s for s, e in self.spans) // PAGE
 
+    def report(self) -> dict:
+        return {"ranges": len(self.spans), "pages": self.aliased_pages(),
+                "refused": dict(self.refused)}
+
     # ---------------------------------------------------------------- bits
     def set_bits(self, start: int, end: int, on: bool) -> None:
         """Pages [start, end) (page aligned) readable and writable through the alias."""

@@ -63,7 +63,11 @@ class Block:
 
 
 class AllocTracker:
-    def __init__(self, tracee: Tracee, space: AddressSpace, sequence_of, next_order, guard=None):
+    def __init__(self, tracee: Tracee, space: AddressSpace, sequence_of, next_order, guard=None,
+                 code_address=None):
+        """``code_address(address)``: the original code's address of a return
+        address (the data engine's relocated code is named by the original)."""
+        self.code_address = code_address or (lambda address: address)
         self.next_order = next_order
         self.tracee = tracee
         self.space = space
@@ -135,7 +139,7 @@ class AllocTracker:
     # ---------------------------------------------------------------- blocks
     def _site(self, return_address: int) -> str:
         """The calling instruction as MadT names it: function+decimal offset."""
-        return self.space.code_location(return_address - 5, decimal=True)
+        return self.space.code_location(self.code_address(return_address) - 5, decimal=True)
 
     def _record(self, tid, name, a0, a1, result, return_address) -> None:
         self.events += 1

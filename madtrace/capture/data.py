@@ -29,6 +29,7 @@ traced regions in step with brk, mmap, munmap, mremap and mprotect.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections import Counter
@@ -45,6 +46,8 @@ from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
 from ..process.tracee import Tracee
 from .alias import ALIAS_BIT, AliasMap, origins_in
 from .alloc import AllocTracker
+from .data_records import finish_rows
+from .paths import AccessPaths
 from .block_events import BlockEvents
 from .data_gate import DataGate
 from .data_syscalls import SyscallGate
@@ -75,7 +78,7 @@ class DataEngine:
                  defer=None, only_regions: list[Region] | None = None, region_filter=None,
                  loads: bool = True, stores: bool = True, data_in: list[str] | None = None,
                  only_blocks: set[int] | None = None, block_events: bool = True,
-                 original_address=None, engine: str = "fault"):
+                 original_address=None, engine: str = "fault", rings=None):
         """``only_regions``: trace these ranges (watched variables), and no default
         region unless ``region_filter`` also keeps some (--regions);
         ``only_blocks``: record only accesses to these heap blocks (--only malloc0014);
@@ -87,7 +90,9 @@ class DataEngine:
         (function tracing relocates prologues into trampolines: an access made
         there is recorded at the original instruction's address);
         ``engine``: "fault" (every access a fault) or "hybrid" (traced memory
-        aliased, alias.py)."""
+        aliased, alias.py; instructions rewritten to record their own accesses,
+        paths.py); ``rings``: the function tracer's (the hybrid engine's data
+        records go there too; None: it makes its own)."""
         self.only_regions = only_regions
         self.region_filter = region_filter
         self.exact_threads = exact_threads
@@ -116,6 +121,8 @@ class DataEngine:
         self.area: DataArea | None = None
         self.engine_kind = engine
         self.alias: AliasMap | None = None
+        self.paths: AccessPaths | None = None
+        self._rings = rings
         self.guard: SegvGuard | None = None
         self.gate: DataGate | None = DataGate(self, data_in) if data_in else None
         self.armed = self.gate is None   # pages protected (always, without --data-in)
@@ -157,6 +164,12 @@ class DataEngine:
             self.guard.install(rs)            # before any page is protected
             if self.engine_kind == "hybrid":
                 self._alias_all(rs, mappings)
+                self.paths = AccessPaths(self, self._rings, ACCESS_DTYPE)
+                self.paths.install(rs)
+                self.sequence_of = self.paths.calls_before
+                self.sequence_address = self.paths.head_address
+                outer = self.original_address
+                self.original_address = lambda rips: outer(self.paths.original_array(rips))
             if self.block_events:
                 self.warnings += self.blocks.install(rs, self.patched_addresses)
             self._protect(rs, self.protected)
@@ -164,7 +177,7 @@ class DataEngine:
                 self.gate.install(rs, self.patched_addresses)
             if self.track_allocations:
                 self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of, self._next_order,
-                                          self.guard)
+                                          self.guard, self.code_address)
                 self.warnings += self.alloc.install(rs, self.patched_addresses)
         self.numa.initial_threads(list(self.tracee.threads))
         for tid in self.tracee.threads:
@@ -263,6 +276,8 @@ class DataEngine:
     # ----------------------------------------------------------------- threads
     def add_thread(self, tid: int) -> None:
         self.numa.new_thread(tid)
+        if self.paths is not None:
+            self.paths.add_thread(tid)
         if self.area is not None and not self.area.add_thread(tid, self.sequence_address(tid)):
             self.warnings.append(f"thread {tid}: no free data slot, its accesses take the slow path")
         elif self.gate is not None:
@@ -281,6 +296,8 @@ class DataEngine:
         if self.area is not None and not self.area.loop.closed:
             self._drain_fast()
             self.area.remove_thread(tid)
+        if self.paths is not None:
+            self.paths.thread_exited(tid)
 
     # ----------------------------------------------------------------- waiting
     def _fast_wait(self, block: bool):
@@ -290,6 +307,8 @@ class DataEngine:
 
     def _next_order(self) -> int:
         self._drain_fast()   # accesses before this allocation event keep their blocks
+        if self.paths is not None:
+            return self.paths.next_order()
         live = self.area is not None and not self.area.loop.closed
         self._order = max(self._order, self.area.loop.order if live else 0) + 1
         if live:
@@ -297,6 +316,8 @@ class DataEngine:
         return self._order
 
     def _drain_fast(self) -> None:
+        if self.paths is not None:
+            self.paths.drain()
         if self.area is None or self.area.loop.closed:
             return
         records = self.area.loop.take_records()
@@ -306,22 +327,9 @@ class DataEngine:
         for field in ("seq", "order", "addr", "size", "kind", "ilen", "first"):
             out[field] = records[field]
         out["rip"] = self.original_address(records["rip"])
-        if self.alloc is not None and self.alloc.blocks:
-            out["block"], out["freed"] = self.alloc.blocks_of(records["addr"])
-        if self.only_blocks is not None:
-            keep = np.isin(out["block"], np.array(sorted(self.only_blocks), dtype=np.uint32))
-            out, records = out[keep], records[keep]
-            if not len(out):
-                return
-        self.freed_accesses += int(np.count_nonzero(out["freed"]))
-        # per (instruction, kind) counts: one 64-bit key each (user addresses < 2**62)
-        keys, n = np.unique((out["rip"] << np.uint64(2)) | out["kind"].astype(np.uint64),
-                            return_counts=True)
-        for key, count in zip(keys.tolist(), n.tolist()):
-            self.counts[(key >> 2, "L" if key & 3 == KIND_LOAD else "S")] += count
         tids = records["tid"]
         for tid in np.unique(tids).tolist():
-            self._append(tid, out[tids == tid])
+            finish_rows(self, tid, out[tids == tid])
 
     def _append(self, tid: int, chunk: np.ndarray) -> None:
         self.chunks.setdefault(tid, []).append(chunk)
@@ -350,6 +358,7 @@ class DataEngine:
                 return True
             if self.guard is not None:
                 self.guard.delivering(signal.SIGTRAP)
+            self._settle(event)
             return False
         if not self.active:
             # a fault taken just before tracing stopped, reported after: the page is
@@ -360,6 +369,7 @@ class DataEngine:
                 return True
             return False
         if event.signum != signal.SIGSEGV:
+            self._settle(event)
             return False
         page = event.si_addr & ~(PAGE - 1)
         if event.si_code == SEGV_ACCERR and not self.armed and self.protected.get(page) \
@@ -372,15 +382,29 @@ class DataEngine:
         self._last_open_fault.pop(event.tid, None)
         if event.si_code != SEGV_ACCERR or not self.is_protected(page):
             self.guard.delivering(signal.SIGSEGV)
+            self._settle(event)
             return False  # the target's own fault: delivered unchanged
         tid = event.tid
         regs = self.tracee.get_regs(tid)
+        if self.paths is not None:
+            self.paths.drain()                  # the fault loop may have found a ring full
+            if self.paths.fault(tid, regs):
+                return True
         insn = self._decode(regs.rip)
         if self._fast_fault(tid, insn, event.si_addr):
             tracee.threads[tid].running = True
             return True
         self.slow_path.fault(tid, regs, page)
         return True
+
+    def code_address(self, address: int) -> int:
+        """The original code's address of ``address`` (relocated code: paths.py)."""
+        return self.paths.original(address) if self.paths is not None else address
+
+    def _settle(self, event: SignalStop) -> None:
+        """A signal is delivered to the thread: out of any probe first (paths.py)."""
+        if self.paths is not None and self.active:
+            self.paths.settle(event.tid, event.signum)
 
     def _fast_fault(self, tid: int, insn: MemInstruction | None, address: int) -> bool:
         area = self.area
@@ -466,6 +490,8 @@ class DataEngine:
         self._drain_fast()
         self.numa.observe_all()
         self.area.loop.flush()
+        if self.paths is not None and self.tracee.threads:
+            self.paths.detach()      # threads out of probes, entries back, last records
         for tid in list(self.tracee.threads):
             self.area.leave(tid)
         self.area.discard_unfinished()
@@ -487,6 +513,8 @@ class DataEngine:
 
     def forget_after_exec(self) -> None:
         self._drain_fast()
+        if self.paths is not None:
+            self.paths.finish()
         for hooks in self._all_hooks():
             hooks.active = False
         self.active = False
@@ -501,14 +529,17 @@ class DataEngine:
     # ----------------------------------------------------------------- results
     def write(self) -> None:
         self._drain_fast()
+        if self.paths is not None and not self.tracee.threads:
+            self.paths.finish()      # the target is gone: the last records
         if self.alloc is not None:
             self.alloc.write(self.out_dir)
         self.blocks.write(self.out_dir)
         if self.active:
             self.numa.observe_all()     # a snapshot: where the pages are now
         self.numa.write(self.out_dir)
-        for tid in list(self.chunks):
-            self._spool(tid)
+        with self.paths.rings.lock if self.paths is not None else contextlib.nullcontext():
+            for tid in list(self.chunks):
+                self._spool(tid)
 
     @property
     def faults(self) -> int:

@@ -247,7 +247,7 @@ class SyscallGate:
     def _caller(self, tid: int) -> int:
         """The return address of the libc wrapper that made the call (MadT's site)."""
         try:
-            return self.engine.tracee.mem.read_u64(self._stack.get(tid, 0))
+            return self.engine.code_address(self.engine.tracee.mem.read_u64(self._stack.get(tid, 0)))
         except Exception:
             return 0
 

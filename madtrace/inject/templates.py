@@ -25,6 +25,7 @@ class Template:
     name: str
     code: bytes
     patch_points: dict[str, tuple[tuple[int, str], ...]]
+    marks: dict[str, int] = None     # mt_<name>_at_<mark>: offset in the template
 
     @property
     def size(self) -> int:
@@ -60,7 +61,8 @@ class Injector:
         self.layout: dict[str, int] = data["layout"]
         self.templates: dict[str, Template] = {
             name: Template(name, bytes.fromhex(t["code"]),
-                           {f: tuple((o, k) for o, k in pp) for f, pp in t["patch_points"].items()})
+                           {f: tuple((o, k) for o, k in pp) for f, pp in t["patch_points"].items()},
+                           dict(t.get("marks", {})))
             for name, t in data["templates"].items()
         }
 
