@@ -62,9 +62,10 @@ DRAIN_OUT := build/native/libmtdrain.so
 # the frame rules of the call records (analysis side: segmentation, call tree)
 REPLAY_OUT := build/native/libmtreplay.so
 native: $(NATIVE_OUT) $(DRAIN_OUT) $(REPLAY_OUT)
-$(NATIVE_OUT): madtrace/process/fault_loop.c injector/layout.h
+$(NATIVE_OUT): madtrace/process/fault_loop.c madtrace/capture/data_expand.c injector/layout.h
 	@mkdir -p $(@D)
-	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ madtrace/process/fault_loop.c \
+	    madtrace/capture/data_expand.c
 $(DRAIN_OUT): madtrace/capture/ring_drain.c injector/layout.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<

@@ -291,9 +291,12 @@ class Recording:
         except BaseException:
             engine.detach()
             raise
-        # every access costs ptrace stops: ~10x cheaper with tracer and target on one CPU
-        self._same_cpu = SameCpu(list(self.tracee.threads), pid=self.tracee.pid).__enter__()
-        engine.numa.on_binding = self._same_cpu.set_original
+        if engine.paths is None:
+            # every access costs ptrace stops: ~10x cheaper with tracer and target on one CPU
+            # (the hybrid engine's accesses do not stop: the target and the drain of its
+            # rings run side by side)
+            self._same_cpu = SameCpu(list(self.tracee.threads), pid=self.tracee.pid).__enter__()
+            engine.numa.on_binding = self._same_cpu.set_original
         self.controller.signal_claimers.append(engine.claim_signal)
         self.controller.syscall_claimers.append(engine.claim_syscall)
         self.controller.on_fork_child.append(lambda child, pid: engine.fork_child(child))

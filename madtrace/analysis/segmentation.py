@@ -80,6 +80,7 @@ import numpy as np
 
 from ..capture.data import ACCESS_DTYPE
 from ..errors import CorruptTraceError
+from ..trace.compact import access_files
 from ..trace.reader import iter_access_chunks, iter_call_chunks
 from ..trace.store import per_thread_files
 from .replay import (EVENT_ACCESS, EVENT_BEGIN, EVENT_DTYPE, EVENT_END, FATES, KIND_CALL,
@@ -266,7 +267,7 @@ def iter_thread_chunks(directory: str, *, accesses: bool = True,
     record_paths = dict(thread_files(directory))
     tids = set(record_paths)
     if accesses:
-        tids |= {t for t, _ in per_thread_files(directory, "data", ".acc")}
+        tids |= {t for t, _ in access_files(directory)}
     next_call = 0
     for tid in sorted(tids):
         replay = ThreadReplay(tables.code_fid, tables.code_exit, tables.code_kind,

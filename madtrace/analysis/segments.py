@@ -21,6 +21,7 @@ from ..binary.address_space import AddressSpace
 from ..binary.maps import parse_maps
 from ..capture.data import ACCESS_DTYPE, KIND_LOAD
 from ..capture.rings import RECORD_DTYPE
+from ..trace.compact import access_count, access_files
 from .replay import EVENT_ACCESS, EVENT_BEGIN, FATE_COMPLETED, FATES
 from .segmentation import iter_thread_chunks, load_tables
 
@@ -132,12 +133,9 @@ def _name(names: list[str], fid: int) -> str:
 
 
 def _thread_header(directory: str, tid: int) -> str:
-    records = accesses = 0
-    for path, dtype, what in ((os.path.join(directory, "calls", f"{tid}.rec"), RECORD_DTYPE, 0),
-                              (os.path.join(directory, "data", f"{tid}.acc"), ACCESS_DTYPE, 1)):
-        if os.path.exists(path):
-            n = os.path.getsize(path) // dtype.itemsize
-            records, accesses = (n, accesses) if what == 0 else (records, n)
+    path = os.path.join(directory, "calls", f"{tid}.rec")
+    records = os.path.getsize(path) // RECORD_DTYPE.itemsize if os.path.exists(path) else 0
+    accesses = sum(access_count(directory, p) for t, p in access_files(directory) if t == tid)
     return f"== thread {tid}: {records} call records, {accesses} data accesses"
 
 

@@ -13,13 +13,12 @@ per block event).
 from __future__ import annotations
 
 import bisect
-import os
 import sys
 
-from ..capture.data import ACCESS_DTYPE
 from ..errors import NoDataError
 from ..trace.events import load_data_list
-from ..trace.store import per_thread_files, read_meta
+from ..trace.compact import access_count, access_files
+from ..trace.store import read_meta
 
 # block event kinds -> which of their ranges were read / written
 #   Y copy: `source` read, `address` written; W block store; G block fetch (write())
@@ -30,16 +29,16 @@ BLOCK_WRITES = {"Y": "address", "W": "address"}
 def require_accesses(directory: str, kind: str) -> dict:
     """meta.json of ``directory``; NoDataError when it was recorded without --data."""
     meta = read_meta(directory)
-    if "data_tracing" not in meta and not per_thread_files(directory, "data", ".acc"):
+    if "data_tracing" not in meta and not access_files(directory):
         raise NoDataError(f"{directory} has no data accesses: --kind {kind} needs a trace "
                           "recorded with --data")
     return meta
 
 
 def access_rows(directory: str) -> int:
-    """How many accesses the trace holds (from the file sizes)."""
-    return sum(os.path.getsize(path) // ACCESS_DTYPE.itemsize
-               for _, path in per_thread_files(directory, "data", ".acc"))
+    """How many accesses the trace holds (from the file sizes; a compact file is
+    decoded)."""
+    return sum(access_count(directory, path) for _, path in access_files(directory))
 
 
 def load_block_events(directory: str) -> list[dict]:

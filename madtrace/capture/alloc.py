@@ -197,15 +197,7 @@ class AllocTracker:
         """``block_at`` for an array of addresses: (block ids, 0 or 1 freed); 0: no block."""
         ids = np.zeros(len(addresses), dtype=np.uint32)
         freed = np.zeros(len(addresses), dtype=np.uint8)
-        if self._arrays is None or self._arrays[0] != self.events:
-            tables = []
-            for starts, table in ((self.live_starts, self.live), (self.freed_starts, self.freed)):
-                blocks = [table[a] for a in starts]
-                tables.append((np.array(starts, dtype=np.uint64),
-                               np.array([b.address + max(b.size, 1) for b in blocks], dtype=np.uint64),
-                               np.array([b.id for b in blocks], dtype=np.uint32)))
-            self._arrays = (self.events, tables)
-        for flag, (starts, ends, block_ids) in enumerate(self._arrays[1]):
+        for flag, (starts, ends, block_ids) in enumerate(self.tables()):
             if not len(starts):
                 continue
             i = np.searchsorted(starts, addresses, side="right") - 1
@@ -214,6 +206,19 @@ class AllocTracker:
             ids[hit] = block_ids[j[hit]]
             freed[hit] = flag
         return ids, freed
+
+    def tables(self):
+        """(starts, ends, ids) of the live blocks and of the freed ones (the last
+        freed at each address), sorted by start (numpy; rebuilt after a change)."""
+        if self._arrays is None or self._arrays[0] != self.events:
+            tables = []
+            for starts, table in ((self.live_starts, self.live), (self.freed_starts, self.freed)):
+                blocks = [table[a] for a in starts]
+                tables.append((np.array(starts, dtype=np.uint64),
+                               np.array([b.address + max(b.size, 1) for b in blocks], dtype=np.uint64),
+                               np.array([b.id for b in blocks], dtype=np.uint32)))
+            self._arrays = (self.events, tables)
+        return self._arrays[1]
 
     def write(self, out_dir: str) -> None:
         os.makedirs(os.path.join(out_dir, "data"), exist_ok=True)

@@ -44,6 +44,7 @@ from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
 from ..process.tracee import Tracee
+from ..trace.access_format import ACCESS_DTYPE, ACCESS_FIELDS, KIND_LOAD, KIND_STORE  # noqa: F401
 from .alias import ALIAS_BIT, AliasMap, origins_in
 from .alloc import AllocTracker
 from .data_records import finish_rows
@@ -59,15 +60,6 @@ from .slow_path import SlowPath
 from .vfork_window import VforkWindow
 
 SEGV_ACCERR = 2
-# one data access (data/<tid>.acc): seq = call records the thread had written before it;
-# order = the tracer's event counter, shared with allocation events (a total order of
-# what the tracer saw); block = allocation id (0: none), freed = it was already freed;
-# first = the first access of one execution of the instruction
-ACCESS_DTYPE = np.dtype([("seq", "<u8"), ("order", "<u8"), ("rip", "<u8"), ("addr", "<u8"),
-                         ("block", "<u4"), ("size", "<u2"), ("kind", "u1"), ("freed", "u1"),
-                         ("ilen", "u1"), ("first", "u1"), ("pad", "u1", 6)])
-ACCESS_FIELDS = ("seq", "order", "rip", "addr", "block", "size", "kind", "freed", "ilen", "first")
-KIND_LOAD, KIND_STORE = 1, 2
 SPOOL_ROWS = 1 << 18     # accesses a thread buffers before they go to its file
 
 
@@ -164,7 +156,7 @@ class DataEngine:
             self.guard.install(rs)            # before any page is protected
             if self.engine_kind == "hybrid":
                 self._alias_all(rs, mappings)
-                self.paths = AccessPaths(self, self._rings, ACCESS_DTYPE)
+                self.paths = AccessPaths(self, self._rings)
                 self.paths.install(rs)
                 self.sequence_of = self.paths.calls_before
                 self.sequence_address = self.paths.head_address
@@ -529,8 +521,11 @@ class DataEngine:
     # ----------------------------------------------------------------- results
     def write(self) -> None:
         self._drain_fast()
-        if self.paths is not None and not self.tracee.threads:
-            self.paths.finish()      # the target is gone: the last records
+        if self.paths is not None:
+            if self.tracee.threads:
+                self.paths.write()
+            else:
+                self.paths.finish()      # the target is gone: the last records
         if self.alloc is not None:
             self.alloc.write(self.out_dir)
         self.blocks.write(self.out_dir)
@@ -551,9 +546,16 @@ class DataEngine:
             self._loop_stats = self.area.loop.stats()
         return self._loop_stats
 
+    def count_items(self):
+        """((instruction, "L"/"S"), accesses) of every access recorded so far."""
+        counts = Counter(self.counts)
+        if self.paths is not None:
+            counts.update(self.paths.records.counts())
+        return counts.items()
+
     def access_counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
-        for (rip, kind), n in self.counts.items():
+        for (rip, kind), n in self.count_items():
             entry = out.setdefault(self.instruction_name(rip), {"L": 0, "S": 0})
             entry[kind] += n
         return out

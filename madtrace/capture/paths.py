@@ -40,12 +40,12 @@ SYNCHRONOUS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, sign
 
 
 class AccessPaths:
-    def __init__(self, engine, rings: RingSet | None, access_dtype):
+    def __init__(self, engine, rings: RingSet | None):
         self.engine = engine
         self.ids = InstructionTable()
         self.rings = rings
         self.own_rings = rings is None
-        self.records = RingRecords(engine, self.ids, access_dtype)
+        self.records = RingRecords(engine, self.ids, engine.out_dir)
         self.rewriter: Rewriter | None = None
         self.fault_reasons: Counter = Counter()   # why instructions stayed on faults
         self.on_faults: dict[int, str] = {}        # such an instruction -> why
@@ -152,11 +152,18 @@ class AccessPaths:
             self.rings.close()
         else:
             self.drain()
+        self.write()
+        self.records.close()
+
+    def write(self) -> None:
+        """What the trace directory needs to read the records written so far."""
+        with self.rings.lock:
+            self.records.write_table()
 
     def report(self) -> dict:
         totals = self.rings.totals() if self.rings is not None else {}
-        return {"accesses_by_path": {"probe": int(self.records.by_path[0]),
-                                     "fault": int(self.records.by_path[1])},
+        probe, fault = self.records.by_path
+        return {"accesses_by_path": {"probe": probe, "fault": fault},
                 "data_records": self.records.records,
                 "records_outside_traced_bytes": self.records.outside,
                 "instructions_on_faults": len(self.on_faults),

@@ -55,12 +55,16 @@ class RegionSet:
         self._starts = [r.start for r in self.regions]
         self._arrays = None
 
-    def mask(self, addresses: np.ndarray) -> np.ndarray:
-        """Which of ``addresses`` (uint64) lie in a traced range."""
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The ranges' starts and ends (uint64, sorted)."""
         if self._arrays is None:
             self._arrays = (np.array([r.start for r in self.regions], dtype=np.uint64),
                             np.array([r.end for r in self.regions], dtype=np.uint64))
-        starts, ends = self._arrays
+        return self._arrays
+
+    def mask(self, addresses: np.ndarray) -> np.ndarray:
+        """Which of ``addresses`` (uint64) lie in a traced range."""
+        starts, ends = self.arrays()
         if not len(starts):
             return np.zeros(len(addresses), dtype=bool)
         i = np.searchsorted(starts, addresses, side="right").astype(np.int64) - 1

@@ -21,7 +21,8 @@ from ..errors import NoDataError, OutputExistsError, UsageError
 from ..report import text
 from ..report.calls_text import DEFAULT_DEPTH, DEFAULT_TOP, print_human_report, report_dict
 from ..report.json_out import write_json
-from ..trace.store import per_thread_files, read_meta
+from ..trace.compact import access_files
+from ..trace.store import read_meta
 
 NAME = "report"
 HELP = ("analyse a trace directory: calls (per-function counts and times, call tree), "
@@ -80,7 +81,7 @@ def available_kinds(directory: str) -> list[str]:
     """The kinds ``all`` covers: those whose input the trace has."""
     read_meta(directory)
     calls = os.path.exists(os.path.join(directory, "functions.json"))
-    data = bool(per_thread_files(directory, "data", ".acc"))
+    data = bool(access_files(directory))
     kinds = ["calls"] if calls else []
     if data:
         kinds += ["heatmap", "alloc", "source"]

@@ -34,7 +34,8 @@ import numpy as np
 
 from ..analysis.replay import EVENT_ACCESS, EVENT_END, FATE_UNMATCHED, FATES
 from ..analysis.segmentation import RECORD_DTYPE, iter_thread_chunks, load_tables
-from ..capture.data import ACCESS_DTYPE, KIND_LOAD
+from ..capture.data import KIND_LOAD
+from .compact import access_chunks, access_files
 from .naming import AccessNamer
 from .store import per_thread_files, read_meta
 
@@ -64,7 +65,7 @@ def _event_times(directory: str, clock: Clock):
     """Yields arrays of event times (µs) of every call begin and access, thread
     by thread, from the raw files (an access at its previous record's time)."""
     records = dict(per_thread_files(directory, "calls", ".rec"))
-    accesses = dict(per_thread_files(directory, "data", ".acc"))
+    accesses = dict(access_files(directory))
     for tid in sorted(set(records) | set(accesses)):
         n_rec = os.path.getsize(records[tid]) // RECORD_DTYPE.itemsize if tid in records else 0
         rec = np.memmap(records[tid], dtype=RECORD_DTYPE, mode="r", shape=(n_rec,)) \
@@ -76,10 +77,8 @@ def _event_times(directory: str, clock: Clock):
                 np.flatnonzero(entries).astype(np.float64) + start
         if tid not in accesses:
             continue
-        n_acc = os.path.getsize(accesses[tid]) // ACCESS_DTYPE.itemsize
-        seq = np.memmap(accesses[tid], dtype=ACCESS_DTYPE, mode="r", shape=(n_acc,))["seq"]
-        for start in range(0, n_acc, CHUNK):
-            s = np.asarray(seq[start:start + CHUNK], dtype=np.int64)
+        for rows in access_chunks(directory, accesses[tid], CHUNK):
+            s = rows["seq"].astype(np.int64)
             prev = np.clip(s - 1, 0, max(n_rec - 1, 0))
             if clock.timed:
                 yield clock.us(rec["tsc"][prev]) if n_rec else np.zeros(len(s))
@@ -138,7 +137,7 @@ def chrome_events(directory: str, max_events: int | None, warn=None):
     command = " ".join(meta.get("command") or []) or f"pid {pid}"
     limit, total = cut_time(directory, clock, max_events) if max_events is not None \
         else (None, None)
-    namer = AccessNamer(directory) if per_thread_files(directory, "data", ".acc") else None
+    namer = AccessNamer(directory) if access_files(directory) else None
     yield {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": command}}
     emitted = 0
     current, last = None, 0.0

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..capture.data import ACCESS_DTYPE
 from ..errors import CorruptTraceError
-from .reader import file_chunks
-from .store import per_thread_files
+from .access_format import ACCESS_DTYPE
+from .compact import access_chunks, access_files
 
 
 @dataclass(frozen=True)
@@ -25,18 +24,11 @@ class AllocEvent:
     block: dict
 
 
-def access_files(directory: str) -> list[tuple[int, str]]:
-    return per_thread_files(directory, "data", ".acc")
-
-
 def load_accesses(directory: str) -> dict[int, np.ndarray]:
     out = {}
     for tid, path in access_files(directory):
-        size = os.path.getsize(path)
-        if size % ACCESS_DTYPE.itemsize:
-            raise CorruptTraceError(f"{path}: size {size} is not a multiple of "
-                                    f"{ACCESS_DTYPE.itemsize}")
-        out[tid] = np.fromfile(path, dtype=ACCESS_DTYPE)
+        chunks = list(access_chunks(directory, path))
+        out[tid] = np.concatenate(chunks) if chunks else np.zeros(0, dtype=ACCESS_DTYPE)
     return out
 
 
@@ -82,7 +74,7 @@ def ordered_events(directory: str, chunk_rows: int = 1 << 16):
                                      _RELEASE_KIND.get(block["kind"], "F"), block)))
     items.sort(key=lambda item: item[0])
     # merge: accesses of all threads by order, with allocation events in between
-    streams = {tid: file_chunks(path, ACCESS_DTYPE, chunk_rows) for tid, path in access_files(directory)}
+    streams = {tid: access_chunks(directory, path, chunk_rows) for tid, path in access_files(directory)}
     current: dict[int, tuple[np.ndarray, int]] = {}
     heads: list[tuple[int, int]] = []
     for tid, chunks in streams.items():

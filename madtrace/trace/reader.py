@@ -4,7 +4,8 @@ analyses, exports and reports use, whatever the on-disk format.
 * ``iter_call_chunks(directory)``: (tid, chunk) per thread, in record order;
   each chunk is a numpy array of ``RECORD_DTYPE`` (calls/<tid>.rec).
 * ``iter_access_chunks(directory)``: (tid, chunk) per thread, in access
-  order; each chunk is a numpy array of ``ACCESS_DTYPE`` (data/<tid>.acc).
+  order; each chunk is a numpy array of ``ACCESS_DTYPE`` (data/<tid>.acc, or the
+  compact data/<tid>.dat decoded: trace/compact.py).
 * ``thread_ids(directory)``: every thread with call records or accesses.
 * ``entry_counts(directory, sites)``: entry records per call site id.
 
@@ -19,8 +20,8 @@ from typing import Iterator
 
 import numpy as np
 
-from ..capture.data import ACCESS_DTYPE
 from ..capture.rings import RECORD_DTYPE
+from .compact import access_chunks, access_files
 from ..errors import CorruptTraceError
 from .store import per_thread_files
 
@@ -49,9 +50,9 @@ def iter_call_chunks(directory: str, tid: int | None = None,
 
 def iter_access_chunks(directory: str, tid: int | None = None,
                        chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
-    for t, path in per_thread_files(directory, "data", ".acc"):
+    for t, path in access_files(directory):
         if tid is None or t == tid:
-            for chunk in file_chunks(path, ACCESS_DTYPE, chunk_rows):
+            for chunk in access_chunks(directory, path, chunk_rows):
                 yield t, chunk
 
 
@@ -70,5 +71,5 @@ def entry_counts(directory: str, sites: int, chunk_rows: int = DEFAULT_CHUNK_ROW
 
 def thread_ids(directory: str) -> list[int]:
     tids = {t for t, _ in per_thread_files(directory, "calls", ".rec")}
-    tids |= {t for t, _ in per_thread_files(directory, "data", ".acc")}
+    tids |= {t for t, _ in access_files(directory)}
     return sorted(tids)

@@ -19,8 +19,8 @@ from ..analysis.segmentation import iter_thread_chunks, load_tables
 from ..capture.data import KIND_LOAD
 from .columnar import Flusher, PartWriter, dictionary_column
 from .events import load_allocations
+from .compact import access_files
 from .naming import AccessNamer
-from .store import per_thread_files
 
 ACCESS_KINDS = ["L", "S"]
 
@@ -101,7 +101,7 @@ def write_final_tables(directory: str, progress=None) -> dict[str, int]:
     """calls, accesses, allocations and sites; returns the rows of each.
     ``progress(events_done)`` is called after each chunk."""
     tables = load_tables(directory, required=False)
-    namer = AccessNamer(directory) if per_thread_files(directory, "data", ".acc") else None
+    namer = AccessNamer(directory) if access_files(directory) else None
     rows = {"calls": 0, "accesses": 0}
     written: set[str] = set()      # tables with at least one file
     flusher = Flusher()

@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from ..analysis.segmentation import RECORD_DTYPE
-from ..capture.data import ACCESS_DTYPE
+from .compact import SeqFollower, access_files, record_count
 from .store_meta import (STORE_FORMAT, read_store_meta, store_is_complete, store_path,
                          write_store_meta)
 from .store import per_thread_files
@@ -88,7 +88,7 @@ class RecordFollower:
         from .columnar import PartWriter     # pyarrow: imported by the thread that writes
         self.tid = tid
         self.rec_path = os.path.join(directory, "calls", f"{tid}.rec")
-        self.acc_path = os.path.join(directory, "data", f"{tid}.acc")
+        self.acc = SeqFollower(directory, tid)
         self.writer = PartWriter(directory, "records", tid, flusher)
         self.records = 0      # records written
         self.accesses = 0     # accesses before the next record
@@ -96,7 +96,7 @@ class RecordFollower:
     def step(self, final: bool, accesses_possible, min_rows: int) -> int:
         """Write the next batch of records that can be placed; returns how many."""
         n_rec = _rows(self.rec_path, RECORD_DTYPE)
-        n_acc = _rows(self.acc_path, ACCESS_DTYPE)
+        n_acc = self.acc.count()
         limit = n_rec
         if not final and accesses_possible():      # asked after the sizes were read
             # every access with seq below the last one's is on disk
@@ -115,9 +115,7 @@ class RecordFollower:
         return p1 - p0
 
     def _seq_of(self, index: int) -> int:
-        one = np.fromfile(self.acc_path, dtype=ACCESS_DTYPE, count=1,
-                          offset=index * ACCESS_DTYPE.itemsize)
-        return int(one["seq"][0])
+        return self.acc.seq_at(index)
 
     def _accesses_before(self, p0: int, p1: int, n_acc: int) -> np.ndarray:
         """For each record p0..p1-1: the thread's accesses with seq <= p (the
@@ -125,10 +123,8 @@ class RecordFollower:
         counts = np.zeros(p1 - p0, dtype=np.int64)
         if self.accesses >= n_acc:
             return counts + self.accesses
-        # only the seq field is needed: a strided view of the mapped file
-        mapped = np.memmap(self.acc_path, dtype=ACCESS_DTYPE, mode="r", shape=(n_acc,))["seq"]
         while self.accesses < n_acc:
-            seqs = mapped[self.accesses:self.accesses + BATCH_ROWS]
+            seqs = self.acc.seqs(self.accesses, min(self.accesses + BATCH_ROWS, n_acc))
             k = int(np.searchsorted(seqs, p1 - 1, side="right"))
             if k:
                 # seqs >= p0 here: the earlier ones went with earlier records
@@ -137,7 +133,7 @@ class RecordFollower:
                 self.accesses += k
             if k < len(seqs):
                 break
-        del mapped
+        self.acc.release(self.accesses)
         return counts + (self.accesses - int(counts[-1]) if len(counts) else 0)
 
     def close(self) -> None:
@@ -231,7 +227,7 @@ class StoreWriter:
     def _captured_events(self) -> int:
         return sum(_rows(p, RECORD_DTYPE) for _, p in
                    per_thread_files(self.directory, "calls", ".rec")) + \
-            sum(_rows(p, ACCESS_DTYPE) for _, p in per_thread_files(self.directory, "data", ".acc"))
+            sum(record_count(p) for _, p in access_files(self.directory))
 
     def finish(self, out=sys.stderr) -> dict:
         """Every file is complete: write the rest, then the final tables.
