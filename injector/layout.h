@@ -140,6 +140,11 @@
                                         u64 address of the stack slot that holds the trap} */
 #define MT_GUARD_TRAP_SIZE    24
 #define MT_GUARD_MAX_TRAPS    1024
+#define MT_GUARD_BITMAP       75520  /* u64: the hybrid engine's alias bitmap (0: none); the
+                                        guard maps zeros over it: every probe then accesses
+                                        the address itself (capture/alias.py) */
+#define MT_GUARD_BITMAP_SIZE  75528  /* u64: its size */
+#define MT_GUARD_TRACER       75536  /* u64: madtrace's pid (the sender of its death signal) */
 #define MT_UC_RIP             168    /* offsetof(ucontext_t, uc_mcontext.gregs[REG_RIP]) */
 #define MT_GUARD_CODE         151552 /* page-aligned, after the table */
 #define MT_DATA_STUBS         155648 /* first stub, after the guard's code */
@@ -163,3 +168,6 @@
 #define MT_PF_FLAGS           32     /* ah: SF ZF AF PF CF (lahf), al: OF (seto) */
 #define MT_PF_SAVED           40     /* rA, the register that holds the address */
 #define MT_ALIAS_BIT_INDEX    45     /* alias address = address ^ (1 << 45) (capture/alias.py) */
+#define MT_PROBE_SPIN_LIMIT   40000000 /* pause iterations a probe waits on a full ring before it
+                                        drops (~1-5 s: a loaded machine stalls the drain for
+                                        a while; a dead tracer only costs this wait once) */

@@ -424,7 +424,7 @@ mt_probe_at_slow:
         cmp byte ptr [rdx + MT_CTL_NOWAIT], 0
         jne .Lpr_drop
         inc qword ptr [rcx + MT_RING_WAITS]
-        mov edx, MT_SPIN_LIMIT
+        mov edx, MT_PROBE_SPIN_LIMIT
 .Lpr_wait:
         pause
         mov rax, [rcx + MT_RING_HEAD]
@@ -456,6 +456,8 @@ mt_guard_start:
         mov rbp, rdx
         movabs rbx, 0x1122334455667788
 mt_guard_pp_table_abs64:
+        cmp qword ptr [rbx + MT_GUARD_FIRED], 0
+        jne 60f                             /* it gave everything back already */
         sub rsp, 4096
         mov edi, -100                       /* AT_FDCWD */
         lea rsi, [rip + 90f]
@@ -533,8 +535,20 @@ mt_guard_pp_table_abs64:
         syscall
         ret
 
-        /* no tracer: original protections back, finished slots written back */
+        /* no tracer: every probe accesses addresses themselves (zeros over the bitmap),
+           original protections back, finished slots written back */
 40:     mov rsp, r15
+        mov rdi, [rbx + MT_GUARD_BITMAP]
+        test rdi, rdi
+        jz 39f
+        mov rsi, [rbx + MT_GUARD_BITMAP_SIZE]
+        mov edx, 1                          /* PROT_READ */
+        mov r10d, 0x4032                    /* MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE */
+        mov r8, -1
+        xor r9d, r9d
+        mov eax, 9                          /* mmap */
+        syscall
+39:
         mov r12, [rbx + MT_GUARD_NRUNS]
         lea r13, [rbx + MT_GUARD_RUNS]
 41:     test r12, r12
@@ -568,7 +582,6 @@ mt_guard_pp_table_abs64:
 44:     add r13, MT_DSLOT_SIZE
         dec r12
         jnz 43b
-        mov qword ptr [rbx + MT_GUARD_NRUNS], 0
         /* the breakpoints get their original bytes (their page writable meanwhile) */
         mov r12, [rbx + MT_GUARD_NBREAKS]
         lea r13, [rbx + MT_GUARD_BREAKS]
@@ -640,14 +653,35 @@ mt_guard_pp_table_abs64:
         mov eax, 13
         syscall
         mov qword ptr [rbx + MT_GUARD_TRAP_ACTIVE], 0
-57:     mov edi, 11
-        lea rsi, [rbx + MT_GUARD_ACTION]
-        xor edx, edx
-        mov r10d, 8
-        mov eax, 13
-        syscall
-        mov qword ptr [rbx + MT_GUARD_ACTIVE], 0
+57:     ret                                 /* it stays the SIGSEGV action: see 60 */
+
+        /* after it gave everything back: madtrace's death signal (SI_USER from its pid)
+           and a fault on a page madtrace had protected (taken before, reported after)
+           end here; any other signal goes to the program's own action (30) */
+60:     cmp r14, 11
+        jne 30b
+        mov eax, [r9 + 8]                   /* si_code */
+        test eax, eax                       /* SI_USER */
+        jnz 62f
+        mov eax, [r9 + 16]                  /* si_pid */
+        cmp rax, [rbx + MT_GUARD_TRACER]
+        jne 30b
         ret
+62:     cmp eax, 2                          /* SEGV_ACCERR */
+        jne 30b
+        mov rax, [r9 + 16]                  /* si_addr */
+        mov r12, [rbx + MT_GUARD_NRUNS]
+        lea r13, [rbx + MT_GUARD_RUNS]
+63:     test r12, r12
+        jz 30b
+        mov rdx, rax
+        sub rdx, [r13]
+        cmp rdx, [r13 + 8]
+        jb 64f                              /* open again: the instruction runs again */
+        add r13, MT_GUARD_RUN_SIZE
+        dec r12
+        jmp 63b
+64:     ret
 90:     .asciz "/proc/self/status"
 mt_guard_end:
 

@@ -275,6 +275,11 @@ class Recording:
     def _install_data_tracing(self, **selection) -> None:
         """``selection``: ``only_regions`` or ``region_filter`` (see DataEngine)."""
         functions = self.functions
+        kind = self.options.data_engine
+        if kind == "hybrid" and selection.get("data_in"):
+            # rewritten code records wherever it runs: --data-in needs every access to stop
+            kind = "fault"
+            self.log("--data-in: the fault engine records the accesses (one stop each)")
         engine = DataEngine(self.tracee, self.address_space, self.options.output,
                             sequence_of=functions.sequence_of if functions else None,
                             sequence_address=functions.sequence_address if functions else None,
@@ -283,7 +288,7 @@ class Recording:
                             track_allocations=self.options.track_allocations,
                             loads=self.options.loads, stores=self.options.stores,
                             original_address=self._original_addresses,
-                            engine=self.options.data_engine,
+                            engine=kind,
                             rings=functions.rings if functions else None, **selection)
         self.data = engine
         try:

@@ -60,6 +60,7 @@ from .slow_path import SlowPath
 from .vfork_window import VforkWindow
 
 SEGV_ACCERR = 2
+PR_SET_PDEATHSIG = 1
 SPOOL_ROWS = 1 << 18     # accesses a thread buffers before they go to its file
 
 
@@ -115,6 +116,7 @@ class DataEngine:
         self.alias: AliasMap | None = None
         self.paths: AccessPaths | None = None
         self._rings = rings
+        self.death_signal = False     # the target gets SIGSEGV (the guard) if madtrace dies
         self.guard: SegvGuard | None = None
         self.gate: DataGate | None = DataGate(self, data_in) if data_in else None
         self.armed = self.gate is None   # pages protected (always, without --data-in)
@@ -158,6 +160,12 @@ class DataEngine:
                 self._alias_all(rs, mappings)
                 self.paths = AccessPaths(self, self._rings)
                 self.paths.install(rs)
+                if self.tracee.launched:
+                    # rewritten code may never fault again: when madtrace dies, the kernel
+                    # sends the guard this signal, and it gives every page back
+                    self.guard.set_tracer(os.getpid())
+                    rs.call("prctl", PR_SET_PDEATHSIG, signal.SIGSEGV)
+                    self.death_signal = True
                 self.sequence_of = self.paths.calls_before
                 self.sequence_address = self.paths.head_address
                 outer = self.original_address
@@ -188,6 +196,7 @@ class DataEngine:
             self.alias.alias(rs, start, end, origins_in(mappings, start, end), mappings)
         self.alias.update_access(self.protected)
         self.area.loop.set_alias(self.alias.bits.ctypes.data, ALIAS_BIT)
+        self.guard.set_bitmap(self.alias.bitmap.address, self.alias.bitmap.size)
 
     def tables_changed(self) -> None:
         """The protected pages or the traced ranges changed: tell the C loop and
@@ -390,8 +399,9 @@ class DataEngine:
         return True
 
     def code_address(self, address: int) -> int:
-        """The original code's address of ``address`` (relocated code: paths.py)."""
-        return self.paths.original(address) if self.paths is not None else address
+        """The original code's address of ``address`` (relocated code: paths.py;
+        function tracing's moved prologues)."""
+        return int(self.original_address(np.array([address], dtype=np.uint64))[0])
 
     def _settle(self, event: SignalStop) -> None:
         """A signal is delivered to the thread: out of any probe first (paths.py)."""
@@ -495,6 +505,8 @@ class DataEngine:
         self.tracee.trace_syscalls = False
         if self.tracee.threads:
             with RemoteSyscalls(self.tracee) as rs:
+                if self.death_signal:
+                    rs.call("prctl", PR_SET_PDEATHSIG, 0)
                 self.guard.remove(rs)
                 if self.alias is not None:
                     self.alias.privatize(rs, self.protected)
@@ -507,6 +519,9 @@ class DataEngine:
         self._drain_fast()
         if self.paths is not None:
             self.paths.finish()
+        if self.death_signal and self.tracee.threads:
+            with RemoteSyscalls(self.tracee) as rs:    # the new image has no guard
+                rs.call("prctl", PR_SET_PDEATHSIG, 0)
         for hooks in self._all_hooks():
             hooks.active = False
         self.active = False

@@ -107,7 +107,7 @@ class AccessPaths:
 
     def ids_of(self, insn, how: str | None) -> tuple[int, int, int]:
         """Instruction ids of an instruction the fault loop carries out (ring mode)."""
-        rip = self.original(insn.address)
+        rip = int(self.engine.original_address(np.array([insn.address], dtype=np.uint64))[0])
 
         def add(size, kind, first=1):
             return self.ids.add(rip, size, kind, insn.size, first, FAULT)

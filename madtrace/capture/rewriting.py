@@ -38,6 +38,7 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..arch.x86_64.function_copy import FRAME as STUB_FRAME
 from ..arch.x86_64.function_copy import FunctionCopy, Probe, copy_function
 from ..binary.eh_frame import EhFrame
 from ..inject.areas import SharedArea, gap_for_module
@@ -325,6 +326,9 @@ class Rewriter:
         registers as they are now.  ``synchronous``: the signal about to be
         delivered was raised by the thread's own instruction (a fault)."""
         copy = self.copy_at(regs.rip)
+        stub = copy.stub_at(regs.rip) if copy is not None else None
+        if stub is not None:
+            return self._settle_stub(tid, regs, stub, synchronous)
         probe = copy.probe_at(regs.rip) if copy is not None else None
         if probe is None:
             return regs
@@ -358,6 +362,31 @@ class Rewriter:
         self.tracee.set_regs(regs, tid)
         return regs
 
+    def _settle_stub(self, tid: int, regs, stub, synchronous: bool):
+        """A thread in an indirect jump's stub: on to the jump's target, or back to
+        the jump when its target's load faulted."""
+        if regs.rip == stub.start:
+            return regs
+        if synchronous and regs.rip == stub.load:
+            read = self.tracee.mem.read_u64
+            regs.rax, regs.rcx = read(regs.rsp), read(regs.rsp + 8)
+            regs.rsp += STUB_FRAME
+            regs.rip = self._original_or_copy(stub.original, stub.start)
+            self.tracee.set_regs(regs, tid)
+            return regs
+        while stub.start < regs.rip < stub.end:
+            regs = self._step(tid)
+        return regs
+
+    def _original_or_copy(self, original: int, copied: int) -> int:
+        """Where a thread moved back goes: the original instruction, unless it lies
+        in the five bytes the entry jump took."""
+        bounds = self._bounds(original)
+        state = self.functions.get(bounds[1]) if bounds else None
+        if state is not None and state.slot and state.start < original < state.start + 5:
+            return copied
+        return original
+
     def _roll_back(self, tid: int, regs, probe: Probe, flags_saved: bool, restored: bool = False):
         """Back to the original instruction: the registers from the probe's frame."""
         L = self.L
@@ -373,9 +402,7 @@ class Rewriter:
                 ah, of = (saved >> 8) & 0xFF, saved & 1
                 regs.eflags = (regs.eflags & ~0x8D5) | (ah & 0xD5) | (of << 11)
         regs.rsp = frame + L.MT_PROBE_FRAME
-        state = self.functions.get(self.copy_at(probe.start).start)
-        inside_patch = state is not None and state.slot and state.start < probe.original < state.start + 5
-        regs.rip = probe.start if inside_patch else probe.original
+        regs.rip = self._original_or_copy(probe.original, probe.start)
         self.tracee.set_regs(regs, tid)
         return regs
 

@@ -132,6 +132,7 @@ static int do_realloc(int rounds) {
         }
     }
     printf("realloc: %d rounds, %s, sum %ld\n", rounds, moved ? "moved" : "never moved", total);
+    fprintf(stderr, "stack %p\n", (void *)&total);     /* for an oracle: not data */
     free(p);
     return 0;
 }

@@ -89,6 +89,22 @@ def lea(dst: int, base: int | None, index: int | None, scale: int, disp: int) ->
     return bytes([_rex(1, dst, 0, 0) | xb, 0x8D]) + tail
 
 
+def load(dst: int, base: int | None, index: int | None, scale: int, disp: int,
+         segment: str | None = None) -> bytes:
+    """``mov dst, qword ptr [base + index*scale + disp]`` (fs:/gs: with ``segment``)."""
+    xb, tail = _memory(dst, base, index, scale, disp)
+    prefix = {None: b"", "fs": b"\x64", "gs": b"\x65"}[segment]
+    return prefix + bytes([_rex(1, dst, 0, 0) | xb, 0x8B]) + tail
+
+
+def load_rip(dst: int, at: int, target: int) -> bytes | None:
+    """``mov dst, qword ptr [rip + ...]`` at ``at`` reading ``target``."""
+    disp = target - (at + 7)
+    if not _i32(disp):
+        return None
+    return bytes([_rex(1, dst, 0, 0), 0x8B, (dst & 7) << 3 | 5]) + struct.pack("<i", disp)
+
+
 def lea_rip(dst: int, at: int, target: int) -> bytes | None:
     disp = target - (at + 7)
     if not _i32(disp):

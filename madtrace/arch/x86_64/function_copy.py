@@ -15,13 +15,20 @@ bitmap) -> FunctionCopy | Refusal`` re-encodes the function [start, end)
   on ``[rA]``, rA a register it does not use, saved in the probe's frame:
   it records its access into the thread's ring and reaches the data through
   the alias when the page is aliased;
+* an indirect jump (a switch table, a computed goto) becomes a stub that
+  looks its target up in the copy's table (original offset -> copy offset,
+  after the code): a target among the function's instructions is reached in
+  the copy, any other as it is;
+* a branch that skips an instruction's prefixes (glibc's ``je 1f; lock; 1:
+  cmpxchg``) lands on a side copy of the instruction without them, placed
+  after the function, which jumps back;
 * everything else is copied as it is; a ``jmp end`` closes the copy, in case
   the function's last instruction falls through.
 
-Refused (the function is not relocated): undecodable bytes, a branch into
-the middle of an instruction, indirect jumps (their targets would be the
-original code's), ``call`` of the next instruction (its return address
-would be the copy's), ``xbegin``, a RIP-relative target out of reach.
+Refused (the function is not relocated): undecodable bytes, any other
+branch into the middle of an instruction, ``call`` of the next instruction
+(its return address would be the copy's), ``xbegin``, a RIP-relative target
+out of reach.
 
 ``FunctionCopy``: the copy's bytes, ``old_to_new`` (every original
 instruction start -> its copy), ``probes`` (``Probe``: where each part of a
@@ -38,8 +45,8 @@ from capstone import CS_GRP_BRANCH_RELATIVE, CS_GRP_CALL, CS_GRP_JUMP, CS_GRP_RE
 from capstone import x86_const as X
 
 from .decode import capstone_detail
-from .encode import HIGH_BYTE, REG, lea, lea_rip, lea_rsp, load_rsp, parent64, rebase_operand, \
-    rip_displaced, store_rsp
+from .encode import HIGH_BYTE, REG, lea, lea_rip, lea_rsp, load, load_rip, load_rsp, movabs, \
+    parent64, rebase_operand, rip_displaced, store_rsp
 from .memops import MemInstruction, memory_accesses
 from .redirect import redirectable
 from .relocate import Refusal, _relocate_branch, encode_jmp
@@ -65,6 +72,15 @@ class Probe:
 
 
 @dataclass
+class Stub:
+    """An indirect jump's translation stub (see ``_stub``)."""
+    original: int       # the jump, in the original code
+    start: int
+    load: int           # the instruction that loads the target (may fault)
+    end: int
+
+
+@dataclass
 class FunctionCopy:
     start: int
     end: int
@@ -74,6 +90,14 @@ class FunctionCopy:
     probes: list[Probe] = field(default_factory=list)
     unprobed: dict[int, str] = field(default_factory=dict)
     targets: frozenset = frozenset()     # the function's own direct branch targets
+    stubs: list[Stub] = field(default_factory=list)
+    code_size: int = 0                   # the code, before the jump table
+
+    def stub_at(self, address: int) -> Stub | None:
+        for stub in self.stubs:
+            if stub.start <= address < stub.end:
+                return stub
+        return None
 
     @property
     def copy_end(self) -> int:
@@ -147,6 +171,8 @@ def copy_function(code: bytes, start: int, end: int, address: int, injector, wan
         insns.append(insn)
         pos += insn.size
     starts = {i.address for i in insns}
+    by_address = {i.address: i for i in insns}
+    sides = {}          # branch target past an instruction's prefixes -> that instruction
     head = injector.templates["probe_head"]
     probe = injector.templates["probe"]
     plans = []            # (insn, kind, size, extra)
@@ -160,7 +186,10 @@ def copy_function(code: bytes, start: int, end: int, address: int, injector, wan
         if CS_GRP_BRANCH_RELATIVE in groups:
             target = insn.operands[0].imm
             if start < target < end and target not in starts:
-                return Refusal(f"branch at {insn.address:#x} into the middle of an instruction")
+                host = _prefixed_host(by_address, code, start, target)
+                if host is None:
+                    return Refusal(f"branch at {insn.address:#x} into the middle of an instruction")
+                sides[target] = host
             if start <= target < end:
                 targets.add(target)
             if CS_GRP_CALL in groups and target == insn.address + insn.size:
@@ -168,7 +197,12 @@ def copy_function(code: bytes, start: int, end: int, address: int, injector, wan
             plans.append((insn, "branch", 9 if insn.id in LOOPS else _branch_size(insn, raw), raw))
             continue
         if CS_GRP_JUMP in groups and CS_GRP_RET not in groups:
-            return Refusal(f"indirect jump '{insn.mnemonic} {insn.op_str}' at {insn.address:#x}")
+            why = _stub_refusal(insn)
+            if why:
+                return Refusal(f"indirect jump '{insn.mnemonic} {insn.op_str}' at "
+                               f"{insn.address:#x}: {why}")
+            plans.append((insn, "stub", STUB_SIZE + _target_load_size(insn), raw))
+            continue
         mem = memory_accesses(raw, insn.address)
         if mem is not None and mem.operands and want_probe(mem):
             why = probe_refusal(mem, insn)
@@ -192,14 +226,23 @@ def copy_function(code: bytes, start: int, end: int, address: int, injector, wan
             plans.append((insn, "rip", insn.size, raw))
         else:
             plans.append((insn, "copy", insn.size, raw))
-    # layout
+    # layout: the function, its closing jump, the side entries, the jump table
     old_to_new = {}
     at = address
     for insn, _kind, psize, _extra in plans:
         old_to_new[insn.address] = at
         at += psize
+    at += 5
+    side_at = {}
+    for target, host in sorted(sides.items()):
+        side_at[target] = at
+        old_to_new[target] = at
+        at += host.size - (target - host.address) + 5
+    code_size = at - address
+    table_at = (at + 7) & ~7 if any(kind == "stub" for _i, kind, _s, _e in plans) else 0
     out = bytearray()
     probes = []
+    stubs: list[Stub] = []
     for insn, kind, psize, extra in plans:
         here = address + len(out)
         if kind == "branch":
@@ -210,6 +253,11 @@ def copy_function(code: bytes, start: int, end: int, address: int, injector, wan
             piece = rip_displaced(insn, extra, here)
             if isinstance(piece, str):
                 return Refusal(f"'{insn.mnemonic} {insn.op_str}' at {insn.address:#x}: {piece}")
+        elif kind == "stub":
+            piece, entry = _stub(insn, extra, here, start, end, address, table_at)
+            if isinstance(piece, str):
+                return Refusal(piece)
+            stubs.append(entry)
         elif kind == "probe":
             mem, reg, rebased = extra
             piece, entry = _probe(insn, mem, reg, rebased, here, head, probe, injector,
@@ -227,8 +275,17 @@ def copy_function(code: bytes, start: int, end: int, address: int, injector, wan
     if tail is None:
         return Refusal(f"the end of the function {end:#x} is out of reach")
     out += tail
+    for target, host in sorted(sides.items()):
+        piece = _side(host, code, start, target, address + len(out), old_to_new)
+        if isinstance(piece, str):
+            return Refusal(piece)
+        out += piece
+    if len(out) != code_size:
+        return Refusal(f"internal: the copy is {len(out)} bytes, planned {code_size}")
+    if table_at:
+        out += bytes(table_at - address - len(out)) + _jump_table(old_to_new, start, end, address)
     return FunctionCopy(start, end, address, bytes(out), old_to_new, probes, unprobed,
-                        frozenset(targets))
+                        frozenset(targets), stubs, code_size)
 
 
 def _branch_size(insn, raw: bytes) -> int:
@@ -291,3 +348,117 @@ def _probe(insn, mem: MemInstruction, reg: str, rebased: bytes, at: int, head, p
     end_insn = at + len(out)
     out += load_rsp(r, L.MT_PF_SAVED) + lea_rsp(L.MT_PROBE_FRAME)
     return bytes(out), Probe(insn.address, at, body, start_insn, end_insn, at + len(out), reg, ident)
+
+
+# ------------------------------------------------------------ side entries
+def _prefixed_host(by_address: dict, code: bytes, start: int, target: int):
+    """The instruction ``target`` lies in when only legacy prefixes precede it
+    there (a branch that skips a ``lock``), else None."""
+    from .redirect import LEGACY_PREFIXES
+    for back in range(1, 15):
+        host = by_address.get(target - back)
+        if host is not None:
+            raw = code[host.address - start:target - start]
+            if target < host.address + host.size and all(b in LEGACY_PREFIXES for b in raw):
+                return host
+            return None
+    return None
+
+
+def _side(host, code: bytes, start: int, target: int, at: int, old_to_new: dict):
+    """The instruction without the prefixes the branch skips, then a jump back
+    to the copy of the next instruction."""
+    raw = bytes(code[target - start:host.address + host.size - start])
+    insn = next(capstone_detail().disasm(raw, target, 1), None)
+    if insn is None or insn.size != len(raw):
+        return f"side entry at {target:#x}: undecodable"
+    if any(op.type == X.X86_OP_MEM and op.mem.base == X.X86_REG_RIP for op in insn.operands):
+        raw = rip_displaced(insn, raw, at)
+        if isinstance(raw, str):
+            return f"side entry at {target:#x}: {raw}"
+    back = encode_jmp(at + len(raw), old_to_new[host.address + host.size])
+    if back is None:
+        return f"side entry at {target:#x}: out of reach"
+    return raw + back
+
+
+# ------------------------------------------------------------ indirect jumps
+FRAME = 128 + 24          # the red zone, then rax, rcx, the target
+STUB_SIZE = 8 + 4 + 5 + 5 + 1 + 10 + 3 + 6 + 2 + 10 + 4 + 4 + 2 + 10 + 3 + 5 + 1 + 5 + 4 + 8 + 7
+
+
+def _stub_refusal(insn) -> str | None:
+    op = insn.operands[0] if insn.operands else None
+    if op is None:
+        return "no target operand"
+    if op.type == X.X86_OP_REG:
+        return None if parent64(insn.reg_name(op.reg)) == insn.reg_name(op.reg) else "32-bit target"
+    if op.type != X.X86_OP_MEM or op.size != 8:
+        return "unusual target operand"
+    base = insn.reg_name(op.mem.base) if op.mem.base else None
+    index = insn.reg_name(op.mem.index) if op.mem.index else None
+    if (base and base != "rip" and base not in REG) or (index and index not in REG):
+        return "32-bit address"
+    return None
+
+
+def _target_load_size(insn) -> int:
+    op = insn.operands[0]
+    if op.type == X.X86_OP_REG:
+        return 3
+    if op.mem.base == X.X86_REG_RIP:
+        return 7
+    return len(_target_load(insn, 0))
+
+
+def _target_load(insn, at: int) -> bytes:
+    """``mov rax, <the jump's target>`` placed at ``at`` (rsp lowered by FRAME)."""
+    op = insn.operands[0]
+    if op.type == X.X86_OP_REG:
+        return bytes([0x48 | (REG[insn.reg_name(op.reg)] >> 3), 0x89,
+                      0xC0 | (REG[insn.reg_name(op.reg)] & 7) << 3])      # mov rax, reg
+    if op.mem.base == X.X86_REG_RIP:
+        return load_rip(REG["rax"], at, insn.address + insn.size + op.mem.disp)
+    base = insn.reg_name(op.mem.base) if op.mem.base else None
+    index = insn.reg_name(op.mem.index) if op.mem.index else None
+    disp = op.mem.disp + (FRAME if base == "rsp" else 0)
+    segment = {X.X86_REG_FS: "fs", X.X86_REG_GS: "gs"}.get(op.mem.segment)
+    return load(REG["rax"], REG[base] if base else None, REG[index] if index else None,
+                op.mem.scale or 1, disp, segment)
+
+
+def _stub(insn, raw: bytes, at: int, start: int, end: int, base: int, table: int):
+    """The jump's target, translated: a target inside the function that its
+    table maps goes to the copy, any other stays.  Every register and flag is
+    as before when it jumps."""
+    import struct
+    out = bytearray(lea_rsp(-FRAME) + store_rsp(0, REG["rax"]) + store_rsp(8, REG["rcx"]))
+    load_at = at + len(out)
+    target_load = _target_load(insn, load_at)
+    if target_load is None:
+        return f"indirect jump at {insn.address:#x}: its operand is out of reach", None
+    out += target_load
+    out += store_rsp(16, REG["rax"]) + b"\x9c"                        # pushfq
+    out += movabs(REG["rcx"], -start) + b"\x48\x01\xc8"               # add rax, rcx
+    out += b"\x48\x3d" + struct.pack("<i", end - start) + b"\x73"     # cmp rax, size; jae
+    skip = len(out)
+    out += b"\x00"
+    out += movabs(REG["rcx"], table) + b"\x48\x63\x04\x81"            # movsxd rax, [rcx+rax*4]
+    out += b"\x48\x83\xf8\xff\x74"                                    # cmp rax, -1; je
+    skip2 = len(out)
+    out += b"\x00"
+    out += movabs(REG["rcx"], base) + b"\x48\x01\xc8" + store_rsp(24, REG["rax"])
+    out[skip] = len(out) - skip - 1
+    out[skip2] = len(out) - skip2 - 1
+    out += b"\x9d" + load_rsp(REG["rcx"], 8) + load_rsp(REG["rax"], 0) + lea_rsp(FRAME)
+    out += b"\xff\xa4\x24" + struct.pack("<i", 16 - FRAME)            # jmp [rsp - FRAME + 16]
+    return bytes(out), Stub(insn.address, at, load_at, at + len(out))
+
+
+def _jump_table(old_to_new: dict, start: int, end: int, base: int) -> bytes:
+    import numpy as np
+    table = np.full(end - start, -1, dtype=np.int32)
+    for old, new in old_to_new.items():
+        if start <= old < end:
+            table[old - start] = new - base
+    return table.tobytes()
