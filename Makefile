@@ -45,7 +45,10 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install -q -e '.[test]'
 	@touch $@
 
-programs: $(TEST_BINS) $(STRIPPED_BINS) $(EXAMPLE_BINS) injector native footprint-native
+# libraries the test programs load with dlopen
+TEST_LIBS := $(patsubst tests/progs/lib/%.c,build/tests/libmt%.so,$(wildcard tests/progs/lib/*.c))
+
+programs: $(TEST_BINS) $(STRIPPED_BINS) $(TEST_LIBS) $(EXAMPLE_BINS) injector native footprint-native
 
 # the code that runs inside the target: trampoline templates + shared layout
 INJECTOR_OUT := build/injector/templates.json
@@ -104,6 +107,9 @@ build/tests/%-O2-nopie: tests/progs/%.c
 build/tests/%-O2-nopie: tests/progs/%.cc
 	@mkdir -p $(@D)
 	g++ $(CFLAGS_COMMON) -O2 -fno-pie -no-pie -o $@ $<
+build/tests/libmt%.so: tests/progs/lib/%.c
+	@mkdir -p $(@D)
+	gcc $(CFLAGS_COMMON) -O1 -shared -fPIC -o $@ $<
 build/tests/%-O2-pie-stripped: build/tests/%-O2-pie
 	strip -o $@ $<
 build/examples/%: examples/%.c

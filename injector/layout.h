@@ -6,8 +6,9 @@
  * and parsed by madtrace/inject/layout.py (the tracer side), so the two can
  * never disagree.  Only plain "#define NAME <integer expression>" lines.
  *
- * The shared mapping (a memfd mapped by both tracer and target):
- *   [control block, 4 KiB][slot table, 4 KiB][ring block 0][ring block 1]...
+ * The shared mappings (memfds mapped by both tracer and target):
+ *   control area: [control block, 4 KiB][slot table, 4 KiB]
+ *   ring chunks:  [ring block][ring block]... (mapped as threads need them)
  * A thread finds its ring block through the slot table, keyed by NOT(its fs
  * base): 0 and 1 (free, tombstone) then stand for fs bases no thread has.  The
  * trampolines look up the word at %fs:0 first (a load; the x86-64 TLS ABI
@@ -15,7 +16,7 @@
  * thread's records (single writer: that thread; single reader: the tracer).
  */
 #define MT_MAGIC              0x45434152544d
-#define MT_LAYOUT_VERSION     2
+#define MT_LAYOUT_VERSION     3
 
 /* control block */
 #define MT_CTL_MAGIC          0
@@ -35,7 +36,8 @@
 #define MT_SLOT_TABLE_SIZE    4096
 
 /* ring blocks */
-#define MT_RINGS              8192
+#define MT_CONTROL_AREA       8192   /* control block + slot table */
+#define MT_RINGS_PER_CHUNK    4      /* ring blocks per mapping of rings */
 #define MT_RING_HEAD          0      /* u64, written by the target: records written so far */
 #define MT_RING_DROPS         8      /* u64, written by the target: records dropped (ring full) */
 #define MT_RING_SHADOW_TOP    16     /* u64, written by the target: shadow stack depth */
@@ -62,11 +64,17 @@
                                         drain only writes records out).  At MT_RING_RECORDS_OFF
                                         + 16 * MT_RING_RECORDS + 2048: site 0's counter does
                                         not share HEAD's offset within a page (4K aliasing) */
-#define MT_COUNTED_SITES      262144 /* sites with a counter; the trampolines of further sites
+#define MT_COUNTED_SITES      65536  /* sites with a counter; the trampolines of further sites
                                         count into the spare one after them (never read), and
                                         the drain counts their entry records instead */
-#define MT_RING_BLOCK         6365184 /* MT_RING_COUNTS + 8 * (MT_COUNTED_SITES + 1), page-rounded */
+#define MT_RING_BLOCK         4792320 /* MT_RING_COUNTS + 8 * (MT_COUNTED_SITES + 1), page-rounded */
 #define MT_SPIN_LIMIT         4000000 /* pause iterations a writer waits on a full ring (~0.1-0.5 s) */
+
+/* Unwind information registered with the target's unwinder (inject/unwind.py):
+ * one memfd per registration: [state][.eh_frame object][libgcc's struct object].
+ * The state tells a later session whether the unwinder still holds it. */
+#define MT_UNWIND_STATE       0      /* u64: 0 not registered, 1 being registered, 2 registered */
+#define MT_UNWIND_FRAMES      16     /* the .eh_frame object (the registration's begin) */
 
 /* one record = 16 bytes:
  *   u64 timestamp (rdtsc; 0 without timestamps)

@@ -8,6 +8,8 @@ collide with 128+N, the status madtrace returns when its target dies of
 signal N.
 """
 
+import contextlib
+
 
 class MadtraceError(Exception):
     """Base class. ``exit_code`` is the process status the CLI exits with."""
@@ -93,11 +95,26 @@ class QueryError(MadtraceError):
     exit_code = 22
 
 
-class StoreError(MadtraceError):
+class OutputError(MadtraceError):
+    """An output cannot be written: a trace directory, an export or report file, the
+    columnar store (read-only file system, missing parent, disk full...)."""
+
+    exit_code = 23
+
+
+class StoreError(OutputError):
     """The columnar store of a trace directory cannot be written (read-only
     directory, disk full...)."""
 
-    exit_code = 23
+
+@contextlib.contextmanager
+def writing(path):
+    """Turn an OSError met while writing ``path`` into a one-line OutputError."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputError(f"cannot write {exc.filename or path}: "
+                          f"{exc.strerror or exc}") from None
 
 
 class NoDataError(MadtraceError):

@@ -18,9 +18,15 @@ from .binary.maps import read_maps
 from .capture.data import DataEngine
 from .capture.regions import Region, region_matcher
 from .inject.engine import FunctionTracer
+from .inject.loader_watch import LoaderWatch
+from .inject.plan import split_patterns
+from .session_footprint import Footprints
+from .session_images import ImageChanges, parent_of, read_cmdline
+from .fork_children import ForkChildren
 from .errors import StrippedBinaryError, UnknownSymbolError, UsageError
 from .process.controller import Controller
 from .process.cpu import SameCpu
+from .process.entry_start import EntryStart
 from .process.events import ThreadExited, ThreadKilled
 from .process.tracee import Tracee, check_traceable, resolve_command
 from .trace import store
@@ -88,13 +94,13 @@ def exit_code_of(event) -> int | None:
 
 def read_maps_text(pid: int) -> str:
     try:
-        with open(f"/proc/{pid}/maps") as f:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="surrogateescape") as f:
             return f.read()
     except OSError:
         return ""
 
 
-class Recording:
+class Recording(ImageChanges, Footprints):
     def __init__(self, options: RecordOptions):
         self.options = options
         if options.functions and not options.trace_functions:
@@ -110,6 +116,19 @@ class Recording:
         self.functions: FunctionTracer | None = None
         self.data: DataEngine | None = None
         self.store_writer = None             # trace.store_writer.StoreWriter
+        # the directory of the image traced now: options.output, then DIR/exec.N after
+        # the Nth exec (each image of the process gets a whole trace directory)
+        self.output = options.output
+        self.images: list[dict] = []         # the images before this one (exec), in order
+        # -f patterns: those that matched a function in some image so far, and those
+        # waiting for an exec or a dlopen to bring a module that defines them
+        self.matched_functions: set[str] = set()
+        self.pending_functions: list[str] = []
+        self._image_hooks: list[tuple[list, object]] = []   # (hook list, hook) of this image
+        self._entry_start: EntryStart | None = None
+        self._loader_watch: LoaderWatch | None = None   # while -f patterns are pending
+        self.forks: ForkChildren | None = None    # --follow-forks: the children's recordings
+        self.leftovers_line = ""             # what an earlier session left, found at attach
 
     def log(self, message: str) -> None:
         if not self.options.quiet:
@@ -126,8 +145,7 @@ class Recording:
             self._remove_output()
             raise
         try:
-            self.controller = Controller(self.tracee, follow_forks=self.options.follow_forks)
-            self._install_signal_handlers()
+            self._make_controller()
             self.controller.run_to(self.tracee.auxv_entry())
             if self.tracee.exit_event is None:
                 self._load_address_space()
@@ -138,6 +156,16 @@ class Recording:
             self.tracee.kill()  # a launch that failed to start must not run untraced
             self._remove_output()
             raise
+
+    def start_in_child(self, child: Tracee, controller: Controller) -> None:
+        """--follow-forks: record a fork child like the parent, with engines of its own
+        (the parent's were undone in it), before it runs (fork_children.py)."""
+        self._create_output()
+        self.tracee, self.controller = child, controller
+        self.meta.update(mode="fork", command=read_cmdline(child.pid), parent=parent_of(child.pid))
+        self._register_release()
+        self._load_address_space()
+        self._after_start()
 
     def _main_address(self) -> int:
         main = self.address_space.main
@@ -158,8 +186,8 @@ class Recording:
         except BaseException:
             self._remove_output()
             raise
-        self.controller = Controller(self.tracee, follow_forks=self.options.follow_forks)
-        self._install_signal_handlers()
+        self._make_controller()
+        self.controller.settle_attach()
         try:
             self.meta["command"] = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[:-1]
             self.meta["command"] = [a.decode(errors="replace") for a in self.meta["command"]]
@@ -167,11 +195,25 @@ class Recording:
             pass
         try:
             self._load_address_space()
+            self._recover_leftovers()
             self._after_start()
         except BaseException:
             self.tracee.detach()
             self._remove_output()
             raise
+
+    def _make_controller(self) -> None:
+        self.controller = Controller(self.tracee, follow_forks=self.options.follow_forks)
+        if self.options.follow_forks:
+            self.forks = ForkChildren(self)
+        self._register_release()
+        self._install_signal_handlers()
+
+    def _register_release(self) -> None:
+        """madtrace's mappings come out of this process at detach, and out of the
+        copies its fork children get (session_footprint.py)."""
+        self.hooks.release.append(self._release_footprint)
+        self.hooks.release_in_child.append(self._release_in_child)
 
     def _install_signal_handlers(self) -> None:
         """From here on Ctrl-C/SIGTERM/SIGHUP make madtrace restore and detach."""
@@ -181,6 +223,17 @@ class Recording:
         for sig, handler in getattr(self, "_previous_handlers", {}).items():
             signal.signal(sig, handler)
         self._previous_handlers = {}
+
+    @property
+    def hooks(self):
+        """The controller's hooks for this recording's process."""
+        return self.controller.hooks(self.tracee)
+
+    def _image_hook(self, hooks: list, hook) -> None:
+        """Add ``hook`` to one of the controller's lists for the image traced now
+        (taken out again when the image ends: at exec)."""
+        hooks.append(hook)
+        self._image_hooks.append((hooks, hook))
 
     def _create_output(self) -> None:
         store.create_trace_dir(self.options.output, self.options.force)
@@ -209,19 +262,29 @@ class Recording:
         if main is not None and main.image.stripped and not self._warned_stripped:
             self._warned_stripped = True
             self.log(f"{main.name} is stripped: only dynamic symbols and PLT entries are named")
+        self._start_image()
+        self.hooks.on_thread_exit.append(self._snapshot_at_exit)
+        self.hooks.on_exec.append(self._on_exec)
+
+    def _start_image(self) -> None:
+        """Install the engines in the image traced now (at launch, attach, or the entry
+        of an image exec'd since) and start its store writer."""
         if self.options.trace_functions and self.tracee.exit_event is None:
             self._install_function_tracing()
+            if self.pending_functions:
+                self._watch_loader()
         if self.options.data and self.tracee.exit_event is None:
             self._install_data_tracing(**data_selection(self.options, self.address_space))
-        store.write_text(self.options.output, "maps.start.txt", self._program_maps())
-        self.controller.on_thread_exit.append(self._snapshot_at_exit)
-        self.controller.on_exec.append(self._on_exec)
+        store.write_text(self.output, "maps.start.txt", self._program_maps())
         self.meta["pid"] = self.tracee.pid
         self.meta["start_time"] = time.time()
+        # replaced at the end; if madtrace is killed first, readers see a partial trace
+        store.write_meta(self.output, dict(self.meta, **self._state_meta("running"),
+                                           tracer_pid=os.getpid()))
         if self.options.store:
             from .trace.store_writer import StoreWriter
             from .trace.store_writer import FINISH_AT_END_EVENTS
-            self.store_writer = StoreWriter(self.options.output,
+            self.store_writer = StoreWriter(self.output,
                                             accesses_possible=lambda: self.data is not None,
                                             defer_above=FINISH_AT_END_EVENTS)
             self.store_writer.start()
@@ -239,13 +302,24 @@ class Recording:
         return self.functions.report
 
     def _install_function_tracing(self, patterns: list[str] | None = None) -> None:
-        patterns = patterns or self.options.functions
+        """``patterns``: a live addition (errors at once); None: the -f patterns, of
+        which those matching nothing yet wait for an exec or a dlopen."""
+        if patterns is None and self.options.functions:
+            patterns, self.pending_functions = split_patterns(self.address_space,
+                                                              self.options.functions)
+            self.matched_functions.update(patterns)
+            if self.pending_functions:
+                self.log(f"-f {', '.join(map(repr, self.pending_functions))}: no such function in "
+                         f"{self.address_space.main.name} or its libraries yet; pending until "
+                         f"an exec or a dlopen brings one")
+            if not patterns:
+                return
         if not patterns and not self.address_space.main.image.functions():
             self.log(f"{self.address_space.main.name} has no function symbols: "
                      "function tracing is off (name functions with -f)")
             return
         try:
-            engine = FunctionTracer(self.tracee, self.address_space, self.options.output,
+            engine = FunctionTracer(self.tracee, self.address_space, self.output,
                                     timestamps=self.options.timestamps, method=self.options.method)
             self.functions = engine
             started = time.perf_counter()
@@ -255,10 +329,12 @@ class Recording:
             if self.functions is not None:
                 self.functions.detach()  # restores whatever was already patched
             raise
-        self.tracee.on_new_thread.append(engine.register_thread)
-        self.controller.on_thread_exit.append(lambda tracee, tid: engine.thread_exited(tid))
-        self.controller.on_fork_child.append(lambda child, pid: engine.fork_child(child))
-        self.controller.before_detach.append(lambda tracee: engine.detach())
+        engine.rings.on_failure = lambda exc: self.log(
+            f"{exc}: function tracing stops here; the program goes on")
+        self._image_hook(self.tracee.on_new_thread, engine.register_thread)
+        self._image_hook(self.hooks.on_thread_exit, lambda tracee, tid: engine.thread_exited(tid))
+        self._image_hook(self.hooks.on_fork_child, lambda child, pid: engine.fork_child(child))
+        self._image_hook(self.hooks.before_detach, lambda tracee: engine.detach())
         patched = report["patched"]
         sites = sum(p["sites"] for p in patched)
         methods = {m: sum(1 for p in patched if p["method"] == m) for m in ("callsite", "entry")}
@@ -280,7 +356,7 @@ class Recording:
             # rewritten code records wherever it runs: --data-in needs every access to stop
             kind = "fault"
             self.log("--data-in: the fault engine records the accesses (one stop each)")
-        engine = DataEngine(self.tracee, self.address_space, self.options.output,
+        engine = DataEngine(self.tracee, self.address_space, self.output,
                             sequence_of=functions.sequence_of if functions else None,
                             sequence_address=functions.sequence_address if functions else None,
                             patched_addresses=set(functions.patches.applied) if functions else None,
@@ -302,14 +378,15 @@ class Recording:
             # rings run side by side)
             self._same_cpu = SameCpu(list(self.tracee.threads), pid=self.tracee.pid).__enter__()
             engine.numa.on_binding = self._same_cpu.set_original
-        self.controller.signal_claimers.append(engine.claim_signal)
-        self.controller.syscall_claimers.append(engine.claim_syscall)
-        self.controller.on_fork_child.append(lambda child, pid: engine.fork_child(child))
-        self.controller.on_vfork_start.append(engine.vfork.started)
-        self.controller.on_vfork_done.append(engine.vfork.done)
-        self.controller.on_thread_exit.append(lambda tracee, tid: engine.thread_exited(tid))
-        self.controller.before_detach.append(lambda tracee: engine.detach())
-        self.controller.before_detach.append(lambda tracee: self._unpin())
+        hooks = self.hooks
+        self._image_hook(hooks.signal_claimers, engine.claim_signal)
+        self._image_hook(hooks.syscall_claimers, engine.claim_syscall)
+        self._image_hook(hooks.on_fork_child, lambda child, pid: engine.fork_child(child))
+        self._image_hook(hooks.on_vfork_start, engine.vfork.started)
+        self._image_hook(hooks.on_vfork_done, engine.vfork.done)
+        self._image_hook(hooks.on_thread_exit, lambda tracee, tid: engine.thread_exited(tid))
+        self._image_hook(hooks.before_detach, lambda tracee: engine.detach())
+        self._image_hook(hooks.before_detach, lambda tracee: self._unpin())
         self.log(f"tracing data accesses to {len(engine.regions.regions)} regions "
                  f"({len(engine.protected)} pages)")
         for warning in engine.warnings:
@@ -354,17 +431,6 @@ class Recording:
         alias = self.data.alias if self.data is not None else None
         return alias.maps_view(text) if alias is not None and alias.active else text
 
-    def _on_exec(self, tracee: Tracee) -> None:
-        if self.data is not None and self.data.active:
-            self.data.forget_after_exec()
-            self.log("the target called exec: data tracing ends with the old image")
-        if self.functions is not None and self.functions.active:
-            self.functions.forget_after_exec()
-            self.log("the target called exec: function tracing ends with the old image")
-        self.meta.setdefault("execs", []).append(
-            open(f"/proc/{tracee.pid}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace"))
-        self._load_address_space()
-
     # -------------------------------------------------------------- run
     def run(self) -> int | None:
         """Runs to the target's exit or to a stop request. Returns the target's exit
@@ -378,8 +444,11 @@ class Recording:
             try:
                 controller.detach_all()
             finally:
-                self.finish("tracer-error")
-            raise
+                try:
+                    self.finish("tracer-error")
+                except Exception:
+                    pass    # what is on disk stays readable (outcome "running": partial)
+            raise           # the first error is the one to report
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             self._restore_signal_handlers()
@@ -468,12 +537,27 @@ class Recording:
 
     def finish(self, outcome: str) -> int | None:
         self._unpin()
+        if self._entry_start is not None:
+            self._entry_start.disarm()
         self.meta.update(self._state_meta(outcome))
         self.meta.update(self._function_results(final=True))
         self.meta.update(self._data_results())
+        if self.forks is not None:
+            self.meta["processes"] = self.forks.finish(outcome)
+        never = [p for p in self.options.functions if p not in self.matched_functions]
+        if never:
+            self.meta["unmatched_functions"] = never
         if self._maps_end:
-            store.write_text(self.options.output, "maps.end.txt", self._maps_end)
-        store.write_meta(self.options.output, self.meta)
+            store.write_text(self.output, "maps.end.txt", self._maps_end)
+        failure = self.functions.rings.failure if self.functions and self.functions.rings else None
+        if failure is not None:
+            self.meta["output_error"] = str(failure)
+        if self.images:
+            self.meta["image"] = len(self.images)
+            self._write_images_index()
+        store.write_meta(self.output, self.meta)
+        if failure is not None:
+            raise failure       # after writing what could be written
         self._finish_store()
         return self.meta["exit_status"]
 
@@ -496,11 +580,11 @@ class Recording:
         map of now as maps.end.txt) while the target keeps running.  Tracer
         thread only (the data engine's buffers are its own); never overwrites an
         existing path without ``force``.  Returns where and what was written."""
-        live = os.path.realpath(self.options.output)
+        live = os.path.realpath(self.output)
         wanted = os.path.realpath(directory)
         if wanted == live or wanted.startswith(live + os.sep) or live.startswith(wanted + os.sep):
             raise UsageError(f"{directory} is (or contains, or is inside) the trace directory of "
-                             f"this session ({self.options.output}): save to another directory")
+                             f"this session ({self.output}): save to another directory")
         store.create_trace_dir(directory, force)
         try:
             meta = dict(self.meta, **self._state_meta("snapshot"), snapshot_of=live)
@@ -509,8 +593,8 @@ class Recording:
             with rings.quiesced() if rings is not None else contextlib.nullcontext():
                 # the record files as they are (draining waits only for this)
                 meta.update(self._function_results(final=False))
-                sizes = store.record_file_sizes(self.options.output)
-            store.copy_trace_files(self.options.output, directory, sizes)
+                sizes = store.record_file_sizes(self.output)
+            store.copy_trace_files(self.output, directory, sizes)
             if self.functions is not None and rings is not None:
                 # the calls of the records copied (the threads' own counters went on)
                 meta["calls"] = self.functions.call_counts(entry_counts(directory, rings.sites))

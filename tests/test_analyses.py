@@ -376,4 +376,4 @@ def test_report_errors_are_one_line_with_distinct_codes(recorded, tmp_path):
                             str(tmp_path / "bad.json")), 2, "node not in")
     one_line_error(madtrace("report", str(tmp_path / "nothing"), "--kind", "heatmap"), 18, "")
     one_line_error(madtrace("report", directory, "--kind", "alloc", "--html",
-                            str(tmp_path / "no" / "such" / "dir.html")), 2, "no such directory")
+                            str(tmp_path / "no" / "such" / "dir.html")), 23, "no such directory")

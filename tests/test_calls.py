@@ -127,3 +127,31 @@ def test_unknown_function_is_a_one_line_error(tmp_path, pattern):
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     assert lines[0].startswith("madtrace: ") and "no_such_function_xyz" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("variant", ["O0-pie", "O2-nopie"])
+@pytest.mark.parametrize("name,args,bare,oracle", [
+    # bare names of library functions resolve to the module the PLT binds them to
+    ("calls_plt", ["200"], ["malloc", "free", "fill"], ["libc.so.6:malloc", "libc.so.6:free", "fill"]),
+    ("calls_qsort", [], ["qsort", "cmp_*"], ["libc.so.6:qsort", "cmp_*"]),
+])
+def test_bare_library_function_names(tmp_path, variant, name, args, bare, oracle):
+    argv = [prog(name, variant), *args]
+    native = untraced(tuple(argv))
+    result, out = record(tmp_path, argv, bare)
+    assert result.returncode == native.returncode, result.stderr.decode()
+    assert result.stdout == native.stdout
+    got = {n: c for n, c in summary_json(out)["calls"].items() if c}
+    assert got == expected_calls(tuple(argv), tuple(oracle))
+
+
+@pytest.mark.parametrize("pattern,needle", [
+    ("str*", "did you mean 'libc.so.6:str*' ("),          # a glob: the main executable's only
+    ("*:no_such_fn*", "no function matches '*:no_such_fn*'"),
+])
+def test_function_spec_errors_say_where(tmp_path, pattern, needle):
+    result, _ = record(tmp_path, [prog("calls_plt", "O2-pie"), "5"], [pattern])
+    err = result.stderr.decode()
+    assert result.returncode == 16, (result.returncode, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], err

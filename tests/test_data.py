@@ -61,7 +61,17 @@ def compare_with_lackey(tmp_path, program: str, variant: str, data_ranges, args=
     static = sections(path, ".data", ".bss")
     oracle = lackey_accesses(argv, (text.address, text.address + text.size),
                              lambda stderr: data_ranges(static, stderr))
-    # madtrace's keys are func+0xoff: turn the oracle's addresses into the same names
+    got, expected = named_like_madtrace(path, oracle, accesses, own)
+    assert got == expected
+    return got
+
+
+def named_like_madtrace(path: str, oracle: dict, accesses: dict, own=None) -> tuple[dict, dict]:
+    """(madtrace's accesses by the executable's own instructions (of the functions
+    ``own`` names, if given), lackey's ``oracle`` {(address, kind): n} named the
+    same way: func+0xoff)."""
+    image = ElfImage.load(path)
+    text = image.section(".text")
     expected: dict[str, dict[str, int]] = {}
     locked = _locked_rmw(image, text, {address for address, _ in oracle})
     for (address, kind), n in oracle.items():
@@ -80,8 +90,7 @@ def compare_with_lackey(tmp_path, program: str, variant: str, data_ranges, args=
     own = {s.name for s in image.functions()} | {os.path.basename(path)} if own is None else \
         {s.name for s in image.functions() if s.name.split(".")[0] in own}
     got = {name: c for name, c in accesses.items() if name.split("+")[0] in own}
-    assert got == expected
-    return got
+    return got, expected
 
 
 @pytest.mark.parametrize("variant", ["O0-nopie", "O2-nopie"])
@@ -381,3 +390,33 @@ def test_block_events_for_system_calls_and_mem_functions(tmp_path):
     assert ("W", a, 16, None) in mine                    # read() of 16 bytes from a pipe
     counts = meta["data_tracing"]["block_events"]
     assert counts["Y"]["events"] >= 2 and counts["G"]["bytes"] >= 5000
+
+
+@pytest.mark.parametrize("variant", ["O0-nopie", "O2-nopie"])
+def test_rodata_on_request_equals_lackey(tmp_path, variant):
+    """.rodata is traced only when --regions names it; its loads (a table, double
+    constants, a string table) then equal lackey's per instruction."""
+    path = prog("data_rodata", variant)
+    argv = [path, "300"]
+    native = subprocess.run(argv, capture_output=True, timeout=60)
+    label = f".rodata of {os.path.basename(path)}"
+    result = madtrace("record", "-q", "--data", "--no-functions", "--regions", label,
+                      "-o", str(tmp_path / "t"), "--", *argv, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == native.stdout
+    with open(tmp_path / "t" / "meta.json") as f:
+        meta = json.load(f)
+    assert [r[2] for r in meta["data_tracing"]["regions"]] == [label]
+    image = ElfImage.load(path)
+    text = image.section(".text")
+    oracle = lackey_accesses(argv, (text.address, text.address + text.size),
+                             sections(path, ".rodata"))
+    got, expected = named_like_madtrace(path, oracle, meta["accesses"])
+    assert got == expected
+    assert sum(c["L"] for c in got.values()) >= 600 and not any(c["S"] for c in got.values())
+    # without --regions, .rodata is not traced
+    plain = madtrace("record", "-q", "--data", "--no-functions", "-o", str(tmp_path / "p"), "--",
+                     *argv, timeout=300)
+    assert plain.returncode == 0
+    assert not any(".rodata" in r[2] for r in json.load(open(tmp_path / "p" / "meta.json"))
+                   ["data_tracing"]["regions"])

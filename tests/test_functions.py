@@ -163,13 +163,13 @@ def test_a_full_ring_waits_and_loses_nothing(tmp_path, timestamps):
                                 timestamps=timestamps)
         engine.install(["tick", "tock"])
         rings, L = engine.rings, engine.injector
-        ring = rings.ring_offset(rings.thread_ring[proc.pid])
+        ring = rings.thread_ring[proc.pid]
         with rings.lock:                              # no drain meanwhile
             tracee.resume_all()
             deadline = time.monotonic() + 120
-            while rings._u64(ring + L.MT_RING_WAITS) == 0 and time.monotonic() < deadline:
+            while rings._ring_u64(ring, L.MT_RING_WAITS) == 0 and time.monotonic() < deadline:
                 time.sleep(0.001)
-            waits = rings._u64(ring + L.MT_RING_WAITS)
+            waits = rings._ring_u64(ring, L.MT_RING_WAITS)
             tracee.stop_all()
         assert waits > 0, "the ring never filled up"
         first = _run_until(tracee, engine, lambda c: True)   # drained, and on a little

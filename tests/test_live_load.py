@@ -10,7 +10,8 @@
   execs, and blocks in read() and nanosleep, while a daemon instruments one of
   its functions and switches data tracing on and off.
 Oracles: every request answered, every ctl exit 0, the server alive; churn's
-own checks of each pthread_create/fork/read result and its totals."""
+own checks of each pthread_create/fork/read result and its totals; after each
+cycle, no madtrace mapping left in /proc/PID/maps."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import urllib.request
 import pytest
 
 from .test_daemon import run, start_daemon, wait_gone
-from .util import prog, read_line, start_ready
+from .util import madtrace_maps, prog, read_line, start_ready
 
 CYCLES = 30
 
@@ -95,6 +96,7 @@ def test_server_under_load_survives_instrument_cycles(tmp_path):
                         failed_ctl.append((cycle, words, result.returncode, result.stderr.decode()))
                 wait_gone(daemon)
                 assert server.poll() is None, f"server died in cycle {cycle}: {server.returncode}"
+                assert madtrace_maps(server.pid) == [], cycle
         assert failed_ctl == []
         assert loop.failures == [], loop.failures[:5]
         assert loop.answered > CYCLES
@@ -128,6 +130,7 @@ def test_thread_churn_while_instrumented_and_data_traced(tmp_path, variant):
                 assert result.returncode == 0, (cycle, words, result.stderr.decode())
             wait_gone(daemon)
             assert target.poll() is None
+            assert madtrace_maps(target.pid) == [], cycle     # rings, code, data area, traps
         out, _ = target.communicate(b"\n", timeout=120)
     finally:
         target.kill()

@@ -300,14 +300,23 @@ def test_attach_with_repl_and_wrong_arguments(tmp_path):
     target = start_ready([prog("live_calls", "O2-pie")])
     try:
         result = madtrace("attach", str(target.pid), "--repl", "-q", "-o", str(tmp_path / "t"),
-                          input=b"instrument no_such_function_*\nstatus --json\n")
+                          input=b"instrument no_such_function_*\nfuncs mall*\n"
+                                b"funcs malloc --json\nstatus --json\n")
         out = finish_live(target)
     finally:
         target.kill()
     assert result.returncode == 0, result.stderr
-    assert result.stderr.decode().splitlines() == [
-        "error: stdin:1: no function matches 'no_such_function_*'"]
-    assert json.loads(result.stdout)["functions_instrumented"] == 0
+    errors = result.stderr.decode().splitlines()
+    assert errors[0] == "error: stdin:1: no function matches 'no_such_function_*'"
+    # a glob that names nothing in the executable but matches in a library: say where
+    assert re.fullmatch(r"error: stdin:2: no function of live_calls-O2-pie matches 'mall\*'; "
+                        r"did you mean 'libc\.so\.6:mall\*' \(\d+ functions\)\?", errors[1]), errors
+    assert len(errors) == 2
+    lines = result.stdout.decode().splitlines()
+    # a bare name the executable does not define: the library's definition
+    assert [f["module"] for f in json.loads(lines[0])] == ["libc.so.6"]
+    lines = lines[1:]
+    assert json.loads(lines[0])["functions_instrumented"] == 0
     check_live_output(target.args[0], out)
     for args, message in [(("repl", "notapid"), "madtrace: not a PID: 'notapid'"),
                           (("attach", "1", "--batch", "x"), "madtrace: --batch goes with --repl"),

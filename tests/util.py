@@ -118,3 +118,9 @@ def one_line_error(result: subprocess.CompletedProcess, code: int, needle: str) 
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     assert lines[0].startswith("madtrace: ") and needle in lines[0], lines[0]
+
+
+def madtrace_maps(pid: int) -> list[str]:
+    """The lines of /proc/PID/maps that are madtrace's mappings (memfds madtrace-*)."""
+    with open(f"/proc/{pid}/maps") as f:
+        return [line.strip() for line in f if "/memfd:madtrace" in line]

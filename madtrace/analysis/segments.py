@@ -32,7 +32,7 @@ def address_space_of(directory: str) -> AddressSpace:
     for name in ("maps.end.txt", "maps.start.txt"):
         path = os.path.join(directory, name)
         if os.path.exists(path):
-            with open(path) as f:
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
                 return AddressSpace.from_maps(parse_maps(f.read()))
     return AddressSpace.from_maps([])
 

@@ -145,6 +145,11 @@ def _split_scope(pattern: str):
     return None, pattern
 
 
+class SpecElsewhereError(UnknownSymbolError):
+    """A function spec names nothing as given, but matches in other modules (the
+    message says where): a mistake to report at once, never a pending spec."""
+
+
 class AddressSpace:
     """Modules and regions of one process (see module docstring)."""
 
@@ -362,6 +367,40 @@ class AddressSpace:
             syms.sort(key=lambda s: (s.address, s.name))
             out.extend(ModuleSymbol(mod, s) for s in syms)
         return out
+
+    def functions_for_spec(self, spec: str) -> list[ModuleSymbol]:
+        """The functions a user's spec names (-f, the REPL's funcs and instrument):
+        ``module:GLOB`` those of the matching modules (``*:GLOB``: of every module);
+        a bare name or glob those of the main executable; a bare *name* the main
+        executable does not define, the one definition in the other modules that the
+        dynamic linker binds it to (``-f malloc``: libc.so.6's).  Only definitions
+        (size > 0).  Raises UnknownSymbolError saying where a bare spec does exist
+        when it names nothing in the main executable."""
+        scope, pattern = _split_scope(spec)
+        if scope is not None or self.main is None:
+            return [ms for ms in self.find_functions(spec) if ms.symbol.size > 0]
+        found = [ms for ms in self.find_functions(f"{self.main.name}:{pattern}") if ms.symbol.size > 0]
+        if found:
+            return found
+        elsewhere: dict[str, list[ModuleSymbol]] = {}
+        for ms in self.find_functions(f"*:{pattern}"):
+            if ms.symbol.size > 0 and not ms.module.is_main:
+                elsewhere.setdefault(ms.module.name, []).append(ms)
+        if not elsewhere:
+            raise UnknownSymbolError(f"no function matches {spec!r}")
+        if any(c in pattern for c in "*?["):
+            ranked = sorted(elsewhere.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:3]
+            hints = ", ".join(f"'{module}:{pattern}' ({len(found)} functions)" for module, found in ranked)
+            raise SpecElsewhereError(f"no function of {self.main.name} matches {spec!r}; "
+                                     f"did you mean {hints}?")
+        exported = {module: [ms for ms in found if ms.symbol.dynamic and ms.symbol.binding != "LOCAL"]
+                    for module, found in elsewhere.items()}
+        exported = {module: found for module, found in exported.items() if found}
+        chosen = exported if exported else elsewhere
+        if len(chosen) > 1:
+            names = ", ".join(f"'{module}:{pattern}'" for module in sorted(chosen))
+            raise SpecElsewhereError(f"{spec!r} is defined by several modules ({names}): name one")
+        return next(iter(chosen.values()))
 
     def find_symbol(self, name: str) -> ModuleSymbol:
         """The best symbol called *name* (``mod:name`` scopes it); main

@@ -93,6 +93,8 @@ def parse_maps(text: str) -> list[Mapping]:
             inode = int(parts[4])
         except ValueError:
             continue
+        if len(parts[1]) != 4:
+            continue            # not a maps line (a saved map that was damaged)
         path = parts[5].strip() if len(parts) > 5 else ""
         out.append(Mapping(start, end, parts[1], offset, parts[3], inode, path))
     out.sort(key=lambda m: m.start)

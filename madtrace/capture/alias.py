@@ -157,7 +157,9 @@ def origins_in(mappings: list[Mapping], start: int, end: int) -> list[Origin]:
 class AliasMap:
     def __init__(self, tracee, rs: RemoteSyscalls):
         self.tracee = tracee
-        self.bitmap = SharedArea(rs, BITMAP_BYTES, "madtrace-bitmap", executable=False)
+        # with the copies whose probes read it (rewriting.GROUP)
+        self.bitmap = SharedArea(rs, BITMAP_BYTES, "madtrace-bitmap", executable=False,
+                                 group="madtrace-rewriting")
         self.bits = np.frombuffer(self.bitmap.local, dtype=np.uint8)
         self.spans = Spans()            # aliased ranges, at the program's addresses
         self.origins: list[Origin] = []

@@ -39,7 +39,7 @@ import numpy as np
 from ..arch.x86_64.memops import MemInstruction, effective_address, memory_accesses
 from ..binary.address_space import AddressSpace
 from ..binary.maps import read_maps
-from ..errors import UsageError
+from ..errors import UsageError, writing
 from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
@@ -141,7 +141,8 @@ class DataEngine:
         mappings = read_maps(self.tracee.pid)
         regions = list(self.only_regions or [])
         if self.only_regions is None or self.region_filter is not None:
-            regions += [r for r in default_regions(self.space, mappings)
+            regions += [r for r in default_regions(self.space, mappings,
+                                                   opt_in=self.region_filter is not None)
                         if self.region_filter is None or self.region_filter(r)]
         if not regions and not (self.syscalls.traces_default("[heap]")
                                 or self.syscalls.traces_default("[anon 0x0]")):
@@ -342,7 +343,8 @@ class DataEngine:
         chunks = self.chunks.pop(tid, [])
         self.rows[tid] = 0
         if chunks:
-            with open(os.path.join(self.out_dir, "data", f"{tid}.acc"), "ab") as f:
+            path = os.path.join(self.out_dir, "data", f"{tid}.acc")
+            with writing(path), open(path, "ab") as f:
                 for chunk in chunks:
                     f.write(chunk.tobytes())
 
@@ -453,6 +455,8 @@ class DataEngine:
         for hooks in self._all_hooks():
             if hooks.active:
                 hooks.remove(child.mem)
+        if self.paths is not None and self.paths.rewriter is not None:
+            self.paths.rewriter.fork_child(child)
         if self.active and self.protected:
             held = self._hold_all() if self.alias is not None else []
             with RemoteSyscalls(child) as rs:

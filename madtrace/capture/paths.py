@@ -33,7 +33,7 @@ from ..inject.templates import load_injector
 from ..process.remote_syscall import RemoteSyscalls
 from .data_records import RingRecords
 from .instruction_table import FAULT, KIND_LOAD, KIND_STORE, InstructionTable
-from .rewriting import Rewriter
+from .rewriting import GROUP, Rewriter
 from .rings import RingSet
 
 SYNCHRONOUS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP}
@@ -55,8 +55,10 @@ class AccessPaths:
         engine = self.engine
         L = load_injector()
         if self.own_rings:
-            area = SharedArea(rs, RingSet.size_for(L), "madtrace-rings", executable=False)
-            self.rings = RingSet(area, L, engine.out_dir)
+            area = SharedArea(rs, RingSet.size_for(L), "madtrace-rings", executable=False,
+                              group=GROUP)
+            self.rings = RingSet(area, L, engine.out_dir, map_chunk=self._map_chunk)
+            self.rings.ensure_free(len(engine.tracee.threads))
             self.rings.set_enabled(True)
         self.rings.data_sink = self.records
         self.rewriter = Rewriter(engine, self.rings.control_address, engine.alias.bitmap.address,
@@ -68,6 +70,11 @@ class AccessPaths:
             for tid in engine.tracee.threads:
                 self.add_thread(tid)
             self.rings.start()
+
+    def _map_chunk(self, size: int) -> SharedArea:
+        """Ring blocks for more threads (a stopped thread runs the system calls)."""
+        with RemoteSyscalls(self.engine.tracee) as rs:
+            return SharedArea(rs, size, "madtrace-rings", executable=False, group=GROUP)
 
     def add_thread(self, tid: int) -> None:
         if self.own_rings:

@@ -1,8 +1,9 @@
 """Which bytes the data engine traces, and which pages it must protect.
 
 Traced ranges are exact (pitfall 5): the .data and .bss sections of every
-module except the dynamic loader and the vdso, and the brk heap.  Never
-code, stacks, or madtrace's own areas.  Protection is per page, so a page
+module except the dynamic loader and the vdso, and the brk heap; on request
+(``--regions '.rodata of prog'``, a label that names it) the constant data
+of .rodata too.  Never code, stacks, or madtrace's own areas.  Protection is per page, so a page
 may hold traced and untraced bytes (.got.plt beside .data): faults on the
 untraced bytes are executed and not recorded.  Each page remembers its
 original protection, restored exactly when tracing ends.
@@ -22,6 +23,7 @@ from ..binary.maps import Mapping
 
 PAGE = 4096
 TRACED_SECTIONS = (".data", ".bss")
+OPT_IN_SECTIONS = (".rodata",)     # traced only when a --regions glob names them
 SKIPPED_MODULES = ("ld-linux", "ld64", "[vdso]")
 
 
@@ -32,13 +34,16 @@ class Region:
     label: str          # ".bss of prog", "[heap]"
 
 
-def default_regions(space: AddressSpace, mappings: list[Mapping]) -> list[Region]:
+def default_regions(space: AddressSpace, mappings: list[Mapping], opt_in: bool = False) -> list[Region]:
+    """The traced regions of a process; ``opt_in``: also the sections traced only on
+    request (.rodata), for a --regions filter to pick from."""
+    sections = TRACED_SECTIONS + (OPT_IN_SECTIONS if opt_in else ())
     regions = []
     for module in space.modules:
         if module.name.startswith(SKIPPED_MODULES):
             continue
         for section in module.image.sections:
-            if section.name in TRACED_SECTIONS and section.size:
+            if section.name in sections and section.size:
                 start = module.bias + section.address
                 regions.append(Region(start, start + section.size, f"{section.name} of {module.name}"))
     heap = [m for m in mappings if m.path == "[heap]"]   # may be split by mprotect

@@ -50,6 +50,9 @@ from .alias import ALIAS_BIT
 from .instruction_table import InstructionTable
 
 AREA_SIZE = 64 << 20
+# the copies, the alias bitmap their probes read and the rings of a data-only session
+# stay or go together (inject/footprint.py)
+GROUP = "madtrace-rewriting"
 ENTRY_SLOT = 16          # jmp [rip + 0]; 2 bytes of padding; .quad target
 PROBE_BYTES = 420        # room planned per memory instruction of a function
 UNWINDER = "_Unwind_RaiseException"
@@ -258,6 +261,8 @@ class Rewriter:
             return False
         area.area.write(at, copy.code)
         area.cursor = at + len(copy.code)
+        # a call made in the copy returns to the original code once the session ends
+        area.area.return_points.update(copy.returns)
         state.copies.append(copy)
         i = bisect.bisect_left(self._copy_starts, at)
         self._copy_starts.insert(i, at)
@@ -272,7 +277,8 @@ class Rewriter:
             with RemoteSyscalls(self.tracee, self._stopped_thread()) as rs:
                 address = gap_for_module(self.tracee.pid, module.start, module.end, size)
                 area = self.areas[module.name] = CodeArea(SharedArea(
-                    rs, size, f"madtrace-copies-{module.name}", executable=True, address=address))
+                    rs, size, f"madtrace-copies-{module.name}", executable=True, address=address,
+                    group=GROUP))
         return area
 
     def _stopped_thread(self) -> int | None:
@@ -419,12 +425,32 @@ class Rewriter:
 
     # ------------------------------------------------------------- leaving
     def detach(self) -> None:
-        """Every thread out of its probe; the entries back to the original code
-        (copies stay mapped: frames may still return into them)."""
+        """Every thread out of its probe and back in the original code, the entries
+        back: calls made in copies return to the original code (``return_points``,
+        given back by the footprint's release, which unmaps the copies when no
+        frame needs them)."""
         for tid, thread in list(self.tracee.threads.items()):
-            if not thread.running:
-                self.settle(tid, self.tracee.get_regs(tid))
+            if thread.running:
+                continue
+            self._to_original(self.tracee, tid, self.settle(tid, self.tracee.get_regs(tid)))
         self.patches.revert(self.tracee.mem)
+
+    def fork_child(self, child) -> None:
+        """A fork child (stopped at its first stop, not traced further): the
+        entries back to the original code in its copy of the memory (the
+        footprint then unmaps its copies of the copies), its thread too."""
+        self.patches.revert_copy(child.mem)
+        for tid in child.threads:
+            self._to_original(child, tid, child.get_regs(tid))
+
+    def _to_original(self, tracee, tid: int, regs) -> None:
+        """A thread at the start of a translated instruction goes to the original."""
+        copy = self.copy_at(regs.rip)
+        if copy is not None and regs.rip < copy.address + copy.code_size:
+            original = copy.original_of(regs.rip)
+            if original is not None and copy.old_to_new.get(original) == regs.rip:
+                regs.rip = original
+                tracee.set_regs(regs, tid)
 
     def report(self) -> dict:
         relocated = [s for s in self.functions.values() if s.copies]

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """The tracer's side of the shared rings (layout: injector/layout.h).
 
-``RingSet`` owns the shared area's control block, slot table and ring blocks:
-it registers a thread (key = NOT its fs base, as the trampolines look it up),
+``RingSet`` owns the control area (control block, slot table) and the ring
+blocks, mapped a chunk of MT_RINGS_PER_CHUNK at a time as threads need them
+(a ring given back at a thread's exit serves the next thread): it registers a thread (key = NOT its fs base, as the trampolines look it up),
 drains rings concurrently from a background thread, appends each thread's
 records to ``calls/<tid>.rec`` in the trace directory, sums the threads' call
 counters, and accounts for every record that was dropped.  The target writes
@@ -28,7 +29,7 @@ import threading
 
 import numpy as np
 
-from ..errors import TracerInternalError
+from ..errors import OutputError, TracerInternalError
 from ..inject.templates import Injector
 from ..native import load
 
@@ -68,14 +69,21 @@ def _check_build(lib, injector: Injector) -> None:
 
 
 class RingSet:
-    def __init__(self, area, injector: Injector, out_dir: str):
-        self.area = area              # SharedArea (control block + slot table + rings)
+    def __init__(self, area, injector: Injector, out_dir: str, map_chunk=None):
+        """``area``: the control area (control block + slot table); ``map_chunk(size)``
+        maps a new area of ``size`` bytes for ring blocks in the target (a
+        SharedArea; it needs a stopped thread) when the threads need more rings."""
+        self.area = area              # SharedArea: control block + slot table
         self.L = injector
         self.mem = area.local
         self.out_dir = out_dir
+        self._map_chunk = map_chunk
         os.makedirs(os.path.join(out_dir, "calls"), exist_ok=True)
         self.lock = threading.RLock()
-        self.free_rings = list(range(injector.MT_SLOTS))
+        self.chunks: list = []                     # SharedArea of MT_RINGS_PER_CHUNK ring blocks
+        self._chunk_local: list[int] = []          # their addresses in the tracer
+        self.free_rings: list[int] = []
+        self.populated: set[int] = set()           # rings whose record pages exist
         self.thread_ring: dict[int, int] = {}      # tid -> ring index
         self.thread_key: dict[int, int] = {}       # tid -> slot table key
         self.files: dict[int, int] = {}            # tid -> record file descriptor
@@ -93,12 +101,17 @@ class RingSet:
         self._lib = _library()
         _check_build(self._lib, injector)
         self._moved = ctypes.c_uint64()
-        self._local = ctypes.addressof(ctypes.c_char.from_buffer(self.mem))
         self.dropped = 0
         self.exits_lost = 0
         self.waits = 0
         self.unregistered_threads = 0
+        self.unregistered_records = 0
+        self.closed = False
         self._stop = threading.Event()
+        # the drain's write error (OutputError): recording stopped there; on_failure(exc)
+        # is called from the drain thread (say it at once; no ptrace from there)
+        self.failure: OutputError | None = None
+        self.on_failure = None
         self._thread: threading.Thread | None = None
         # data_sink(tid, records): the data records of a drained ring (DATA_OUT_DTYPE),
         # in order, taken out of the call records (hybrid data engine); None: none
@@ -109,7 +122,12 @@ class RingSet:
 
     @classmethod
     def size_for(cls, injector: Injector) -> int:
-        return injector.MT_RINGS + injector.MT_SLOTS * injector.MT_RING_BLOCK
+        """Bytes of the control area."""
+        return injector.MT_CONTROL_AREA
+
+    @classmethod
+    def chunk_size(cls, injector: Injector) -> int:
+        return injector.MT_RINGS_PER_CHUNK * injector.MT_RING_BLOCK
 
     # ------------------------------------------------------------ raw access
     def _u64(self, offset: int, value: int | None = None) -> int:
@@ -118,12 +136,47 @@ class RingSet:
         struct.pack_into("<Q", self.mem, offset, value)
         return value
 
-    def ring_offset(self, index: int) -> int:
-        return self.L.MT_RINGS + index * self.L.MT_RING_BLOCK
+    def _where(self, index: int) -> tuple:
+        """(the chunk's local mapping, the ring's offset in it)."""
+        chunk, slot = divmod(index, self.L.MT_RINGS_PER_CHUNK)
+        return self.chunks[chunk].local, slot * self.L.MT_RING_BLOCK
+
+    def _ring_u64(self, index: int, field: int, value: int | None = None) -> int:
+        mem, offset = self._where(index)
+        if value is None:
+            return struct.unpack_from("<Q", mem, offset + field)[0]
+        struct.pack_into("<Q", mem, offset + field, value)
+        return value
+
+    def ring_address(self, index: int) -> int:
+        """Where ring block ``index`` is in the target."""
+        chunk, slot = divmod(index, self.L.MT_RINGS_PER_CHUNK)
+        return self.chunks[chunk].address + slot * self.L.MT_RING_BLOCK
+
+    def ring_local(self, index: int) -> int:
+        """Where ring block ``index`` is in the tracer."""
+        chunk, slot = divmod(index, self.L.MT_RINGS_PER_CHUNK)
+        return self._chunk_local[chunk] + slot * self.L.MT_RING_BLOCK
 
     @property
     def control_address(self) -> int:
         return self.area.address
+
+    @property
+    def capacity(self) -> int:
+        return len(self.chunks) * self.L.MT_RINGS_PER_CHUNK
+
+    def ensure_free(self, n: int) -> None:
+        """At least ``n`` free rings (more chunks mapped in the target if needed, up to
+        MT_SLOTS rings in all)."""
+        with self.lock:
+            while len(self.free_rings) < n and self.capacity < self.L.MT_SLOTS:
+                chunk = self._map_chunk(self.chunk_size(self.L))
+                first = self.capacity
+                self.chunks.append(chunk)
+                self._chunk_local.append(ctypes.addressof(ctypes.c_char.from_buffer(chunk.local)))
+                per = min(self.L.MT_RINGS_PER_CHUNK, self.L.MT_SLOTS - first)
+                self.free_rings.extend(range(first, first + per))
 
     def set_enabled(self, enabled: bool) -> None:
         """Recording on or off: the flag (for threads without a ring) and every
@@ -134,12 +187,12 @@ class RingSet:
             flag = self.L.MT_FLAG_ENABLED
             self.mem[self.L.MT_CTL_FLAGS] = (flags | flag) if enabled else (flags & ~flag)
             for index in self.thread_ring.values():
-                self._set_limit(self.ring_offset(index))
+                self._set_limit(index)
 
-    def _set_limit(self, ring: int) -> None:
+    def _set_limit(self, index: int) -> None:
         L = self.L
-        limit = self._u64(ring + L.MT_RING_TAIL) + L.MT_RING_RECORDS if self.enabled else 0
-        self._u64(ring + L.MT_RING_LIMIT, limit)
+        limit = self._ring_u64(index, L.MT_RING_TAIL) + L.MT_RING_RECORDS if self.enabled else 0
+        self._ring_u64(index, L.MT_RING_LIMIT, limit)
 
     def reserve_sites(self, n: int) -> None:
         """Room to count the calls of sites 0..n-1 (before they are patched)."""
@@ -162,8 +215,9 @@ class RingSet:
 
     def _counters(self, index: int) -> np.ndarray:
         """The thread counters of ring ``index`` (a view of the shared area: del it soon)."""
-        return np.frombuffer(self.mem, dtype=np.uint64, count=len(self.released_counts),
-                             offset=self.ring_offset(index) + self.L.MT_RING_COUNTS)
+        mem, offset = self._where(index)
+        return np.frombuffer(mem, dtype=np.uint64, count=len(self.released_counts),
+                             offset=offset + self.L.MT_RING_COUNTS)
 
     @property
     def entry_counts(self) -> np.ndarray:
@@ -190,37 +244,44 @@ class RingSet:
         with self.lock:
             if tid in self.thread_ring:
                 return
-            if not self.free_rings or key in self.thread_key.values():
+            if key in self.thread_key.values():
                 self.unregistered_threads += 1  # its records are counted as unregistered drops
                 return
+            self.ensure_free(1)
+            if not self.free_rings:
+                self.unregistered_threads += 1
+                return
             index = self.free_rings.pop(0)
-            ring = self.ring_offset(index)
             for field in ("MT_RING_HEAD", "MT_RING_DROPS", "MT_RING_SHADOW_TOP",
                           "MT_RING_EXITS_LOST", "MT_RING_WAITS", "MT_RING_TAIL"):
-                self._u64(ring + getattr(self.L, field), 0)
-            self._set_limit(ring)
-            self._u64(ring + self.L.MT_RING_TID, tid)
-            self._u64(ring + self.L.MT_RING_CONTROL, self.area.address)
-            self._populate(ring)
+                self._ring_u64(index, getattr(self.L, field), 0)
+            self._set_limit(index)
+            self._ring_u64(index, self.L.MT_RING_TID, tid)
+            self._ring_u64(index, self.L.MT_RING_CONTROL, self.area.address)
+            self._populate(index)
             slot = self._probe(key, for_insert=True)
             # value before key: a concurrent lookup never sees a key without its ring
-            self._u64(slot + 8, self.area.address + ring)
+            self._u64(slot + 8, self.ring_address(index))
             self._u64(slot, key)
             self.thread_ring[tid] = index
             self.thread_key[tid] = key
             self.records_per_thread.setdefault(tid, 0)
 
     def records_range(self, tid: int) -> tuple[int, int]:
-        """(offset, size) of the thread's records in the area."""
-        return (self.ring_offset(self.thread_ring[tid]) + self.L.MT_RING_RECORDS_OFF,
+        """(address in the target, size) of the thread's records."""
+        return (self.ring_address(self.thread_ring[tid]) + self.L.MT_RING_RECORDS_OFF,
                 self.L.MT_RING_RECORDS * self.L.MT_RECORD_SIZE)
 
-    def _populate(self, ring: int) -> None:
+    def _populate(self, index: int) -> None:
         """Allocates the pages of a ring's records now (in the tracer: the target
         then only maps them), so that the thread does not take a page fault and
-        a page allocation every 128 calls of its first 131072 calls.  Best effort:
-        an older kernel (EINVAL) leaves them to the first touch."""
-        self._lib.madvise(self._local + ring + self.L.MT_RING_RECORDS_OFF,
+        a page allocation every 128 calls of its first 131072 calls; once per
+        ring (a ring given back keeps its pages for its next thread).  Best
+        effort: an older kernel (EINVAL) leaves them to the first touch."""
+        if index in self.populated:
+            return
+        self.populated.add(index)
+        self._lib.madvise(self.ring_local(index) + self.L.MT_RING_RECORDS_OFF,
                           self.L.MT_RING_RECORDS * self.L.MT_RECORD_SIZE, MADV_POPULATE_WRITE)
 
     def _probe(self, key: int, for_insert: bool) -> int:
@@ -239,49 +300,81 @@ class RingSet:
     def unregister(self, tid: int) -> None:
         """At a thread's exit: drain its ring, free its slot (tombstone) and ring."""
         with self.lock:
-            if tid not in self.thread_ring:
+            if tid not in self.thread_ring or self.closed:
                 return
             self._drain_one(tid)
             index = self.thread_ring.pop(tid)
             key = self.thread_key.pop(tid)
-            ring = self.ring_offset(index)
-            view = self._counters(index)    # the thread is gone: its counters stay still
-            self.released_counts += view
-            view[:] = 0                      # for the ring's next thread
-            del view
-            self.dropped += self._u64(ring + self.L.MT_RING_DROPS)
-            self.exits_lost += self._u64(ring + self.L.MT_RING_EXITS_LOST)
-            self.waits += self._u64(ring + self.L.MT_RING_WAITS)
+            self._fold(index, clear=True)
             self._u64(self._probe(key, for_insert=False), TOMBSTONE)
             self.free_rings.append(index)
             fd = self.files.pop(tid, None)
             if fd is not None:
                 os.close(fd)
 
+    def _fold(self, index: int, clear: bool) -> None:
+        """A ring's counters and drop counts into the totals of released rings."""
+        view = self._counters(index)    # the thread is gone: its counters stay still
+        self.released_counts += view
+        if clear:
+            view[:] = 0                  # for the ring's next thread
+        del view
+        L = self.L
+        self.dropped += self._ring_u64(index, L.MT_RING_DROPS)
+        self.exits_lost += self._ring_u64(index, L.MT_RING_EXITS_LOST)
+        self.waits += self._ring_u64(index, L.MT_RING_WAITS)
+
     def head_address(self, tid: int) -> int:
         """The address of the thread's HEAD in the tracer's own memory (0: no ring)."""
-        if tid not in self.thread_ring:
+        if tid not in self.thread_ring or self.closed:
             return 0
-        return self._local + self.ring_offset(self.thread_ring[tid]) + self.L.MT_RING_HEAD
+        return self.ring_local(self.thread_ring[tid]) + self.L.MT_RING_HEAD
 
     def head_of(self, tid: int) -> int:
-        return self._u64(self.ring_offset(self.thread_ring[tid]) + self.L.MT_RING_HEAD)
+        return self._ring_u64(self.thread_ring[tid], self.L.MT_RING_HEAD)
+
+    def fill(self) -> dict[int, float]:
+        """How full each thread's ring is now (records written, not yet drained)."""
+        L = self.L
+        with self.lock:
+            return {tid: (self._ring_u64(i, L.MT_RING_HEAD) - self._ring_u64(i, L.MT_RING_TAIL))
+                    / L.MT_RING_RECORDS for tid, i in self.thread_ring.items()}
+
+    def shadow_entries(self) -> list[tuple[int, int]]:
+        """(real return address, stack slot) of every call of an entry-patched
+        function that has not returned, per thread from the newest; an entry
+        whose slot is not above the newer one's was left by longjmp (as the exit
+        stub decides)."""
+        L = self.L
+        out = []
+        with self.lock:
+            for index in self.thread_ring.values():
+                top = min(self._ring_u64(index, L.MT_RING_SHADOW_TOP), L.MT_SHADOW_ENTRIES)
+                mem, offset = self._where(index)
+                entries = np.frombuffer(mem, dtype="<u8", count=2 * top,
+                                        offset=offset + L.MT_RING_SHADOW).reshape(-1, 2).copy()
+                newer = 0
+                for ret, slot in entries[::-1].tolist():
+                    if slot > newer:
+                        out.append((ret, slot))
+                        newer = slot
+        return out
 
     # ------------------------------------------------------------- draining
     def _drain_one(self, tid: int) -> int:
         if self.data_sink is not None:
             return self._drain_split(tid)
-        ring = self.ring_offset(self.thread_ring[tid])
+        index = self.thread_ring[tid]
         fd = self.files.get(tid)
         if fd is None:
-            if self._u64(ring + self.L.MT_RING_HEAD) == self._u64(ring + self.L.MT_RING_TAIL):
+            if self._ring_u64(index, self.L.MT_RING_HEAD) == self._ring_u64(index, self.L.MT_RING_TAIL):
                 return 0
             fd = self.files[tid] = os.open(os.path.join(self.out_dir, "calls", f"{tid}.rec"),
                                            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                                            0o644)
         counts = self.code_counts
         first = 2 * self.L.MT_COUNTED_SITES
-        err = self._lib.mt_drain_ring(self._local + ring, fd, counts.ctypes.data, first,
+        err = self._lib.mt_drain_ring(self.ring_local(index), fd, counts.ctypes.data, first,
                                       first + len(counts) - 1, int(self.enabled), self._moved)
         n = self._moved.value
         self.records_per_thread[tid] = self.records_per_thread.get(tid, 0) + n
@@ -289,12 +382,12 @@ class RingSet:
             raise TracerInternalError(f"ring of thread {tid}: head {self.head_of(tid)} more than "
                                       f"one ring ahead of tail")
         if err:
-            raise OSError(-err, f"writing calls/{tid}.rec: {os.strerror(-err)}")
+            raise OutputError(f"cannot write {os.path.join(self.out_dir, 'calls', f'{tid}.rec')}: "
+                              f"{os.strerror(-err)}")
         return n
 
     def _drain_split(self, tid: int) -> int:
         """_drain_one for rings with data records: those go to ``data_sink``."""
-        ring = self.ring_offset(self.thread_ring[tid])
         counts = self.code_counts
         first = 2 * self.L.MT_COUNTED_SITES
         calls = ctypes.c_uint64(self.records_per_thread.get(tid, 0))
@@ -302,17 +395,17 @@ class RingSet:
         total = 0
         while True:
             err = self._lib.mt_drain_ring_split(
-                self._local + ring, self.files.get(tid, -1), counts.ctypes.data, first,
-                first + len(counts) - 1, int(self.enabled), self._moved, ctypes.byref(calls),
+                self.ring_local(self.thread_ring[tid]), self.files.get(tid, -1), counts.ctypes.data,
+                first, first + len(counts) - 1, int(self.enabled), self._moved, ctypes.byref(calls),
                 self._data_out.ctypes.data, DATA_OUT_ROWS, ctypes.byref(n_out))
             total += self._moved.value
             self.records_per_thread[tid] = calls.value
             if n_out.value:
                 self.data_sink(tid, self._data_out[:n_out.value].copy())
                 n_out.value = 0
+            path = os.path.join(self.out_dir, "calls", f"{tid}.rec")
             if err == -errno.ENOENT:
-                self.files[tid] = os.open(os.path.join(self.out_dir, "calls", f"{tid}.rec"),
-                                          os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                self.files[tid] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                                           0o644)
                 continue
             if err == 1:
@@ -320,11 +413,13 @@ class RingSet:
             if err == -errno.EPROTO:
                 raise TracerInternalError(f"ring of thread {tid}: head more than one ring ahead")
             if err:
-                raise OSError(-err, f"writing calls/{tid}.rec: {os.strerror(-err)}")
+                raise OutputError(f"cannot write {path}: {os.strerror(-err)}")
             return total
 
     def drain_all(self) -> int:
         with self.lock:
+            if self.closed:
+                return 0
             total = 0
             for tid in list(self.thread_ring):
                 total += self._drain_one(tid)
@@ -350,7 +445,16 @@ class RingSet:
         def loop():
             idle = interval
             while not self._stop.is_set():
-                moved = self.drain_all()
+                try:
+                    moved = self.drain_all()
+                except OutputError as exc:
+                    # the disk is full (or gone): recording stops, so no writer ever
+                    # waits for a drain; the session reports it (exit 23) at its end
+                    self.failure = exc
+                    self.set_enabled(False)
+                    if self.on_failure is not None:
+                        self.on_failure(exc)
+                    return
                 if moved >= busy:
                     idle = interval
                     continue
@@ -364,22 +468,40 @@ class RingSet:
         self._stop.set()
         if self._thread:
             self._thread.join()
-        self.drain_all()
+        if self.failure is None:
+            self.drain_all()
 
     def totals(self) -> dict:
         """Drop accounting of every ring still registered plus those already released;
         ``ring_waits``: records that found their ring full and waited for the drain."""
         dropped, lost, waits = self.dropped, self.exits_lost, self.waits
-        for index in self.thread_ring.values():
-            ring = self.ring_offset(index)
-            dropped += self._u64(ring + self.L.MT_RING_DROPS)
-            lost += self._u64(ring + self.L.MT_RING_EXITS_LOST)
-            waits += self._u64(ring + self.L.MT_RING_WAITS)
+        with self.lock:
+            for index in self.thread_ring.values():
+                dropped += self._ring_u64(index, self.L.MT_RING_DROPS)
+                lost += self._ring_u64(index, self.L.MT_RING_EXITS_LOST)
+                waits += self._ring_u64(index, self.L.MT_RING_WAITS)
+            unregistered = self.unregistered_records if self.closed else \
+                self._u64(self.L.MT_CTL_UNREGISTERED)
         return {"dropped": dropped, "exits_lost": lost, "ring_waits": waits,
-                "unregistered_records": self._u64(self.L.MT_CTL_UNREGISTERED),
+                "unregistered_records": unregistered,
                 "unregistered_threads": self.unregistered_threads}
 
     def close(self) -> None:
-        for fd in self.files.values():
-            os.close(fd)
-        self.files.clear()
+        """The end of the recording (drained, nothing writes any more): the counts
+        and drops are kept, the record files closed and the tracer's mappings
+        of the rings let go (the target's are the footprint's)."""
+        with self.lock:
+            if self.closed:
+                return
+            for index in self.thread_ring.values():
+                self._fold(index, clear=False)
+            self.thread_ring.clear()
+            self.thread_key.clear()
+            self.unregistered_records = self._u64(self.L.MT_CTL_UNREGISTERED)
+            self.closed = True
+            for fd in self.files.values():
+                os.close(fd)
+            self.files.clear()
+            for chunk in self.chunks:
+                chunk.close_local()
+            self.area.close_local()

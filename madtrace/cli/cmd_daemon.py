@@ -29,6 +29,8 @@ def start(pid: int, options: RecordOptions) -> int:
     from ..repl.host import repl_options
     check_traceable(pid)
     result = start_daemon(pid, repl_options(options))
+    if result.get("leftovers"):
+        print(f"madtrace: {result['leftovers']}", file=sys.stderr)
     if not options.quiet:
         print(f"madtrace: daemon {result['daemon']} traces process {pid} (log {result['log']}); "
               f"control it with: madtrace ctl {pid} COMMAND ('ctl {pid} stop' ends it)",

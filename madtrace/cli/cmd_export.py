@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..analysis.segments import address_space_of
-from ..errors import CorruptTraceError, OutputExistsError, UsageError
+from ..errors import CorruptTraceError, OutputExistsError, UsageError, writing
 from ..trace import store
 from ..trace.events import AllocEvent, load_allocations, ordered_events
 from ..trace.madt import access_line, alloc_line
@@ -88,7 +88,7 @@ def export_chrome(args) -> int:
 
     if args.output:
         _check_output(args.output, args.force)
-        with open(args.output, "w") as out:
+        with writing(args.output), open(args.output, "w") as out:
             write_chrome(args.directory, out, args.max_events, warn)
     else:
         write_chrome(args.directory, sys.stdout, args.max_events, warn)
@@ -100,7 +100,8 @@ def export_parquet(args) -> int:
     if not args.output:
         raise UsageError("--format parquet writes a directory: give it with -o DIR")
     _check_output(args.output, args.force)
-    copy_store(args.directory, args.output, sys.stderr)
+    with writing(args.output):
+        copy_store(args.directory, args.output, sys.stderr)
     return 0
 
 
@@ -117,7 +118,7 @@ def run(args) -> int:
     if args.output:
         if os.path.exists(args.output) and not args.force:
             raise OutputExistsError(f"{args.output} already exists (use --force to overwrite it)")
-        with open(args.output, "w") as out:
+        with writing(args.output), open(args.output, "w") as out:
             for line in lines:
                 out.write(line + "\n")
     else:

@@ -8,7 +8,7 @@ import decimal
 import json
 import sys
 
-from ..errors import QueryError
+from ..errors import CorruptTraceError, QueryError
 from ..trace import store
 
 NAME = "query"
@@ -55,6 +55,17 @@ def _first_line(exc: Exception) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+def query_error(directory, exc):
+    """QueryError for the query's own mistakes; CorruptTraceError when a store file
+    turned out unreadable halfway through (its footer was fine when connecting)."""
+    import duckdb
+    if isinstance(exc, (duckdb.IOException, duckdb.InvalidInputException)) and ".parquet" in str(exc):
+        where = directory or "the trace directory"
+        return CorruptTraceError(f"the store of {where} is corrupt ({_first_line(exc)}): remove "
+                                 f"its store/ folder and it is rebuilt from the trace files")
+    return QueryError(f"query failed: {_first_line(exc)}")
+
+
 def run_query(directory: str, sql: str):
     """(column names, cursor) of ``sql`` on the store of ``directory``."""
     import duckdb
@@ -64,7 +75,7 @@ def run_query(directory: str, sql: str):
     try:
         cursor = con.execute(sql)
     except duckdb.Error as exc:
-        raise QueryError(f"query failed: {_first_line(exc)}") from None
+        raise query_error(directory, exc) from None
     columns = [d[0] for d in cursor.description] if cursor.description else []
     return columns, cursor
 
@@ -75,7 +86,7 @@ def _batches(cursor):
         try:
             rows = cursor.fetchmany(BATCH)
         except duckdb.Error as exc:
-            raise QueryError(f"query failed: {_first_line(exc)}") from None
+            raise query_error(None, exc) from None
         if not rows:
             return
         yield rows

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ..errors import UsageError
+from ..errors import UnknownSymbolError, UsageError
 from ..session import Recording
 from .options import add_recording_arguments, recording_options
 
@@ -39,6 +39,10 @@ def record(args, output: str) -> tuple[Recording, int | None]:
     else:
         status = recording.run()
     recording.log(f"trace written to {output}")
+    never = recording.meta.get("unmatched_functions")
+    if never:
+        raise UnknownSymbolError(f"no function matches {', '.join(map(repr, never))} in any image "
+                                 f"or library of the target (trace written to {output})")
     return recording, status
 
 

@@ -17,7 +17,7 @@ import sys
 
 from ..analysis.calltree import analyze_calls
 from ..analysis.segments import segments
-from ..errors import NoDataError, OutputExistsError, UsageError
+from ..errors import NoDataError, OutputError, OutputExistsError, UsageError
 from ..report import text
 from ..report.calls_text import DEFAULT_DEPTH, DEFAULT_TOP, print_human_report, report_dict
 from ..report.json_out import write_json
@@ -66,7 +66,7 @@ def _check_output(path: str | None, force: bool) -> None:
         raise OutputExistsError(f"{path} already exists (use --force to overwrite it)")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise UsageError(f"{path}: no such directory {parent}")
+        raise OutputError(f"cannot write {path}: no such directory {parent}")
 
 
 def _kind_of(args) -> str:

@@ -14,7 +14,7 @@ HELP = "print the summary of a trace directory (one JSON object with --json)"
 
 SUMMARY_KEYS = ("exit_status", "exit_signal", "threads", "calls", "accesses", "dropped_events",
                 "mode", "command", "pid", "outcome", "stop_reason", "forks", "signals_forwarded",
-                "symbols")
+                "symbols", "images", "processes", "unmatched_functions", "partial")
 
 
 TOP = 15
@@ -77,6 +77,12 @@ def print_human_summary(meta: dict, directory: str, out, totals: dict | None = N
     command = " ".join(s["command"] or []) or f"pid {s['pid']}"
     if s["outcome"] == "snapshot":
         ending = "still running: a snapshot written by the REPL's save,"
+    elif s["outcome"] == "tracer killed":
+        ending = "cut short: madtrace was killed (a partial trace: what reached the disk),"
+    elif s["outcome"] == "running":
+        ending = "still being recorded (a live trace directory),"
+    elif s["outcome"] == "exec":
+        ending = f"exec of {' '.join(meta.get('next_command') or [])[:60]} ({meta.get('next_image')})"
     elif s["exit_signal"]:
         ending = f"killed by signal {s['exit_signal']}"
     elif s["exit_status"] is not None:
@@ -85,7 +91,7 @@ def print_human_summary(meta: dict, directory: str, out, totals: dict | None = N
         ending = f"detached ({s['stop_reason']})"
     print(f"== madtrace summary of {directory}", file=out)
     print(f"   target   : {command}", file=out)
-    label = "state" if s["outcome"] == "snapshot" else "ended"
+    label = "state" if s["outcome"] in ("snapshot", "running") else "ended"
     print(f"   {label:<9}: {ending} after {s['duration_s']:.3f} s", file=out)
     print(f"   threads  : {s['threads']}   forks: {s['forks']}   "
           f"signals forwarded: {s['signals_forwarded']}", file=out)
@@ -108,7 +114,27 @@ def print_human_summary(meta: dict, directory: str, out, totals: dict | None = N
             print(f"   inexact: {item['what']}: {item['why']}", file=out)
     if totals is not None:
         print_data_totals(totals, meta, out)
-    print(f"   dropped events: {s['dropped_events']}", file=out)
+    dropped = s["dropped_events"]
+    print(f"   dropped events: {'unknown (not counted yet)' if dropped is None else dropped}",
+          file=out)
+    print_images(meta, directory, out)
+
+
+def print_images(meta: dict, directory: str, out) -> None:
+    """The images of the process (exec) and the fork children followed: each a trace
+    directory of its own under DIR."""
+    for title, key in (("images (exec)", "images"), ("processes (fork)", "processes")):
+        rows = meta.get(key) or []
+        if not rows:
+            continue
+        print(f"   {title}: each a trace directory of its own", file=out)
+        for row in rows:
+            command = " ".join(row.get("command") or [])[:50]
+            print(f"     {os.path.normpath(os.path.join(directory, row['dir'])):<30} {row.get('outcome') or '':<9} "
+                  f"calls {row.get('calls', 0):>10}  accesses {row.get('accesses', 0):>10}  {command}",
+                  file=out)
+    if meta.get("unmatched_functions"):
+        print(f"   never matched: -f {', '.join(meta['unmatched_functions'])}", file=out)
 
 
 def print_data_totals(totals: dict, meta: dict, out) -> None:

@@ -10,11 +10,12 @@ distinct exit code (``madtrace.errors``); set MADTRACE_DEBUG=1 for tracebacks.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 
 from .. import __version__
-from ..errors import MadtraceError, UsageError
+from ..errors import CorruptTraceError, MadtraceError, OutputError, UsageError
 from . import (cmd_attach, cmd_ctl, cmd_daemon, cmd_export, cmd_query, cmd_record, cmd_repl,
                cmd_report, cmd_run, cmd_summary)
 
@@ -22,6 +23,8 @@ COMMANDS = {module.NAME: module for module in (cmd_run, cmd_record, cmd_attach, 
                                                       cmd_query, cmd_report, cmd_repl, cmd_daemon,
                                                       cmd_ctl)}
 INTERNAL_ERROR_EXIT = 70
+# errors of writing, whatever wrote: a read-only file system, a full disk, a quota
+WRITE_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,12 +84,42 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 141
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS or os.environ.get("MADTRACE_DEBUG"):
+            raise_or_internal(exc)
+            return INTERNAL_ERROR_EXIT
+        # an output that cannot be written, wherever it is written from
+        print(f"madtrace: cannot write {exc.filename or 'an output'}: {exc.strerror}",
+              file=sys.stderr)
+        return OutputError.exit_code
     except Exception as exc:  # a bug: one line unless asked for more
-        if os.environ.get("MADTRACE_DEBUG"):
-            raise
-        print(f"madtrace: internal error: {type(exc).__name__}: {exc} "
-              "(set MADTRACE_DEBUG=1 for a traceback)", file=sys.stderr)
+        if store_file_unreadable(exc) and not os.environ.get("MADTRACE_DEBUG"):
+            print(f"madtrace: a file of the trace's store is corrupt ({first_line(exc)}): remove "
+                  "the store/ folder of the trace directory and it is rebuilt from the trace files",
+                  file=sys.stderr)
+            return CorruptTraceError.exit_code
+        raise_or_internal(exc)
         return INTERNAL_ERROR_EXIT
+
+
+def store_file_unreadable(exc: BaseException) -> bool:
+    """DuckDB failed on madtrace's own SQL over a store: a damaged data page of one
+    of its Parquet files (footers are checked when connecting; the errors of a
+    user's SQL are QueryErrors before they get here), whichever command read it."""
+    return type(exc).__module__.lstrip("_").startswith("duckdb")
+
+
+def first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def raise_or_internal(exc: BaseException) -> None:
+    """A bug of madtrace's: one line, or the traceback with MADTRACE_DEBUG=1."""
+    if os.environ.get("MADTRACE_DEBUG"):
+        raise exc
+    print(f"madtrace: internal error: {type(exc).__name__}: {exc} "
+          "(set MADTRACE_DEBUG=1 for a traceback)", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str
     parser.add_argument("--regions", action="append", default=[], metavar="GLOB",
                         help="with --data: trace only the regions whose label matches (repeatable; "
                         "labels as in the summary: '.data of prog', '.bss of libc.so.6', '[heap]', "
-                        "'[anon*' for mappings the program creates)")
+                        "'[anon*' for mappings the program creates; '.rodata of prog', constant "
+                        "data, is traced only when a glob names it)")
     parser.add_argument("--only", action="append", default=[], metavar="VAR|BLOCK",
                         help="with --data: trace only this global variable, or only the heap "
                         "block with this number (malloc0014, 14) (repeatable)")

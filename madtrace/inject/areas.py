@@ -4,7 +4,11 @@
 the target (by remote mmap) and in the tracer (through /proc/PID/fd/N), so the
 tracer reads and writes it with plain memory accesses and no ptrace call.
 Used for the control block and rings (RW in the target) and for code areas
-(R-X in the target, written by the tracer through its own RW mapping).
+(R-X in the target, written by the tracer through its own RW mapping).  Every
+area is named ``madtrace-...`` (its memfd shows as ``/memfd:madtrace-...`` in
+the target's maps, which is how a later session finds what a killed one
+left) and joins the process's ``Footprint`` (footprint.py), which takes it
+out of the target when the session ends.
 
 ``find_gap_near``: a free, page-aligned address range for a code area within
 rel32 reach (+-2 GiB) of a whole module, never overlapping a mapping and
@@ -23,6 +27,8 @@ from ..process.remote_syscall import (MAP_FIXED_NOREPLACE, MAP_SHARED, PROT_EXEC
 
 PAGE = 4096
 MFD_CLOEXEC = 1
+NAME_PREFIX = "madtrace-"
+MAPS_PREFIX = "/memfd:" + NAME_PREFIX
 REL32_REACH = (1 << 31) - PAGE
 HEAP_GROWTH_ROOM = 1 << 30
 
@@ -31,17 +37,50 @@ def page_round(n: int) -> int:
     return (n + PAGE - 1) & ~(PAGE - 1)
 
 
-class SharedArea:
+class TargetArea:
+    """A mapping madtrace made in the target, as ``Footprint.release`` sees it."""
+
+    def __init__(self, name: str, address: int, size: int, executable: bool,
+                 group: str | None = None):
+        self.name = name
+        self.address = address
+        self.size = size
+        self.executable = executable
+        # areas of one group stay or go together (a code area and the rings it writes)
+        self.group = group or name
+        # return address in the area -> where that call really returns
+        self.return_points: dict[int, int] = {}
+        # a thread stopped inside may be run out of it one instruction at a time
+        # (trampolines: straight code without system calls)
+        self.steppable = False
+        # called with a RemoteSyscalls scope just before the area is unmapped
+        self.before_unmap: list = []
+        self.mapped = True
+
+    @property
+    def end(self) -> int:
+        return self.address + self.size
+
+    def contains(self, address: int) -> bool:
+        return self.address <= address < self.address + self.size
+
+
+class SharedArea(TargetArea):
     """One memfd-backed area, mapped in both processes."""
 
     def __init__(self, rs: RemoteSyscalls, size: int, name: str, executable: bool,
-                 address: int | None = None, writable_code: bool = False):
+                 address: int | None = None, writable_code: bool = False, group: str | None = None):
         """``executable``: R-X in the target (code areas), else RW-;
-        ``writable_code``: RWX (code that writes data next to itself)."""
+        ``writable_code``: RWX (code that writes data next to itself);
+        ``group``: areas that stay or go together (a code area and the rings it
+        writes); default: the area alone."""
+        from .footprint import Footprint
         tracee = rs.tracee
-        self.size = page_round(size)
-        self.name = name
-        # the memfd's name goes on the stopped thread's stack, well below its red zone
+        if not name.startswith(NAME_PREFIX):
+            raise TracerInternalError(f"area {name!r}: madtrace's areas are named {NAME_PREFIX}*")
+        super().__init__(name, 0, page_round(size), executable or writable_code, group)
+        self.mapped = False
+    # the memfd's name goes on the stopped thread's stack, well below its red zone
         scratch = (rs.saved_regs.rsp - 4096) & ~15
         tracee.mem.write(scratch, name.encode() + b"\0")
         fd = rs.call("memfd_create", scratch, MFD_CLOEXEC)
@@ -61,12 +100,17 @@ class SharedArea:
             if address is not None and self.address != address:
                 rs.munmap(self.address, self.size)
                 raise TracerInternalError(f"{name}: kernel placed it at {self.address:#x}, not {address:#x}")
+            self.mapped = True
+            Footprint.of(tracee).add(self)
         finally:
             rs.call("close", fd)
 
-    @property
-    def end(self) -> int:
-        return self.address + self.size
+    def close_local(self) -> None:
+        """The tracer's own mapping goes (the target's is ``Footprint.release``'s)."""
+        try:
+            self.local.close()
+        except BufferError:   # a view of it is still alive: it goes with the tracer
+            pass
 
     def write(self, address: int, data: bytes) -> None:
         """Write into the area at a target address (through the tracer's mapping)."""

@@ -1,13 +1,16 @@
 """Function tracing in a live target: inject, patch, follow threads, restore.
 
 ``FunctionTracer.install`` (all threads stopped):
- 1. plans the functions (``plan``), 2. maps the shared rings and one code
- area per patched module within rel32 reach (``areas``), 3. registers every
- thread's ring, 4. writes the trampolines through the tracer's mapping of
- the code areas, 5. applies the 5-byte patches (``patchset``), 6. starts the
+ 1. plans the functions (``plan``), 2. maps the control area of the rings and
+ one code area per patched module within rel32 reach (``areas``), 3. registers
+ every thread's ring (ring blocks are mapped a chunk at a time, as threads
+ need them), 4. writes the trampolines through the tracer's mapping of the
+ code areas, 5. applies the 5-byte patches (``patchset``), 6. starts the
  drain thread.  ``restore`` un-patches live; trampolines and rings stay
  mapped, because a frame may still return into them.  ``detach`` restores
- everything and stops recording.
+ everything and stops recording; the process's footprint (footprint.py)
+ then takes the areas out, with the return addresses of pending calls
+ (``return_points`` of the code areas, ``_pending_returns``).
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PRO
                                       PROT_WRITE, RemoteSyscalls)
 from ..process.tracee import Tracee
 from .areas import SharedArea, gap_for_module, page_round
+from .footprint import Footprint
 from .patchset import Patch, PatchConflict, PatchSet
 from .plan import Plan, Site, TracedFunction, make_plan
 from .templates import load_injector
 from .unwind import OBJECT_SIZE, eh_frame
 
 JMP_REL32 = 0xE9
+GROUP = "madtrace-functions"     # the areas of function tracing stay or go together
 
 
 def jmp_rel32(at: int, to: int) -> bytes:
@@ -80,6 +85,8 @@ class FunctionTracer:
         # prologue instruction: its accesses are named by the original
         self.moved_code: list[tuple[int, int, int]] = []
         self._moved_arrays = None
+        self.exit_stubs: set[int] = set()            # where entry-patched calls return
+        self._deregistrar: int | None = None         # __deregister_frame_info
 
     # --------------------------------------------------------------- install
     def install(self, patterns: list[str]) -> dict:
@@ -87,13 +94,15 @@ class FunctionTracer:
         with RemoteSyscalls(tracee) as rs:
             plan = self.plan = self._make_plan(rs, patterns)
             self.report["skipped"] = [{"what": w, "why": y} for w, y in plan.skipped]
-            ring_area = SharedArea(rs, RingSet.size_for(self.injector), "madtrace-rings",
-                                   executable=False)
-            self.rings = RingSet(ring_area, self.injector, self.out_dir)
+            control = SharedArea(rs, RingSet.size_for(self.injector), "madtrace-rings",
+                                 executable=False, group=GROUP)
+            self.rings = RingSet(control, self.injector, self.out_dir, map_chunk=self._map_chunk)
             self.rings.reserve_sites(len(plan.sites))
             for module in {fn.module.name: fn.module for fn in plan.functions}.values():
                 fns = [fn for fn in plan.functions if fn.module is module]
                 self._new_code_area(rs, module, self._code_size(plan, fns))
+        Footprint.of(tracee).return_sources.append(self._pending_returns)
+        self.rings.ensure_free(len(tracee.threads))
         for tid in list(tracee.threads):
             self.register_thread(tid)
         self._map_rings(tracee)
@@ -135,15 +144,26 @@ class FunctionTracer:
         self._write_tables()
         return {key: self.report[key][start:] for key, start in before.items()}
 
+    def _map_chunk(self, size: int) -> SharedArea:
+        """Ring blocks for more threads (a stopped thread runs the system calls)."""
+        with RemoteSyscalls(self.tracee) as rs:
+            return SharedArea(rs, size, "madtrace-rings", executable=False, group=GROUP)
+
+    def _pending_returns(self) -> list:
+        """(stack slot, exit stubs, real return address) of every call of an
+        entry-patched function that has not returned (footprint.py)."""
+        if self.rings is None or self.rings.closed:
+            return []
+        return [(slot, self.exit_stubs, ret) for ret, slot in self.rings.shadow_entries()]
+
     def _map_rings(self, tracee: Tracee) -> None:
         """Maps the rings of the threads there are (their pages exist already, see
         RingSet._populate) into the target's page tables, so that writing the
         first records takes no page fault (best effort: one madvise each)."""
         with RemoteSyscalls(tracee) as rs:
             for tid in self.rings.thread_ring:
-                offset, size = self.rings.records_range(tid)
-                rs.call("madvise", self.rings.area.address + offset, size, MADV_POPULATE_WRITE,
-                        check=False)
+                address, size = self.rings.records_range(tid)
+                rs.call("madvise", address, size, MADV_POPULATE_WRITE, check=False)
 
     def _make_plan(self, rs: RemoteSyscalls, patterns: list[str]) -> Plan:
         return make_plan(self.space, patterns, method=self.method,
@@ -169,30 +189,59 @@ class FunctionTracer:
                 return ms.address
         return None
 
+    def _deregister_frame_info(self) -> int:
+        """__deregister_frame_info of the unwinder that got the registrations."""
+        if self._deregistrar is None:
+            registrar = self._register_frame_info()
+            found = [ms for ms in self.space.find_functions("__deregister_frame_info")
+                     if ms.symbol.dynamic and ms.symbol.binding != "LOCAL"
+                     and ms.module.start <= registrar < ms.module.end]
+            if not found:
+                raise TracerInternalError("the unwinder has no __deregister_frame_info")
+            self._deregistrar = found[0].address
+        return self._deregistrar
+
     def _register_unwind(self) -> None:
         """Registers the pending call-site trampolines with the target's unwinder
-        (unwind.py): one .eh_frame object and libgcc's struct object for it, in a
-        private mapping of their own that stays for the life of the process, like
-        the trampolines (a frame may still return through them after a detach)."""
+        (unwind.py): one .eh_frame object and libgcc's struct object for it, in
+        an area of their own (layout.h: MT_UNWIND_*), which goes with the
+        trampolines when the session ends (taken back from the unwinder first)."""
         if not self.unwind_pending:
             return
+        L = self.injector
         blob = eh_frame(self.unwind_pending)
-        object_at = (len(blob) + 15) & ~15
+        object_at = L.MT_UNWIND_FRAMES + ((len(blob) + 15) & ~15)
         with RemoteSyscalls(self.tracee) as rs:
-            address = rs.mmap(0, page_round(object_at + OBJECT_SIZE), PROT_READ | PROT_WRITE,
-                              MAP_PRIVATE | MAP_ANONYMOUS)
-            self.tracee.mem.write(address, blob)
-            rs.call_function(self._register_frame_info(), address, address + object_at)
+            area = SharedArea(rs, object_at + OBJECT_SIZE, "madtrace-unwind", executable=False,
+                              group=GROUP)
+            area.write(area.address + L.MT_UNWIND_FRAMES, blob)
+            state = area.address + L.MT_UNWIND_STATE
+            area.write(state, struct.pack("<Q", 1))
+            rs.call_function(self._register_frame_info(), area.address + L.MT_UNWIND_FRAMES,
+                             area.address + object_at)
+            area.write(state, struct.pack("<Q", 2))
+        area.before_unmap.append(lambda rs, area=area: self._deregister(rs, area))
         self.unwind_registered += len(self.unwind_pending)
         self.unwind_pending = []
+
+    def _deregister(self, rs: RemoteSyscalls, area: SharedArea) -> None:
+        """The unwinder lets go of an area's unwind information (before it is unmapped)."""
+        L = self.injector
+        state = area.address + L.MT_UNWIND_STATE
+        if struct.unpack_from("<Q", area.local, L.MT_UNWIND_STATE)[0] != 2:
+            return
+        rs.call_function(self._deregister_frame_info(), area.address + L.MT_UNWIND_FRAMES)
+        area.write(state, struct.pack("<Q", 0))
 
     def _new_code_area(self, rs: RemoteSyscalls, module, need: int) -> None:
         """A code area for ``need`` bytes of trampolines (and room to grow), within
         rel32 reach of ``module``."""
         size = page_round(need + 65536)
         address = gap_for_module(self.tracee.pid, module.start, module.end, size)
-        self.code_areas[module.name] = CodeArea(SharedArea(
-            rs, size, f"madtrace-code-{module.name}", executable=True, address=address))
+        area = SharedArea(rs, size, f"madtrace-code-{module.name}", executable=True,
+                          address=address, group=GROUP)
+        area.steppable = True
+        self.code_areas[module.name] = CodeArea(area)
 
     def _merge_plan(self, fresh: Plan) -> list[TracedFunction]:
         """Appends the functions of ``fresh`` that are new to ``self.plan`` (with new
@@ -271,8 +320,9 @@ class FunctionTracer:
                           count_entry=self.rings.counter_offset(site.sid))
             if site.kind == "call":
                 fields.update(ctl_exit=ctl, code_exit=(site.sid << 1) | 1, **{"return": site.address + 5})
+                (call_field, _), = tpl.patch_points["target"]   # the re-issued call's rel32
+                area.area.return_points[at + call_field + 4] = site.address + 5
                 if self.plan.scans[site.function.module.name].cxx:
-                    (call_field, _), = tpl.patch_points["target"]   # the re-issued call's rel32
                     self.unwind_pending.append((at + call_field - 1, at + call_field + 4,
                                                 site.address + 5))
             area.area.write(at, bytes(tpl.instantiate(at, **fields)))
@@ -284,6 +334,7 @@ class FunctionTracer:
         entry_tpl = self.injector.template("entry", ts)
         exit_tpl = self.injector.template("exitstub", ts)
         exit_at = area.allocate(exit_tpl.size)
+        self.exit_stubs.add(exit_at)
         entry_at = area.allocate(entry_tpl.size + 64 + 5)
         scan, bias = self.plan.scans[fn.module.name].scan, fn.module.bias
         reloc = relocate_entry(code, fn.address, fn.size, entry_at + entry_tpl.size,
@@ -304,7 +355,7 @@ class FunctionTracer:
 
     # ------------------------------------------------------------- threads
     def register_thread(self, tid: int) -> None:
-        if self.rings is not None:
+        if self.rings is not None and not self.rings.closed:
             self.rings.register(tid, self.tracee.get_regs(tid).fs_base)
 
     def sequence_of(self, tid: int) -> int:
@@ -349,31 +400,54 @@ class FunctionTracer:
         """The image was replaced: no patch exists any more, nothing to restore."""
         self.patches.applied.clear()
         self.patches_of.clear()
-        if self.rings is not None and self.active:
+        if self.rings is not None and not self.rings.closed:
             self.rings.stop()
         self.active = False
 
+    def forget_range(self, lo: int, hi: int) -> int:
+        """A module was unmapped (dlclose): its patches went with it. Returns how many."""
+        gone = [a for a in self.patches.applied if lo <= a < hi]
+        for address in gone:
+            del self.patches.applied[address]
+        for fid, addresses in list(self.patches_of.items()):
+            addresses[:] = [a for a in addresses if not lo <= a < hi]
+            if not addresses:
+                del self.patches_of[fid]
+        return len(gone)
+
     def fork_child(self, child: Tracee) -> None:
-        """A fork child we leave untraced: put its code back and give it a private
-        copy of the shared area with recording off, so that frames still inside
-        trampolines return normally and it never writes into our rings.  A child
-        forked before tracing started (its fork event handled only now) has none of it."""
+        """A fork child we leave untraced: put its code back.  A child forked
+        before tracing started (its fork event handled only now) has none of it.
+        Its copies of madtrace's areas are the footprint's (``child_released``)."""
         if not self.active or not child.is_mapped(self.rings.area.address):
             return
         self.patches.revert_copy(child.mem)
-        L, area = self.injector, self.rings.area
+
+    def child_released(self, child: Tracee, kept: list) -> None:
+        """After the footprint took madtrace's areas out of a fork child (its calls
+        pending in trampolines given their real return addresses): if its thread
+        may still need a trampoline, the child keeps the code and gets private
+        copies of the rings with recording off, so that it never writes into ours."""
+        if self.rings is not None and not self.rings.closed and \
+                any(name.startswith("madtrace-rings") for name, _, _ in kept):
+            self._private_rings(child)
+
+    def _private_rings(self, child: Tracee) -> None:
+        L, rings = self.injector, self.rings
+        areas = [rings.area] + rings.chunks
         with RemoteSyscalls(child) as rs:
-            rs.mmap(area.address, area.size, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED)
+            for area in areas:
+                rs.mmap(area.address, area.size, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED)
         # control block and slot table, recording off; then each ring's header and shadow stack
-        control = bytearray(area.local[:L.MT_RINGS])
+        control = bytearray(rings.area.local[:L.MT_CONTROL_AREA])
         control[L.MT_CTL_FLAGS] &= ~L.MT_FLAG_ENABLED & 0xFF
-        child.mem.write(area.address, bytes(control))
-        for index in self.rings.thread_ring.values():
-            off = self.rings.ring_offset(index)
-            header = bytearray(area.local[off: off + L.MT_RING_RECORDS_OFF])
+        child.mem.write(rings.area.address, bytes(control))
+        for index in rings.thread_ring.values():
+            mem, off = rings._where(index)
+            header = bytearray(mem[off: off + L.MT_RING_RECORDS_OFF])
             header[L.MT_RING_LIMIT: L.MT_RING_LIMIT + 8] = bytes(8)   # no room: nothing recorded
-            child.mem.write(area.address + off, bytes(header))
+            child.mem.write(rings.ring_address(index), bytes(header))
 
     # ------------------------------------------------------------- results
     def _write_tables(self) -> None:

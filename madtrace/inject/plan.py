@@ -22,11 +22,12 @@ unwind through an exit stub (the return address it finds is the stub's).
 from __future__ import annotations
 
 import bisect
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..arch.x86_64.callsites import address_taken, find_call_sites
-from ..binary.address_space import AddressSpace, Module, ModuleSymbol
+from ..binary.address_space import AddressSpace, Module, ModuleSymbol, SpecElsewhereError
 from ..errors import UnknownSymbolError, UsageError
 
 # functions that must never be entry-patched: they do not return normally or run
@@ -73,17 +74,31 @@ class Plan:
 
 
 def select_functions(space: AddressSpace, patterns: list[str]) -> list[ModuleSymbol]:
-    """Unscoped patterns match the main executable; 'lib:pattern' another module."""
+    """The functions of the specs (AddressSpace.functions_for_spec: unscoped globs
+    the main executable's, a bare name its definition, 'lib:pattern' a module's)."""
     chosen: dict[int, ModuleSymbol] = {}
     for pattern in patterns:
-        scoped = ":" in pattern and not pattern.startswith("::")
-        query = pattern if scoped or space.main is None else f"{space.main.name}:{pattern}"
-        found = [ms for ms in space.find_functions(query) if ms.symbol.size > 0]
+        found = space.functions_for_spec(pattern)
         if not found:
             raise UnknownSymbolError(f"no function matches {pattern!r}")
         for ms in found:
             chosen.setdefault(ms.address, ms)   # aliases share an address: trace once
     return sorted(chosen.values(), key=lambda ms: ms.address)
+
+
+def split_patterns(space: AddressSpace, patterns: list[str]) -> tuple[list[str], list[str]]:
+    """(patterns that match a function of ``space`` now, those that match none yet:
+    pending until an exec or a dlopen brings a module that defines them)."""
+    matched, pending = [], []
+    for pattern in patterns:
+        try:
+            select_functions(space, [pattern])
+            matched.append(pattern)
+        except SpecElsewhereError:
+            raise
+        except UnknownSymbolError:
+            pending.append(pattern)
+    return matched, pending
 
 
 # a module that uses these may throw or catch C++ exceptions: an exception unwinding
@@ -97,20 +112,30 @@ def uses_cxx_exceptions(module: Module) -> bool:
     return any(name in names for name in CXX_EXCEPTION_SYMBOLS)
 
 
+# the scan of each ELF image (images are cached per file: binary/elf.py), so that a
+# module is scanned once per tracer process, whichever session instruments it
+_image_scans: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 class _ModuleScan:
-    """Call sites and address-taken functions of one module, computed once."""
+    """Call sites and address-taken functions of one module, computed once per
+    image (all ELF-relative)."""
 
     def __init__(self, module: Module):
         self.module = module
-        self.cxx = uses_cxx_exceptions(module)
-        self.scan = find_call_sites(module.image)
-        self.taken = address_taken(module.image)
-        self.sites_by_target: dict[int, list] = {}
-        for site in self.scan.sites:
-            self.sites_by_target.setdefault(site.target, []).append(site)
-        self.unpatchable_by_target: dict[int, list] = {}
-        for item in self.scan.unpatchable:
-            self.unpatchable_by_target.setdefault(item.target, []).append(item)
+        cached = _image_scans.get(module.image)
+        if cached is None:
+            scan = find_call_sites(module.image)
+            sites_by_target: dict[int, list] = {}
+            for site in scan.sites:
+                sites_by_target.setdefault(site.target, []).append(site)
+            unpatchable_by_target: dict[int, list] = {}
+            for item in scan.unpatchable:
+                unpatchable_by_target.setdefault(item.target, []).append(item)
+            cached = (uses_cxx_exceptions(module), scan, address_taken(module.image),
+                      sites_by_target, unpatchable_by_target)
+            _image_scans[module.image] = cached
+        self.cxx, self.scan, self.taken, self.sites_by_target, self.unpatchable_by_target = cached
 
 
 def _implementation_size(scan: _ModuleScan, rel: int) -> int:

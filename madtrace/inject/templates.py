@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..errors import TracerInternalError
@@ -25,7 +25,8 @@ class Template:
     name: str
     code: bytes
     patch_points: dict[str, tuple[tuple[int, str], ...]]
-    marks: dict[str, int] = None     # mt_<name>_at_<mark>: offset in the template
+    marks: dict[str, int] = field(default_factory=dict)   # mt_<name>_at_<mark>: offsets
+    _fixed: tuple | None = field(default=None, compare=False, repr=False)   # (mask, masked bytes)
 
     @property
     def size(self) -> int:
@@ -53,6 +54,36 @@ class Template:
                     struct.pack_into("<i", code, offset, rel)
         return code
 
+    def recognise(self, code: bytes, address: int) -> dict[str, int] | None:
+        """The fields of an instance of this template at the start of ``code``
+        (placed at ``address``), or None if those bytes are not one: every byte
+        outside the patch points must be the template's (rr recognises its
+        stubs the same way).  rel32 fields are given as the address they reach."""
+        if len(code) < self.size:
+            return None
+        if self._fixed is None:
+            mask = bytearray(b"\xff" * self.size)
+            for points in self.patch_points.values():
+                for offset, kind in points:
+                    mask[offset:offset + (8 if kind == "abs64" else 4)] = bytes(8 if kind == "abs64" else 4)
+            fixed = bytes(b & m for b, m in zip(self.code, mask))
+            object.__setattr__(self, "_fixed", (bytes(mask), fixed))
+        mask, fixed = self._fixed
+        head = code[:self.size]
+        if int.from_bytes(head, "little") & int.from_bytes(mask, "little") != \
+                int.from_bytes(fixed, "little"):
+            return None
+        fields = {}
+        for name, points in self.patch_points.items():
+            offset, kind = points[0]
+            if kind == "abs64":
+                fields[name] = struct.unpack_from("<Q", head, offset)[0]
+            elif kind == "imm32":
+                fields[name] = struct.unpack_from("<i", head, offset)[0]
+            else:
+                fields[name] = address + offset + 4 + struct.unpack_from("<i", head, offset)[0]
+        return fields
+
 
 class Injector:
     """The built injector: ``layout`` constants and ``templates`` by name."""
@@ -62,7 +93,7 @@ class Injector:
         self.templates: dict[str, Template] = {
             name: Template(name, bytes.fromhex(t["code"]),
                            {f: tuple((o, k) for o, k in pp) for f, pp in t["patch_points"].items()},
-                           dict(t.get("marks", {})))
+                           marks=dict(t.get("marks", {})))
             for name, t in data["templates"].items()
         }
 

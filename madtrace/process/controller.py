@@ -10,7 +10,8 @@ Policy, in one place:
 - group-stops keep the target job-control stopped (PTRACE_LISTEN);
 - a stop request (Ctrl-C, SIGTERM, SIGHUP, --duration, a REPL command) stops
   every thread, runs the ``before_detach`` hooks (which restore all patches
-  and protections) and detaches: the target continues as if never traced.
+  and protections), then the ``release`` hooks (which unmap what madtrace
+  mapped) and detaches: the target continues as if never traced.
 """
 
 from __future__ import annotations
@@ -44,27 +45,51 @@ class Controller:
         self.execs_seen = 0
         self.signals_forwarded = 0
         self.stop_reason: str | None = None
-        self.on_exec: list[Callable[[Tracee], None]] = []
-        self.before_detach: list[Callable[[Tracee], None]] = []
-        # called for each fork child (not vfork) before it runs, followed or not:
-        # the child is a copy of the parent, patches included
-        self.on_fork_child: list[Callable[[Tracee, int], None]] = []
-        # vfork: called with (parent, parent tid, child) before the child runs in the
-        # parent's memory, and with (parent, parent tid) at the parent's vfork-done stop
-        self.on_vfork_start: list[Callable[[Tracee, int, Tracee], None]] = []
-        self.on_vfork_done: list[Callable[[Tracee, int], None]] = []
-        # called at PTRACE_EVENT_EXIT, while the exiting thread is still stopped
-        self.on_thread_exit: list[Callable[[Tracee, int], None]] = []
-        # engines claim signals they caused (breakpoints, protection faults); return True if handled
-        self.signal_claimers: list[Callable[[Tracee, SignalStop], bool]] = []
-        # syscall entry/exit stops (when tracee.trace_syscalls): return True if handled (resumed)
-        self.syscall_claimers: list[Callable[[Tracee, SyscallStop], bool]] = []
+        self._hooks: dict[int, TraceeHooks] = {}
+        # called with each fork child that is followed, after its parent's on_fork_child
+        # hooks and before it first runs (a new recording starts in it)
+        self.on_follow: list[Callable[[Tracee], None]] = []
+        # called with a followed child once it has exited (its last thread gone)
+        self.on_child_exit: list[Callable[[Tracee], None]] = []
         self._pending_foreign: dict[int, int] = {}  # pid -> wait status of not-yet-announced fork children
-        # events met by an engine's stop_all (the threads stay stopped until handled)
-        self.deferred: list = []
+        # events met by an engine's stop_all (the threads stay stopped until handled),
+        # first those met while attaching
+        self.deferred: list = list(tracee.attach_events)
+        tracee.attach_events = []
         # REPL/daemon commands: when set, the run loop polls for events instead of
         # blocking, and calls this between polls (it runs queued commands at a safe stop)
         self.command_poll: Callable[[], None] | None = None
+
+    def hooks(self, tracee: Tracee | None = None) -> "TraceeHooks":
+        """What the engines of ``tracee`` (default: the main target) do at its events."""
+        tracee = tracee or self.tracee
+        hooks = self._hooks.get(id(tracee))
+        if hooks is None or hooks.tracee is not tracee:
+            hooks = self._hooks[id(tracee)] = TraceeHooks(tracee)
+        return hooks
+
+    def forget(self, tracee: Tracee) -> None:
+        """``tracee`` is gone (exited): its hooks go too (per-event costs stay flat)."""
+        hooks = self._hooks.get(id(tracee))
+        if hooks is not None and hooks.tracee is tracee:
+            del self._hooks[id(tracee)]
+
+    def settle_attach(self, rounds: int = 16) -> None:
+        """Before engines are installed in a process just attached: a fork, vfork or
+        clone met while stopping it leaves a new process or thread stopped at its
+        first stop (a vfork parent waits for its child meanwhile): handle those now,
+        then stop every thread again."""
+        kinds = (pr.PTRACE_EVENT_FORK, pr.PTRACE_EVENT_VFORK, pr.PTRACE_EVENT_CLONE)
+        for _ in range(rounds):
+            now = [e for e in self.deferred if isinstance(e, PtraceEventStop) and e.event in kinds]
+            if not now:
+                return
+            self.deferred = [e for e in self.deferred if e not in now]
+            for event in now:
+                if event.tid in self.tracee.threads:
+                    self.handle(event)
+            self._route_foreign()
+            self.deferred.extend(self.tracee.stop_all())
 
     # ------------------------------------------------------------ stop requests
     def request_stop(self, reason: str) -> None:
@@ -105,7 +130,7 @@ class Controller:
     def run(self) -> str:
         """Runs until the target exits ('exited') or a stop request ('detached')."""
         tracee = self.tracee
-        tracee.resume_all()
+        tracee.resume_all(except_tids={event.tid for event in self.deferred})
         idle = POLL_MIN
         while True:
             if self.stop_reason is not None:
@@ -117,8 +142,9 @@ class Controller:
             if self.deferred:
                 # events of threads an engine stopped while it worked (still stopped there)
                 event = self.deferred.pop(0)
-                if event.tid in tracee.threads:
-                    self.handle(event)
+                owner = self._tracee_of(event.tid)
+                if owner is not None:
+                    self.handle(event, owner)
                 continue
             polling = self.command_poll is not None
             if polling:
@@ -137,13 +163,20 @@ class Controller:
             idle = POLL_MIN
             self.handle(event)
 
+    def _tracee_of(self, tid: int) -> Tracee | None:
+        for tracee in [self.tracee, *self.children.values()]:
+            if tid in tracee.threads:
+                return tracee
+        return None
+
     def handle(self, event, tracee: Tracee | None = None) -> None:
         tracee = tracee or self.tracee
+        hooks = self.hooks(tracee)
         tid = event.tid
         if isinstance(event, (ThreadExited, ThreadKilled)):
             return
         if isinstance(event, SignalStop):
-            for claim in self.signal_claimers:
+            for claim in hooks.signal_claimers:
                 if claim(tracee, event):
                     return
             self.signals_forwarded += 1
@@ -154,19 +187,19 @@ class Controller:
                 self._on_fork(tracee, event.message, vfork=event.event == pr.PTRACE_EVENT_VFORK,
                               parent_tid=tid)
             elif event.event == pr.PTRACE_EVENT_VFORK_DONE:
-                for hook in self.on_vfork_done:
+                for hook in hooks.on_vfork_done:
                     hook(tracee, tid)
             elif event.event == pr.PTRACE_EVENT_EXEC:
                 self.execs_seen += 1
-                for hook in self.on_exec:
+                for hook in list(hooks.on_exec):
                     hook(tracee)
             elif event.event == pr.PTRACE_EVENT_EXIT:
-                for hook in self.on_thread_exit:
+                for hook in hooks.on_thread_exit:
                     hook(tracee, tid)
             tracee.resume(tid, 0)
             return
         if isinstance(event, SyscallStop):
-            for claim in self.syscall_claimers:
+            for claim in hooks.syscall_claimers:
                 if claim(tracee, event):
                     return
             tracee.resume(tid, 0)
@@ -187,16 +220,21 @@ class Controller:
             child.record(child_pid, status)
         else:
             child.wait_event(block=True, tid=child_pid)
+        hooks = self.hooks(parent)
         if vfork:
             # it shares its parent's memory until it execs: nothing to undo, but that
             # memory must be fit for an untraced thread meanwhile
-            for vfork_hook in self.on_vfork_start:
+            for vfork_hook in hooks.on_vfork_start:
                 vfork_hook(parent, parent_tid, child)
         else:
-            for hook in self.on_fork_child:
+            for hook in hooks.on_fork_child:
                 hook(child, child_pid)
+            for release in hooks.release_in_child:
+                release(parent, child)
         if self.follow_forks:
             self.children[child_pid] = child
+            for follow in self.on_follow:
+                follow(child)
             child.resume(child_pid, 0)
             return
         try:
@@ -217,12 +255,20 @@ class Controller:
                     continue
                 if tid not in owner.threads:
                     owner.threads[tid] = ThreadState(tid, running=True)
+                if owner.after_stop is not None:
+                    owner.after_stop()      # its data engine's write-backs, as its own wait does
                 event = owner.record(tid, status)
                 if owner.exit_event is not None and not owner.threads:
-                    self.child_exit[owner.pid] = owner.exit_event
-                    self.children.pop(owner.pid, None)
+                    self._child_gone(owner)
                     continue
                 self.handle(event, owner)
+
+    def _child_gone(self, child: Tracee) -> None:
+        self.child_exit[child.pid] = child.exit_event
+        self.children.pop(child.pid, None)
+        for hook in self.on_child_exit:
+            hook(child)
+        self.forget(child)
 
     def _owner_of(self, tid: int) -> Tracee | None:
         if tid in self.children:
@@ -244,8 +290,7 @@ class Controller:
                 self.children.pop(any_child.pid, None)
                 continue
             if any_child.exit_event is not None and not any_child.threads:
-                self.child_exit[any_child.pid] = any_child.exit_event
-                self.children.pop(any_child.pid, None)
+                self._child_gone(any_child)
                 continue
             self.handle(event, any_child)
 
@@ -263,7 +308,7 @@ class Controller:
                 events = [e for e in deferred if e.tid in tracee.threads] + tracee.stop_all()
             except NoSuchProcessError:
                 events = []
-            for hook in self.before_detach:
+            for hook in self.hooks(tracee).before_detach:
                 try:
                     hook(tracee)
                 except Exception:
@@ -280,6 +325,14 @@ class Controller:
                     # it stays stopped: detach resumes it (with its signal if it had one)
                     if isinstance(event, SignalStop):
                         state.pending_signal = event.signum
+            releases = self.hooks(tracee).release
+            if releases and tracee.threads:
+                tracee.stop_all_quietly()   # the resumed threads again (keeping their signals)
+                for hook in releases:
+                    try:
+                        hook(tracee)
+                    except Exception:
+                        pass   # what could not be taken out stays (and was said)
             tracee.detach()   # stops the resumed threads again (keeping their own signals)
 
     # --------------------------------------------------------- breakpoints
@@ -309,3 +362,33 @@ class Controller:
         finally:
             if tracee.threads:
                 tracee.mem.write(address, original)
+
+
+class TraceeHooks:
+    """The engines' hooks for one traced process (the main target or a followed
+    fork child): each runs only for events of that process."""
+
+    def __init__(self, tracee: Tracee):
+        self.tracee = tracee
+        self.on_exec: list[Callable[[Tracee], None]] = []
+        # restore every patch and protection (all threads stopped), before detaching
+        self.before_detach: list[Callable[[Tracee], None]] = []
+        # called for each fork child (not vfork) before it runs, followed or not:
+        # the child is a copy of the parent, patches included
+        self.on_fork_child: list[Callable[[Tracee, int], None]] = []
+        # vfork: called with (parent, parent tid, child) before the child runs in the
+        # parent's memory, and with (parent, parent tid) at the parent's vfork-done stop
+        self.on_vfork_start: list[Callable[[Tracee, int, Tracee], None]] = []
+        self.on_vfork_done: list[Callable[[Tracee, int], None]] = []
+        # called last before detaching, every thread stopped and every stop handled:
+        # madtrace's mappings come out of the target (inject/footprint.py)
+        self.release: list[Callable[[Tracee], None]] = []
+        # called for each fork child after the on_fork_child hooks, with (parent, child):
+        # madtrace's mappings come out of the child's copy (inject/footprint.py)
+        self.release_in_child: list[Callable[[Tracee, Tracee], None]] = []
+        # called at PTRACE_EVENT_EXIT, while the exiting thread is still stopped
+        self.on_thread_exit: list[Callable[[Tracee, int], None]] = []
+        # engines claim signals they caused (breakpoints, protection faults); True if handled
+        self.signal_claimers: list[Callable[[Tracee, SignalStop], bool]] = []
+        # syscall entry/exit stops (when tracee.trace_syscalls): True if handled (resumed)
+        self.syscall_claimers: list[Callable[[Tracee, SyscallStop], bool]] = []

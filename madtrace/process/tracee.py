@@ -160,6 +160,8 @@ class Tracee:
         self.foreign: list[tuple[int, int]] = []
         # called with the tid of each new thread before it first runs
         self.on_new_thread: list = []
+        # events met while attaching (Tracee.attach), for the controller to handle
+        self.attach_events: list[Event] = []
         # resume with PTRACE_SYSCALL (syscall entry/exit stops) instead of PTRACE_CONT
         self.trace_syscalls = False
         # while data tracing: fast_wait(block) replaces waitpid(-1) (the C loop of
@@ -168,6 +170,9 @@ class Tracee:
         # (it writes back the data stubs' stores)
         self.fast_wait = None
         self.after_stop = None
+        # what madtrace mapped into this process (inject.footprint.Footprint), taken
+        # out again when the session ends
+        self.footprint = None
 
     # ---------------------------------------------------------------- creation
     @classmethod
@@ -228,7 +233,10 @@ class Tracee:
         tracee = cls(pid, launched=False, options=options)
         try:
             tracee._seize_all_threads()
-            tracee.stop_all()
+            # a signal, a clone, a fork or vfork met while stopping: the controller
+            # handles them first (dropped, a signal was lost and a vfork child stayed
+            # stopped for good, its parent waiting for it)
+            tracee.attach_events = tracee.stop_all()
         except BaseException:
             tracee.detach()
             raise
@@ -324,6 +332,8 @@ class Tracee:
             self.mem.close()
             self.mem = ProcessMemory(self.pid)
             self._entry = None
+            if self.footprint is not None:
+                self.footprint.image_replaced()
         return event
 
     # ----------------------------------------------------------- stop / resume
@@ -385,9 +395,11 @@ class Tracee:
         except OSError:
             return False
 
-    def resume_all(self) -> None:
+    def resume_all(self, except_tids=()) -> None:
+        """Resume every stopped thread but ``except_tids`` (threads whose stop is still
+        to be handled)."""
         for state in list(self.threads.values()):
-            if not state.running:
+            if not state.running and state.tid not in except_tids:
                 self.resume(state.tid)
 
     # ------------------------------------------------------------------ leaving
@@ -454,7 +466,7 @@ class Tracee:
     def is_mapped(self, address: int) -> bool:
         """Whether ``address`` lies in a mapping of the process now (a fork child
         made before madtrace mapped its areas has none of them)."""
-        with open(f"/proc/{self.pid}/maps") as f:
+        with open(f"/proc/{self.pid}/maps", encoding="utf-8", errors="surrogateescape") as f:
             for line in f:
                 start, end = line.split(None, 1)[0].split("-")
                 if int(start, 16) <= address < int(end, 16):

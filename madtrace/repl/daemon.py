@@ -98,9 +98,17 @@ class ControlServer:
                 self._connections.pop(conn, None)
             conn.close()
 
-    def answer(self, message: dict) -> Reply:
+    def answer(self, message) -> Reply:
+        if not isinstance(message, dict):
+            return failure(UsageError("a request is a JSON object: {\"line\": \"COMMAND\"}"))
         if "complete" in message:
-            return Reply(True, data=self.session.complete(message["complete"], message.get("word", "")))
+            kind, word = message["complete"], message.get("word", "")
+            if not isinstance(kind, str) or not isinstance(word, str):
+                return failure(UsageError("a completion request names a kind and a word (strings)"))
+            try:
+                return Reply(True, data=self.session.complete(kind, word))
+            except Exception as exc:
+                return failure(exc)
         try:
             invocation = parse(str(message.get("line", "")))
             if invocation is None:
@@ -163,7 +171,7 @@ def _daemon_main(pid: int, options: RecordOptions, status_fd: int) -> int:
     recording.log(f"daemon {os.getpid()} attached to process {pid} "
                   f"({recording.tracee.threads_seen} threads); socket {server.path}")
     _report(status_fd, {"ok": True, "daemon": os.getpid(), "socket": server.path,
-                        "log": transport.log_path(pid)})
+                        "log": transport.log_path(pid), "leftovers": recording.leftovers_line})
     try:
         status = recording.run()
         session.end(end_message(recording, status))

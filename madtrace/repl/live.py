@@ -77,7 +77,7 @@ class LiveSession:
         self._names: dict[str, list[str]] = {}
         self._refresh_names()
         recording.controller.command_poll = self.poll
-        recording.controller.on_exec.append(lambda tracee: self._refresh_names())
+        recording.hooks.on_exec.append(lambda tracee: self._refresh_names())
 
     # ------------------------------------------------------------ state
     @property
@@ -123,7 +123,7 @@ class LiveSession:
         space = self.space
         main = space.main if space is not None else None
         symbols = main.image.symbols if main is not None else []
-        regions = [r.label for r in default_regions(space, [])] if space is not None else []
+        regions = [r.label for r in default_regions(space, [], opt_in=True)] if space is not None else []
         self._names = {
             "functions": sorted({s.name for s in symbols if s.kind in ("FUNC", "IFUNC")}),
             "variables": sorted({s.name for s in symbols if s.kind in ("OBJECT", "COMMON")}),

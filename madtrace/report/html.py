@@ -17,6 +17,8 @@ scraped) without parsing its layout.
 
 from __future__ import annotations
 
+from ..errors import writing
+
 import base64
 import html
 import json
@@ -246,6 +248,7 @@ def render(results, kinds: list[str]) -> str:
 def write_html(results, kinds: list[str], path: str) -> None:
     page = render(results, kinds)
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(page)
-    os.replace(tmp, path)
+    with writing(path):
+        with open(tmp, "w") as f:
+            f.write(page)
+        os.replace(tmp, path)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..analysis.heatmap import COLUMNS, Heatmap
-from ..errors import MadtraceError
+from ..errors import MadtraceError, writing
 
 CELL = 8                      # px per cell, 1 px of it a gap
 GRID_X = 330                  # left of the grid: the labels
@@ -129,7 +129,8 @@ def write_heatmap_png(heatmap: Heatmap, path: str) -> tuple[int, int]:
     text(GRID_X - 6, scale_y, "accesses per page (log)", size=7, ha="right")
     text(GRID_X, scale_y + 14, "1", size=6)
     text(GRID_X + steps, scale_y + 14, str(max(largest, 1)), size=6, ha="right")
-    fig.savefig(path, dpi=DPI, format="png")
+    with writing(path):
+        fig.savefig(path, dpi=DPI, format="png")
     return WIDTH, height
 
 
@@ -162,7 +163,8 @@ def _bars(path: str, title: str, labels: list[str], series: list[tuple[str, list
     ax.tick_params(axis="x", labelsize=7)
     ax.legend(fontsize=7, loc="lower right")
     fig.text(0.01, 1 - 8 / height, title, fontsize=10, weight="bold", va="top")
-    fig.savefig(path, dpi=DPI, format="png")
+    with writing(path):
+        fig.savefig(path, dpi=DPI, format="png")
     return width, height
 
 

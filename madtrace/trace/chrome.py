@@ -37,6 +37,7 @@ from ..analysis.segmentation import RECORD_DTYPE, iter_thread_chunks, load_table
 from ..capture.data import KIND_LOAD
 from .compact import access_chunks, access_files
 from .naming import AccessNamer
+from .reader import mapped_rows
 from .store import per_thread_files, read_meta
 
 HISTOGRAM_BINS = 1 << 16
@@ -67,9 +68,9 @@ def _event_times(directory: str, clock: Clock):
     records = dict(per_thread_files(directory, "calls", ".rec"))
     accesses = dict(access_files(directory))
     for tid in sorted(set(records) | set(accesses)):
-        n_rec = os.path.getsize(records[tid]) // RECORD_DTYPE.itemsize if tid in records else 0
-        rec = np.memmap(records[tid], dtype=RECORD_DTYPE, mode="r", shape=(n_rec,)) \
-            if n_rec else np.zeros(0, dtype=RECORD_DTYPE)
+        rec = mapped_rows(records[tid], RECORD_DTYPE) if tid in records else \
+            np.zeros(0, dtype=RECORD_DTYPE)
+        n_rec = len(rec)
         for start in range(0, n_rec, CHUNK):
             part = rec[start:start + CHUNK]
             entries = (part["code"] & 1) == 0

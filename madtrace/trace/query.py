@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import os
 
+from ..errors import CorruptTraceError
 from .columnar import PER_THREAD, TABLES, read_store_meta, store_path
+from .compact import access_files
+from .store import per_thread_files
 from .store_writer import ensure_store
 
 
@@ -35,7 +38,34 @@ def _source(directory: str, table: str) -> str:
 
 
 def connect(directory: str, out=None):
-    """A DuckDB connection on the store of ``directory`` (built first if needed)."""
+    """A DuckDB connection on the store of ``directory`` (built first if needed).  A
+    store file that is not Parquet (overwritten, truncated) is met here: the store
+    is rebuilt from the raw trace files once; then CorruptTraceError (exit 18)."""
+    import duckdb
+    try:
+        return _connect(directory, out)
+    except duckdb.Error as exc:
+        if not (per_thread_files(directory, "calls", ".rec") or access_files(directory)):
+            raise CorruptTraceError(f"the store of {directory} is corrupt ({first_line(exc)}) and "
+                                    "the trace files to rebuild it from are gone") from None
+        if out is not None:
+            print(f"madtrace: the store of {directory} is corrupt ({first_line(exc)}): "
+                  "rebuilding it from the trace files", file=out, flush=True)
+        import shutil
+        shutil.rmtree(store_path(directory), ignore_errors=True)
+    try:
+        return _connect(directory, out)
+    except duckdb.Error as exc:
+        raise CorruptTraceError(f"{directory}: the store cannot be read even when rebuilt: "
+                                f"{first_line(exc)}") from None
+
+
+def first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _connect(directory: str, out=None):
     import duckdb
     ensure_store(directory, out)
     meta = read_store_meta(directory) or {}
@@ -67,6 +97,8 @@ def connect(directory: str, out=None):
         SELECT a.tid, a.pos, a.seq, a.kind::VARCHAR, a.function::VARCHAR, NULL, a.call_id,
                NULL, a.addr, a.size, a.instruction::VARCHAR, a.data
         FROM accesses a""")
+    for table in TABLES:       # every file's footer read: a file that is not Parquet fails here
+        con.execute(f"SELECT count(*) FROM {raw[table]}").fetchall()
     return con
 
 

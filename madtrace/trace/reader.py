@@ -40,6 +40,17 @@ def file_chunks(path: str, dtype: np.dtype, chunk_rows: int) -> Iterator[np.ndar
             yield chunk
 
 
+def mapped_rows(path: str, dtype: np.dtype) -> np.ndarray:
+    """The whole file as a read-only array of ``dtype`` rows (an empty file: no
+    rows; a size that is not a whole number of rows: CorruptTraceError)."""
+    size = os.path.getsize(path)
+    if size % dtype.itemsize:
+        raise CorruptTraceError(f"{path}: size {size} is not a multiple of {dtype.itemsize}")
+    if not size:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r", shape=(size // dtype.itemsize,))
+
+
 def iter_call_chunks(directory: str, tid: int | None = None,
                      chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
     for t, path in per_thread_files(directory, "calls", ".rec"):

@@ -16,13 +16,18 @@ import json
 import os
 import shutil
 
-from ..errors import CorruptTraceError, OutputExistsError
+from ..errors import CorruptTraceError, OutputExistsError, writing
 
 FORMAT_VERSION = 1
 META = "meta.json"
 
 
 def create_trace_dir(path: str, force: bool) -> str:
+    with writing(path):
+        return _create_trace_dir(path, force)
+
+
+def _create_trace_dir(path: str, force: bool) -> str:
     if os.path.lexists(path):
         if not force:
             raise OutputExistsError(f"{path} already exists (use --force to overwrite it)")
@@ -96,17 +101,18 @@ def copy_trace_files(source: str, destination: str, record_sizes: dict[str, int]
 
 
 def write_text(path: str, name: str, text: str) -> None:
-    with open(os.path.join(path, name), "w") as f:
+    with writing(os.path.join(path, name)), open(os.path.join(path, name), "w") as f:
         f.write(text)
 
 
 def write_meta(path: str, meta: dict) -> None:
     meta = dict(meta, format_version=FORMAT_VERSION)
     tmp = os.path.join(path, META + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(meta, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, os.path.join(path, META))
+    with writing(tmp):
+        with open(tmp, "w") as f:
+            json.dump(meta, f, indent=1, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, os.path.join(path, META))
 
 
 def read_meta(path: str) -> dict:
@@ -123,4 +129,5 @@ def read_meta(path: str) -> dict:
     if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
         raise CorruptTraceError(
             f"{meta_path}: unsupported or missing format_version (expected {FORMAT_VERSION})")
-    return meta
+    from .partial import settle      # a recording whose tracer died: what reached the disk
+    return settle(meta, path)

@@ -92,6 +92,7 @@ class FunctionCopy:
     targets: frozenset = frozenset()     # the function's own direct branch targets
     stubs: list[Stub] = field(default_factory=list)
     code_size: int = 0                   # the code, before the jump table
+    returns: dict = field(default_factory=dict)   # return address in the copy -> original
 
     def stub_at(self, address: int) -> Stub | None:
         for stub in self.stubs:
@@ -284,8 +285,10 @@ def copy_function(code: bytes, start: int, end: int, address: int, injector, wan
         return Refusal(f"internal: the copy is {len(out)} bytes, planned {code_size}")
     if table_at:
         out += bytes(table_at - address - len(out)) + _jump_table(old_to_new, start, end, address)
+    returns = {old_to_new[i.address] + psize: i.address + i.size
+               for i, _kind, psize, _extra in plans if CS_GRP_CALL in set(i.groups)}
     return FunctionCopy(start, end, address, bytes(out), old_to_new, probes, unprobed,
-                        frozenset(targets), stubs, code_size)
+                        frozenset(targets), stubs, code_size, returns)
 
 
 def _branch_size(insn, raw: bytes) -> int:

@@ -10,9 +10,9 @@ LIMIT = 200
 
 
 def find_functions(space, pattern: str) -> list:
-    """Functions matching GLOB: of the main executable, or 'module:GLOB'."""
-    query = pattern if ":" in pattern or space.main is None else f"{space.main.name}:{pattern}"
-    return space.find_functions(query)
+    """Functions matching GLOB: of the main executable, or 'module:GLOB'; a bare
+    name elsewhere its definition (AddressSpace.functions_for_spec)."""
+    return space.functions_for_spec(pattern)
 
 
 @register

@@ -45,11 +45,8 @@ class Status(Command):
             totals = rings.totals()
             status["records"] = sum(rings.records_per_thread.values())
             status["dropped_events"] = totals["dropped"] + totals["unregistered_records"]
-            capacity = rings.L.MT_RING_RECORDS
-            for tid in list(rings.thread_ring):
-                ring = rings.ring_offset(rings.thread_ring[tid])
-                used = rings._u64(ring + rings.L.MT_RING_HEAD) - rings._u64(ring + rings.L.MT_RING_TAIL)
-                status["ring_fill"][str(tid)] = round(used / capacity, 4)
+            for tid, fill in rings.fill().items():
+                status["ring_fill"][str(tid)] = round(fill, 4)
         return status
 
     def render(self, s):

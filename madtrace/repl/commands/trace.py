@@ -95,7 +95,11 @@ class Trace(Command):
             selection["region_filter"] = region_matcher(regions)
         if functions:
             for glob in functions:
-                if not find_functions(session.space, glob):
+                try:
+                    found = find_functions(session.space, glob)
+                except UnknownSymbolError as exc:
+                    raise UnknownSymbolError(f"trace data in: {exc}") from None
+                if not found:
                     raise UnknownSymbolError(f"trace data in: no function matches {glob!r}")
             selection["data_in"] = list(functions)
         message = recording.start_data_tracing(**selection)

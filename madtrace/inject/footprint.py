@@ -1,0 +1,257 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""What madtrace mapped into one process, and how it comes out again.
+
+Every ``SharedArea`` (areas.py) joins the ``Footprint`` of its process.  When
+the session ends (detach, the end of a daemon, the REPL's ``detach``, Ctrl-C,
+SIGTERM, a tracer error), with every thread stopped and every patch
+reverted, ``release``:
+
+1. runs each thread whose next instruction lies in a trampoline one
+   instruction at a time until it leaves it (a few dozen instructions, no
+   system call, recording off: the ring's limit is 0, so no wait);
+2. gives every pending call its real return address back: a call that a
+   call-site trampoline re-issued returns into that trampoline
+   (``return_points``: the address after the re-issued call -> the site's
+   own return address, wherever a thread's stack holds it), a call of an
+   entry-patched function returns through an exit stub (the shadow stacks:
+   ``return_sources``, each giving (stack slot, addresses it may hold, real
+   return address));
+3. reads each thread's stack from its stack pointer to the end of its
+   mapping: any other address inside madtrace's code (a signal frame of a
+   handler that interrupted a trampoline, or a stale word of a live frame:
+   the two cannot be told apart) keeps that area and its group mapped (a
+   code area writes the rings of its group), and says so;
+4. unmaps the rest (``before_unmap`` first: unwind information is taken
+   back from the target's unwinder).
+
+A fork child gets the same treatment on its copy (``release(copy=True)``),
+except for areas with ``before_unmap`` steps (the child's copy of the
+unwinder's lists may be locked by a thread that does not exist there).
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..binary.maps import read_maps
+from ..errors import MadtraceError
+from ..process import ptrace_raw as pr
+from ..process.events import SignalStop, ThreadExited, ThreadKilled, TrapStop
+from ..process.remote_syscall import RemoteSyscalls
+
+STEP_LIMIT = 4096      # instructions a thread may take to leave a trampoline
+
+
+@dataclass
+class Release:
+    """What ``release`` did."""
+    unmapped: list[tuple[str, int]] = field(default_factory=list)     # (name, bytes)
+    kept: list[tuple[str, int, str]] = field(default_factory=list)    # (name, bytes, why)
+    returns: int = 0          # return addresses given back
+    stepped: int = 0          # threads run out of a trampoline
+
+    def line(self, pid: int) -> str:
+        """One line for the user."""
+        out = (f"took {len(self.unmapped)} mapping{'s' if len(self.unmapped) != 1 else ''} "
+               f"({_size(sum(n for _, n in self.unmapped))}) out of process {pid}")
+        if self.returns:
+            out += f", gave {self.returns} pending call{'s' if self.returns != 1 else ''} " \
+                   f"their return address back"
+        if self.kept:
+            out += (f"; left {len(self.kept)} ({_size(sum(n for _, n, _ in self.kept))}) "
+                    f"mapped, still needed: {self.kept[0][2]}")
+        return out
+
+
+def _size(n: int) -> str:
+    return f"{n / 1048576:.1f} MiB" if n >= 1048576 else f"{n // 1024} KiB"
+
+
+class Footprint:
+    """The areas madtrace mapped into one process (``tracee.footprint``)."""
+
+    def __init__(self):
+        self.areas: list = []             # SharedArea, in the order they were made
+        # callables returning [(stack slot, addresses it may hold, real return address)]
+        self.return_sources: list = []
+
+    @classmethod
+    def of(cls, tracee) -> "Footprint":
+        if tracee.footprint is None:
+            tracee.footprint = cls()
+        return tracee.footprint
+
+    def add(self, area) -> None:
+        self.areas.append(area)
+
+    def image_replaced(self) -> None:
+        """exec: the old image and every mapping of it are gone."""
+        for area in self.areas:
+            area.mapped = False
+        self.areas.clear()
+        self.return_sources.clear()
+
+    def release(self, tracee, copy: bool = False) -> Release:
+        """Unmap every area no thread can still need (every thread of ``tracee``
+        stopped).  ``copy``: ``tracee`` is a fork child holding copies of these
+        areas (and of the stacks they are returned to); the bookkeeping here
+        stays the parent's."""
+        result = Release()
+        maps = read_maps(tracee.pid)
+        # only what is still madtrace's memfd there (a fork child made before an area
+        # existed has none of it, and a target may have unmapped one itself)
+        areas = [a for a in self.areas if a.mapped and _still_ours(maps, a)]
+        if not copy:
+            for area in self.areas:
+                if area.mapped and area not in areas:
+                    area.mapped = False
+        if not areas or not tracee.threads:
+            if not copy:
+                self.areas = [a for a in self.areas if a.mapped]
+            return result
+        kept: dict[str, str] = {}             # group -> why
+        result.stepped = _step_out(tracee, areas, kept)
+        for source in self.return_sources:
+            result.returns += _give_back(tracee.mem, source())
+        result.returns += _scan_stacks(tracee, maps, areas, kept)
+        for area in areas:
+            if copy and area.before_unmap:
+                kept.setdefault(area.group, "unwind information a fork child's unwinder holds")
+        doomed = [a for a in areas if a.group not in kept]
+        for area in areas:
+            if area.group in kept:
+                result.kept.append((area.name, area.size, kept[area.group]))
+        if doomed:
+            try:
+                with RemoteSyscalls(tracee) as rs:
+                    for area in doomed:
+                        self._unmap(rs, area, result, copy)
+            except MadtraceError as exc:
+                for area in doomed:
+                    if (area.name, area.size) not in result.unmapped:
+                        result.kept.append((area.name, area.size, f"cannot unmap: {exc}"))
+        if not copy:
+            self.areas = [a for a in self.areas if a.mapped]
+        return result
+
+    def _unmap(self, rs, area, result: Release, copy: bool) -> None:
+        try:
+            if not copy:
+                for step in area.before_unmap:
+                    step(rs)
+            rs.munmap(area.address, area.size)
+        except MadtraceError as exc:
+            result.kept.append((area.name, area.size, f"{area.name}: {exc}"))
+            return
+        if not copy:
+            area.mapped = False
+        result.unmapped.append((area.name, area.size))
+
+
+def _inside(areas, address: int):
+    for area in areas:
+        if area.contains(address):
+            return area
+    return None
+
+
+def _step_out(tracee, areas, kept: dict[str, str]) -> int:
+    """Threads stopped inside a trampoline run until they leave it."""
+    stepped = 0
+    for tid, state in list(tracee.threads.items()):
+        if state.running or state.gone:
+            continue
+        area = _inside(areas, tracee.get_regs(tid).rip)
+        if area is None:
+            continue
+        if not area.steppable or not isinstance(state.last_event, (TrapStop, SignalStop)):
+            kept.setdefault(area.group, f"thread {tid} is stopped inside {area.name}")
+            continue
+        if _step_until_out(tracee, tid, area):
+            stepped += 1
+        elif tid in tracee.threads:
+            kept.setdefault(area.group, f"thread {tid} did not leave {area.name} "
+                                        f"in {STEP_LIMIT} instructions")
+    return stepped
+
+
+def _step_until_out(tracee, tid: int, area) -> bool:
+    state = tracee.threads[tid]
+    extra: list[int] = []
+    try:
+        for _ in range(STEP_LIMIT):
+            pr.singlestep(tid, 0)
+            state.running = True
+            event = tracee.wait_event(block=True, tid=tid)
+            if event is None or isinstance(event, (ThreadExited, ThreadKilled)):
+                return True
+            if isinstance(event, SignalStop) and event.signum != signal.SIGTRAP:
+                # the target's own signal: delivered when the thread is next resumed
+                if state.pending_signal and state.pending_signal != event.signum:
+                    extra.append(event.signum)
+                else:
+                    state.pending_signal = event.signum
+                continue
+            if not area.contains(tracee.get_regs(tid).rip):
+                return True
+        return False
+    finally:
+        for signum in extra:
+            pr.tgkill(tracee.pid, tid, signum)
+
+
+def _give_back(mem, pending) -> int:
+    """Each (slot, addresses, real return) whose slot still holds one of the
+    addresses gets the real return address."""
+    given = 0
+    for slot, expected, original in pending:
+        try:
+            if mem.read_u64(slot) in expected:
+                mem.write_u64(slot, original)
+                given += 1
+        except MadtraceError:
+            continue      # the frame is gone with its stack
+    return given
+
+
+def _still_ours(maps, area) -> bool:
+    return any(m.start <= area.address < m.end and m.file_path == "/memfd:" + area.name
+               for m in maps)
+
+
+def _scan_stacks(tracee, maps, areas, kept: dict[str, str]) -> int:
+    """Return points found on the threads' stacks get their real address back;
+    any other word inside a code area keeps that area's group."""
+    code = [a for a in areas if a.executable]
+    if not code:
+        return 0
+    given = 0
+    for tid, state in list(tracee.threads.items()):
+        if state.running or state.gone:
+            continue
+        regs = tracee.get_regs(tid)
+        area = _inside(areas, regs.rip)
+        if area is not None:
+            kept.setdefault(area.group, f"thread {tid} is stopped inside {area.name}")
+        rsp = regs.rsp & ~7
+        stack = next((m for m in maps if m.start <= rsp < m.end), None)
+        if stack is None:
+            continue
+        try:
+            words = np.frombuffer(tracee.mem.read(rsp, stack.end - rsp), dtype="<u8")
+        except MadtraceError:
+            continue
+        for area in code:
+            for index in np.nonzero((words >= area.address) & (words < area.end))[0]:
+                value, slot = int(words[index]), rsp + 8 * int(index)
+                original = area.return_points.get(value)
+                if original is not None:
+                    tracee.mem.write_u64(slot, original)
+                    given += 1
+                else:
+                    kept.setdefault(area.group, f"thread {tid}'s stack holds {value:#x}, inside "
+                                                f"{area.name} (at {slot:#x})")
+    return given

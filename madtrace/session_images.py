@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""A recording across the images of its process: exec, dlopen, pending -f patterns.
+
+* exec: what the old image recorded is drained and written to its directory
+  (outcome "exec"); the new image gets a whole trace directory, DIR/exec.N,
+  and is traced as if it had been launched directly: engines installed at its
+  entry point (process/entry_start.py), when the loader has mapped its
+  libraries.  DIR/meta.json lists every image (``images``) and ends with the
+  process's own end (``process_exit_status``).
+* -f patterns that match no function yet are pending (as gdb's pending
+  breakpoints): resolved in each new image and at each dlopen
+  (inject/loader_watch.py), before the new module runs; those that never
+  match are reported at the end (``unmatched_functions``).
+
+``ImageChanges`` is a part of ``session.Recording`` (a mixin): it uses the
+recording's engines, options, output and hooks.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .inject.loader_watch import LoaderWatch
+from .inject.plan import split_patterns
+from .process.entry_start import EntryStart
+from .process.tracee import Tracee
+from .trace import store
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("PPid:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def read_cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return []
+
+
+def image_entry(directory: str, meta: dict) -> dict:
+    """One image of the process in DIR/meta.json's ``images``."""
+    accesses = meta.get("accesses") or {}
+    return {"dir": directory, "command": meta.get("command"), "outcome": meta.get("outcome"),
+            "calls": sum((meta.get("calls") or {}).values()),
+            "accesses": sum(c.get("L", 0) + c.get("S", 0) for c in accesses.values())}
+
+
+
+class ImageChanges:
+    def _on_exec(self, tracee: Tracee) -> None:
+        """The process exec'd: what the old image recorded goes to its directory; the
+        new image is traced in DIR/exec.N as if it had been launched directly, from
+        its entry point (its libraries mapped by then)."""
+        command = read_cmdline(tracee.pid)
+        number = len(self.images) + 1
+        self.log(f"the target called exec ({' '.join(command)[:80]}): its new image is traced "
+                 f"in {os.path.join(self.options.output, f'exec.{number}')}")
+        self._end_image(f"exec.{number}", command)
+        self.output = os.path.join(self.options.output, f"exec.{number}")
+        store.create_trace_dir(self.output, force=False)
+        self.meta = {"mode": "exec", "command": command, "image": number}
+        self._maps_end = ""
+        self._load_address_space()
+        if self._entry_start is None:
+            self._entry_start = EntryStart(tracee, lambda tid: self._start_exec_image())
+            self.hooks.signal_claimers.append(self._entry_start.claim)
+        self._entry_start.arm()
+
+    def _end_image(self, next_image: str, next_command: list[str]) -> None:
+        """The image traced until now was replaced by exec: drain and write its trace."""
+        if self._entry_start is not None:
+            self._entry_start.address = None    # the old image's int3 went with it
+        if self._loader_watch is not None:
+            self._loader_watch.patches.applied.clear()   # its patch went with the image too
+            self._loader_watch = None
+        if self.data is not None and self.data.active:
+            self.data.forget_after_exec()
+        if self.functions is not None and self.functions.active:
+            self.functions.forget_after_exec()
+        self._unpin()
+        for hooks, hook in self._image_hooks:
+            if hook in hooks:
+                hooks.remove(hook)
+        self._image_hooks.clear()
+        self.meta.update(self._state_meta("exec"), next_image=next_image, next_command=next_command)
+        self.meta.update(self._function_results(final=True))
+        self.meta.update(self._data_results())
+        store.write_meta(self.output, self.meta)
+        self._finish_store()
+        self.images.append(image_entry(os.path.relpath(self.output, self.options.output) or ".",
+                                       self.meta))
+        self.functions = None
+        self.data = None
+
+    def _watch_loader(self) -> None:
+        """Pending -f patterns: learn of each dlopen as it happens (loader_watch.py)."""
+        watch = LoaderWatch(self.tracee, self.address_space, self._modules_changed)
+        if not watch.install():
+            self.log(f"pending -f patterns are resolved at exec only: {watch.reason}")
+            return
+        self._loader_watch = watch
+        self._image_hook(self.hooks.signal_claimers, watch.claim)
+        self._image_hook(self.hooks.before_detach, lambda tracee: watch.remove())
+
+    def _modules_changed(self, tid: int) -> None:
+        """The loader mapped or unmapped modules (dlopen, dlclose): resolve the
+        pending -f patterns that a new module defines, before it runs any code."""
+        others = [t for t, s in self.tracee.threads.items() if t != tid and s.running]
+        self.controller.deferred.extend(self.tracee.stop_all())
+        try:
+            before = {m.path: m for m in self.address_space.modules}
+            self._load_address_space()
+            after = {m.path for m in self.address_space.modules}
+            for path, module in before.items():
+                if path not in after and self.functions is not None:
+                    self.functions.forget_range(module.start, module.end)   # dlclose
+            matched, self.pending_functions = split_patterns(self.address_space, self.pending_functions)
+            if matched:
+                self.matched_functions.update(matched)
+                self.log(f"-f {', '.join(map(repr, matched))}: defined by a module just loaded")
+                if self.functions is not None and self.functions.plan is not None:
+                    self.functions.space = self.address_space
+                    self.functions.add(matched)
+                else:
+                    self._install_function_tracing(matched)
+        finally:
+            deferred = {e.tid for e in self.controller.deferred}
+            for other in others:
+                state = self.tracee.threads.get(other)
+                if state is not None and not state.running and other not in deferred:
+                    self.tracee.resume(other)
+
+    def _start_exec_image(self) -> None:
+        """At the entry point of an exec'd image: its libraries are mapped now."""
+        self._load_address_space()
+        self._start_image()
+
+    def _write_images_index(self) -> None:
+        """DIR/meta.json (the first image's) lists every image of the process and
+        ends with the process's own end."""
+        images = self.images + [image_entry(os.path.relpath(self.output, self.options.output),
+                                            self.meta)]
+        first = store.read_meta(self.options.output)
+        first.update(images=images, process_exit_status=self.meta.get("exit_status"),
+                     process_outcome=self.meta.get("outcome"))
+        store.write_meta(self.options.output, first)
+
