@@ -6,7 +6,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_STAMP := build/.apt-installed
-APT_PACKAGES := gcc g++ make valgrind uftrace binutils procps nodejs
+APT_PACKAGES := gcc g++ make valgrind uftrace binutils procps nodejs libdw-dev
 
 TEST_SRCS := $(wildcard tests/progs/*.c) $(wildcard tests/progs/*.cc)
 TEST_NAMES := $(basename $(notdir $(TEST_SRCS)))
@@ -64,7 +64,11 @@ NATIVE_OUT := build/native/libmtloop.so
 DRAIN_OUT := build/native/libmtdrain.so
 # the frame rules of the call records (analysis side: segmentation, call tree)
 REPLAY_OUT := build/native/libmtreplay.so
-native: $(NATIVE_OUT) $(DRAIN_OUT) $(REPLAY_OUT)
+# the allocation tracker's block index (tracer side, C, loaded with ctypes)
+BLOCKS_OUT := build/native/libmtblocks.so
+# the DWARF reader (a program, libdw): variables, types, line tables for the symbol cache
+DWARF_OUT := build/native/mtdwarf
+native: $(NATIVE_OUT) $(DRAIN_OUT) $(REPLAY_OUT) $(BLOCKS_OUT) $(DWARF_OUT)
 $(NATIVE_OUT): madtrace/process/fault_loop.c madtrace/capture/data_expand.c injector/layout.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ madtrace/process/fault_loop.c \
@@ -75,6 +79,12 @@ $(DRAIN_OUT): madtrace/capture/ring_drain.c injector/layout.h
 $(REPLAY_OUT): madtrace/analysis/replay.c
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
+$(BLOCKS_OUT): madtrace/capture/block_index.c
+	@mkdir -p $(@D)
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
+$(DWARF_OUT): madtrace/binary/dwarf_reader.c | $(APT_STAMP)
+	@mkdir -p $(@D)
+	gcc -O2 -g -Wall -Wextra -o $@ $< -ldw -lelf
 
 # the footprint analysis core (analysis side, C, loaded with ctypes)
 FOOTPRINT_OUT := build/native/libmtfootprint.so

@@ -13,6 +13,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from .binary import symcache
+from .progress import Activity
 from .binary.address_space import AddressSpace
 from .binary.maps import read_maps
 from .capture.data import DataEngine
@@ -21,6 +23,7 @@ from .inject.engine import FunctionTracer
 from .inject.loader_watch import LoaderWatch
 from .inject.plan import split_patterns
 from .session_footprint import Footprints
+from .session_results import Results
 from .session_images import ImageChanges, parent_of, read_cmdline
 from .fork_children import ForkChildren
 from .errors import StrippedBinaryError, UnknownSymbolError, UsageError
@@ -100,7 +103,7 @@ def read_maps_text(pid: int) -> str:
         return ""
 
 
-class Recording(ImageChanges, Footprints):
+class Recording(ImageChanges, Footprints, Results):
     def __init__(self, options: RecordOptions):
         self.options = options
         if options.functions and not options.trace_functions:
@@ -129,6 +132,10 @@ class Recording(ImageChanges, Footprints):
         self._loader_watch: LoaderWatch | None = None   # while -f patterns are pending
         self.forks: ForkChildren | None = None    # --follow-forks: the children's recordings
         self.leftovers_line = ""             # what an earlier session left, found at attach
+        self.prefetches: list[symcache.Prefetch] = []   # DWARF read while the target runs
+        self.symbols_seconds = 0.0      # reading the modules' symbols (ELF)
+        symcache.notify = self.log      # a corrupt cache entry rebuilt: one line, not under -q
+        symcache.progress_out = None if options.quiet else sys.stderr
 
     def log(self, message: str) -> None:
         if not self.options.quiet:
@@ -246,8 +253,10 @@ class Recording(ImageChanges, Footprints):
 
     def _load_address_space(self) -> None:
         pid = self.tracee.pid
+        started = time.perf_counter()
         self.address_space = AddressSpace.from_maps(
             read_maps(pid), self.tracee.mem.read, exe_path=os.readlink(f"/proc/{pid}/exe"), pid=pid)
+        self.symbols_seconds += time.perf_counter() - started
 
     def module_summaries(self) -> list[dict]:
         space = self.address_space
@@ -367,6 +376,9 @@ class Recording(ImageChanges, Footprints):
                             engine=kind,
                             rings=functions.rings if functions else None, **selection)
         self.data = engine
+        # the accesses are named with DWARF: the binaries seen for the first time are
+        # read now, while the target runs (a child process each), not at the write-out
+        self.prefetches.append(symcache.Prefetch(m.image for m in self.address_space.modules).start())
         try:
             engine.install()
         except BaseException:
@@ -457,65 +469,6 @@ class Recording(ImageChanges, Footprints):
             self.log(f"detached from process {self.tracee.pid} ({controller.stop_reason})")
         return self.finish(outcome)
 
-    def _function_results(self, final: bool) -> dict:
-        """Call counts and drop accounting; ``final``: stop draining and close the
-        record files (the end of the recording)."""
-        engine = self.functions
-        if engine is None or engine.rings is None:
-            return {"calls": {}, "dropped_events": 0}
-        if final:
-            if engine.active:
-                engine.rings.stop()
-            engine.rings.close()
-        totals = engine.rings.totals()
-        return {
-            "calls": engine.call_counts(),
-            "dropped_events": totals["dropped"] + totals["unregistered_records"],
-            "function_tracing": dict(totals, timestamps=engine.timestamps,
-                                     threads_recorded=len(engine.rings.records_per_thread),
-                                     records=sum(engine.rings.records_per_thread.values()),
-                                     patch_report=engine.report),
-        }
-
-    def _data_results(self) -> dict:
-        """Writes the data files (data/) into the trace directory; returns the counts."""
-        engine = self.data
-        if engine is None:
-            return {"accesses": {}}
-        engine.write()
-        loop = engine.loop_stats()
-        return {"accesses": engine.access_counts(),
-                "data_tracing": {"faults": engine.faults,
-                                 "untraced_faults": loop["untraced"] + engine.untraced_faults,
-                                 "fast_path": loop["fast"], "slow_path": engine.slow,
-                                 "slow_reasons": dict(engine.slow_reasons),
-                                 "store_writebacks": loop["writebacks"],
-                                 "store_writeback_errors": loop["writeback_errors"],
-                                 "syscalls_resumed_natively": loop["syscalls"],
-                                 "mapped_regions": engine.syscalls.mapped_regions,
-                                 "allocations": len(engine.alloc.blocks) if engine.alloc else 0,
-                                 # allocator calls other threads made while a breakpoint was
-                                 # stepped over: those calls may be missing
-                                 "allocation_windows": engine.alloc.missed_windows if engine.alloc else 0,
-                                 "freed_accesses": engine.freed_accesses,
-                                 "stubs": len(engine.area.stubs) if engine.area else 0,
-                                 "syscalls_opened": engine.syscalls.opened,
-                                 "syscalls_redirected": engine.syscalls.redirected_calls,
-                                 "open_windows": engine.syscalls.open_windows + engine.blocks.open_windows,
-                                 "block_events": engine.blocks.counts(),
-                                 "gate": {"functions": engine.gate.names,
-                                          "entries": engine.gate.entries,
-                                          "arms": engine.gate.arms} if engine.gate else None,
-                                 "guard": {"installed": engine.guard.installed if engine.guard else False,
-                                           "reinstalls": engine.guard.reinstalls if engine.guard else 0},
-                                 "held_stops": engine.held_stops,
-                                 # vfork children that ran untraced in the shared memory
-                                 "vfork_windows": engine.vfork.windows,
-                                 "regions": [[r.start, r.end, r.label] for r in engine.regions.regions],
-                                 "engine": engine.engine_kind,
-                                 "paths": engine.paths.report() if engine.paths else None,
-                                 "alias": engine.alias.report() if engine.alias else None}}
-
     def _state_meta(self, outcome: str) -> dict:
         """How the recording stands (or ended): the part of meta.json that the end
         of the recording and a snapshot share."""
@@ -536,42 +489,37 @@ class Recording(ImageChanges, Footprints):
         )
 
     def finish(self, outcome: str) -> int | None:
+        started = time.monotonic()
         self._unpin()
         if self._entry_start is not None:
             self._entry_start.disarm()
         self.meta.update(self._state_meta(outcome))
-        self.meta.update(self._function_results(final=True))
-        self.meta.update(self._data_results())
-        if self.forks is not None:
-            self.meta["processes"] = self.forks.finish(outcome)
-        never = [p for p in self.options.functions if p not in self.matched_functions]
-        if never:
-            self.meta["unmatched_functions"] = never
-        if self._maps_end:
-            store.write_text(self.output, "maps.end.txt", self._maps_end)
-        failure = self.functions.rings.failure if self.functions and self.functions.rings else None
-        if failure is not None:
-            self.meta["output_error"] = str(failure)
-        if self.images:
-            self.meta["image"] = len(self.images)
-            self._write_images_index()
-        store.write_meta(self.output, self.meta)
-        if failure is not None:
-            raise failure       # after writing what could be written
+        out = None if self.options.quiet else sys.stderr
+        with Activity("writing the trace", out):
+            self.meta.update(self._function_results(final=True))
+            self.meta.update(self._data_results())
+            if self.forks is not None:
+                self.meta["processes"] = self.forks.finish(outcome)
+            never = [p for p in self.options.functions if p not in self.matched_functions]
+            if never:
+                self.meta["unmatched_functions"] = never
+            if self._maps_end:
+                store.write_text(self.output, "maps.end.txt", self._maps_end)
+            failure = self.functions.rings.failure if self.functions and self.functions.rings else None
+            if failure is not None:
+                self.meta["output_error"] = str(failure)
+            if self.images:
+                self.meta["image"] = len(self.images)
+                self._write_images_index()
+            store.write_meta(self.output, self.meta)
+            if failure is not None:
+                raise failure       # after writing what could be written
+        if self.store_writer is not None and self.data is not None:
+            self._wait_for_dwarf(out)
         self._finish_store()
+        self.meta["tracer"] = self.tracer_stats(time.monotonic() - started)
+        store.write_meta(self.output, self.meta)
         return self.meta["exit_status"]
-
-    def _finish_store(self) -> None:
-        """The rest of DIR/store (progress on stderr when it takes long).  A
-        failure leaves the store incomplete: it is then built on first use."""
-        writer, self.store_writer = self.store_writer, None
-        if writer is None:
-            return
-        try:
-            writer.finish(None if self.options.quiet else sys.stderr)
-        except Exception as exc:   # the trace itself is written: say so, go on
-            self.log(f"the store was not written ({type(exc).__name__}: {exc}); "
-                     "it is built when a query, export or report needs it")
 
     # live control: the trace so far, the target still running ---------------------
     def snapshot(self, directory: str, force: bool = False) -> dict:

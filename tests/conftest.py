@@ -38,6 +38,13 @@ def _programs_stale() -> bool:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def symbol_cache(tmp_path_factory):
+    """The tests' own symbol cache (MADTRACE_CACHE_DIR), never the user's."""
+    os.environ["MADTRACE_CACHE_DIR"] = str(tmp_path_factory.mktemp("symbol-cache"))
+    return os.environ["MADTRACE_CACHE_DIR"]
+
+
+@pytest.fixture(scope="session", autouse=True)
 def built_programs():
     """Make sure every tests/progs/*.c is compiled in all variants."""
     if _programs_stale():

@@ -30,6 +30,7 @@ import pytest
 from madtrace.binary.elf import ElfImage
 from madtrace.capture.data import ACCESS_DTYPE
 from madtrace.report import png
+from madtrace.trace.events import load_allocations
 
 from .util import madtrace, one_line_error, prog, report_json
 
@@ -225,8 +226,7 @@ def test_numa_one_node_machine_is_all_local(recorded):
     acc = raw_accesses(directory)
     assert t["first_touch"] == t["pages"] == len(np.unique(acc["addr"] >> np.uint64(SHIFT)))
     # u (the third array) was unmapped before the end: its pages were observed then
-    u = [b for b in json.load(open(os.path.join(directory, "data", "allocations.json")))
-         if b["kind"] == "memmap"][2]
+    u = [b for b in load_allocations(directory) if b["kind"] == "memmap"][2]
     observed = {start + k * 4096 for _order, start, count, _node in recorded_numa["pages"]
                 for k in range(count)}
     assert all(u["address"] + k * 4096 in observed for k in range(4))
@@ -250,8 +250,7 @@ def test_numa_metrics_with_a_simulated_two_node_topology(recorded, tmp_path):
     topology = tmp_path / "topo.json"
     topology.write_text(json.dumps({"nodes": {"0": [0], "1": [1]}, "policy": "first-touch"}))
     report = report_json(directory, "--kind", "numa", "--topology", str(topology))
-    with open(os.path.join(directory, "data", "allocations.json")) as f:
-        arrays = [b["site"] for b in json.load(f) if b["kind"] == "memmap"][:3]
+    arrays = [b["site"] for b in load_allocations(directory) if b["kind"] == "memmap"][:3]
     site = {s["site"]: s for s in report["allocation_sites"]}
     a, b, u = (site[s] for s in arrays)
     zero = dict.fromkeys(("local", "remote", "unpinned_page", "unpinned_thread",
@@ -267,8 +266,7 @@ def test_numa_metrics_with_a_simulated_two_node_topology(recorded, tmp_path):
     assert sites["sum_b"]["remote"] == N and sites["sum_a"]["unpinned_thread"] == N
     assert sites["sum_u"]["unpinned_page"] == N and sites["fill_u"]["unpinned_both"] == N
     # a page range bound explicitly to node 1 turns fill_a's and sum_a's accesses around
-    with open(os.path.join(directory, "data", "allocations.json")) as f:
-        first = next(b for b in json.load(f) if b["kind"] == "memmap")
+    first = next(b for b in load_allocations(directory) if b["kind"] == "memmap")
     topology.write_text(json.dumps({"nodes": {"0": [0], "1": [1]},
                                     "pages": [[hex(first["address"]),
                                                hex(first["address"] + first["size"]), 1]]}))

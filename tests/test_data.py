@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from madtrace.binary.elf import ElfImage
+from madtrace.trace.events import load_allocations
 
 from .oracles import lackey_accesses
 from .util import MADTRACE, ROOT, madtrace, prog
@@ -167,8 +168,7 @@ def test_allocations_tracked_and_blocks_named_as_madt(tmp_path):
                       str(tmp_path / "t"), "--", *argv, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout == native.stdout
-    with open(tmp_path / "t" / "data" / "allocations.json") as f:
-        blocks = json.load(f)
+    blocks = load_allocations(tmp_path / "t")
     by_site = {}
     for b in blocks:
         by_site.setdefault(b["site"].split("+")[0], []).append(b)
@@ -309,7 +309,7 @@ def test_only_one_heap_block(tmp_path):
     """--only malloc0001-style names select one heap block's accesses."""
     argv = [prog("data_heap", "O2-nopie")]
     full, _ = _record_data(tmp_path / "all", argv)
-    blocks = json.loads((tmp_path / "all" / "t" / "data" / "allocations.json").read_text())
+    blocks = load_allocations(tmp_path / "all" / "t")
     target = next(b for b in blocks if b["site"].startswith("build_list"))
     only, out = _record_data(tmp_path / "one", argv, "--only", f"malloc{target['id']:04d}")
     assert out == subprocess.run(argv, capture_output=True, timeout=60).stdout
@@ -350,7 +350,7 @@ def test_cxx_new_delete_and_mappings_are_named_blocks(tmp_path):
     argv = [prog("data_cxx", "O2-pie")]
     _, out = _record_data(tmp_path / "cxx", argv)
     assert out == subprocess.run(argv, capture_output=True, timeout=60).stdout
-    blocks = json.loads((tmp_path / "cxx" / "t" / "data" / "allocations.json").read_text())
+    blocks = load_allocations(tmp_path / "cxx" / "t")
     new = [b for b in blocks if b["kind"] == "new" and b["part_of"] is None]
     by_site = {}
     for b in new:
@@ -360,7 +360,7 @@ def test_cxx_new_delete_and_mappings_are_named_blocks(tmp_path):
     assert all(b["part_of"] for b in blocks if b["kind"] == "malloc" and b["site"].startswith("_Znwm"))
 
     _record_data(tmp_path / "maps", [prog("data_special", "O2-nopie")])
-    blocks = json.loads((tmp_path / "maps" / "t" / "data" / "allocations.json").read_text())
+    blocks = load_allocations(tmp_path / "maps" / "t")
     kinds = [b["kind"] for b in blocks]
     assert "memmap" in kinds and "mremap" in kinds
     mapped = [b for b in blocks if b["kind"] in ("memmap", "mremap")]

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from madtrace.binary.elf import ElfImage
-from madtrace.trace.events import load_accesses
+from madtrace.trace.events import load_accesses, load_allocations
 from madtrace.trace.madt import parse_line
 
 from .oracles import lackey_accesses, parse_lackey
@@ -49,8 +49,7 @@ def test_madt_round_trip(tmp_path):
             addr, size, _region, rip = line["fields"]
             exported[(line["kind"], int(addr, 16), int(size), int(rip, 16))] += 1
     assert exported == stored
-    with open(directory / "data" / "allocations.json") as f:
-        blocks = json.load(f)
+    blocks = load_allocations(directory)
     kinds = collections.Counter(l["kind"] for l in sym_lines if l["kind"] in "MCRF")
     assert kinds["M"] + kinds["C"] + kinds["R"] == len(blocks)
     assert kinds["F"] == sum(1 for b in blocks if b["freed_seq"] is not None)

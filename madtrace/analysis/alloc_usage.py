@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """How the program used its heap blocks (madtrace report DIR --kind alloc).
 
-Per block (data/allocations.json, MadT's forged names): loads, stores and
+Per block (the block table, trace/blocks.py; MadT's forged names): loads, stores and
 bytes of the accesses that hit it, the bytes block events (memcpy, memset,
 read()...) moved into or out of it, accesses after it was freed (use after
 free: how many, and the first offending instruction, thread and offset) and
@@ -38,7 +38,7 @@ NO_ORDER = np.iinfo(np.uint64).max
 @dataclass
 class AllocUsage:
     directory: str
-    blocks: list[dict]                       # allocations.json entries + the counters
+    blocks: list[dict]                       # the block table's rows as dicts + the counters
     sites: list[dict] = field(default_factory=list)
     totals: dict = field(default_factory=dict)
 

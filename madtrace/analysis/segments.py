@@ -12,7 +12,6 @@ a DWARF variable (``values[3]``, ``config.name+2``) when there is one, else
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -22,6 +21,8 @@ from ..binary.maps import parse_maps
 from ..capture.data import ACCESS_DTYPE, KIND_LOAD
 from ..capture.rings import RECORD_DTYPE
 from ..trace.compact import access_count, access_files
+from ..trace.blocks import block_name as forged_name
+from ..trace.events import load_allocations
 from .replay import EVENT_ACCESS, EVENT_BEGIN, FATE_COMPLETED, FATES
 from .segmentation import iter_thread_chunks, load_tables
 
@@ -38,16 +39,12 @@ def address_space_of(directory: str) -> AddressSpace:
 
 
 def load_blocks(directory: str) -> dict[int, dict]:
-    path = os.path.join(directory, "data", "allocations.json")
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        return {b["id"]: b for b in json.load(f)}
+    return {b["id"]: b for b in load_allocations(directory)}
 
 
 def block_name(block: dict, address: int, freed: bool) -> str:
     """MadT's forged name: <malloc0014@func+230>+off, <freed:0014@...> once released."""
-    name = f"<freed:{block['id']:04d}@{block['site']}>" if freed else block["name"]
+    name = forged_name(block["kind"], block["id"], block["site"], freed)
     offset = address - block["address"]
     return f"{name}+{offset}" if offset else name
 

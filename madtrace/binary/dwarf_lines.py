@@ -6,8 +6,9 @@ the file has no debug info).  ``LineTable.lookup(addresses)`` maps an array
 of ELF-relative addresses to (file index, line) arrays (file index -1: no
 line), ``files`` lists the source paths (absolute when the compilation
 directory is known).  Rows are the line programs' rows of every compilation
-unit (pyelftools), sorted by address; an address belongs to the last row at
-or below it, unless that row ends a sequence.
+unit (mtdwarf through the symbol cache; ``_read`` is the pyelftools reader the
+tests compare it with), sorted by address; an address belongs to the last row
+at or below it, unless that row ends a sequence.
 """
 
 from __future__ import annotations
@@ -22,14 +23,19 @@ _tables: dict[int, "LineTable"] = {}
 class LineTable:
     def __init__(self, addresses: np.ndarray, file_index: np.ndarray, lines: np.ndarray,
                  files: list[str]):
-        order = np.argsort(addresses, kind="stable")
-        self.addresses = addresses[order]
-        self.file_index = file_index[order]
-        self.lines = lines[order]
+        if len(addresses) > 1 and not bool(np.all(addresses[1:] >= addresses[:-1])):
+            order = np.argsort(addresses, kind="stable")
+            addresses, file_index, lines = addresses[order], file_index[order], lines[order]
+        self.addresses, self.file_index, self.lines = addresses, file_index, lines
         self.files = files
 
     def __len__(self) -> int:
         return len(self.addresses)
+
+    @classmethod
+    def empty(cls) -> "LineTable":
+        return cls(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64),
+                   np.zeros(0, dtype=np.int64), [])
 
     def lookup(self, addresses) -> tuple[np.ndarray, np.ndarray]:
         addresses = np.asarray(addresses, dtype=np.uint64)
@@ -110,14 +116,13 @@ def _read(stream) -> LineTable:
 
 
 def line_table(image) -> LineTable:
-    """The line table of an ``ElfImage`` (read once)."""
+    """The line table of an ``ElfImage`` (read once per binary: symcache.py)."""
     table = _tables.get(id(image))
     if table is None:
         if not getattr(image, "has_debug_info", False):
-            table = LineTable(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64),
-                              np.zeros(0, dtype=np.int64), [])
+            table = LineTable.empty()
         else:
-            with image._dwarf_stream() as stream:
-                table = _read(stream)
+            from .symcache import dwarf_of
+            table = dwarf_of(image).lines
         _tables[id(image)] = table
     return table

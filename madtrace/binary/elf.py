@@ -5,7 +5,8 @@ Symbols and sections are read with a small ``struct``-based reader written
 for this purpose, not with lief or pyelftools: on libpython3.11.so.1.0
 (16.7k symbols) it takes ~0.03 s where ``lief.ELF.parse`` + iteration takes
 ~0.07 s (plus 0.33 s to import lief) and pyelftools ~0.5 s.  pyelftools is
-used only for DWARF, lazily (``ElfImage.variables()``).
+not used at run time: DWARF is read by mtdwarf (libdw) once per binary and
+cached on disk (symcache.py); pyelftools reads it in the tests, as an oracle.
 
 API
 ---
@@ -465,10 +466,9 @@ class ElfImage:
             if not self.has_debug_info:
                 self._variables = []
             else:
-                from .dwarf_vars import load_variables
+                from .symcache import dwarf_of   # once per binary, cached on disk
 
-                with self._dwarf_stream() as stream:
-                    self._variables = load_variables(stream, self.name)
+                self._variables = dwarf_of(self).variables
         return self._variables
 
     def variable_at(self, addr: int):

@@ -17,7 +17,9 @@ written at once, recorded as one event instead of a fault per access.
 Events go to data/block_events.json: order (shared with accesses and
 allocations), tid, seq (call records before it), kind, rip (the call site
 or system call), address, size, source (Y: where the bytes came from),
-what ("read", "memcpy"...).
+what ("read", "memcpy"...).  Each event is appended to that JSON list as it
+comes (never kept in memory); ``write`` closes the list with its ``]``,
+which the next event replaces.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def syscall_ranges(nr: int, args: list[int], read_memory) -> tuple[str, str, lis
 class BlockEvents:
     def __init__(self, engine):
         self.engine = engine
-        self.events: list[dict] = []
+        self.totals: dict = {}               # kind -> {"events", "bytes"}
+        self._spool = None                   # data/block_events.jsonl, opened at the first event
         self.hooks: CallHooks | None = None
         self.open_windows = 0
         self._open: dict[int, list] = {}    # tid -> pages opened for its mem* call
@@ -89,7 +92,27 @@ class BlockEvents:
                  "kind": kind, "what": what, "rip": rip, "address": address, "size": size}
         if source is not None:
             event["source"] = source
-        self.events.append(event)
+        self._append(engine.out_dir, json.dumps(event))
+        entry = self.totals.setdefault(kind, {"events": 0, "bytes": 0})
+        entry["events"] += 1
+        entry["bytes"] += size
+
+    def _append(self, out_dir: str, text: str | None) -> None:
+        """One event (``text``) at the end of the list; None: none, just open it."""
+        if self._spool is None:
+            os.makedirs(os.path.join(out_dir, "data"), exist_ok=True)
+            self._spool = open(os.path.join(out_dir, "data", "block_events.json"), "wb")
+            self._spool.write(b"[")
+            self._first = True
+            self._closed = False
+        if text is None:
+            return
+        if self._closed:                     # the "]" written by write() goes
+            self._spool.seek(self._spool.tell() - 1)
+            self._spool.truncate()
+            self._closed = False
+        self._spool.write((text if self._first else "," + text).encode())
+        self._first = False
 
     def syscall_done(self, tid: int, nr: int, ranges, rip: int, result: int) -> None:
         """A call that moved ``result`` bytes through ``ranges`` (in order)."""
@@ -166,14 +189,12 @@ class BlockEvents:
 
     # ---------------------------------------------------------------- results
     def counts(self) -> dict:
-        out: dict = {}
-        for event in self.events:
-            entry = out.setdefault(event["kind"], {"events": 0, "bytes": 0})
-            entry["events"] += 1
-            entry["bytes"] += event["size"]
-        return out
+        return {kind: dict(entry) for kind, entry in self.totals.items()}
 
     def write(self, out_dir: str) -> None:
-        os.makedirs(os.path.join(out_dir, "data"), exist_ok=True)
-        with open(os.path.join(out_dir, "data", "block_events.json"), "w") as f:
-            json.dump(self.events, f)
+        """data/block_events.json complete as of now (a JSON list)."""
+        self._append(out_dir, None)
+        if not self._closed:
+            self._spool.write(b"]")
+            self._closed = True
+        self._spool.flush()

@@ -55,7 +55,8 @@ from .data_syscalls import SyscallGate
 from .datastubs import DataArea
 from .guard import SegvGuard
 from .numa_record import NumaRecorder
-from .regions import PAGE, Region, RegionSet, default_regions, page_protections, page_runs
+from .regions import (PAGE, PageProtections, Region, RegionSet, default_regions,
+                      page_protections, page_runs)
 from .slow_path import SlowPath
 from .vfork_window import VforkWindow
 
@@ -103,7 +104,7 @@ class DataEngine:
         self.sequence_address = sequence_address or (lambda tid: 0)
         self.original_address = original_address or (lambda rips: rips)
         self.regions = RegionSet([])
-        self.protected: dict[int, int] = {}   # page -> original PROT_* bits
+        self.protected = PageProtections()   # page -> original PROT_* bits, as runs
         self.decoded: dict[int, MemInstruction | None] = {}
         self.counts: Counter = Counter()      # (rip, "L"/"S") -> n
         self.chunks: dict[int, list[np.ndarray]] = {}   # tid -> ACCESS_DTYPE chunks not written yet
@@ -178,7 +179,7 @@ class DataEngine:
                 self.gate.install(rs, self.patched_addresses)
             if self.track_allocations:
                 self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of, self._next_order,
-                                          self.guard, self.code_address)
+                                          self.guard, self.out_dir, self.code_address)
                 self.warnings += self.alloc.install(rs, self.patched_addresses)
         self.numa.initial_threads(list(self.tracee.threads))
         for tid in self.tracee.threads:
@@ -202,14 +203,7 @@ class DataEngine:
     def tables_changed(self) -> None:
         """The protected pages or the traced ranges changed: tell the C loop and
         the guard."""
-        runs = []
-        by_prot: dict[int, list[int]] = {}
-        for page, prot in self.protected.items():
-            if prot and self.armed:
-                by_prot.setdefault(prot, []).append(page)
-        for prot, pages in by_prot.items():
-            runs += [(start, end, prot) for start, end in page_runs(pages)]
-        runs.sort()
+        runs = [run for run in self.protected.runs() if run[2]] if self.armed else []
         self.area.loop.set_protected(runs)
         self.area.loop.set_traced([(r.start, r.end) for r in self.regions.regions])
         if self.guard is not None:
@@ -225,10 +219,16 @@ class DataEngine:
             # the guard's table first: if the tracer dies between two mprotect calls,
             # the guard restores every page that may be protected
             self.tables_changed()
-        for start, end in page_runs(p for p in pages if self.protected.get(p)):
+        runs = [(start, end) for start, end, prot in self.protected.runs() if prot] \
+            if pages is self.protected else page_runs(p for p in pages if self.protected.get(p))
+        for start, end in runs:
             rs.mprotect(start, end - start, PROT_NONE)
 
     def _unprotect(self, rs: RemoteSyscalls, pages) -> None:
+        if pages is self.protected:
+            for start, end, prot in self.protected.runs():
+                rs.mprotect(start, end - start, prot)
+            return
         by_prot: dict[int, list[int]] = {}
         for page in pages:
             if page in self.protected:

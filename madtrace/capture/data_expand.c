@@ -7,8 +7,8 @@
  * A data record taken out of a ring (ring_drain.c struct mt_data_out:
  * address, seq, instruction id) becomes one 16-byte record: its address, its
  * instruction id (what it implies, written once: data/instructions.json) and
- * the heap block it lies in (live blocks first, else the last freed block at
- * that place; the allocation tracker's sorted tables), its freed bit.  Seq
+ * the heap block it lies in and its freed bit (named by the allocation
+ * tracker's block index beforehand: ``blocks``, one per data record).  Seq
  * and order are implied: a marker gives the seq where it changes (call records
  * came in between) and the order of the first row of each batch; each record
  * stands for one row per kind it does (two for a read-modify-write), each row
@@ -73,6 +73,7 @@ static int selected(const uint32_t *only, uint64_t n_only, uint32_t block) {
 
 /*
  * Data records of one thread into compact records (out: room for 2 * n + 1).
+ * blocks: NULL (no heap blocks), or per record its block | freed << 31.
  * *order: the last order given (the next row gets *order + 1; updated);
  * *seq: the seq of the thread's last record written (UINT64_MAX: none yet;
  * updated).  Each access record stands for popcount(kind & kinds) rows.
@@ -80,7 +81,7 @@ static int selected(const uint32_t *only, uint64_t n_only, uint32_t block) {
  */
 uint64_t mt_compact_data(const struct mt_data_out *in, uint64_t n, const struct mt_id_table *t,
                          const struct mt_ranges *traced, int kinds, uint64_t *order,
-                         const struct mt_ranges *live, const struct mt_ranges *freed,
+                         const uint32_t *blocks,
                          const uint32_t *only, uint64_t n_only, int only_on,
                          struct mt_compact *out, uint64_t *seq, uint64_t *id_counts,
                          uint64_t *stats)
@@ -99,14 +100,9 @@ uint64_t mt_compact_data(const struct mt_data_out *in, uint64_t n, const struct 
             continue;
         }
         uint32_t block = 0, was_freed = 0;
-        if (live->n || freed->n) {
-            int64_t b = find(live, d->addr);
-            if (b >= 0) {
-                block = live->ids[b];
-            } else if ((b = find(freed, d->addr)) >= 0) {
-                block = freed->ids[b];
-                was_freed = 1;
-            }
+        if (blocks) {
+            block = blocks[i] & ~(1u << 31);
+            was_freed = blocks[i] >> 31;
         }
         if (only_on && !selected(only, n_only, block))
             continue;

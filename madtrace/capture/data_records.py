@@ -31,7 +31,7 @@ from .instruction_table import KIND_LOAD
 
 
 def finish_rows(engine, tid: int, rows: np.ndarray) -> None:
-    if engine.alloc is not None and engine.alloc.blocks:
+    if engine.alloc is not None and engine.alloc.count:
         rows["block"], rows["freed"] = engine.alloc.blocks_of(rows["addr"])
     if engine.only_blocks is not None:
         keep = np.isin(rows["block"], np.array(sorted(engine.only_blocks), dtype=np.uint32))
@@ -67,7 +67,7 @@ def _library():
     P, U64 = ctypes.c_void_p, ctypes.c_uint64
     lib.mt_compact_size.restype, lib.mt_compact_size.argtypes = ctypes.c_size_t, []
     lib.mt_compact_data.restype = U64
-    lib.mt_compact_data.argtypes = [P, U64, P, P, ctypes.c_int, P, P, P, P, U64, ctypes.c_int,
+    lib.mt_compact_data.argtypes = [P, U64, P, P, ctypes.c_int, P, P, P, U64, ctypes.c_int,
                                     P, P, P, P]
     return lib
 
@@ -121,10 +121,11 @@ class RingRecords:
         ids = _IdTable(*(c.ctypes.data for c in cols), n_ids)
         starts, ends = engine.regions.arrays()
         traced = _ranges(starts, ends, None, keep)
-        blocks = engine.alloc.tables() if engine.alloc is not None and engine.alloc.blocks else None
-        empty = np.zeros(0, dtype=np.uint64)
-        live = _ranges(*(blocks[0] if blocks else (empty, empty, empty)), keep)
-        freed = _ranges(*(blocks[1] if blocks else (empty, empty, empty)), keep)
+        blocks = None
+        if engine.alloc is not None and engine.alloc.count:
+            block_ids, freed = engine.alloc.blocks_of(out["addr"])
+            blocks = block_ids | (freed.astype(np.uint32) << np.uint32(31))
+            keep.append(blocks)
         only = np.array(sorted(engine.only_blocks or ()), dtype=np.uint32)
         kinds = (1 if engine.loads else 0) | (2 if engine.stores else 0)
         records = np.empty(2 * len(out) + 1, dtype=COMPACT_DTYPE)
@@ -132,8 +133,9 @@ class RingRecords:
         before = int(self.stats[STAT_FREED])
         self._order.value = engine._order
         n = self.lib.mt_compact_data(out.ctypes.data, len(out), ctypes.byref(ids), ctypes.byref(traced),
-                                     kinds, ctypes.byref(self._order), ctypes.byref(live),
-                                     ctypes.byref(freed), only.ctypes.data, len(only),
+                                     kinds, ctypes.byref(self._order),
+                                     blocks.ctypes.data if blocks is not None else None,
+                                     only.ctypes.data, len(only),
                                      int(engine.only_blocks is not None), records.ctypes.data,
                                      ctypes.byref(seq), self.id_counts.ctypes.data,
                                      self.stats.ctypes.data)

@@ -23,7 +23,7 @@ from ..process import ptrace_raw as pr
 from ..process.events import SyscallStop
 from ..process.remote_syscall import RemoteSyscalls
 from .block_events import syscall_ranges
-from .regions import PAGE, Region
+from .regions import PAGE, Region, page_runs
 from .syscall_alias import redirect
 from .syscall_memory import syscall_pages
 
@@ -273,27 +273,25 @@ class SyscallGate:
                 if (flags & MAP_ANONYMOUS and flags & MAP_PRIVATE and not flags & MAP_STACK
                         and self.traces_default(f"[anon {start:#x}]")):
                     engine.regions.add(Region(start, end, f"[anon {start:#x}]"))
-                    new = {p: args[2] & 7 for p in range(start, end, PAGE)}
-                    engine.protected.update(new)
+                    engine.protected.set_range(start, end, args[2] & 7)
                     if alias is not None:
-                        self._alias_new(rs, start, end, "", new)
-                    engine._protect(rs, new)
+                        self._alias_new(rs, start, end, "", range(start, end, PAGE))
+                    engine._protect(rs, range(start, end, PAGE))
                     self.mapped_regions += 1
                     if alloc:
                         alloc.mapped(tid, "memmap", start, args[1], self._caller(tid))
             elif nr == SYS_MREMAP:
                 self._moved(rs, args[0], _page_up(args[1]), result, _page_up(args[2]))
-                if alloc and any(b.kind in ("memmap", "mremap") for b in
-                                 (alloc.live.get(args[0]),) if b is not None):
+                if alloc and alloc.is_mapping(args[0]):
                     alloc.unmapped(tid, args[0], args[0] + _page_up(args[1]))
                     alloc.mapped(tid, "mremap", result, args[2], self._caller(tid))
             elif nr == SYS_MPROTECT:
                 start, end = args[0], args[0] + _page_up(args[1])
-                pages = [p for p in range(start, end, PAGE) if p in engine.protected]
+                pages = engine.protected.pages_in(start, end)
                 if pages and len(tracee.threads) > 1:
                     self.open_windows += 1   # open from the call until now
-                for p in pages:
-                    engine.protected[p] = args[2] & 7
+                for first, last in page_runs(pages):
+                    engine.protected.set_range(first, last, args[2] & 7)
                 engine._protect(rs, pages)   # closed again (those still accessible)
                 if alias is not None:
                     alias.update_access(engine.protected, pages)
@@ -309,8 +307,7 @@ class SyscallGate:
 
     def _forget(self, start: int, end: int) -> None:
         engine = self.engine
-        for p in [p for p in engine.protected if start <= p < end]:
-            del engine.protected[p]
+        engine.protected.drop_range(start & ~(PAGE - 1), end)
         engine.regions.cut(start, end)
 
     def _moved(self, rs: RemoteSyscalls, old: int, old_size: int, new: int, new_size: int) -> None:
@@ -323,11 +320,10 @@ class SyscallGate:
                                                                  read_maps(rs.tracee.pid))
         self._forget(old, old + old_size)
         engine.regions.add(Region(new, new + new_size, region.label))
-        pages = {p: prot for p in range(new, new + new_size, PAGE)}
-        engine.protected.update(pages)
-        engine._protect(rs, pages)   # the grown part of the mapping was never closed
+        engine.protected.set_range(new, new + new_size, prot)
+        engine._protect(rs, range(new, new + new_size, PAGE))   # the grown part was never closed
         if moved:
-            engine.alias.update_access(engine.protected, pages)
+            engine.alias.update_access(engine.protected, range(new, new + new_size, PAGE))
 
     def _refresh_heap(self, rs: RemoteSyscalls, brk: int) -> None:
         engine = self.engine
@@ -342,17 +338,19 @@ class SyscallGate:
             heap = Region(min(m.start for m in parts), max(m.end for m in parts), "[heap]") \
                 if parts else None
         engine.regions.replace("[heap]", heap)
-        wanted = set(range(heap.start, heap.end, PAGE)) if heap else set()
-        if old is not None:
-            for p in range(old.start & ~(PAGE - 1), old.end, PAGE):
-                if p not in wanted:
-                    engine.protected.pop(p, None)
-        new = {p: 3 for p in wanted if p not in engine.protected}
-        if new:
-            engine.protected.update(new)
-            if engine.alias is not None:
-                engine.alias.update_access(engine.protected, new)
-            engine._protect(rs, new)
+        if old is not None:   # the old heap's pages outside the new one are gone
+            first = old.start & ~(PAGE - 1)
+            if heap is None:
+                engine.protected.drop_range(first, old.end)
+            else:
+                engine.protected.drop_range(first, min(heap.start, old.end))
+                engine.protected.drop_range(max(heap.end, first), old.end)
+        if heap is not None:  # and the new heap's pages not protected yet are closed
+            for start, end in engine.protected.gaps(heap.start, heap.end):
+                engine.protected.set_range(start, end, 3)
+                if engine.alias is not None:
+                    engine.alias.update_access(engine.protected, range(start, end, PAGE))
+                engine._protect(rs, range(start, end, PAGE))
 
     def _aliased_heap(self, rs: RemoteSyscalls, old: Region | None, brk: int) -> Region | None:
         """The brk heap [start_brk, brk) (its mappings are the alias's memfd, not

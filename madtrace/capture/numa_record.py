@@ -123,7 +123,7 @@ class NumaRecorder:
     def observe_range(self, start: int, end: int) -> None:
         """Traced pages in [start, end), before they are unmapped or moved."""
         first = start & ~(PAGE - 1)
-        self.observe(p for p in self.engine.protected if first <= p < end)
+        self.observe(self.engine.protected.pages_in(first, end))
 
     def mapping_call(self, nr: int, args: list[int]) -> None:
         """At the entry of munmap/mremap/brk: the traced pages they may take away."""

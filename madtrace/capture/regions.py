@@ -136,7 +136,7 @@ def page_runs(pages) -> list[tuple[int, int]]:
     return runs
 
 
-def page_protections(mappings: list[Mapping], pages) -> dict[int, int]:
+def page_protections(mappings: list[Mapping], pages) -> "PageProtections":
     """The current PROT_* bits of each page (from /proc/PID/maps)."""
     starts = [m.start for m in mappings]
     out = {}
@@ -147,4 +147,150 @@ def page_protections(mappings: list[Mapping], pages) -> dict[int, int]:
         perms = mappings[i].perms
         out[page] = (1 if perms[0] == "r" else 0) | (2 if perms[1] == "w" else 0) | \
             (4 if perms[2] == "x" else 0)
-    return out
+    return PageProtections(out)
+
+
+class PageProtections:
+    """The pages madtrace protects, with each one's original PROT_* bits, as
+    sorted runs [start, end) of one protection: a region that comes, goes or
+    changes costs O(log runs + its own pages), never O(every traced page).
+    Reads like a dict page -> prot (``get``, ``in``, ``[]``, iteration over
+    pages, ``len`` in pages); ``runs()`` gives the runs."""
+
+    def __init__(self, items=None):
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        self._prots: list[int] = []
+        self._pages = 0
+        if items:
+            self.update(items)
+
+    # ------------------------------------------------------------ ranges
+    def set_range(self, start: int, end: int, prot: int) -> None:
+        """Pages [start, end) (page-aligned) protected, remembered as ``prot``."""
+        if end <= start:
+            return
+        self.drop_range(start, end)
+        i = bisect.bisect_left(self._starts, start)
+        self._starts.insert(i, start)
+        self._ends.insert(i, end)
+        self._prots.insert(i, prot)
+        self._pages += (end - start) // PAGE
+        # join neighbours of the same protection
+        if i + 1 < len(self._starts) and self._starts[i + 1] == end and self._prots[i + 1] == prot:
+            self._ends[i] = self._ends[i + 1]
+            del self._starts[i + 1], self._ends[i + 1], self._prots[i + 1]
+        if i > 0 and self._ends[i - 1] == start and self._prots[i - 1] == prot:
+            self._ends[i - 1] = self._ends[i]
+            del self._starts[i], self._ends[i], self._prots[i]
+
+    def drop_range(self, start: int, end: int) -> None:
+        """Forget the pages in [start, end)."""
+        if end <= start or not self._starts:
+            return
+        i = max(bisect.bisect_right(self._starts, start) - 1, 0)
+        while i < len(self._starts) and self._starts[i] < end:
+            s, e, p = self._starts[i], self._ends[i], self._prots[i]
+            if e <= start:
+                i += 1
+                continue
+            cut_start, cut_end = max(s, start), min(e, end)
+            self._pages -= (cut_end - cut_start) // PAGE
+            pieces = [(a, b) for a, b in ((s, cut_start), (cut_end, e)) if b > a]
+            del self._starts[i], self._ends[i], self._prots[i]
+            for a, b in pieces:
+                self._starts.insert(i, a)
+                self._ends.insert(i, b)
+                self._prots.insert(i, p)
+                i += 1
+
+    def gaps(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The parts of [start, end) that are not protected."""
+        out, at = [], start
+        i = max(bisect.bisect_right(self._starts, start) - 1, 0)
+        while i < len(self._starts) and self._starts[i] < end:
+            if self._ends[i] > at:
+                if self._starts[i] > at:
+                    out.append((at, self._starts[i]))
+                at = max(at, self._ends[i])
+            i += 1
+        if at < end:
+            out.append((at, end))
+        return out
+
+    def pages_in(self, start: int, end: int) -> list[int]:
+        """The protected pages in [start, end)."""
+        out: list[int] = []
+        i = max(bisect.bisect_right(self._starts, start) - 1, 0)
+        while i < len(self._starts) and self._starts[i] < end:
+            lo = max(self._starts[i], start & ~(PAGE - 1))
+            out.extend(range(lo, min(self._ends[i], end), PAGE))
+            i += 1
+        return out
+
+    def runs(self) -> list[tuple[int, int, int]]:
+        """(start, end, prot) of every run, by address."""
+        return list(zip(self._starts, self._ends, self._prots))
+
+    # ------------------------------------------------------- dict-like use
+    def get(self, page: int, default=None):
+        i = bisect.bisect_right(self._starts, page) - 1
+        if i >= 0 and page < self._ends[i]:
+            return self._prots[i]
+        return default
+
+    def __contains__(self, page: int) -> bool:
+        return self.get(page) is not None
+
+    def __getitem__(self, page: int) -> int:
+        prot = self.get(page)
+        if prot is None:
+            raise KeyError(page)
+        return prot
+
+    def __setitem__(self, page: int, prot: int) -> None:
+        self.set_range(page, page + PAGE, prot)
+
+    def __delitem__(self, page: int) -> None:
+        if page not in self:
+            raise KeyError(page)
+        self.drop_range(page, page + PAGE)
+
+    def pop(self, page: int, default=None):
+        prot = self.get(page)
+        if prot is None:
+            return default
+        self.drop_range(page, page + PAGE)
+        return prot
+
+    def update(self, items) -> None:
+        """``items``: a dict page -> prot, or (page, prot) pairs."""
+        pairs = sorted(items.items() if hasattr(items, "items") else items)
+        run = None
+        for page, prot in pairs:
+            if run is not None and run[1] == page and run[2] == prot:
+                run[1] = page + PAGE
+                continue
+            if run is not None:
+                self.set_range(*run)
+            run = [page, page + PAGE, prot]
+        if run is not None:
+            self.set_range(*run)
+
+    def items(self):
+        for start, end, prot in self.runs():
+            for page in range(start, end, PAGE):
+                yield page, prot
+
+    def __iter__(self):
+        for start, end, _prot in self.runs():
+            yield from range(start, end, PAGE)
+
+    def __len__(self) -> int:
+        return self._pages
+
+    def __bool__(self) -> bool:
+        return self._pages > 0
+
+    def clear(self) -> None:
+        self._starts, self._ends, self._prots, self._pages = [], [], [], 0

@@ -78,8 +78,7 @@ class SlowPath:
                 if e.regions.find(address) is None or not e.recording(tid):
                     continue
                 recorded = True
-                block = e.alloc.block_at(address) if e.alloc is not None else None
-                block_id, freed = (block.id, int(block.freed_seq is not None)) if block else (0, 0)
+                block_id, freed = e.alloc.block_at(address) if e.alloc is not None else (0, 0)
                 if e.only_blocks is not None and block_id not in e.only_blocks:
                     continue
                 e.freed_accesses += freed

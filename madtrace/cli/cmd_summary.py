@@ -14,7 +14,7 @@ HELP = "print the summary of a trace directory (one JSON object with --json)"
 
 SUMMARY_KEYS = ("exit_status", "exit_signal", "threads", "calls", "accesses", "dropped_events",
                 "mode", "command", "pid", "outcome", "stop_reason", "forks", "signals_forwarded",
-                "symbols", "images", "processes", "unmatched_functions", "partial")
+                "symbols", "images", "processes", "unmatched_functions", "partial", "tracer")
 
 
 TOP = 15
@@ -117,6 +117,10 @@ def print_human_summary(meta: dict, directory: str, out, totals: dict | None = N
     dropped = s["dropped_events"]
     print(f"   dropped events: {'unknown (not counted yet)' if dropped is None else dropped}",
           file=out)
+    tracer = s.get("tracer") or {}
+    if tracer:
+        print(f"   tracer   : peak RSS {tracer['peak_rss_bytes'] / 2**20:.0f} MB, write-out "
+              f"{tracer['write_seconds']:.2f} s after the target", file=out)
     print_images(meta, directory, out)
 
 

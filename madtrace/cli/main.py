@@ -16,12 +16,12 @@ import sys
 
 from .. import __version__
 from ..errors import CorruptTraceError, MadtraceError, OutputError, UsageError
-from . import (cmd_attach, cmd_ctl, cmd_daemon, cmd_export, cmd_query, cmd_record, cmd_repl,
-               cmd_report, cmd_run, cmd_summary)
+from . import (cmd_attach, cmd_cache, cmd_ctl, cmd_daemon, cmd_export, cmd_query, cmd_record,
+               cmd_repl, cmd_report, cmd_run, cmd_summary)
 
 COMMANDS = {module.NAME: module for module in (cmd_run, cmd_record, cmd_attach, cmd_summary, cmd_export,
                                                       cmd_query, cmd_report, cmd_repl, cmd_daemon,
-                                                      cmd_ctl)}
+                                                      cmd_ctl, cmd_cache)}
 INTERNAL_ERROR_EXIT = 70
 # errors of writing, whatever wrote: a read-only file system, a full disk, a quota
 WRITE_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG})

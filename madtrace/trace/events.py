@@ -1,6 +1,6 @@
 """Reading a trace directory's data events back, in the order the tracer saw
 them: accesses (data/<tid>.acc, read in chunks) and allocation events
-(data/allocations.json), merged by their shared ``order`` counter."""
+(data/blocks.bin), merged by their shared ``order`` counter."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import CorruptTraceError
 from .access_format import ACCESS_DTYPE
 from .compact import access_chunks, access_files
+from .blocks import load_block_table
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ def load_data_list(directory: str, name: str, keys: tuple[str, ...]) -> list[dic
 
 
 def load_allocations(directory: str) -> list[dict]:
-    return load_data_list(directory, "allocations.json", ("id", "address", "size"))
+    """Every heap block of the trace as a dict (trace/blocks.py)."""
+    return load_block_table(directory).dicts()
 
 
 # MadT's event letters: M malloc (and C++ new), C calloc, R realloc, P mmap, E mremap;

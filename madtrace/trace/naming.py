@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..binary.dwarf_vars import describe_in_variable
-from .events import load_allocations
+from .blocks import block_name, load_block_table
 
 OBJECT_KINDS = ("OBJECT", "COMMON", "TLS")
 
@@ -100,20 +100,8 @@ class AccessNamer:
                                    for r in space._regions])
         self.maps = Intervals([(m.start, m.end, region_id(m.label)) for m in space.mappings])
         self.unmapped = region_id("unmapped")
-        # heap blocks by id
-        blocks = load_allocations(directory)
-        top = max((b["id"] for b in blocks), default=0) + 1
-        self.block_address = np.zeros(top, dtype=np.uint64)
-        self.block_name = np.full(top, -1, dtype=np.int64)
-        self.block_freed_name = np.full(top, -1, dtype=np.int64)
-        self.block_names: list[str] = []
-        for b in blocks:
-            self.block_address[b["id"]] = b["address"]
-            self.block_name[b["id"]] = len(self.block_names)
-            self.block_names.append(b.get("name") or f"<{b['kind']}{b['id']:04d}@{b['site']}>")
-            self.block_freed_name[b["id"]] = len(self.block_names)
-            prefix = "<unmap:" if b["kind"] in ("memmap", "mremap") else "<freed:"
-            self.block_names.append(f"{prefix}{b['id']:04d}@{b['site']}>")
+        # heap blocks by id: names are made only for the blocks accesses name
+        self.blocks = load_block_table(directory)
 
     def _add_object(self, items, start: int, size: int, name: str, var) -> None:
         items.append((start, start + size, len(self.object_names)))
@@ -138,14 +126,15 @@ class AccessNamer:
         n = len(addr)
         symbol = np.full(n, -1, dtype=np.int64)
         offset = np.zeros(n, dtype=np.int64)
-        # heap blocks (by the id each access carries)
-        has_block = (block > 0) & (block < len(self.block_name))
+        # heap blocks (by the id each access carries); block k's name is
+        # symbol 2k (live) or 2k+1 (freed), offset from its address
+        rows = self.blocks.rows
+        has_block = (block > 0) & (block <= len(rows))
         if has_block.any():
             b = block[has_block].astype(np.int64)
-            symbol[has_block] = np.where(freed[has_block] != 0, self.block_freed_name[b],
-                                         self.block_name[b])
-            offset[has_block] = (addr[has_block] - self.block_address[b]).astype(np.int64)
-        base = len(self.block_names)
+            symbol[has_block] = 2 * b + (freed[has_block] != 0)
+            offset[has_block] = (addr[has_block] - rows["address"][b - 1]).astype(np.int64)
+        base = 2 * (len(rows) + 1)
         # static objects
         rest = ~has_block
         obj = np.full(n, -1, dtype=np.int64)
@@ -169,12 +158,18 @@ class AccessNamer:
             found[todo[hit]] = True
         bare = ~has_block & ~is_obj
         offset[bare] = (addr[bare] - region_start[bare]).astype(np.int64)
-        symbol_codes, symbol_names = _compact(symbol, lambda k: self.block_names[k] if k < base
+        symbol_codes, symbol_names = _compact(symbol, lambda k: self._block_name(k) if k < base
                                               else self.object_names[k - base])
         variable = self._variables(obj, offset)
         region_codes, region_names = _compact(region, lambda k: self.region_names[k])
         return {"symbol": (symbol_codes, symbol_names), "offset": offset,
                 "variable": variable, "region": (region_codes, region_names)}
+
+    def _block_name(self, k: int) -> str:
+        block_id, freed = k >> 1, bool(k & 1)
+        row = self.blocks.rows[block_id - 1]
+        return block_name(self.blocks.kinds[int(row["kind"])], block_id,
+                          self.blocks.sites[int(row["site"])], freed)
 
     def _variables(self, obj: np.ndarray, offset: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """DWARF element/field names, per distinct (variable, offset)."""

@@ -2,7 +2,7 @@
 """The store's tables that are written when the recording ends: ``calls`` and
 ``accesses`` (one pass of the segmentation over the raw capture: each
 thread's calls and its accesses with their call, named by naming.py),
-``allocations`` (data/allocations.json) and ``sites`` (functions.json).
+``allocations`` (data/blocks.bin, trace/blocks.py) and ``sites`` (functions.json).
 They need the whole replay, the final memory map and the allocation names,
 so they are not written live (columnar.py has the layout)."""
 
@@ -18,8 +18,8 @@ from ..analysis.replay import EVENT_ACCESS, FATES
 from ..analysis.segmentation import iter_thread_chunks, load_tables
 from ..capture.data import KIND_LOAD
 from .columnar import Flusher, PartWriter, dictionary_column
-from .events import load_allocations
 from .compact import access_files
+from .blocks import block_name, load_block_table
 from .naming import AccessNamer
 
 ACCESS_KINDS = ["L", "S"]
@@ -66,14 +66,32 @@ def _column(values: list, type_: pa.DataType) -> pa.Array:
     return pa.array(values, type=type_)
 
 
-def write_allocations(directory: str) -> int:
-    blocks = load_allocations(directory)
+def write_allocations(directory: str, batch_rows: int = 1 << 18) -> int:
+    """The allocations table from the block table, a batch of rows at a time."""
+    table = load_block_table(directory)
     writer = PartWriter(directory, "allocations")
-    if blocks:
-        columns = {}
-        for f in writer.schema:
-            columns[f.name] = _column([b.get(f.name) for b in blocks], f.type)
-        writer.write(columns)
+    kinds = np.array(table.kinds, dtype=object)
+    sites = np.array(table.sites, dtype=object)
+    for first in range(0, len(table), batch_rows):
+        rows = np.asarray(table.rows[first:first + batch_rows])
+        freed = rows["freed"] != 0
+        names = [block_name(k, i, s, f) for k, i, s, f in zip(
+            kinds[rows["kind"]].tolist(), rows["id"].tolist(), sites[rows["site"]].tolist(),
+            freed.tolist())]
+
+        def released(column, type_):
+            return pa.array(rows[column], type=type_, mask=~freed)
+
+        writer.write({"id": rows["id"], "kind": pa.array(kinds[rows["kind"]], type=pa.string()),
+                      "name": pa.array(names, type=pa.string()), "address": rows["address"],
+                      "size": rows["size"], "site": pa.array(sites[rows["site"]], type=pa.string()),
+                      "tid": rows["tid"].astype(np.int32), "seq": rows["seq"].astype(np.int64),
+                      "order": rows["order"],
+                      "freed_seq": released("freed_seq", pa.int64()),
+                      "freed_tid": released("freed_tid", pa.int32()),
+                      "freed_order": released("freed_order", pa.uint64()),
+                      "part_of": pa.array(rows["part_of"], type=pa.uint32(),
+                                          mask=rows["part_of"] == 0)})
     writer.close()
     writer.ensure_file()
     return writer.rows

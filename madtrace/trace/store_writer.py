@@ -27,7 +27,6 @@ import os
 import shutil
 import sys
 import threading
-import time
 
 import numpy as np
 
@@ -36,6 +35,7 @@ from .compact import SeqFollower, access_files, record_count
 from .store_meta import (STORE_FORMAT, read_store_meta, store_is_complete, store_path,
                          write_store_meta)
 from .store import per_thread_files
+from ..progress import Progress
 
 BATCH_ROWS = 1 << 19
 # events a recording converts before it ends; a longer conversion waits for first use
@@ -43,35 +43,6 @@ FINISH_AT_END_EVENTS = 1_000_000
 LIVE_MIN_ROWS = 1 << 18
 LIVE_INTERVAL = 0.25
 NICE = 10
-
-
-class Progress:
-    """``madtrace: store: WHAT 45% (n of total)`` on stderr, at most once a
-    second, once the work has taken more than ``after`` seconds."""
-
-    def __init__(self, what: str, total: int, out=None, after: float = 1.0):
-        self.what, self.total = what, max(total, 1)
-        self.out = out
-        self.start = time.monotonic()
-        self.after = after
-        self.last = 0.0
-        self.shown = False
-
-    def __call__(self, done: int) -> None:
-        if self.out is None:
-            return
-        now = time.monotonic()
-        if now - self.start < self.after or now - self.last < 1.0:
-            return
-        self.last = now
-        self.shown = True
-        print(f"madtrace: store: {self.what} {100 * min(done, self.total) // self.total}% "
-              f"({done} of {self.total} events)", file=self.out, flush=True)
-
-    def done(self) -> None:
-        if self.shown:
-            print(f"madtrace: store: {self.what} done in {time.monotonic() - self.start:.1f} s",
-                  file=self.out, flush=True)
 
 
 def _rows(path: str, dtype: np.dtype) -> int:
@@ -264,10 +235,10 @@ class StoreWriter:
                       f"when a recording ends: the first query, export, report or summary of "
                       f"{self.directory} builds the store", file=out, flush=True)
             return read_store_meta(self.directory)
-        progress = Progress("records", pending, out)
+        progress = Progress("store: records", pending, out)
         records = self.write_records(progress)
         progress.done()
-        progress = Progress("calls and accesses", total, out)
+        progress = Progress("store: calls and accesses", total, out)
         rows = write_final_tables(self.directory, progress)
         progress.done()
         rows["records"] = records

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/* The allocation tracker's block index (capture/block_index.py drives it
+ * through ctypes): [start, end) -> block id, kept sorted by start and
+ * updated in place at every allocation event.
+ *
+ * A sorted list of sorted chunks (at most CHUNK entries each) with the first
+ * start of every chunk in an array beside it: an insert or a removal costs a
+ * binary search and a move inside one chunk; a chunk that fills up splits
+ * (moving the chunk pointers, N/CHUNK of them, once every CHUNK/2 inserts).
+ * A lookup is two binary searches.  Nothing is rebuilt per event, so the cost
+ * of an allocation, a free or the naming of an access does not grow with the
+ * number of blocks.
+ *
+ * Lookup semantics (those of the tracker): the entry with the greatest start
+ * at or below the address, when its end is above the address. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK 256
+
+typedef struct { uint64_t start, end; uint32_t id; uint32_t pad; } entry_t;
+typedef struct { size_t n; entry_t e[CHUNK]; } chunk_t;
+typedef struct {
+    chunk_t **chunks;
+    uint64_t *mins;          /* mins[c] = chunks[c]->e[0].start */
+    size_t nchunks, cap, count;
+} bi_t;
+
+size_t bi_entry_size(void) { return sizeof(entry_t); }
+
+bi_t *bi_new(void) { return calloc(1, sizeof(bi_t)); }
+
+void bi_free(bi_t *bi) {
+    if (!bi) return;
+    for (size_t c = 0; c < bi->nchunks; c++) free(bi->chunks[c]);
+    free(bi->chunks);
+    free(bi->mins);
+    free(bi);
+}
+
+size_t bi_count(const bi_t *bi) { return bi->count; }
+
+/* the chunk whose range holds key: the last one with mins <= key, else 0 */
+static size_t find_chunk(const bi_t *bi, uint64_t key) {
+    size_t lo = 0, hi = bi->nchunks;      /* first chunk with min > key */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (bi->mins[mid] <= key) lo = mid + 1; else hi = mid;
+    }
+    return lo ? lo - 1 : 0;
+}
+
+/* first entry of the chunk with start >= key */
+static size_t lower_bound(const chunk_t *ch, uint64_t key) {
+    size_t lo = 0, hi = ch->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (ch->e[mid].start < key) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+static int grow(bi_t *bi) {
+    if (bi->nchunks < bi->cap) return 0;
+    size_t cap = bi->cap ? bi->cap * 2 : 16;
+    chunk_t **chunks = realloc(bi->chunks, cap * sizeof *chunks);
+    if (!chunks) return -1;
+    bi->chunks = chunks;
+    uint64_t *mins = realloc(bi->mins, cap * sizeof *mins);
+    if (!mins) return -1;
+    bi->mins = mins;
+    bi->cap = cap;
+    return 0;
+}
+
+static int insert_chunk(bi_t *bi, size_t at, chunk_t *ch) {
+    if (grow(bi)) return -1;
+    memmove(bi->chunks + at + 1, bi->chunks + at, (bi->nchunks - at) * sizeof *bi->chunks);
+    memmove(bi->mins + at + 1, bi->mins + at, (bi->nchunks - at) * sizeof *bi->mins);
+    bi->chunks[at] = ch;
+    bi->mins[at] = ch->n ? ch->e[0].start : 0;
+    bi->nchunks++;
+    return 0;
+}
+
+static void remove_chunk(bi_t *bi, size_t at) {
+    free(bi->chunks[at]);
+    memmove(bi->chunks + at, bi->chunks + at + 1, (bi->nchunks - at - 1) * sizeof *bi->chunks);
+    memmove(bi->mins + at, bi->mins + at + 1, (bi->nchunks - at - 1) * sizeof *bi->mins);
+    bi->nchunks--;
+}
+
+/* Adds [start, end) -> id.  An entry with the same start is replaced: its id
+ * goes to *old (0 when there was none).  Returns 0, or -1 out of memory. */
+int bi_insert(bi_t *bi, uint64_t start, uint64_t end, uint32_t id, uint32_t *old) {
+    *old = 0;
+    if (bi->nchunks == 0) {
+        chunk_t *ch = calloc(1, sizeof *ch);
+        if (!ch || insert_chunk(bi, 0, ch)) { free(ch); return -1; }
+    }
+    size_t c = find_chunk(bi, start);
+    chunk_t *ch = bi->chunks[c];
+    size_t p = lower_bound(ch, start);
+    if (p < ch->n && ch->e[p].start == start) {
+        *old = ch->e[p].id;
+        ch->e[p].end = end;
+        ch->e[p].id = id;
+        return 0;
+    }
+    if (ch->n == CHUNK) {                 /* split: the upper half to a new chunk */
+        chunk_t *upper = calloc(1, sizeof *upper);
+        if (!upper) return -1;
+        upper->n = CHUNK / 2;
+        memcpy(upper->e, ch->e + CHUNK / 2, (CHUNK / 2) * sizeof(entry_t));
+        ch->n = CHUNK / 2;
+        if (insert_chunk(bi, c + 1, upper)) { free(upper); ch->n = CHUNK; return -1; }
+        if (p > CHUNK / 2 || (p == CHUNK / 2 && start >= upper->e[0].start)) {
+            c++;
+            ch = upper;
+            p -= CHUNK / 2;
+        }
+    }
+    memmove(ch->e + p + 1, ch->e + p, (ch->n - p) * sizeof(entry_t));
+    ch->e[p].start = start;
+    ch->e[p].end = end;
+    ch->e[p].id = id;
+    ch->e[p].pad = 0;
+    ch->n++;
+    bi->mins[c] = ch->e[0].start;
+    bi->count++;
+    return 0;
+}
+
+/* Removes the entry starting exactly at start: its id (0: none) and end. */
+uint32_t bi_remove(bi_t *bi, uint64_t start, uint64_t *end) {
+    if (bi->nchunks == 0) return 0;
+    size_t c = find_chunk(bi, start);
+    chunk_t *ch = bi->chunks[c];
+    size_t p = lower_bound(ch, start);
+    if (p >= ch->n || ch->e[p].start != start) return 0;
+    uint32_t id = ch->e[p].id;
+    if (end) *end = ch->e[p].end;
+    memmove(ch->e + p, ch->e + p + 1, (ch->n - p - 1) * sizeof(entry_t));
+    ch->n--;
+    bi->count--;
+    if (ch->n == 0) {
+        if (bi->nchunks > 1) remove_chunk(bi, c);
+    } else {
+        bi->mins[c] = ch->e[0].start;
+        /* a chunk that shrank far below half joins its neighbour */
+        if (c + 1 < bi->nchunks && ch->n + bi->chunks[c + 1]->n <= CHUNK / 2) {
+            chunk_t *next = bi->chunks[c + 1];
+            memcpy(ch->e + ch->n, next->e, next->n * sizeof(entry_t));
+            ch->n += next->n;
+            remove_chunk(bi, c + 1);
+        }
+    }
+    return id;
+}
+
+static const entry_t *containing(const bi_t *bi, uint64_t address) {
+    if (bi->nchunks == 0 || address < bi->mins[0]) return NULL;
+    const chunk_t *ch = bi->chunks[find_chunk(bi, address)];
+    size_t p = lower_bound(ch, address + 1);   /* entries with start <= address */
+    if (p == 0) return NULL;
+    const entry_t *e = &ch->e[p - 1];
+    return address < e->end ? e : NULL;
+}
+
+/* For every address whose ids[i] is still 0: the id of the entry holding it,
+ * and flags[i] = flag.  Returns how many were found. */
+size_t bi_lookup(const bi_t *bi, const uint64_t *addresses, size_t n, uint32_t *ids,
+                 uint8_t *flags, uint8_t flag) {
+    size_t found = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i]) continue;
+        const entry_t *e = containing(bi, addresses[i]);
+        if (e) {
+            ids[i] = e->id;
+            if (flags) flags[i] = flag;
+            found++;
+        }
+    }
+    return found;
+}
+
+/* The entries with lo <= start < hi, at most max of them, into out (starts,
+ * ends, ids); returns how many there are in all. */
+size_t bi_range(const bi_t *bi, uint64_t lo, uint64_t hi, uint64_t *starts, uint64_t *ends,
+                uint32_t *ids, size_t max) {
+    size_t total = 0;
+    if (bi->nchunks == 0 || lo >= hi) return 0;
+    for (size_t c = find_chunk(bi, lo); c < bi->nchunks; c++) {
+        const chunk_t *ch = bi->chunks[c];
+        if (ch->n && ch->e[0].start >= hi) break;
+        for (size_t p = lower_bound(ch, lo); p < ch->n && ch->e[p].start < hi; p++) {
+            if (total < max) {
+                starts[total] = ch->e[p].start;
+                ends[total] = ch->e[p].end;
+                ids[total] = ch->e[p].id;
+            }
+            total++;
+        }
+    }
+    return total;
+}

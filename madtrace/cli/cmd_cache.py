@@ -1,0 +1,38 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""madtrace cache list|clear [--json]: the symbol cache (binary/symcache.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from ..binary import symcache
+
+NAME = "cache"
+HELP = "list or clear the symbol cache (DWARF variables and line tables, once per binary)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("action", choices=("list", "clear"),
+                        help="list: every cached binary; clear: remove them all")
+    parser.add_argument("--json", action="store_true", help="list: one JSON object")
+
+
+def run(args) -> int:
+    folder = symcache.cache_dir()
+    if args.action == "clear":
+        files, size = symcache.clear()
+        print(f"removed {files} entries ({size / 1e6:.1f} MB) from {folder}")
+        return 0
+    entries = symcache.list_entries()
+    if args.json:
+        print(json.dumps({"directory": folder, "entries": entries}))
+        return 0
+    total = sum(e["bytes"] for e in entries)
+    print(f"{folder}: {len(entries)} entries, {total / 1e6:.1f} MB")
+    for e in entries:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e["created"])) if e.get("created") \
+            else "?"
+        what = e["binary"] if e["ok"] else f"CORRUPT ({e.get('problem')}): rebuilt when next used"
+        print(f"  {e['bytes'] / 1e6:8.2f} MB  {when}  {what}")
+    return 0

@@ -1,0 +1,114 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""What a recording reports at its end (part of session.Recording): the call
+counts and drop accounting of function tracing, the counts and engine figures
+of data tracing (its data/ files written), what the recording cost the tracer
+(peak RSS, symbols and DWARF), and the store written last.
+
+``Results`` is a mixin of ``session.Recording``: it uses its engines
+(functions, data), options, prefetches and log.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+
+from .binary import symcache
+from .progress import Activity
+
+
+class Results:
+    def _function_results(self, final: bool) -> dict:
+        """Call counts and drop accounting; ``final``: stop draining and close the
+        record files (the end of the recording)."""
+        engine = self.functions
+        if engine is None or engine.rings is None:
+            return {"calls": {}, "dropped_events": 0}
+        if final:
+            if engine.active:
+                engine.rings.stop()
+            engine.rings.close()
+        totals = engine.rings.totals()
+        return {
+            "calls": engine.call_counts(),
+            "dropped_events": totals["dropped"] + totals["unregistered_records"],
+            "function_tracing": dict(totals, timestamps=engine.timestamps,
+                                     threads_recorded=len(engine.rings.records_per_thread),
+                                     records=sum(engine.rings.records_per_thread.values()),
+                                     patch_report=engine.report),
+        }
+
+    def _data_results(self) -> dict:
+        """Writes the data files (data/) into the trace directory; returns the counts."""
+        engine = self.data
+        if engine is None:
+            return {"accesses": {}}
+        engine.write()
+        loop = engine.loop_stats()
+        return {"accesses": engine.access_counts(),
+                "data_tracing": {"faults": engine.faults,
+                                 "untraced_faults": loop["untraced"] + engine.untraced_faults,
+                                 "fast_path": loop["fast"], "slow_path": engine.slow,
+                                 "slow_reasons": dict(engine.slow_reasons),
+                                 "store_writebacks": loop["writebacks"],
+                                 "store_writeback_errors": loop["writeback_errors"],
+                                 "syscalls_resumed_natively": loop["syscalls"],
+                                 "mapped_regions": engine.syscalls.mapped_regions,
+                                 "allocations": engine.alloc.count if engine.alloc else 0,
+                                 # allocator calls other threads made while a breakpoint was
+                                 # stepped over: those calls may be missing
+                                 "allocation_windows": engine.alloc.missed_windows if engine.alloc else 0,
+                                 "freed_accesses": engine.freed_accesses,
+                                 "stubs": len(engine.area.stubs) if engine.area else 0,
+                                 "syscalls_opened": engine.syscalls.opened,
+                                 "syscalls_redirected": engine.syscalls.redirected_calls,
+                                 "open_windows": engine.syscalls.open_windows + engine.blocks.open_windows,
+                                 "block_events": engine.blocks.counts(),
+                                 "gate": {"functions": engine.gate.names,
+                                          "entries": engine.gate.entries,
+                                          "arms": engine.gate.arms} if engine.gate else None,
+                                 "guard": {"installed": engine.guard.installed if engine.guard else False,
+                                           "reinstalls": engine.guard.reinstalls if engine.guard else 0},
+                                 "held_stops": engine.held_stops,
+                                 # vfork children that ran untraced in the shared memory
+                                 "vfork_windows": engine.vfork.windows,
+                                 "regions": [[r.start, r.end, r.label] for r in engine.regions.regions],
+                                 "engine": engine.engine_kind,
+                                 "paths": engine.paths.report() if engine.paths else None,
+                                 "alias": engine.alias.report() if engine.alias else None}}
+
+    def _wait_for_dwarf(self, out) -> None:
+        """The debug info read while the target ran is needed now (naming the
+        accesses): wait for what is left, saying so when it takes long."""
+        pending = [p for p in self.prefetches if p.thread.is_alive()]
+        if pending:
+            names = ", ".join(sorted({i.name for p in pending for i in p.images}))
+            with Activity(f"reading the debug info of {names} (once per binary)", out):
+                for prefetch in pending:
+                    prefetch.wait()
+
+    def tracer_stats(self, write_seconds: float) -> dict:
+        """What the recording cost the tracer: its peak RSS (bytes; the DWARF
+        reader's children apart), the time the write-out took after the target
+        ended, the binaries whose DWARF was read while the target ran."""
+        for prefetch in self.prefetches:
+            prefetch.wait()
+        return {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                "dwarf_reader_peak_rss_bytes": max((p.peak_rss for p in self.prefetches), default=0),
+                "dwarf_read_while_running": sum(p.built for p in self.prefetches),
+                "dwarf_errors": [e for p in self.prefetches for e in p.errors],
+                "symbols_seconds": round(self.symbols_seconds, 3),
+                "dwarf_seconds": round(symcache.seconds, 3),
+                "write_seconds": round(write_seconds, 3)}
+
+    def _finish_store(self) -> None:
+        """The rest of DIR/store (progress on stderr when it takes long).  A
+        failure leaves the store incomplete: it is then built on first use."""
+        writer, self.store_writer = self.store_writer, None
+        if writer is None:
+            return
+        try:
+            writer.finish(None if self.options.quiet else sys.stderr)
+        except Exception as exc:   # the trace itself is written: say so, go on
+            self.log(f"the store was not written ({type(exc).__name__}: {exc}); "
+                     "it is built when a query, export or report needs it")

@@ -1,0 +1,237 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The heap block table of a trace directory: one fixed-size row per block
+the allocation tracker saw, in block id order (id N is row N-1).
+
+Files (in ``data/``):
+* ``blocks.bin``: ``BLOCK_DTYPE`` rows.  The tracker appends a row when the
+  block is allocated and writes its release fields in place when it is
+  freed: the file is complete whenever the tracker has flushed it;
+* ``blocks.sites``: the call sites the rows' ``site`` column indexes, one
+  JSON string a line, appended (and written through) when a site first
+  comes, before any row that uses it: a recording whose tracer was killed
+  still has the sites of every row that reached the file.  ``kind`` indexes
+  ``KINDS``.
+Traces written before this table have ``data/allocations.json`` (a JSON list
+of block dicts) instead; ``load_allocations`` reads either.
+
+A block's name is MadT's forged name: ``<malloc0014@build_list+39>``, and
+once freed ``<freed:0014@build_list+39>`` (``<unmap:...>`` for a mapping).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import numpy as np
+
+from ..errors import CorruptTraceError
+
+BLOCKS_FILE = "blocks.bin"
+BLOCK_SITES_FILE = "blocks.sites"
+LEGACY_FILE = "allocations.json"
+# the release fields (freed .. freed_order) are contiguous: one write when a block is freed
+BLOCK_DTYPE = np.dtype({
+    "names": ["id", "tid", "site", "part_of", "address", "size", "seq", "order", "kind",
+              "freed", "freed_tid", "freed_seq", "freed_order"],
+    "formats": ["<u4", "<u4", "<u4", "<u4", "<u8", "<u8", "<u8", "<u8", "u1", "u1", "<u4",
+                "<u8", "<u8"],
+    "offsets": [0, 4, 8, 12, 16, 24, 32, 40, 48, 49, 52, 56, 64],
+    "itemsize": 72})
+RELEASE_OFFSET = 49                   # freed, pad, freed_tid, freed_seq, freed_order
+RELEASE_DTYPE = np.dtype({"names": ["freed", "freed_tid", "freed_seq", "freed_order"],
+                          "formats": ["u1", "<u4", "<u8", "<u8"], "offsets": [0, 3, 7, 15],
+                          "itemsize": 23})
+PART_OF_OFFSET = 12
+KINDS = ("malloc", "calloc", "realloc", "new", "memmap", "mremap")
+MAPPING_KINDS = ("memmap", "mremap")  # blocks the program mapped itself (mmap, mremap)
+NO_PART = 0                            # part_of of a block no operator new wrapped
+
+
+_RELEASE = struct.Struct("<B2xIQQ")       # RELEASE_DTYPE, packed
+_PART_OF = struct.Struct("<I")
+
+
+class BlockTableWriter:
+    """Writes the block table while the target runs: rows are buffered and
+    appended; a release (or an operator new wrapping a malloc block) is
+    written into its row, in the buffer or in place in the file.  Memory:
+    the buffer and the site strings, whatever the number of blocks."""
+
+    BUFFER_ROWS = 4096
+
+    def __init__(self, directory: str):
+        data = os.path.join(directory, "data")
+        os.makedirs(data, exist_ok=True)
+        self.path = os.path.join(data, BLOCKS_FILE)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self.sites_fd = os.open(os.path.join(data, BLOCK_SITES_FILE),
+                                os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC,
+                                0o644)
+        self.buffer = np.zeros(self.BUFFER_ROWS, dtype=BLOCK_DTYPE)
+        self.buffered = 0
+        self.written = 0          # rows in the file
+        self.sites: list[str] = []
+        self._site_codes: dict[str, int] = {}
+
+    def site_code(self, site: str) -> int:
+        code = self._site_codes.get(site)
+        if code is None:
+            code = self._site_codes[site] = len(self.sites)
+            self.sites.append(site)
+            os.write(self.sites_fd, (json.dumps(site) + "\n").encode())
+        return code
+
+    def add(self, block_id: int, kind: str, address: int, size: int, site: int, tid: int,
+            seq: int, order: int) -> None:
+        if block_id != self.written + self.buffered + 1:
+            raise ValueError(f"block {block_id} out of order")
+        self.buffer[self.buffered] = (block_id, tid, site, 0, address, size, seq, order,
+                                      KINDS.index(kind), 0, 0, 0, 0)
+        self.buffered += 1
+        if self.buffered == self.BUFFER_ROWS:
+            self._write_rows()
+
+    def release(self, block_id: int, tid: int, seq: int, order: int) -> None:
+        row = block_id - 1 - self.written
+        if row >= 0:
+            buffer = self.buffer
+            buffer["freed"][row], buffer["freed_tid"][row] = 1, tid
+            buffer["freed_seq"][row], buffer["freed_order"][row] = seq, order
+        else:
+            os.pwrite(self.fd, _RELEASE.pack(1, tid, seq, order),
+                      (block_id - 1) * BLOCK_DTYPE.itemsize + RELEASE_OFFSET)
+
+    def set_part_of(self, block_id: int, outer: int) -> None:
+        row = block_id - 1 - self.written
+        if row >= 0:
+            self.buffer["part_of"][row] = outer
+        else:
+            os.pwrite(self.fd, _PART_OF.pack(outer),
+                      (block_id - 1) * BLOCK_DTYPE.itemsize + PART_OF_OFFSET)
+
+    def _write_rows(self) -> None:
+        if self.buffered:
+            os.pwrite(self.fd, self.buffer[:self.buffered].tobytes(),
+                      self.written * BLOCK_DTYPE.itemsize)
+            self.written += self.buffered
+            self.buffered = 0
+
+    def flush(self) -> None:
+        """The file complete as of now."""
+        self._write_rows()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.flush()
+            os.close(self.fd)
+            os.close(self.sites_fd)
+            self.fd = -1
+
+
+def block_name(kind: str, block_id: int, site: str, freed: bool) -> str:
+    if not freed:
+        prefix = f"<{kind}"
+    else:
+        prefix = "<unmap:" if kind in MAPPING_KINDS else "<freed:"
+    return f"{prefix}{block_id:04d}@{site}>"
+
+
+class BlockTable:
+    """The rows (``BLOCK_DTYPE``, memory-mapped when read from a file) with
+    their ``kinds`` and ``sites`` strings."""
+
+    def __init__(self, rows: np.ndarray, kinds: list[str], sites: list[str]):
+        self.rows, self.kinds, self.sites = rows, kinds, sites
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def names(self, freed: bool) -> list[str]:
+        """Every block's name (``freed``: as a released block), by row."""
+        return [block_name(self.kinds[k], i, self.sites[s], freed) for i, k, s in
+                zip(self.rows["id"].tolist(), self.rows["kind"].tolist(),
+                    self.rows["site"].tolist())]
+
+    def dicts(self) -> list[dict]:
+        """The rows as the dicts of ``allocations.json`` (small traces, exports)."""
+        out = []
+        for row in self.rows.tolist():
+            (block_id, tid, site, part_of, address, size, seq, order, kind, freed,
+             freed_tid, freed_seq, freed_order) = row
+            kind_name, site_name = self.kinds[kind], self.sites[site]
+            out.append({"id": block_id, "kind": kind_name, "address": address, "size": size,
+                        "site": site_name, "tid": tid, "seq": seq, "order": order,
+                        "freed_seq": freed_seq if freed else None,
+                        "freed_tid": freed_tid if freed else None,
+                        "freed_order": freed_order if freed else None,
+                        "part_of": part_of or None,
+                        "name": block_name(kind_name, block_id, site_name, bool(freed))})
+        return out
+
+    @classmethod
+    def from_dicts(cls, blocks: list[dict]) -> "BlockTable":
+        kinds, sites = list(KINDS), []
+        site_index: dict[str, int] = {}
+        rows = np.zeros(len(blocks), dtype=BLOCK_DTYPE)
+        for i, b in enumerate(blocks):
+            if b["kind"] not in kinds:
+                kinds.append(b["kind"])
+            if b["site"] not in site_index:
+                site_index[b["site"]] = len(sites)
+                sites.append(b["site"])
+            freed = b.get("freed_order") is not None
+            rows[i] = (b["id"], b.get("tid", 0), site_index[b["site"]], b.get("part_of") or 0,
+                       b["address"], b["size"], b.get("seq", 0), b.get("order", 0),
+                       kinds.index(b["kind"]), freed, b.get("freed_tid") or 0,
+                       b.get("freed_seq") or 0, b.get("freed_order") or 0)
+        return cls(rows, kinds, sites)
+
+
+def load_block_table(directory: str) -> BlockTable:
+    """The block table of a trace directory (empty when it has none)."""
+    data = os.path.join(directory, "data")
+    path = os.path.join(data, BLOCKS_FILE)
+    if not os.path.exists(path):
+        legacy = os.path.join(data, LEGACY_FILE)
+        if not os.path.exists(legacy):
+            return BlockTable(np.zeros(0, dtype=BLOCK_DTYPE), list(KINDS), [])
+        return BlockTable.from_dicts(_load_legacy(legacy))
+    sites_path = os.path.join(data, BLOCK_SITES_FILE)
+    try:
+        with open(sites_path, encoding="utf-8") as f:
+            sites = [json.loads(line) for line in f if line.strip()]
+        if not all(isinstance(x, str) for x in sites):
+            raise ValueError("a site is not a string")
+    except (OSError, ValueError) as exc:
+        raise CorruptTraceError(f"{sites_path}: missing or corrupt ({exc})") from None
+    kinds = list(KINDS)
+    size = os.path.getsize(path)
+    if size % BLOCK_DTYPE.itemsize:
+        raise CorruptTraceError(f"{path}: size {size} is not a multiple of {BLOCK_DTYPE.itemsize}")
+    rows = np.memmap(path, dtype=BLOCK_DTYPE, mode="r") if size else np.zeros(0, BLOCK_DTYPE)
+    if len(rows):
+        last = rows[-1]
+        if int(last["id"]) != len(rows) or int(last["kind"]) >= len(kinds) or \
+                int(rows["site"].max()) >= len(sites):
+            raise CorruptTraceError(f"{path}: rows and {BLOCK_SITES_FILE} disagree")
+    return BlockTable(rows, kinds, sites)
+
+
+def _load_legacy(path: str) -> list[dict]:
+    try:
+        with open(path) as f:
+            items = json.load(f)
+        for item in items:
+            for key in ("id", "address", "size", "kind", "site"):
+                item[key]  # noqa: B018 - presence check
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptTraceError(f"{path}: corrupt ({exc})") from None
+    return items
+
+
+def load_allocations(directory: str) -> list[dict]:
+    """Every block as a dict (id, kind, address, size, site, tid, seq, order,
+    freed_seq/freed_tid/freed_order or None, part_of or None, name)."""
+    return load_block_table(directory).dicts()
