@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 
+from bench_data import ptrace_floor
 from common import ROOT, prog, table
 
 MADTRACE = [sys.executable, "-m", "madtrace.cli.main"]
@@ -138,8 +139,7 @@ def per_access(b: Bench, name: str, sizes: tuple, fault_sizes: tuple) -> tuple[l
     """Rows of the per-access table for one program, and its figures."""
     exe = prog(name, "O2-nopie")
     small, large = ([exe, *s] for s in sizes)
-    for argv in (small, large, *([exe, *s] for s in fault_sizes)):
-        b.native(argv)
+    native = {tuple(argv): b.native(argv) for argv in (small, large, *([exe, *s] for s in fault_sizes))}
     h1, i1 = b.madtrace(small, "hybrid")
     h2, i2 = b.madtrace(large, "hybrid")
     ns_hybrid = (h2 - h1) / max(i2["accesses"] - i1["accesses"], 1) * 1e9
@@ -150,13 +150,18 @@ def per_access(b: Bench, name: str, sizes: tuple, fault_sizes: tuple) -> tuple[l
     l1, d1 = b.lackey(small)
     l2, d2 = b.lackey(large)
     ns_lackey = (l2 - l1) / max(d2 - d1, 1) * 1e9
+    # the program's own cost per access, uninstrumented: the floor of any recorder
+    ns_native = (native[tuple(large)] - native[tuple(small)]) / max(i2["accesses"] - i1["accesses"], 1) * 1e9
     share = i2["probe"] / max(i2["probe"] + i2["fault"], 1)
-    rows = [(name, "hybrid", " ".join(large[1:]), f"{h2:.2f}", i2["accesses"], f"{ns_hybrid:.0f}",
+    rows = [(name, "native", " ".join(large[1:]), f"{native[tuple(large)]:.2f}", "", f"{ns_native:.1f}",
+             "", "", ""),
+            ((name, "hybrid", " ".join(large[1:]), f"{h2:.2f}", i2["accesses"], f"{ns_hybrid:.0f}",
              f"{100 * share:.2f}%", i2["dropped"], f"{i2['bytes'] / max(i2['accesses'], 1):.2f}"),
             (name, "fault", " ".join(fl[1:]), f"{f2:.2f}", j2["accesses"], f"{ns_fault:.0f}",
              "0%", j2["dropped"], f"{j2['bytes'] / max(j2['accesses'], 1):.2f}"),
             (name, "lackey", " ".join(large[1:]), f"{l2:.2f}", d2, f"{ns_lackey:.0f}", "", "", "")]
     return rows, {"hybrid": ns_hybrid, "fault": ns_fault, "lackey": ns_lackey, "share": share,
+                  "native": ns_native,
                   "bytes": i2["bytes"] / max(i2["accesses"], 1)}
 
 
@@ -213,6 +218,7 @@ def main() -> int:
             print(table("whole runs, wall s (median of %d)" % REPEAT, whole,
                         ("program", "native", "madtrace", "lackey", "lackey/madtrace",
                          "mt accesses", "lackey data", "probe share")))
+            floor = ptrace_floor(tmp)
         except Mismatch as e:
             print(f"bench_hybrid: check failed: {e}", file=sys.stderr)
             return 1
@@ -230,6 +236,11 @@ def main() -> int:
     print(f"  gzip >= 10x faster than lackey: {r_gzip:.1f}x  {met(r_gzip >= 10)}")
     print(f"  python3 >= 10x faster than lackey: {r_python:.1f}x  {met(r_python >= 10)}")
     print(f"  <= 16 bytes per access on disk (list walk): {lst['bytes']:.2f}  {met(lst['bytes'] <= 16)}")
+    if floor is not None:
+        print(f"  floors of this machine (bench/ptrace_floor.c, C tracer, one CPU): a bare ptrace "
+              f"stop {floor[0] * 1000:.0f} ns, with the fault loop's requests {floor[1] * 1000:.0f} ns, "
+              f"a fault handled in the process {floor[2] * 1000:.0f} ns; the programs' own cost "
+              f"per access, native: list walk {lst['native']:.1f} ns, array passes {mem['native']:.1f} ns")
     print(f"  (bench took {time.perf_counter() - t0:.0f} s{', --quick: not a measurement' if QUICK else ''})")
     return 0
 

@@ -140,8 +140,8 @@ class SyscallGate:
         """Pointers into aliased memory go to the alias for the call (True: resumed)."""
         engine = self.engine
 
-        def touches(start: int, end: int) -> bool:
-            return any(engine.is_protected(p) for p in range(start & ~(PAGE - 1), end, PAGE))
+        def touches(start: int, end: int) -> bool:   # O(protected pages there), not O(length)
+            return any(engine.is_protected(p) for p in engine.protected.pages_in(start, end))
 
         changes = redirect(nr, args, engine.alias, touches)
         if changes is None:

@@ -10,7 +10,8 @@ never sees the change), and no page is ever opened while other threads run.
 Only arguments known to be pointers are redirected (``POINTERS``: the call's
 buffer with its length, a structure of known size, a string); a call whose
 traced memory is reached otherwise (an iovec's buffers, a pointer inside a
-structure) takes the engine's other way (its pages open for the call).
+structure, execve's argv and envp) takes the engine's other way (its pages
+open for the call).
 
 futex: a private futex is keyed by (address space, address), so a wait on the
 alias and a wake on the address itself would never meet.  A redirected futex
@@ -33,7 +34,8 @@ SYS_FUTEX = 202
 POINTERS = {
     0: ((1, ("arg", 2, 1)),), 1: ((1, ("arg", 2, 1)),),                 # read write
     17: ((1, ("arg", 2, 1)),), 18: ((1, ("arg", 2, 1)),),               # pread64 pwrite64
-    44: ((1, ("arg", 2, 1)),), 45: ((1, ("arg", 2, 1)),),               # sendto recvfrom
+    44: ((1, ("arg", 2, 1)), (4, ("arg", 5, 1))),                       # sendto
+    45: ((1, ("arg", 2, 1)), (4, 128), (5, 4)),                         # recvfrom
     89: ((0, STRING), (1, ("arg", 2, 1))),                              # readlink
     267: ((1, STRING), (2, ("arg", 3, 1))),                             # readlinkat
     318: ((0, ("arg", 1, 1)),), 217: ((1, ("arg", 2, 1)),),             # getrandom getdents64
@@ -53,9 +55,8 @@ POINTERS = {
     83: ((0, STRING),), 84: ((0, STRING),), 87: ((0, STRING),),         # mkdir rmdir unlink
     263: ((1, STRING),), 258: ((1, STRING),),                           # unlinkat mkdirat
     82: ((0, STRING), (1, STRING)), 316: ((1, STRING), (3, STRING)),    # rename renameat2
-    59: ((0, STRING),),                                                 # execve: the path
     22: ((0, 8),), 293: ((0, 8),),                                      # pipe pipe2
-    52: ((1, ("arg", 2, 1)),), 51: ((1, ("arg", 2, 1)),),               # getpeername getsockname (approx.)
+    52: ((1, 128), (2, 4)), 51: ((1, 128), (2, 4)),                     # getpeername getsockname
 }
 
 
