@@ -155,7 +155,7 @@ def per_access(b: Bench, name: str, sizes: tuple, fault_sizes: tuple) -> tuple[l
     share = i2["probe"] / max(i2["probe"] + i2["fault"], 1)
     rows = [(name, "native", " ".join(large[1:]), f"{native[tuple(large)]:.2f}", "", f"{ns_native:.1f}",
              "", "", ""),
-            ((name, "hybrid", " ".join(large[1:]), f"{h2:.2f}", i2["accesses"], f"{ns_hybrid:.0f}",
+            (name, "hybrid", " ".join(large[1:]), f"{h2:.2f}", i2["accesses"], f"{ns_hybrid:.0f}",
              f"{100 * share:.2f}%", i2["dropped"], f"{i2['bytes'] / max(i2['accesses'], 1):.2f}"),
             (name, "fault", " ".join(fl[1:]), f"{f2:.2f}", j2["accesses"], f"{ns_fault:.0f}",
              "0%", j2["dropped"], f"{j2['bytes'] / max(j2['accesses'], 1):.2f}"),

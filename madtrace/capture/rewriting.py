@@ -66,7 +66,8 @@ class FunctionState:
     copies: list[FunctionCopy] = field(default_factory=list)
     wanted: set[int] = field(default_factory=set)
     refused: str | None = None
-    slot: int = 0                 # entry slot in the code area (0: entry not redirected)
+    slot: int = 0                 # entry slot (0: entry not redirected) ...
+    slot_area: "CodeArea | None" = None   # ... in this code area (a module may get several)
     frame_pointer: bool = False
 
     @property
@@ -285,12 +286,12 @@ class Rewriter:
         return next((t for t, s in self.tracee.threads.items() if not s.running), None)
 
     def _redirect_entry(self, state: FunctionState, copy: FunctionCopy) -> None:
-        area = self.areas[state.module.name]
         if state.slot:
             # a newer copy: one aligned 8-byte store, seen whole by a thread jumping through it
-            offset = state.slot + 8 - area.area.address
-            ctypes.c_uint64.from_buffer(area.area.local, offset).value = copy.address
+            offset = state.slot + 8 - state.slot_area.area.address
+            ctypes.c_uint64.from_buffer(state.slot_area.area.local, offset).value = copy.address
             return
+        area = self.areas[state.module.name]
         why = self._entry_unpatchable(state, copy)
         if why:
             self.stats[f"entry not redirected: {why}"] += 1
@@ -308,7 +309,7 @@ class Rewriter:
             rips = [self.tracee.get_regs(t).rip for t, s in self.tracee.threads.items()
                     if not s.running]
             self.patches.apply(self.tracee.mem, [patch], rips)
-            state.slot = slot
+            state.slot, state.slot_area = slot, area
             self.stats["entries redirected"] += 1
         except PatchConflict as exc:
             self.stats[f"entry not redirected: {exc}"] += 1

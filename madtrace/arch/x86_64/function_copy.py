@@ -418,8 +418,8 @@ def _target_load(insn, at: int) -> bytes:
     """``mov rax, <the jump's target>`` placed at ``at`` (rsp lowered by FRAME)."""
     op = insn.operands[0]
     if op.type == X.X86_OP_REG:
-        return bytes([0x48 | (REG[insn.reg_name(op.reg)] >> 3), 0x89,
-                      0xC0 | (REG[insn.reg_name(op.reg)] & 7) << 3])      # mov rax, reg
+        reg = REG[insn.reg_name(op.reg)]        # the source is ModRM.reg: REX.R extends it
+        return bytes([0x48 | (reg >> 3) << 2, 0x89, 0xC0 | (reg & 7) << 3])   # mov rax, reg
     if op.mem.base == X.X86_REG_RIP:
         return load_rip(REG["rax"], at, insn.address + insn.size + op.mem.disp)
     base = insn.reg_name(op.mem.base) if op.mem.base else None
