@@ -47,7 +47,7 @@ def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str
                         help="with --data: how accesses are recorded: hybrid (faults find the "
                         "instructions that touch traced data, rewritten code records them "
                         "inside the target) or fault (a ptrace stop per access); default: "
-                        "$MADTRACE_DATA_ENGINE, else hybrid")
+                        "$MADTRACE_DATA_ENGINE, else fault")
     parser.add_argument("--no-alloc", dest="track_allocations", action="store_false",
                         help="with --data: do not track malloc/calloc/realloc/free (no forged "
                         "block names; two ptrace stops fewer per allocator call)")
