@@ -147,8 +147,12 @@ def per_access(b: Bench, name: str, sizes: tuple, fault_sizes: tuple) -> tuple[l
     exe = prog(name, "O2-nopie")
     small, large = ([exe, *s] for s in sizes)
     native = {tuple(argv): b.native(argv) for argv in (small, large, *([exe, *s] for s in fault_sizes))}
+    # the probe path is ~100 ns per access: 10x the lackey run's length, or the
+    # difference drowns in the start-up's noise on a loaded machine
+    longest = [exe, str(int(large[1]) * 10), *large[2:]]
+    native[tuple(longest)] = b.native(longest)
     h1, i1 = b.madtrace(small, "hybrid")
-    h2, i2 = b.madtrace(large, "hybrid")
+    h2, i2 = b.madtrace(longest, "hybrid")
     ns_hybrid = (h2 - h1) / max(i2["accesses"] - i1["accesses"], 1) * 1e9
     fs, fl = ([exe, *s] for s in fault_sizes)
     f1, j1 = b.madtrace(fs, "fault")
@@ -158,11 +162,11 @@ def per_access(b: Bench, name: str, sizes: tuple, fault_sizes: tuple) -> tuple[l
     l2, d2 = b.lackey(large)
     ns_lackey = (l2 - l1) / max(d2 - d1, 1) * 1e9
     # the program's own cost per access, uninstrumented: the floor of any recorder
-    ns_native = (native[tuple(large)] - native[tuple(small)]) / max(i2["accesses"] - i1["accesses"], 1) * 1e9
+    ns_native = (native[tuple(longest)] - native[tuple(small)]) / max(i2["accesses"] - i1["accesses"], 1) * 1e9
     share = i2["probe"] / max(i2["probe"] + i2["fault"], 1)
-    rows = [(name, "native", " ".join(large[1:]), f"{native[tuple(large)]:.2f}", "", f"{ns_native:.1f}",
+    rows = [(name, "native", " ".join(longest[1:]), f"{native[tuple(longest)]:.2f}", "", f"{ns_native:.1f}",
              "", "", ""),
-            (name, "hybrid", " ".join(large[1:]), f"{h2:.2f}", i2["accesses"], f"{ns_hybrid:.0f}",
+            (name, "hybrid", " ".join(longest[1:]), f"{h2:.2f}", i2["accesses"], f"{ns_hybrid:.0f}",
              f"{100 * share:.2f}%", i2["dropped"], f"{i2['bytes'] / max(i2['accesses'], 1):.2f}"),
             (name, "fault", " ".join(fl[1:]), f"{f2:.2f}", j2["accesses"], f"{ns_fault:.0f}",
              "0%", j2["dropped"], f"{j2['bytes'] / max(j2['accesses'], 1):.2f}"),
@@ -242,6 +246,9 @@ def main() -> int:
             return 1
     lst, mem = figures["bench_data_list"], figures["bench_data_memory"]
     print("== goals (issue 18)")
+    if min(lst["hybrid"], mem["hybrid"]) <= 0:
+        print("  the probe path's difference is not positive: below the noise of this run")
+        return 1
     probe_ns = max(lst["hybrid"], mem["hybrid"])
     print(f"  <= 50 ns per access on the probe path: list walk {lst['hybrid']:.0f} ns, array "
           f"passes {mem['hybrid']:.0f} ns (drmemtrace: 20-30 ns)  {met(probe_ns <= 50)}")
