@@ -33,8 +33,7 @@ BASE_RSP = 0x7FFF0000
 
 
 def write_trace(directory: str) -> None:
-    from madtrace.capture.data import ACCESS_DTYPE
-    from madtrace.capture.rings import RECORD_DTYPE
+    from madtrace.trace.format import ACCESS_DTYPE, RECORD_DTYPE
     os.makedirs(os.path.join(directory, "calls"))
     os.makedirs(os.path.join(directory, "data"))
     names = ["phase", "work", "leaf"]
@@ -100,7 +99,7 @@ elif which == "naive":
     result = {{str(c): [list(v[0]), list(v[1])] for calls in n.values() for c, v in calls.items()
               if c >= 0}}
 else:
-    from madtrace.analysis.segmentation import iter_thread_chunks
+    from madtrace.trace.segmentation import iter_thread_chunks
     for chunk in iter_thread_chunks(directory):
         pass
     held, result = 0, {{}}

@@ -52,7 +52,7 @@ def bench_madtrace(pid, same_cpu):
     for size in READ_SIZES:
         n = max(1, min(2000, (64 << 20) // size))
         size_ok = min(size, hi - lo)
-        reads[size] = size_ok * n / best_of(lambda: [tracee.mem.read(lo, size_ok) for _ in range(n)], 3)
+        reads[size] = size_ok * n / best_of(lambda n=n, size_ok=size_ok: [tracee.mem.read(lo, size_ok) for _ in range(n)], 3)
     tracee.detach()
     return t, reads
 
@@ -97,7 +97,7 @@ def bench_python_ptrace(pid, same_cpu):
     for size in READ_SIZES:
         n = max(1, min(200, (4 << 20) // size))
         size_ok = min(size, hi - lo)
-        reads[size] = size_ok * n / best_of(lambda: [process.readBytes(lo, size_ok) for _ in range(n)], 3)
+        reads[size] = size_ok * n / best_of(lambda n=n, size_ok=size_ok: [process.readBytes(lo, size_ok) for _ in range(n)], 3)
     process.detach()
     debugger.quit()
     return t, reads

@@ -41,7 +41,7 @@ def build() -> None:
 
 
 def one_run(n: int) -> dict:
-    from madtrace.analysis.segmentation import RECORD_DTYPE
+    from madtrace.trace.segmentation import RECORD_DTYPE
     from madtrace.trace.events import load_accesses
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "t")

@@ -49,8 +49,7 @@ def generate(directory: str, events: int, threads: int, accesses_per_round: int 
              ) -> tuple[int, int]:
     """A trace directory with ``events`` call records and accesses in all
     (``accesses_per_round`` 0: call records only, as with function tracing alone)."""
-    from madtrace.analysis.segmentation import RECORD_DTYPE
-    from madtrace.capture.data import ACCESS_DTYPE
+    from madtrace.trace.format import ACCESS_DTYPE, RECORD_DTYPE
     os.makedirs(os.path.join(directory, "calls"))
     os.makedirs(os.path.join(directory, "data"))
     sites = [{"sid": i, "function": f, "kind": "call", "address": 0x1000 + i, "caller": "main"}
@@ -113,15 +112,15 @@ def phase_spool(directory: str) -> dict:
 def phase_records(directory: str) -> dict:
     from madtrace.trace.store_writer import StoreWriter
     _started()
-    from madtrace.trace.store import per_thread_files
+    from madtrace.trace.format import ACCESS_RECORDS
     writer = StoreWriter(directory)
     written = writer.write_records()
-    accesses = sum(os.path.getsize(p) // 48 for _, p in per_thread_files(directory, "data", ".acc"))
+    accesses = ACCESS_RECORDS.total_rows(directory)
     return {"events": written + accesses, "written": written}
 
 
 def phase_final(directory: str) -> dict:
-    from madtrace.trace.columnar import write_store_meta
+    from madtrace.trace.format import write_store_meta
     from madtrace.trace.store_tables import write_final_tables
     _started()
     rows = write_final_tables(directory)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,7 +27,21 @@ import time
 
 from common import ROOT, table
 
-PYTHON = "/root/.pyenv/versions/3.11.7/bin/python3.11"
+
+
+def _python311() -> str:
+    """The real python3.11 binary (not a pyenv shim): MADTRACE_BENCH_PYTHON, else
+    the interpreter python3.11 on PATH names as its executable."""
+    if os.environ.get("MADTRACE_BENCH_PYTHON"):
+        return os.environ["MADTRACE_BENCH_PYTHON"]
+    found = shutil.which("python3.11")
+    if not found:
+        raise SystemExit("python3.11 not found (set MADTRACE_BENCH_PYTHON)")
+    return subprocess.run([found, "-c", "import sys; print(sys.executable)"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+PYTHON = _python311()
 LIB = "libpython3.11.so.1.0"
 SCRIPT = "import json; print(json.dumps(sorted({'b': 2, 'a': [1, 2, 3]}.items())))"
 MADTRACE = [sys.executable, "-m", "madtrace.cli.main"]

@@ -22,6 +22,7 @@ import os
 
 from .process.tracee import Tracee
 from .session_images import image_entry
+from .trace.format import fork_dir
 
 
 class ForkChildren:
@@ -35,7 +36,7 @@ class ForkChildren:
 
     def follow(self, child: Tracee) -> None:
         from .session import Recording     # a recording makes children: import at run time
-        directory = os.path.join(self.root.options.output, f"fork.{child.pid}")
+        directory = fork_dir(self.root.options.output, child.pid)
         options = dataclasses.replace(self.root.options, output=directory, force=False, store=False,
                                       duration=None, quiet=True)
         recording = Recording(options)

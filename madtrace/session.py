@@ -33,6 +33,7 @@ from .process.entry_start import EntryStart
 from .process.events import ThreadExited, ThreadKilled
 from .process.tracee import Tracee, check_traceable, resolve_command
 from .trace import store
+from .trace.format import MAPS_END_FILE, MAPS_START_FILE, write_meta
 from .trace.reader import entry_counts
 
 
@@ -284,11 +285,11 @@ class Recording(ImageChanges, Footprints, Results):
                 self._watch_loader()
         if self.options.data and self.tracee.exit_event is None:
             self._install_data_tracing(**data_selection(self.options, self.address_space))
-        store.write_text(self.output, "maps.start.txt", self._program_maps())
+        store.write_text(self.output, MAPS_START_FILE, self._program_maps())
         self.meta["pid"] = self.tracee.pid
         self.meta["start_time"] = time.time()
         # replaced at the end; if madtrace is killed first, readers see a partial trace
-        store.write_meta(self.output, dict(self.meta, **self._state_meta("running"),
+        write_meta(self.output, dict(self.meta, **self._state_meta("running"),
                                            tracer_pid=os.getpid()))
         if self.options.store:
             from .trace.store_writer import StoreWriter
@@ -504,21 +505,21 @@ class Recording(ImageChanges, Footprints, Results):
             if never:
                 self.meta["unmatched_functions"] = never
             if self._maps_end:
-                store.write_text(self.output, "maps.end.txt", self._maps_end)
+                store.write_text(self.output, MAPS_END_FILE, self._maps_end)
             failure = self.functions.rings.failure if self.functions and self.functions.rings else None
             if failure is not None:
                 self.meta["output_error"] = str(failure)
             if self.images:
                 self.meta["image"] = len(self.images)
                 self._write_images_index()
-            store.write_meta(self.output, self.meta)
+            write_meta(self.output, self.meta)
             if failure is not None:
                 raise failure       # after writing what could be written
         if self.store_writer is not None and self.data is not None:
             self._wait_for_dwarf(out)
         self._finish_store()
         self.meta["tracer"] = self.tracer_stats(time.monotonic() - started)
-        store.write_meta(self.output, self.meta)
+        write_meta(self.output, self.meta)
         return self.meta["exit_status"]
 
     # live control: the trace so far, the target still running ---------------------
@@ -546,8 +547,8 @@ class Recording(ImageChanges, Footprints, Results):
             if self.functions is not None and rings is not None:
                 # the calls of the records copied (the threads' own counters went on)
                 meta["calls"] = self.functions.call_counts(entry_counts(directory, rings.sites))
-            store.write_text(directory, "maps.end.txt", self._program_maps())
-            store.write_meta(directory, meta)
+            store.write_text(directory, MAPS_END_FILE, self._program_maps())
+            write_meta(directory, meta)
             if self.options.store:
                 from .trace.store_writer import build_store
                 build_store(directory, None if self.options.quiet else sys.stderr)

@@ -25,6 +25,7 @@ from .inject.plan import split_patterns
 from .process.entry_start import EntryStart
 from .process.tracee import Tracee
 from .trace import store
+from .trace.format import exec_dir, read_meta, write_meta
 
 
 def parent_of(pid: int) -> int | None:
@@ -62,10 +63,11 @@ class ImageChanges:
         its entry point (its libraries mapped by then)."""
         command = read_cmdline(tracee.pid)
         number = len(self.images) + 1
+        image = exec_dir(self.options.output, number)
         self.log(f"the target called exec ({' '.join(command)[:80]}): its new image is traced "
-                 f"in {os.path.join(self.options.output, f'exec.{number}')}")
-        self._end_image(f"exec.{number}", command)
-        self.output = os.path.join(self.options.output, f"exec.{number}")
+                 f"in {image}")
+        self._end_image(os.path.basename(image), command)
+        self.output = image
         store.create_trace_dir(self.output, force=False)
         self.meta = {"mode": "exec", "command": command, "image": number}
         self._maps_end = ""
@@ -94,7 +96,7 @@ class ImageChanges:
         self.meta.update(self._state_meta("exec"), next_image=next_image, next_command=next_command)
         self.meta.update(self._function_results(final=True))
         self.meta.update(self._data_results())
-        store.write_meta(self.output, self.meta)
+        write_meta(self.output, self.meta)
         self._finish_store()
         self.images.append(image_entry(os.path.relpath(self.output, self.options.output) or ".",
                                        self.meta))
@@ -149,8 +151,8 @@ class ImageChanges:
         ends with the process's own end."""
         images = self.images + [image_entry(os.path.relpath(self.output, self.options.output),
                                             self.meta)]
-        first = store.read_meta(self.options.output)
+        first = read_meta(self.options.output)
         first.update(images=images, process_exit_status=self.meta.get("exit_status"),
                      process_outcome=self.meta.get("outcome"))
-        store.write_meta(self.options.output, first)
+        write_meta(self.options.output, first)
 

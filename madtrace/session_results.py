@@ -59,6 +59,7 @@ class Results:
                                  # stepped over: those calls may be missing
                                  "allocation_windows": engine.alloc.missed_windows if engine.alloc else 0,
                                  "freed_accesses": engine.freed_accesses,
+                                 "allocator_freed_accesses": engine.allocator_freed_accesses,
                                  "stubs": len(engine.area.stubs) if engine.area else 0,
                                  "syscalls_opened": engine.syscalls.opened,
                                  "syscalls_redirected": engine.syscalls.redirected_calls,

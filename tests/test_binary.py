@@ -488,3 +488,54 @@ def test_stripped_binary_uses_what_is_left(live):
     assert re.fullmatch(rf"\.bss\+0x[0-9a-f]+ \({exe}\)", space.symbolize(a["counters_3"]))
     assert space.variable_at(a["counters_3"]) is None
     assert space.find_symbol("libc.so.6:malloc").address == a["libc_malloc"]
+
+
+def _elf_files(limit: int = 400):
+    """ELF files of this machine with PLT sections: the test programs, the
+    shared libraries and programs madtrace may meet (the first ``limit``)."""
+    roots = [os.path.join(ROOT, "build", "tests"), os.path.join(ROOT, "build", "examples"),
+             "/usr/lib/x86_64-linux-gnu", "/usr/bin", os.path.dirname(LIBPYTHON)]
+    for root in roots:
+        for folder, _dirs, names in os.walk(root):
+            for name in sorted(names):
+                path = os.path.join(folder, name)
+                if limit <= 0:
+                    return
+                if not os.path.isfile(path) or os.path.islink(path):
+                    continue
+                with open(path, "rb") as f:
+                    if f.read(4) != b"\x7fELF":
+                        continue
+                limit -= 1
+                yield path
+
+
+def test_plt_decoder_agrees_with_capstone():
+    """The PLT stubs are decoded by hand (reading a trace must not need
+    capstone); on every ELF file found here, sections the hand decoder
+    accepts give exactly the stubs capstone's disassembly gives."""
+    from madtrace.binary import plt
+    decoded = unknown = 0
+    for path in _elf_files():
+        try:
+            img = ElfImage.load(path)
+        except NotElfError:
+            continue
+        got = img._got_names()
+        if not got:
+            continue
+        for sec in img.sections:
+            if sec.name not in plt.PLT_SECTIONS or sec.size == 0 or sec.type == 8:
+                continue
+            code = img.read(sec.offset, sec.size)
+            reference = list(plt._capstone_instructions(code, sec.address))
+            try:
+                mine = list(plt._stub_instructions(code, sec.address))
+            except plt._Unknown:
+                unknown += 1
+                continue
+            decoded += 1
+            end = sec.address + sec.size
+            assert plt._stubs(mine, end, got) == plt._stubs(reference, end, got), (path, sec.name)
+            assert [i[:2] for i in mine] == [i[:2] for i in reference], (path, sec.name)
+    assert decoded >= 50 and unknown <= decoded // 20, (decoded, unknown)

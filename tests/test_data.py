@@ -390,6 +390,18 @@ def test_block_events_for_system_calls_and_mem_functions(tmp_path):
     assert ("W", a, 16, None) in mine                    # read() of 16 bytes from a pipe
     counts = meta["data_tracing"]["block_events"]
     assert counts["Y"]["events"] >= 2 and counts["G"]["bytes"] >= 5000
+    # SQL sees every block event, named like the accesses
+    from madtrace.trace.query import connect
+    con = connect(str(tmp_path / "t"))
+    by_kind = dict(con.execute("SELECT kind, count(*) FROM block_events GROUP BY kind").fetchall())
+    assert by_kind == {k: sum(e["kind"] == k for e in events) for k in "YWG"}
+    assert ("Y", "memcpy", 5000, "b[0]", "a[0]") in con.execute(
+        "SELECT kind, what, size, data, source_data FROM block_events").fetchall()
+    # placed among the thread's events: before the first access that follows it
+    rows = con.execute("SELECT b.pos, b.\"order\", (SELECT count(*) FROM accesses a WHERE "
+                       "a.tid = b.tid AND a.\"order\" < b.\"order\") + b.seq FROM block_events b"
+                       ).fetchall()
+    assert rows and all(pos == expected for pos, _, expected in rows)
 
 
 @pytest.mark.parametrize("variant", ["O0-nopie", "O2-nopie"])

@@ -14,6 +14,7 @@ import pytest
 from madtrace.binary.elf import ElfImage
 from madtrace.trace.events import load_accesses, load_allocations
 from madtrace.trace.madt import parse_line
+from madtrace.trace.format import STORE_FORMAT_VERSION as STORE_FORMAT
 
 from .oracles import lackey_accesses, parse_lackey
 from .util import madtrace, one_line_error, prog
@@ -261,7 +262,7 @@ def test_parquet_export_is_one_file_per_table(tmp_path):
         assert exported.num_rows == con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
         if table in ("records", "calls", "accesses"):
             assert "tid" in exported.column_names
-    assert json.loads((out / "store_meta.json").read_text())["format_version"] == 1
+    assert json.loads((out / "store_meta.json").read_text())["format_version"] == STORE_FORMAT
     one_line_error(madtrace("export", str(directory), "--format", "parquet", "-o", str(out)), 17,
                    "--force")
     one_line_error(madtrace("export", str(directory), "--format", "parquet"), 2, "-o DIR")

@@ -24,8 +24,8 @@ import pytest
 
 from madtrace.analysis.footprint import FootprintCore, footprint
 from madtrace.analysis.footprint_naive import naive_footprint
-from madtrace.analysis.replay import EVENT_ACCESS, EVENT_BEGIN, EVENT_DTYPE, EVENT_END
-from madtrace.capture.data import ACCESS_DTYPE
+from madtrace.trace.replay import EVENT_ACCESS, EVENT_BEGIN, EVENT_DTYPE, EVENT_END
+from madtrace.trace.format import ACCESS_DTYPE
 
 from .util import ROOT, madtrace, prog
 

@@ -25,6 +25,7 @@ import pytest
 
 from madtrace.analysis import calltree
 from madtrace.errors import CorruptTraceError
+from madtrace.trace.format import CALL_RECORDS, RECORD_DTYPE
 
 from .util import VARIANTS, madtrace, one_line_error, prog, report_json, summary_json
 
@@ -74,8 +75,8 @@ def entry_exits_missing(directory: str) -> bool:
     if not len(entry_sids):
         return False
     entered = exited = 0
-    for _, path in calltree.thread_files(directory):
-        codes = np.fromfile(path, dtype=calltree.RECORD_DTYPE)["code"].astype(np.int64)
+    for _, path in CALL_RECORDS.files(directory):
+        codes = np.fromfile(path, dtype=RECORD_DTYPE)["code"].astype(np.int64)
         is_entry_site = np.isin(codes >> 1, entry_sids)
         entered += int(np.count_nonzero(is_entry_site & (codes & 1 == 0)))
         exited += int(np.count_nonzero(is_entry_site & (codes & 1 == 1)))
@@ -276,7 +277,7 @@ def _copy(directory: str, tmp_path) -> str:
 
 def test_rec_file_of_odd_size_is_corrupt(recorded, tmp_path):
     directory = _copy(recorded("calls_recursion", "O2-pie")[0], tmp_path)
-    (_, path), = calltree.thread_files(directory)
+    (_, path), = CALL_RECORDS.files(directory)
     with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) - 3)
     one_line_error(madtrace("report", directory), 18, "not a multiple of 16")
@@ -284,8 +285,8 @@ def test_rec_file_of_odd_size_is_corrupt(recorded, tmp_path):
 
 def test_unknown_site_code_is_corrupt(recorded, tmp_path):
     directory = _copy(recorded("calls_recursion", "O2-pie")[0], tmp_path)
-    (_, path), = calltree.thread_files(directory)
-    records = np.fromfile(path, dtype=calltree.RECORD_DTYPE)
+    (_, path), = CALL_RECORDS.files(directory)
+    records = np.fromfile(path, dtype=RECORD_DTYPE)
     records["code"][5] = 4000 << 1
     records.tofile(path)
     one_line_error(madtrace("report", directory, "--json"), 18, "record 5")
@@ -323,7 +324,7 @@ def write_trace(tmp_path, records: list[tuple[int, str, bool, int]], timestamps=
     (directory / "functions.json").write_text(json.dumps(doc))
     sid_of = {f: i for i, (f, _) in enumerate(SITES)}
     array = np.array([(tsc, (sid_of[f] << 1) | int(is_exit), rsp & 0xFFFFFFFF)
-                      for tsc, f, is_exit, rsp in records], dtype=calltree.RECORD_DTYPE)
+                      for tsc, f, is_exit, rsp in records], dtype=RECORD_DTYPE)
     array.tofile(str(directory / "calls" / "100.rec"))
     return str(directory)
 
@@ -434,7 +435,7 @@ def test_corrupt_inputs_raise_corrupt_trace_error(tmp_path):
     directory = write_trace(tmp_path, [E(0, "a", 900), X(1, "a", 900)])
     path = os.path.join(directory, "calls", "100.rec")
     with open(path, "ab") as f:                      # an exit code of a tail site
-        f.write(np.array([(2, (3 << 1) | 1, 900)], dtype=calltree.RECORD_DTYPE).tobytes())
+        f.write(np.array([(2, (3 << 1) | 1, 900)], dtype=RECORD_DTYPE).tobytes())
     with pytest.raises(CorruptTraceError, match="record 2"):
         calltree.analyze_calls(directory)
     with open(os.path.join(directory, "functions.json"), "w") as f:

@@ -22,8 +22,9 @@ import sys
 
 import numpy as np
 
-from madtrace.capture.rings import RECORD_DTYPE, _library
+from madtrace.capture.rings import _library
 from madtrace.inject.templates import load_injector
+from madtrace.trace.format import RECORD_DTYPE
 
 from .util import ROOT
 

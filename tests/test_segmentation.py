@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""The segmentation (madtrace.analysis.segmentation): every access belongs to
+"""The segmentation (madtrace.trace.segmentation): every access belongs to
 the call it was made in, whatever the frame rules had to do (longjmp, tail
 calls, threads), in bounded chunks.
 
@@ -19,9 +19,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from madtrace.analysis import segmentation as sg
+from madtrace.trace import segmentation as sg
 from madtrace.binary.elf import ElfImage
-from madtrace.capture.data import ACCESS_DTYPE
+from madtrace.trace.format import ACCESS_DTYPE, RECORD_DTYPE
 
 from .oracles import lackey_accesses
 from .test_data import _locked_rmw, sections
@@ -241,7 +241,7 @@ def test_unmatched_exit_and_open_frames(tmp_path):
 
 def test_threads_number_their_calls_one_after_the_other(tmp_path):
     directory = write_trace(tmp_path, [E(0, "a", 900), X(1, "a", 900)])
-    other = np.fromfile(os.path.join(directory, "calls", "100.rec"), dtype=sg.RECORD_DTYPE)
+    other = np.fromfile(os.path.join(directory, "calls", "100.rec"), dtype=RECORD_DTYPE)
     np.concatenate([other, other]).tofile(os.path.join(directory, "calls", "200.rec"))
     add_accesses(directory, 300, [0, 0])           # a thread with accesses only
     calls, ids = calls_of(directory)

@@ -18,9 +18,8 @@ import time
 import numpy as np
 import pytest
 
-from madtrace.analysis import segmentation as sg
-from madtrace.capture.data import ACCESS_DTYPE
-from madtrace.trace.columnar import read_store_meta, store_is_complete
+from madtrace.trace import segmentation as sg
+from madtrace.trace.format import ACCESS_DTYPE, RECORD_DTYPE, read_store_meta, store_is_complete
 from madtrace.trace.query import connect
 from madtrace.trace.store_writer import RecordFollower
 
@@ -47,8 +46,8 @@ def query(directory: str, sql: str) -> list:
 def naive_merge(directory: str, tid: int) -> list[tuple[str, int]]:
     """(type, seq) of a thread's records and accesses in order, merged the
     plain way: the accesses with seq q go between records q-1 and q."""
-    records = np.fromfile(os.path.join(directory, "calls", f"{tid}.rec"), dtype=sg.RECORD_DTYPE)
-    from madtrace.trace.reader import iter_access_chunks
+    records = np.fromfile(os.path.join(directory, "calls", f"{tid}.rec"), dtype=RECORD_DTYPE)
+    from madtrace.trace.reader import iter_access_chunks   # .acc, or .dat decoded
     chunks = [chunk for _, chunk in iter_access_chunks(directory, tid)]
     accesses = np.concatenate(chunks) if chunks else []
     out, a = [], 0
@@ -178,7 +177,7 @@ def test_records_are_written_while_the_target_runs(tmp_path):
     assert meta["complete"] and meta["records_written_live"] >= 1 << 18
     con = connect(str(directory))
     (tid, path), = sg.thread_files(str(directory))
-    records = np.fromfile(path, dtype=sg.RECORD_DTYPE)
+    records = np.fromfile(path, dtype=RECORD_DTYPE)
     stored = con.execute("SELECT seq, pos, tsc, code, rsp FROM records ORDER BY seq").fetchnumpy()
     assert (stored["seq"] == np.arange(len(records))).all() and (stored["pos"] == stored["seq"]).all()
     for field in ("tsc", "code", "rsp"):
@@ -193,7 +192,7 @@ def test_record_positions_wait_for_the_accesses_before_them(tmp_path):
     os.makedirs(directory / "calls")
     os.makedirs(directory / "data")
     rng = np.random.default_rng(3)
-    records = np.zeros(5000, dtype=sg.RECORD_DTYPE)
+    records = np.zeros(5000, dtype=RECORD_DTYPE)
     records["code"] = np.arange(5000) % 2
     accesses = np.zeros(8000, dtype=ACCESS_DTYPE)
     accesses["seq"] = np.sort(rng.integers(0, 5001, len(accesses)))

@@ -113,3 +113,27 @@ def test_run_ends_with_a_readable_summary(tmp_path):
     functions = summary_json(tmp_path / "t")["functions"]
     line = [x for x in text.splitlines() if x.strip().startswith("build_list  self")][0]
     assert line.split()[2] == str(functions["build_list"]["accesses_self"])
+
+
+def test_accesses_per_region_and_module(traces):
+    """summary's regions: every access in exactly one region; the program's own
+    .data and .bss counts equal the raw access records classified by the
+    sections' bounds (readelf's, through ElfImage); modules add their regions up."""
+    import os
+    from madtrace.trace.events import load_accesses
+    path = prog("data_globals", "O0-nopie")
+    summary = summary_json(traces["data_globals"])
+    regions = {r["region"]: r for r in summary["regions"]}
+    total = sum(c["L"] + c["S"] for c in summary["accesses"].values())
+    assert sum(r["loads"] + r["stores"] for r in regions.values()) == total
+    rows = np.concatenate(list(load_accesses(traces["data_globals"]).values()))
+    name = os.path.basename(path)
+    for section in (".data", ".bss"):
+        (lo, hi), = sections(path, section)
+        mine = rows[(rows["addr"] >= lo) & (rows["addr"] < hi)]
+        got = regions[f"{section} of {name}"]
+        assert (got["loads"], got["stores"]) == (int((mine["kind"] == 1).sum()),
+                                                 int((mine["kind"] == 2).sum()))
+        assert got["loads"] + got["stores"] > 0 and got["module"] == name
+    module = summary["accesses_by_module"][name]
+    assert module["loads"] == sum(r["loads"] for r in regions.values() if r["module"] == name)

@@ -1,10 +1,10 @@
 """Offline analysis of trace directories.
 
 Each module reads what ``madtrace record`` wrote and rebuilds something a
-person can read.  ``segmentation`` is the one exact replay of the per-thread
-call records (``calls/<tid>.rec``, frame rules in ``replay.c``) merged with
-the data accesses (``data/<tid>.acc``): every dynamic call and the call of
-every access, as ordered per-thread event chunks.  ``calltree`` builds
+person can read.  ``trace.segmentation`` is the one exact replay of the
+per-thread call records (``calls/<tid>.rec``, frame rules in ``replay.c``)
+merged with the data accesses (``data/<tid>.acc``): every dynamic call and
+the call of every access, as ordered per-thread event chunks.  ``calltree`` builds
 per-function statistics and a calling-context tree on it, ``segments`` the
 segmented listing.  One module per data analysis of ``madtrace report``:
 ``heatmap`` (accesses per page, MadT's Fig. 1), ``alloc_usage`` (heap blocks

@@ -12,6 +12,9 @@ blocks never touched.
 An access carries the id of the block that held its address when it
 happened and whether that block was already freed (the recorder's
 ``block``/``freed`` fields), so one pass over the accesses in chunks suffices;
+accesses the allocator made itself (its thread inside malloc, free...:
+trace/allocator_calls.py) are counted apart (``allocator_accesses``) and are
+never a use after free;
 block events are placed with ``trace_input.BlockIndex``.  The malloc block
 inside a C++ ``new`` (``part_of``) is the ``new`` block's bytes: its
 accesses are the ``new`` block's, and it is neither listed as never touched
@@ -24,14 +27,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..trace.events import load_allocations
+from ..trace.allocator_calls import AllocatorCalls
+from ..trace.blocks import block_name, load_allocations
+from ..trace.format import load_block_events
+from ..trace.naming import address_space_of
 from ..trace.reader import iter_access_chunks
-from .segments import address_space_of
-from .trace_input import BlockIndex, Progress, access_rows, block_ranges, load_block_events, \
-    require_accesses
+from .trace_input import BlockIndex, Progress, access_rows, block_ranges, require_accesses
 
 COLUMNS = ("loads", "stores", "bytes_loaded", "bytes_stored", "block_bytes_in", "block_bytes_out",
-           "block_events", "freed_accesses")
+           "block_events", "freed_accesses", "allocator_accesses")
 NO_ORDER = np.iinfo(np.uint64).max
 
 
@@ -61,6 +65,7 @@ def _accumulate(directory: str, size: int) -> tuple[np.ndarray, dict]:
     """Per block id: the COLUMNS counters, and the first access after free."""
     table = np.zeros((size, len(COLUMNS)), dtype=np.int64)
     first_uaf: dict[int, tuple[int, int, int, int]] = {}   # id -> (order, rip, addr, tid)
+    calls = AllocatorCalls.load(directory)
     progress = Progress("alloc", access_rows(directory))
     for tid, chunk in iter_access_chunks(directory):
         progress.add(len(chunk))
@@ -71,11 +76,16 @@ def _accumulate(directory: str, size: int) -> tuple[np.ndarray, dict]:
         ids = np.where(ids < size, ids, 0)
         store = rows["kind"] == 2
         nbytes = rows["size"].astype(np.int64)
+        # the allocator's bookkeeping (its thread inside malloc/free...) is not the
+        # program's use of the block, and never its use after free
+        allocator = calls.inside(tid, rows["order"])
+        program_freed = (rows["freed"] > 0) & ~allocator
         for column, weights in ((0, ~store), (1, store), (2, np.where(store, 0, nbytes)),
-                                (3, np.where(store, nbytes, 0)), (7, rows["freed"] > 0)):
+                                (3, np.where(store, nbytes, 0)), (7, program_freed),
+                                (8, allocator)):
             table[:, column] += np.bincount(ids, weights=weights.astype(np.int64),
                                             minlength=size).astype(np.int64)[:size]
-        freed = rows[rows["freed"] > 0]
+        freed = rows[program_freed]
         if len(freed):
             freed = freed[np.argsort(freed["order"], kind="stable")]
             unique, first = np.unique(freed["block"], return_index=True)
@@ -111,6 +121,8 @@ def alloc_usage(directory: str) -> AllocUsage:
         entry = dict(b, **counters, freed=b.get("freed_order") is not None,
                      freed_block_events=int(freed_block_events[b["id"]]))
         entry["bytes"] = counters["bytes_loaded"] + counters["bytes_stored"]
+        # its name while it was live (``name`` is its name at the end: <freed:...>)
+        entry["allocated_as"] = block_name(b["kind"], b["id"], b["site"], False)
         entry["touched"] = bool(counters["loads"] or counters["stores"] or counters["block_events"])
         if b["id"] in first_uaf:
             order, rip, address, tid = first_uaf[b["id"]]

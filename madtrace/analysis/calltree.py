@@ -45,11 +45,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .replay import EVENT_BEGIN, FATE_UNMATCHED
-from .segmentation import (CALLS_DIR, FUNCTIONS_FILE, RECORD_DTYPE, CallTables,  # noqa: F401
-                           iter_thread_chunks, load_tables, thread_files)
+from ..trace.replay import EVENT_BEGIN, FATE_UNMATCHED
+from ..trace.segmentation import iter_thread_chunks, load_tables
 
-RECORD_SIZE = RECORD_DTYPE.itemsize
 DEFAULT_CHUNK_RECORDS = 1 << 18
 DEFAULT_MAX_NODES = 100_000
 TRUNCATED_NAME = "[truncated]"

@@ -41,8 +41,8 @@ import numpy as np
 
 from ..errors import NoDataError, TracerInternalError
 from ..native import load
-from ..trace.store import read_meta
-from .segmentation import EVENT_ACCESS, iter_thread_chunks, load_tables
+from ..trace.format import FUNCTIONS_FILE, PAGE, read_meta
+from ..trace.segmentation import EVENT_ACCESS, iter_thread_chunks, load_tables
 from .trace_input import Progress, access_rows, require_accesses, thread_block_ranges
 
 GRANULARITIES = ("bytes", "lines", "pages")
@@ -180,7 +180,7 @@ class FootprintReport:
         return {"kind": "footprint", "directory": self.directory,
                 "design": "Skadu SlimTV: one last-toucher call id per unit, binary search "
                           "of the open calls; undo log for exclusive counts",
-                "granularities": {"bytes": 1, "lines": 64, "pages": 4096},
+                "granularities": {"bytes": 1, "lines": 64, "pages": PAGE},
                 "calls": self.calls, "calls_listed": len(self.call_rows()),
                 "analysis_peak_bytes": self.peak_memory, "threads": self.threads,
                 "functions": self.function_rows(), "top_calls": self.call_rows()}
@@ -257,7 +257,7 @@ def _aggregate(report: FootprintReport, rows: np.ndarray) -> None:
 def footprint(directory: str, keep_calls: bool = False, top: int = DEFAULT_TOP_CALLS,
               chunk_rows: int | None = None) -> FootprintReport:
     require_accesses(directory, "footprint")
-    if not os.path.exists(os.path.join(directory, "functions.json")):
+    if not os.path.exists(os.path.join(directory, FUNCTIONS_FILE)):
         raise NoDataError(f"{directory} has no call records: --kind footprint needs a trace "
                           "recorded with function tracing and --data")
     tables = load_tables(directory)

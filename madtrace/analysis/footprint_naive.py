@@ -16,11 +16,11 @@ call) and bench/bench_footprint.py (memory); not by madtrace itself.
 
 from __future__ import annotations
 
-from ..trace.store import read_meta
-from .segmentation import EVENT_ACCESS, EVENT_BEGIN, EVENT_END, iter_thread_chunks
+from ..trace.format import PAGE_SHIFT, read_meta
+from ..trace.segmentation import EVENT_ACCESS, EVENT_BEGIN, EVENT_END, iter_thread_chunks
 from .trace_input import thread_block_ranges
 
-SHIFTS = (0, 6, 12)
+SHIFTS = (0, 6, PAGE_SHIFT)
 
 
 def naive_footprint(directory: str) -> dict[int, dict[int, tuple]]:

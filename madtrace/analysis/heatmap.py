@@ -30,16 +30,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..capture.regions import PAGE
+from ..trace.format import PAGE, PAGE_SHIFT as SHIFT, load_block_events
+from ..trace.naming import address_space_of
 from ..trace.reader import iter_access_chunks
-from .segments import address_space_of
-from .trace_input import Progress, access_rows, block_ranges, load_block_events, require_accesses
+from .trace_input import Progress, access_rows, block_ranges, require_accesses
 
 COLUMNS = 64                 # cells per row (text and PNG)
 MAX_CELLS = COLUMNS * 64     # cells per region before pages are grouped
 UNMAPPED_GAP = 16            # pages: accessed pages closer than this form one region
 OWN_MAPPINGS = "/memfd:madtrace"
-SHIFT = 12
 
 
 @dataclass

@@ -41,21 +41,20 @@ distinct page and per access site.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import CorruptTraceError, NoDataError, UsageError
-from ..trace.events import load_allocations
+from ..errors import NoDataError, UsageError
+from ..trace.blocks import load_allocations
+from ..trace.format import NUMA_FILE, PAGE_SHIFT as SHIFT, load_numa
+from ..trace.naming import address_space_of
 from ..trace.reader import iter_access_chunks
-from .segments import address_space_of
 from .trace_input import Progress, access_rows, require_accesses
 
 METRICS = ("first_touch", "unpinned_first_touch", "local", "remote", "unpinned_page",
            "unpinned_thread", "unpinned_both", "unknown_node")
 LOCAL, REMOTE, UNPINNED_PAGE, UNPINNED_THREAD, UNPINNED_BOTH, UNKNOWN_NODE = range(2, 8)
-SHIFT = 12
 UNPINNED = -1
 
 
@@ -111,16 +110,10 @@ def load_topology(path: str) -> Topology:
 
 
 def load_recorded(directory: str) -> dict:
-    path = os.path.join(directory, "data", "numa.json")
-    if not os.path.exists(path):
-        raise NoDataError(f"{directory} has no NUMA observations (data/numa.json): record it "
+    doc = load_numa(directory)
+    if doc is None:
+        raise NoDataError(f"{directory} has no NUMA observations ({NUMA_FILE}): record it "
                           "again with --data (this madtrace records them)")
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-        doc["nodes"], doc["threads"], doc["pages"]  # noqa: B018 - presence check
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptTraceError(f"{path}: corrupt ({exc})") from None
     return doc
 
 

@@ -12,34 +12,17 @@ a DWARF variable (``values[3]``, ``config.name+2``) when there is one, else
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ..binary.address_space import AddressSpace
-from ..binary.maps import parse_maps
-from ..capture.data import ACCESS_DTYPE, KIND_LOAD
-from ..capture.rings import RECORD_DTYPE
-from ..trace.compact import access_count, access_files
 from ..trace.blocks import block_name as forged_name
-from ..trace.events import load_allocations
-from .replay import EVENT_ACCESS, EVENT_BEGIN, FATE_COMPLETED, FATES
-from .segmentation import iter_thread_chunks, load_tables
+from ..trace.blocks import load_allocations
+from ..trace.format import ACCESS_RECORDS, CALL_RECORDS, KIND_LOAD, KIND_STORE
+from ..trace.naming import address_space_of
+from ..trace.replay import EVENT_ACCESS, EVENT_BEGIN, FATE_COMPLETED, FATES
+from ..trace.segmentation import iter_thread_chunks, load_tables
 
-KIND_CHAR = {KIND_LOAD: "L", 2: "S"}
-
-
-def address_space_of(directory: str) -> AddressSpace:
-    for name in ("maps.end.txt", "maps.start.txt"):
-        path = os.path.join(directory, name)
-        if os.path.exists(path):
-            with open(path, encoding="utf-8", errors="surrogateescape") as f:
-                return AddressSpace.from_maps(parse_maps(f.read()))
-    return AddressSpace.from_maps([])
-
-
-def load_blocks(directory: str) -> dict[int, dict]:
-    return {b["id"]: b for b in load_allocations(directory)}
+KIND_CHAR = {KIND_LOAD: "L", KIND_STORE: "S"}
 
 
 def block_name(block: dict, address: int, freed: bool) -> str:
@@ -68,7 +51,7 @@ def segments(directory: str, max_accesses: int = 8, max_lines: int = 400):
     ``max_lines`` call records per thread."""
     tables = load_tables(directory, required=False)
     space = address_space_of(directory)
-    blocks = load_blocks(directory)
+    blocks = {b["id"]: b for b in load_allocations(directory)}
     names = tables.names
     shown: dict[int, int] = {}      # call_id -> accesses listed so far (open calls)
     lines = 0
@@ -130,9 +113,8 @@ def _name(names: list[str], fid: int) -> str:
 
 
 def _thread_header(directory: str, tid: int) -> str:
-    path = os.path.join(directory, "calls", f"{tid}.rec")
-    records = os.path.getsize(path) // RECORD_DTYPE.itemsize if os.path.exists(path) else 0
-    accesses = sum(access_count(directory, p) for t, p in access_files(directory) if t == tid)
+    records = CALL_RECORDS.rows(CALL_RECORDS.path(directory, tid))
+    accesses = ACCESS_RECORDS.thread_rows(directory, tid)   # .acc or .dat
     return f"== thread {tid}: {records} call records, {accesses} data accesses"
 
 

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..binary.dwarf_lines import line_table
+from ..trace.format import load_block_events
+from ..trace.naming import address_space_of
 from ..trace.reader import iter_access_chunks
-from .segments import address_space_of
-from .trace_input import Progress, access_rows, load_block_events, require_accesses
+from .trace_input import Progress, access_rows, require_accesses
 
 # columns of a line: loads, stores, bytes (of loads and stores), block events, block bytes
 COLUMNS = ("loads", "stores", "bytes", "block_events", "block_bytes")

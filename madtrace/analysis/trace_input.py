@@ -12,13 +12,11 @@ per block event).
 
 from __future__ import annotations
 
-import bisect
 import sys
 
 from ..errors import NoDataError
-from ..trace.events import load_data_list
-from ..trace.compact import access_count, access_files
-from ..trace.store import read_meta
+from ..trace.blocks import BlockIndex  # noqa: F401 - the analyses import it from here
+from ..trace.format import ACCESS_RECORDS, load_block_events, read_meta
 
 # block event kinds -> which of their ranges were read / written
 #   Y copy: `source` read, `address` written; W block store; G block fetch (write())
@@ -29,20 +27,15 @@ BLOCK_WRITES = {"Y": "address", "W": "address"}
 def require_accesses(directory: str, kind: str) -> dict:
     """meta.json of ``directory``; NoDataError when it was recorded without --data."""
     meta = read_meta(directory)
-    if "data_tracing" not in meta and not access_files(directory):
+    if "data_tracing" not in meta and not ACCESS_RECORDS.files(directory):
         raise NoDataError(f"{directory} has no data accesses: --kind {kind} needs a trace "
                           "recorded with --data")
     return meta
 
 
 def access_rows(directory: str) -> int:
-    """How many accesses the trace holds (from the file sizes; a compact file is
-    decoded)."""
-    return sum(access_count(directory, path) for _, path in access_files(directory))
-
-
-def load_block_events(directory: str) -> list[dict]:
-    return load_data_list(directory, "block_events.json", ("kind", "address", "size", "order"))
+    """How many accesses the trace holds (from the file sizes)."""
+    return ACCESS_RECORDS.total_rows(directory)
 
 
 def block_ranges(event: dict):
@@ -52,31 +45,6 @@ def block_ranges(event: dict):
         yield int(event[BLOCK_READS[kind]]), int(event["size"]), False
     if kind in BLOCK_WRITES:
         yield int(event[BLOCK_WRITES[kind]]), int(event["size"]), True
-
-
-class BlockIndex:
-    """Which heap block held an address when event ``order`` happened: the block
-    alive then, else the last one freed before it (a use after free)."""
-
-    def __init__(self, blocks: list[dict]):
-        self.blocks = sorted(blocks, key=lambda b: (b["address"], b["order"]))
-        self.starts = [b["address"] for b in self.blocks]
-        self.max_size = max((b["size"] for b in self.blocks), default=0)
-
-    def find(self, address: int, order: int) -> tuple[dict | None, bool]:
-        i = bisect.bisect_right(self.starts, address) - 1
-        freed_best = None
-        while i >= 0 and self.starts[i] + self.max_size > address:
-            b = self.blocks[i]
-            i -= 1
-            if not b["address"] <= address < b["address"] + max(b["size"], 1) or b["order"] > order:
-                continue
-            freed_at = b.get("freed_order")
-            if freed_at is None or order < freed_at:
-                return b, False
-            if freed_best is None or freed_at > freed_best["freed_order"]:
-                freed_best = b
-        return freed_best, freed_best is not None
 
 
 class Progress:

@@ -57,7 +57,6 @@ from madtrace.errors import (
 
 from .dwarf_vars import Variable, describe_in_variable
 from .elf import ElfImage, Symbol
-from ..process.memory import ProcessMemory
 from .maps import Mapping, read_maps
 
 VDSO = "[vdso]"
@@ -183,6 +182,7 @@ class AddressSpace:
         except OSError:
             exe = None
 
+        from ..process.memory import ProcessMemory   # a live process: the tracer's side only
         with ProcessMemory(pid) as memory:
             return cls.from_maps(mappings, memory.read, exe_path=exe, pid=pid)
 
@@ -259,10 +259,11 @@ class AddressSpace:
         if data is None:
             try:
                 own = next((x for x in read_maps(os.getpid()) if x.path == VDSO), None)
-                if own is not None:
-                    with ProcessMemory(os.getpid()) as own_memory:
-                        data = own_memory.read(own.start, own.size)
-            except MadtraceError as e:
+                if own is not None:     # madtrace's own memory, not the target's
+                    with open("/proc/self/mem", "rb", buffering=0) as own_memory:
+                        own_memory.seek(own.start)
+                        data = own_memory.read(own.size)
+            except (MadtraceError, OSError) as e:
                 warnings.append(f"cannot read the vdso: {e}")
         if not data:
             return None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from functools import lru_cache
 
 DW_EH_PE_omit = 0xFF
 DW_EH_PE_absptr, DW_EH_PE_uleb128, DW_EH_PE_udata2, DW_EH_PE_udata4, DW_EH_PE_udata8 = 0, 1, 2, 3, 4
@@ -71,6 +70,7 @@ class Fde:
 
 class EhFrame:
     def __init__(self, image):
+        self._cies: dict[int, Cie | None] = {}
         self.image = image
         hdr = image.section(".eh_frame_hdr")
         frame = image.section(".eh_frame")
@@ -140,7 +140,10 @@ class EhFrame:
             return None
         end = pos + 4 + length
         cie_ptr = struct.unpack_from("<I", data, pos + 4)[0]
-        cie = self._cie(pos + 4 - cie_ptr)
+        cie_pos = pos + 4 - cie_ptr
+        if cie_pos not in self._cies:     # an image has few CIEs, shared by its FDEs
+            self._cies[cie_pos] = self._cie(cie_pos)
+        cie = self._cies[cie_pos]
         if cie is None:
             return None
         p = pos + 8
@@ -156,7 +159,6 @@ class EhFrame:
             p = aug_end
         return Fde(start, start + size, lsda, cie, bytes(data[p:end]))
 
-    @lru_cache(maxsize=256)
     def _cie(self, pos: int) -> Cie | None:
         data, base = self.frame, self.frame_addr
         if not 0 <= pos < len(data):

@@ -24,6 +24,7 @@ from ..errors import UnknownSymbolError
 from ..process.events import SignalStop
 from ..process.remote_syscall import RemoteSyscalls
 from ..process.tracee import Tracee
+from ..trace.allocator_calls import OPEN, AllocatorCallWriter
 from ..trace.blocks import BlockTableWriter
 
 from .block_index import BlockIndex
@@ -52,6 +53,9 @@ class AllocTracker:
         self.sequence_of = sequence_of
         self.hooks = CallHooks(tracee, "alloc", self._on_entry, self._on_return, guard)
         self.table = BlockTableWriter(out_dir)
+        # when each thread was inside the allocator (its own accesses are not the program's)
+        self.calls = AllocatorCallWriter(out_dir)
+        self._returning: int | None = None     # the thread whose allocator call is returning
         self.live = BlockIndex()                  # live blocks: [address, end) -> id
         self.freed = BlockIndex()                 # the last block freed at each address
         self.live_mappings: dict[int, int] = {}   # address -> id of live memmap/mremap blocks
@@ -88,17 +92,47 @@ class AllocTracker:
         self.hooks.install(rs, functions)
         return warnings
 
+    def split_freed(self, freed: np.ndarray, tids: np.ndarray) -> tuple[int, int]:
+        """Accesses to freed blocks (``freed``, by thread ``tids``): how many are the
+        program's (use after free), how many the allocator's own bookkeeping (its
+        thread inside malloc, free...)."""
+        inside = self.inside_threads()
+        allocator = freed & np.isin(tids, np.array(sorted(inside))) if inside else \
+            np.zeros(len(freed), dtype=bool)
+        mine = int(np.count_nonzero(allocator))
+        return int(np.count_nonzero(freed)) - mine, mine
+
     def remove(self, mem=None) -> None:
         self.hooks.remove(mem)
+        # calls in flight never return through the hooks now: open-ended rows
+        for tid, stack in self.hooks.leftover.items():
+            for entry in stack:
+                self.calls.add(tid, entry[1][2], int(OPEN))
 
     def claim_trap(self, tracee: Tracee, event: SignalStop, regs) -> bool:
         return self.hooks.claim_trap(tracee, event, regs)
 
     def _on_entry(self, tid: int, name: str, regs):
-        return regs.rdi, regs.rsi
+        # the order at the entry (the accesses before it drained: the program's)
+        return regs.rdi, regs.rsi, self.next_order()
 
     def _on_return(self, tid: int, name: str, args, regs, return_address: int) -> None:
+        self._returning = tid
+        try:
+            end = self.next_order()     # the accesses made inside drained: the allocator's
+        finally:
+            self._returning = None
+        self.calls.add(tid, args[2], end)
         self._record(tid, name, args[0], args[1], regs.rax, return_address)
+
+    def inside_threads(self) -> set[int]:
+        """The threads inside an allocator call now (their accesses are the
+        allocator's: not the program's use after free)."""
+        # a copy first: the hybrid engine's drain thread asks too
+        inside = {tid for tid, stack in list(self.hooks.pending.items()) if stack}
+        if self._returning is not None:
+            inside.add(self._returning)
+        return inside
 
     def mapped(self, tid: int, kind: str, address: int, size: int, return_address: int) -> None:
         """The program mapped memory itself (mmap, mremap: ``kind``)."""
@@ -182,5 +216,7 @@ class AllocTracker:
         return ids, freed
 
     def write(self, out_dir: str | None = None) -> None:
-        """Everything so far to the block table (data/blocks.bin and blocks.json)."""
+        """Everything so far to the block table (data/blocks.bin, blocks.sites) and
+        the allocator calls (data/allocator_calls.bin)."""
         self.table.flush()
+        self.calls.flush()

@@ -29,8 +29,8 @@ import os
 import struct
 
 from ..process.remote_syscall import RemoteSyscalls
+from ..trace.format import BLOCK_EVENTS_FILE, PAGE
 from .call_hooks import CallHooks
-from .regions import PAGE
 
 # system call -> (kind, ((pointer arg, length arg), ...) | ("iovec", arg, count arg) |
 #                 ("msghdr", arg))
@@ -75,7 +75,7 @@ class BlockEvents:
     def __init__(self, engine):
         self.engine = engine
         self.totals: dict = {}               # kind -> {"events", "bytes"}
-        self._spool = None                   # data/block_events.jsonl, opened at the first event
+        self._spool = None                   # data/block_events.json, opened at the first event
         self.hooks: CallHooks | None = None
         self.open_windows = 0
         self._open: dict[int, list] = {}    # tid -> pages opened for its mem* call
@@ -100,8 +100,9 @@ class BlockEvents:
     def _append(self, out_dir: str, text: str | None) -> None:
         """One event (``text``) at the end of the list; None: none, just open it."""
         if self._spool is None:
-            os.makedirs(os.path.join(out_dir, "data"), exist_ok=True)
-            self._spool = open(os.path.join(out_dir, "data", "block_events.json"), "wb")
+            path = os.path.join(out_dir, BLOCK_EVENTS_FILE)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self._spool = open(path, "wb")
             self._spool.write(b"[")
             self._first = True
             self._closed = False

@@ -36,15 +36,13 @@ from collections import Counter
 
 import numpy as np
 
-from ..arch.x86_64.memops import MemInstruction, effective_address, memory_accesses
+from ..arch.x86_64.memops import MemInstruction, memory_accesses
 from ..binary.address_space import AddressSpace
 from ..binary.maps import read_maps
 from ..errors import UsageError, writing
-from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
 from ..process.tracee import Tracee
-from ..trace.access_format import ACCESS_DTYPE, ACCESS_FIELDS, KIND_LOAD, KIND_STORE  # noqa: F401
 from .alias import ALIAS_BIT, AliasMap, origins_in
 from .alloc import AllocTracker
 from .data_records import finish_rows
@@ -55,8 +53,10 @@ from .data_syscalls import SyscallGate
 from .datastubs import DataArea
 from .guard import SegvGuard
 from .numa_record import NumaRecorder
-from .regions import (PAGE, PageProtections, Region, RegionSet, default_regions,
-                      page_protections, page_runs)
+from ..trace.format import (ACCESS_DTYPE, ACCESS_FIELDS, ACCESS_RECORDS, DATA_DIR, KIND_LOAD,  # noqa: F401
+                            KIND_STORE, PAGE)
+from .regions import (PageProtections, Region, RegionSet, default_regions, page_protections,
+                      page_runs)
 from .slow_path import SlowPath
 from .vfork_window import VforkWindow
 
@@ -129,6 +129,7 @@ class DataEngine:
         self.slow_path = SlowPath(self)
         self.held_stops = 0
         self.freed_accesses = 0  # accesses to blocks already freed (use after free)
+        self.allocator_freed_accesses = 0   # the allocator's, in freed blocks (not the program's)
         self._order = 0          # event counter shared with the allocation tracker
         self.active = False
         self.released: set[int] = set()   # pages given back when tracing stopped
@@ -150,7 +151,7 @@ class DataEngine:
             raise UsageError("no data region to trace")   # nor any the program could create
         self.regions = RegionSet(regions)
         self.protected = page_protections(mappings, self.regions.pages())
-        os.makedirs(os.path.join(self.out_dir, "data"), exist_ok=True)
+        os.makedirs(os.path.join(self.out_dir, DATA_DIR), exist_ok=True)
         with RemoteSyscalls(self.tracee) as rs:
             self.area = DataArea(self.tracee, rs)
             self.area.loop.set_kinds(self.loads, self.stores)
@@ -333,6 +334,22 @@ class DataEngine:
         for tid in np.unique(tids).tolist():
             finish_rows(self, tid, out[tids == tid])
 
+    def _count_freed(self, freed: np.ndarray, tids: np.ndarray) -> None:
+        """Accesses to freed blocks: the program's (use after free), or the allocator's."""
+        if freed.any() and self.alloc is not None:
+            program, allocator = self.alloc.split_freed(freed, tids)
+            self.freed_accesses += program
+            self.allocator_freed_accesses += allocator
+
+    def count_thread_freed(self, tid: int, freed: int) -> None:
+        """``freed`` accesses of thread ``tid`` to freed blocks (the hybrid drain's
+        count): the allocator's while the thread is inside an allocator call."""
+        if freed and self.alloc is not None:
+            if tid in self.alloc.inside_threads():
+                self.allocator_freed_accesses += freed
+            else:
+                self.freed_accesses += freed
+
     def _append(self, tid: int, chunk: np.ndarray) -> None:
         self.chunks.setdefault(tid, []).append(chunk)
         self.rows[tid] = self.rows.get(tid, 0) + len(chunk)
@@ -343,7 +360,7 @@ class DataEngine:
         chunks = self.chunks.pop(tid, [])
         self.rows[tid] = 0
         if chunks:
-            path = os.path.join(self.out_dir, "data", f"{tid}.acc")
+            path = ACCESS_RECORDS.path(self.out_dir, tid)
             with writing(path), open(path, "ab") as f:
                 for chunk in chunks:
                     f.write(chunk.tobytes())

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""Data records into the trace's access rows (data/<tid>.acc, ACCESS_DTYPE).
+"""Data records into the trace's access rows (data/<tid>.acc, ACCESS_DTYPE, or
+compact records in data/<tid>.dat).
 
 ``RingRecords``: the hybrid engine's data records, taken out of each
 thread's ring by the drain (rings.py ``data_sink``, in the drain thread, the
@@ -26,7 +27,8 @@ import numpy as np
 
 from ..errors import TracerInternalError
 from ..native import load
-from ..trace.compact import COMPACT_DTYPE, DATA_SUFFIX, encode_block, write_instructions
+from ..trace.compact import encode_block, write_instructions
+from ..trace.format import ACCESS_RECORDS, COMPACT_DTYPE
 from .instruction_table import KIND_LOAD
 
 
@@ -38,7 +40,7 @@ def finish_rows(engine, tid: int, rows: np.ndarray) -> None:
         rows = rows[keep]
         if not len(rows):
             return
-    engine.freed_accesses += int(np.count_nonzero(rows["freed"]))
+    engine._count_freed(rows["freed"] != 0, np.full(len(rows), tid))   # program / allocator
     # per (instruction, kind) counts: one 64-bit key each (user addresses < 2**62)
     keys, n = np.unique((rows["rip"] << np.uint64(2)) | rows["kind"].astype(np.uint64),
                         return_counts=True)
@@ -140,14 +142,14 @@ class RingRecords:
                                      ctypes.byref(seq), self.id_counts.ctypes.data,
                                      self.stats.ctypes.data)
         engine._order = self._order.value
-        engine.freed_accesses += int(self.stats[STAT_FREED]) - before
+        engine.count_thread_freed(tid, int(self.stats[STAT_FREED]) - before)
         if n:
             self._write(tid, records[:n])
 
     def _write(self, tid: int, records: np.ndarray) -> None:
         fd = self.files.get(tid)
         if fd is None:
-            fd = self.files[tid] = os.open(os.path.join(self.out_dir, "data", f"{tid}{DATA_SUFFIX}"),
+            fd = self.files[tid] = os.open(ACCESS_RECORDS.compact_path(self.out_dir, tid),
                                            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                                            0o644)
         block = encode_block(records)

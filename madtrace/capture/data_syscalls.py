@@ -23,7 +23,8 @@ from ..process import ptrace_raw as pr
 from ..process.events import SyscallStop
 from ..process.remote_syscall import RemoteSyscalls
 from .block_events import syscall_ranges
-from .regions import PAGE, Region, page_runs
+from ..trace.format import PAGE
+from .regions import Region, page_runs
 from .syscall_alias import redirect
 from .syscall_memory import syscall_pages
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-KIND_LOAD, KIND_STORE, KIND_BOTH = 1, 2, 3
+from ..trace.format import KIND_LOAD, KIND_STORE
+
+KIND_BOTH = KIND_LOAD | KIND_STORE
 PROBE, FAULT = 0, 1          # the path whose records carry the id
 
 

@@ -28,7 +28,7 @@ import json
 import os
 
 from ..process.numa import node_cpus, page_nodes, thread_cpus
-from .regions import PAGE
+from ..trace.format import NUMA_FILE, PAGE
 
 SYS_SCHED_SETAFFINITY, SYS_SCHED_GETAFFINITY = 203, 204
 SYS_MUNMAP, SYS_BRK, SYS_MREMAP = 11, 12, 25
@@ -145,7 +145,7 @@ class NumaRecorder:
                 "pages": self.observations}
 
     def write(self, out_dir: str) -> None:
-        path = os.path.join(out_dir, "data", "numa.json")
+        path = os.path.join(out_dir, NUMA_FILE)
         with open(path + ".tmp", "w") as f:
             json.dump(self.to_dict(), f)
         os.replace(path + ".tmp", path)

@@ -20,8 +20,8 @@ import numpy as np
 
 from ..binary.address_space import AddressSpace
 from ..binary.maps import Mapping
+from ..trace.format import PAGE
 
-PAGE = 4096
 TRACED_SECTIONS = (".data", ".bss")
 OPT_IN_SECTIONS = (".rodata",)     # traced only when a --regions glob names them
 SKIPPED_MODULES = ("ld-linux", "ld64", "[vdso]")
@@ -58,7 +58,7 @@ class RegionSet:
     def __init__(self, regions: list[Region]):
         self.regions = sorted(regions, key=lambda r: r.start)
         self._starts = [r.start for r in self.regions]
-        self._arrays = None
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """The ranges' starts and ends (uint64, sorted)."""

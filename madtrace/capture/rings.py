@@ -26,14 +26,15 @@ import functools
 import os
 import struct
 import threading
+from typing import Callable
 
 import numpy as np
 
 from ..errors import OutputError, TracerInternalError
 from ..inject.templates import Injector
 from ..native import load
+from ..trace.format import CALL_RECORDS, CALLS_DIR, RECORD_DTYPE
 
-RECORD_DTYPE = np.dtype([("tsc", "<u8"), ("code", "<u4"), ("rsp", "<u4")])
 # data records taken out of the rings (hybrid data engine): ring_drain.c struct mt_data_out
 DATA_OUT_DTYPE = np.dtype([("addr", "<u8"), ("seq", "<u8"), ("id", "<u4"), ("pad", "<u4")])
 DATA_OUT_ROWS = 1 << 16
@@ -78,7 +79,7 @@ class RingSet:
         self.mem = area.local
         self.out_dir = out_dir
         self._map_chunk = map_chunk
-        os.makedirs(os.path.join(out_dir, "calls"), exist_ok=True)
+        os.makedirs(os.path.join(out_dir, CALLS_DIR), exist_ok=True)
         self.lock = threading.RLock()
         self.chunks: list = []                     # SharedArea of MT_RINGS_PER_CHUNK ring blocks
         self._chunk_local: list[int] = []          # their addresses in the tracer
@@ -115,7 +116,7 @@ class RingSet:
         self._thread: threading.Thread | None = None
         # data_sink(tid, records): the data records of a drained ring (DATA_OUT_DTYPE),
         # in order, taken out of the call records (hybrid data engine); None: none
-        self.data_sink = None
+        self.data_sink: Callable[[int, np.ndarray], None] | None = None
         self._data_out = np.zeros(DATA_OUT_ROWS, dtype=DATA_OUT_DTYPE)
         self._u64(injector.MT_CTL_MAGIC, injector.MT_MAGIC)
         self._u64(injector.MT_CTL_VERSION, injector.MT_LAYOUT_VERSION)
@@ -369,7 +370,7 @@ class RingSet:
         if fd is None:
             if self._ring_u64(index, self.L.MT_RING_HEAD) == self._ring_u64(index, self.L.MT_RING_TAIL):
                 return 0
-            fd = self.files[tid] = os.open(os.path.join(self.out_dir, "calls", f"{tid}.rec"),
+            fd = self.files[tid] = os.open(CALL_RECORDS.path(self.out_dir, tid),
                                            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                                            0o644)
         counts = self.code_counts
@@ -388,6 +389,9 @@ class RingSet:
 
     def _drain_split(self, tid: int) -> int:
         """_drain_one for rings with data records: those go to ``data_sink``."""
+        sink = self.data_sink
+        if sink is None:
+            raise TracerInternalError("a ring with data records drained without a data sink")
         counts = self.code_counts
         first = 2 * self.L.MT_COUNTED_SITES
         calls = ctypes.c_uint64(self.records_per_thread.get(tid, 0))
@@ -401,9 +405,9 @@ class RingSet:
             total += self._moved.value
             self.records_per_thread[tid] = calls.value
             if n_out.value:
-                self.data_sink(tid, self._data_out[:n_out.value].copy())
+                sink(tid, self._data_out[:n_out.value].copy())
                 n_out.value = 0
-            path = os.path.join(self.out_dir, "calls", f"{tid}.rec")
+            path = CALL_RECORDS.path(self.out_dir, tid)
             if err == -errno.ENOENT:
                 self.files[tid] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                                           0o644)

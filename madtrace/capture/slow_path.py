@@ -16,7 +16,7 @@ from ..arch.x86_64.memops import effective_address
 from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
 from ..process.remote_syscall import RemoteSyscalls
-from .regions import PAGE
+from ..trace.format import ACCESS_DTYPE, ACCESS_FIELDS, KIND_LOAD, KIND_STORE, PAGE
 
 SEGV_ACCERR = 2
 
@@ -60,7 +60,6 @@ class SlowPath:
     def record(self, tid: int, regs, pages: set[int]) -> set[int]:
         """Slow path: record the accesses of the instruction at rip; returns the
         protected pages it touches."""
-        from .data import ACCESS_DTYPE, ACCESS_FIELDS, KIND_LOAD, KIND_STORE
         e = self.engine
         e._drain_fast()
         insn = e._decode(regs.rip)
@@ -81,7 +80,7 @@ class SlowPath:
                 block_id, freed = e.alloc.block_at(address) if e.alloc is not None else (0, 0)
                 if e.only_blocks is not None and block_id not in e.only_blocks:
                     continue
-                e.freed_accesses += freed
+                e._count_freed(np.array([freed != 0]), np.array([tid]))   # program / allocator
                 # a read-modify-write operand is one load, then one store
                 for wanted, letter, kind in ((op.load and e.loads, "L", KIND_LOAD),
                                              (op.store and e.stores, "S", KIND_STORE)):

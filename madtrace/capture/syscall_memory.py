@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 
-PAGE = 4096
+from ..trace.format import PAGE
 ALL = None
 
 # syscall number -> ((pointer arg index, length arg index), ...)

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 from ..errors import UsageError
-from ..session import Recording
 from .options import add_recording_arguments, recording_options
 
 NAME = "attach"
@@ -43,6 +42,7 @@ def run(args) -> int:
     if args.repl:
         from ..repl.host import repl_options
         options = repl_options(options)
+    from ..session import Recording
     recording = Recording(options)
     recording.attach(pid)
     recording.log(f"attached to process {pid} ({recording.tracee.threads_seen} threads)")

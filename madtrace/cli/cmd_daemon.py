@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from ..session import RecordOptions
 from .cmd_repl import parse_pid
 from .options import add_recording_arguments, recording_options
+
+if TYPE_CHECKING:       # the tracer is imported when the command runs
+    from ..session import RecordOptions
 
 NAME = "daemon"
 HELP = ("attach to a running process and keep tracing it in the background; returns once "

@@ -9,7 +9,7 @@ import json
 import sys
 
 from ..errors import CorruptTraceError, QueryError
-from ..trace import store
+from ..trace.format import read_meta
 
 NAME = "query"
 VIEW_NAMES = ("events", "records", "calls", "accesses", "allocations", "sites")
@@ -70,7 +70,7 @@ def run_query(directory: str, sql: str):
     """(column names, cursor) of ``sql`` on the store of ``directory``."""
     import duckdb
     from ..trace.query import connect
-    store.read_meta(directory)          # a clear error for anything but a trace directory
+    read_meta(directory)          # a clear error for anything but a trace directory
     con = connect(directory, sys.stderr)
     try:
         cursor = con.execute(sql)

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import UnknownSymbolError, UsageError
-from ..session import Recording
 from .options import add_recording_arguments, recording_options
+
+if TYPE_CHECKING:       # the tracer is imported when the command runs (offline commands need none of it)
+    from ..session import Recording
 
 NAME = "record"
 HELP = "launch CMD under madtrace and write a trace directory; exits with CMD's status"
@@ -31,6 +35,7 @@ def record(args, output: str) -> tuple[Recording, int | None]:
     if args.repl:
         from ..repl.host import repl_options
         options = repl_options(options)
+    from ..session import Recording
     recording = Recording(options)
     recording.launch(args.target_command)
     if args.repl:

@@ -15,30 +15,23 @@ from __future__ import annotations
 import os
 import sys
 
-from ..analysis.calltree import analyze_calls
-from ..analysis.segments import segments
 from ..errors import NoDataError, OutputError, OutputExistsError, UsageError
-from ..report import text
-from ..report.calls_text import DEFAULT_DEPTH, DEFAULT_TOP, print_human_report, report_dict
+from ..kinds import KINDS, Kind, available, html_sections
+from ..report.calls_text import DEFAULT_DEPTH, DEFAULT_TOP
 from ..report.json_out import write_json
-from ..trace.compact import access_files
-from ..trace.store import read_meta
+from ..trace.format import read_meta
 
 NAME = "report"
-HELP = ("analyse a trace directory: calls (per-function counts and times, call tree), "
-        "segments (each call with its accesses), heatmap (accesses per page), alloc (heap "
-        "blocks and allocation sites), numa (local/remote/unpinned accesses), footprint "
-        "(distinct bytes/lines/pages per call and function), source (accesses per source "
-        "line), all; as text, --json, --png FILE or --html FILE")
-DATA_KINDS = ("heatmap", "alloc", "numa", "footprint", "source")
-KINDS = ("calls", "segments") + DATA_KINDS + ("all",)
-PNG_KINDS = ("heatmap", "alloc", "footprint")
+HELP = ("analyse a trace directory: "
+        + ", ".join(f"{k.name} ({k.help})" for k in KINDS.values())
+        + ", all; as text, --json, --png FILE or --html FILE")
+PNG_KINDS = tuple(k.name for k in KINDS.values() if k.png is not None)
 DEFAULT_DATA_TOP = 20
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("directory", help="trace directory written by madtrace record/attach")
-    parser.add_argument("--kind", choices=KINDS, default=None,
+    parser.add_argument("--kind", choices=tuple(KINDS) + ("all",), default=None,
                         help="what to report (default: calls; heatmap with --png; all with --html)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--png", metavar="FILE", help=f"write a PNG picture ({', '.join(PNG_KINDS)})")
@@ -80,15 +73,7 @@ def _kind_of(args) -> str:
 def available_kinds(directory: str) -> list[str]:
     """The kinds ``all`` covers: those whose input the trace has."""
     read_meta(directory)
-    calls = os.path.exists(os.path.join(directory, "functions.json"))
-    data = bool(access_files(directory))
-    kinds = ["calls"] if calls else []
-    if data:
-        kinds += ["heatmap", "alloc", "source"]
-        if os.path.exists(os.path.join(directory, "data", "numa.json")):
-            kinds.append("numa")
-        if calls:
-            kinds.append("footprint")
+    kinds = [k.name for k in available(directory)]
     if not kinds:
         raise NoDataError(f"{directory} has neither call records nor data accesses to report on")
     return kinds
@@ -104,76 +89,33 @@ class Results:
 
     def get(self, kind: str):
         if kind not in self.cache:
-            self.cache[kind] = self._compute(kind)
+            self.cache[kind] = KINDS[kind].compute(self.args.directory, self.args)
         return self.cache[kind]
 
-    def _compute(self, kind: str):
-        directory = self.args.directory
-        if kind == "calls":
-            return analyze_calls(directory)
-        if kind == "heatmap":
-            from ..analysis.heatmap import heatmap
-            return heatmap(directory)
-        if kind == "alloc":
-            from ..analysis.alloc_usage import alloc_usage
-            return alloc_usage(directory)
-        if kind == "numa":
-            from ..analysis.numa import load_topology, numa_report
-            topology = load_topology(self.args.topology) if self.args.topology else None
-            return numa_report(directory, topology)
-        if kind == "source":
-            from ..analysis.source_lines import source_lines
-            return source_lines(directory)
-        if kind == "footprint":
-            from ..analysis.footprint import DEFAULT_TOP_CALLS, footprint
-            return footprint(directory, top=max(self.args.top or 0, DEFAULT_TOP_CALLS))
-        raise UsageError(f"unknown kind {kind}")
-
     def as_dict(self, kind: str) -> dict:
-        result = self.get(kind)
-        if kind == "calls":
-            return report_dict(result, self.args.top, self.args.depth)
-        return result.to_dict()
+        json_of = KINDS[kind].json
+        assert json_of is not None      # kinds without JSON are text listings, refused before
+        return json_of(self.get(kind), self.args)
 
 
 def print_text(results: Results, kind: str, out) -> None:
-    args = results.args
-    top = args.top if args.top is not None else (DEFAULT_TOP if kind == "calls" else DEFAULT_DATA_TOP)
-    result = results.get(kind)
-    if kind == "calls":
-        print_human_report(result, top, DEFAULT_DEPTH if args.depth is None else args.depth, out)
-    elif kind == "heatmap":
-        text.print_heatmap(result, out)
-    elif kind == "alloc":
-        text.print_alloc(result, top, out)
-    elif kind == "numa":
-        text.print_numa(result, top, out)
-    elif kind == "source":
-        text.print_source(result, top, out)
-    elif kind == "footprint":
-        text.print_footprint(result, top, out)
+    args, spec = results.args, KINDS[kind]
+    top = args.top if args.top is not None else spec.default_top
+    spec.text(results.get(kind), top, args, out)
 
 
 def write_png(results: Results, kind: str, path: str) -> None:
-    from ..report import png
-    if kind == "heatmap":
-        png.write_heatmap_png(results.get(kind), path)
-    elif kind == "alloc":
-        png.write_alloc_png(results.get(kind), path)
-    elif kind == "footprint":
-        png.write_footprint_png(results.get(kind), path)
-    else:
+    draw = KINDS[kind].png
+    if draw is None:
         raise UsageError(f"--png draws {', '.join(PNG_KINDS)}; --kind {kind} has no picture")
+    draw(results.get(kind), path)
 
 
 # ---------------------------------------------------------------------- run
-def _segments(args) -> int:
+def _listing(args, spec: Kind) -> int:
     if args.json or args.png or args.html:
-        raise UsageError("--kind segments is a text listing (its data: madtrace export, "
-                         "madtrace query)")
-    for line in segments(args.directory, max_accesses=args.top or 8,
-                         max_lines=400 if args.depth is None else max(args.depth, 1) * 50):
-        print(line)
+        raise UsageError(spec.text_only)
+    spec.text(spec.compute(args.directory, args), args.top or 0, args, sys.stdout)
     return 0
 
 
@@ -185,8 +127,8 @@ def run(args) -> int:
     kind = _kind_of(args)
     if args.topology and kind not in ("numa", "all"):
         raise UsageError("--topology is for --kind numa")
-    if kind == "segments":
-        return _segments(args)
+    if kind != "all" and KINDS[kind].text_only:
+        return _listing(args, KINDS[kind])
     if args.png and kind not in PNG_KINDS:
         raise UsageError(f"--png draws {', '.join(PNG_KINDS)}; --kind {kind} has no picture")
     _check_output(args.png, args.force)
@@ -213,6 +155,8 @@ def run(args) -> int:
         print(f"madtrace: wrote {args.png}", file=sys.stderr)
     if args.html:
         from ..report.html import write_html
-        write_html(results, kinds, args.html)
+        sections = [(k.name, k.html(results.get(k.name)))  # type: ignore[misc]  # html_sections: has one
+                    for k in html_sections([KINDS[name] for name in kinds])]
+        write_html(args.directory, sections, args.html)
         print(f"madtrace: wrote {args.html}", file=sys.stderr)
     return 0

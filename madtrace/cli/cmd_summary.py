@@ -6,8 +6,7 @@ import json
 import os
 import sys
 
-from ..trace import store
-from ..trace.store_meta import store_path
+from ..trace.format import STORE_META_FILE, read_meta
 
 NAME = "summary"
 HELP = "print the summary of a trace directory (one JSON object with --json)"
@@ -37,11 +36,19 @@ FUNCTIONS_SQL = """
 VARIABLES_SQL = """
     SELECT symbol::VARCHAR, any_value(region)::VARCHAR, count(*), sum(size) FROM accesses
     WHERE block = 0 AND symbol IS NOT NULL GROUP BY 1 ORDER BY 3 DESC, 1 LIMIT ?"""
+# a block by the name it had while live; after_free: the program's accesses to it
+# once freed (the allocator's own bookkeeping is not a use after free)
 BLOCKS_SQL = """
-    SELECT a.block, any_value(b.name), any_value(b.size), count(*), sum(a.size),
-           count(*) FILTER (WHERE a.freed)
+    SELECT a.block, any_value('<' || b.kind || lpad(b.id::VARCHAR, 4, '0') || '@' || b.site || '>'),
+           any_value(b.size), count(*), sum(a.size),
+           count(*) FILTER (WHERE a.freed AND NOT a.allocator)
     FROM accesses a JOIN allocations b ON b.id = a.block
     WHERE a.block > 0 GROUP BY 1 ORDER BY 4 DESC, 1 LIMIT ?"""
+# where the accesses went: per region (a module's section, [heap], a mapping)
+REGIONS_SQL = """
+    SELECT coalesce(region::VARCHAR, '(unmapped)'), count(*) FILTER (WHERE kind = 'L'),
+           count(*) FILTER (WHERE kind = 'S'), sum(size)
+    FROM accesses GROUP BY 1 ORDER BY count(*) DESC, 1"""
 
 
 def store_totals(directory: str, top: int = TOP_DATA, out=sys.stderr) -> dict:
@@ -59,7 +66,20 @@ def store_totals(directory: str, top: int = TOP_DATA, out=sys.stderr) -> dict:
                  for n, r, c, b in con.execute(VARIABLES_SQL, [top]).fetchall()]
     blocks = [{"id": i, "name": n, "size": size, "accesses": c, "bytes": int(b),
                "after_free": f} for i, n, size, c, b, f in con.execute(BLOCKS_SQL, [top]).fetchall()]
-    return {"functions": functions, "top_variables": variables, "top_blocks": blocks}
+    regions = [{"region": r, "module": module_of_region(r), "loads": lo, "stores": st,
+                "bytes": int(b or 0)} for r, lo, st, b in con.execute(REGIONS_SQL).fetchall()]
+    modules: dict[str, dict] = {}
+    for r in regions:
+        m = modules.setdefault(r["module"], {"loads": 0, "stores": 0, "bytes": 0})
+        for key in m:
+            m[key] += r[key]
+    return {"functions": functions, "top_variables": variables, "top_blocks": blocks,
+            "regions": regions, "accesses_by_module": modules}
+
+
+def module_of_region(region: str) -> str:
+    """".bss of gzip" -> "gzip"; a region of no module ([heap], [anon ...]) is its own."""
+    return region.rsplit(" of ", 1)[1] if " of " in region else region
 
 
 def summary_of(meta: dict) -> dict:
@@ -146,6 +166,13 @@ def print_data_totals(totals: dict, meta: dict, out) -> None:
     if not accesses:
         return
     print(f"   accesses : {accesses}", file=out)
+    if totals.get("regions"):
+        print("   by region (loads, stores, bytes):", file=out)
+        for r in totals["regions"][:TOP]:
+            print(f"     {r['loads']:>10} L {r['stores']:>10} S {r['bytes']:>12} B  {r['region']}",
+                  file=out)
+        if len(totals["regions"]) > TOP:
+            print(f"     ... {len(totals['regions']) - TOP} more regions (--json)", file=out)
     functions = sorted(((n, f) for n, f in totals["functions"].items() if f["accesses_incl"]),
                        key=lambda kv: (-kv[1]["accesses_self"], -kv[1]["accesses_incl"], kv[0]))
     if functions:
@@ -167,7 +194,7 @@ def print_data_totals(totals: dict, meta: dict, out) -> None:
 
 
 def run(args) -> int:
-    meta = store.read_meta(args.directory)
+    meta = read_meta(args.directory)
     totals = store_totals(args.directory)
     if args.json:
         summary = summary_of(meta)
@@ -181,6 +208,6 @@ def run(args) -> int:
 
 def totals_if_stored(directory: str) -> dict | None:
     """store_totals() when the recording wrote a store (not with --no-store)."""
-    if not os.path.exists(store_path(directory, "meta.json")):
+    if not os.path.exists(os.path.join(directory, STORE_META_FILE)):
         return None
     return store_totals(directory)

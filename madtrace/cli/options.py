@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from ..session import RecordOptions
+
+if TYPE_CHECKING:       # the tracer is imported by the commands that record, when they run
+    from ..session import RecordOptions
 
 
 DEFAULT_DATA_ENGINE = "fault"
@@ -68,6 +71,7 @@ def recording_options(args, output: str) -> RecordOptions:
     if selecting and not args.data:
         raise UsageError("--regions, --only, --data-in, --loads-only, --stores-only and "
                          "--data-engine concern data accesses: add --data")
+    from ..session import RecordOptions
     return RecordOptions(output=output, force=args.force, functions=args.functions,
                          data=args.data, follow_forks=args.follow_forks,
                          data_regions=args.regions, data_only=args.only, data_in=args.data_in,

@@ -24,8 +24,8 @@ from ..binary.maps import Mapping, read_maps
 from ..errors import TracerInternalError
 from ..process.remote_syscall import (MAP_FIXED_NOREPLACE, MAP_SHARED, PROT_EXEC, PROT_READ,
                                       PROT_WRITE, RemoteSyscalls)
+from ..trace.format import PAGE
 
-PAGE = 4096
 MFD_CLOEXEC = 1
 NAME_PREFIX = "madtrace-"
 MAPS_PREFIX = "/memfd:" + NAME_PREFIX

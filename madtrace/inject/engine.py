@@ -21,6 +21,7 @@ import struct
 
 import numpy as np
 
+from ..arch.x86_64.encode import jmp_rel32
 from ..arch.x86_64.relocate import relocate_entry
 from ..binary.address_space import AddressSpace
 from ..capture.rings import MADV_POPULATE_WRITE, RingSet
@@ -29,6 +30,7 @@ from ..errors import TracerInternalError
 from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_READ,
                                       PROT_WRITE, RemoteSyscalls)
 from ..process.tracee import Tracee
+from ..trace.format import FUNCTIONS_FILE, RECORD_FORMAT
 from .areas import SharedArea, gap_for_module, page_round
 from .footprint import Footprint
 from .patchset import Patch, PatchConflict, PatchSet
@@ -36,12 +38,7 @@ from .plan import Plan, Site, TracedFunction, make_plan
 from .templates import load_injector
 from .unwind import OBJECT_SIZE, eh_frame
 
-JMP_REL32 = 0xE9
 GROUP = "madtrace-functions"     # the areas of function tracing stay or go together
-
-
-def jmp_rel32(at: int, to: int) -> bytes:
-    return struct.pack("<Bi", JMP_REL32, to - (at + 5))
 
 
 class CodeArea:
@@ -456,11 +453,10 @@ class FunctionTracer:
         functions = [{"fid": f.fid, "name": f.name, "module": f.module.name, "address": f.address,
                       "size": f.size, "method": f.method, "reason": f.reason}
                      for f in self.plan.functions]
-        with open(os.path.join(self.out_dir, "functions.json"), "w") as f:
+        with open(os.path.join(self.out_dir, FUNCTIONS_FILE), "w") as f:
             json.dump({"timestamps": self.timestamps,
                        "tsc_hz": tsc_hz() if self.timestamps else None, "tsc_flags": tsc_flags(),
-                       "record_format": {"size": 16, "fields": ["tsc:u64", "code:u32", "rsp_low32:u32"],
-                                         "code": "site id << 1 | 1 for exit records"},
+                       "record_format": RECORD_FORMAT,
                        "sites": sites, "functions": functions, "report": self.report,
                        "relocated": [list(m) for m in sorted(self.moved_code)]}, f, indent=1)
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..arch.x86_64.encode import JMP_REL32
 from ..binary.maps import read_maps
 from ..errors import MadtraceError
 from ..process.remote_syscall import RemoteSyscalls
@@ -47,7 +48,6 @@ from .templates import Injector, load_injector
 
 KNOWN_VERSIONS = (2, 3)        # ring layouts whose LIMIT and flag offsets are today's
 TRAMPOLINES = ("callsite", "tailsite", "entry", "exitstub")
-JMP_REL32 = 0xE9
 SIGSEGV, SIGTRAP = 11, 5
 
 

@@ -32,6 +32,7 @@ import signal
 import struct
 from typing import Callable
 
+from ..arch.x86_64.encode import jmp_rel32
 from ..binary.address_space import AddressSpace
 from ..errors import UnknownSymbolError
 from ..process.events import SignalStop
@@ -45,7 +46,6 @@ RT_CONSISTENT = 0
 R_STATE_OFFSET = 24          # struct r_debug: r_version, r_map, r_brk, r_state
 ENDBR64 = bytes.fromhex("f30f1efa")
 RET = b"\xc3"
-JMP_REL32 = 0xE9
 
 
 def stub_code(stub: int, fd_slot: int) -> tuple[bytes, int]:
@@ -102,7 +102,7 @@ class LoaderWatch:
         self.area.write(stub, code)
         self.area.write(fd_slot, struct.pack("<i", self.pidfd))
         self.trap = stub + trap
-        jump = struct.pack("<Bi", JMP_REL32, stub - (at + 5))
+        jump = jmp_rel32(at, stub)
         rips = [tracee.get_regs(t).rip for t in tracee.threads if not tracee.threads[t].gone]
         # bytes 1..4 after a lone ret are alignment padding, never executed
         self.patches.apply(tracee.mem, [Patch(at, head, jump, "loader watch _dl_debug_state")], rips)

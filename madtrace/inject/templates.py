@@ -40,8 +40,8 @@ class Template:
         if missing:
             raise TracerInternalError(f"template {self.name}: missing fields {sorted(missing)}")
         code = bytearray(self.code)
-        for field, points in self.patch_points.items():
-            value = fields[field]
+        for name, points in self.patch_points.items():
+            value = fields[name]
             for offset, kind in points:
                 if kind == "abs64":
                     struct.pack_into("<Q", code, offset, value)
@@ -50,7 +50,7 @@ class Template:
                 else:  # rel32
                     rel = value - (address + offset + 4)
                     if not -(1 << 31) <= rel < (1 << 31):
-                        raise TracerInternalError(f"template {self.name}: {field} out of rel32 range")
+                        raise TracerInternalError(f"template {self.name}: {name} out of rel32 range")
                     struct.pack_into("<i", code, offset, rel)
         return code
 

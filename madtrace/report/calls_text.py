@@ -89,7 +89,7 @@ def print_tree(analysis: CallAnalysis, top: int, depth: int, out) -> None:
 
 def print_human_report(analysis: CallAnalysis, top: int, depth: int, out) -> None:
     c = analysis.counters
-    clock = f"yes ({analysis.tsc_hz / 1e9:.2f} GHz TSC)" if analysis.timed else "no"
+    clock = f"yes ({(analysis.tsc_hz or 0) / 1e9:.2f} GHz TSC)" if analysis.timed else "no"
     print(f"== madtrace report of {analysis.directory} (calls)", file=out)
     print(f"   threads {c['threads']}   records {c['records']}   timestamps {clock}", file=out)
     print(f"   calls {c['entries']}   completed {c['completed_frames']}   unwound (longjmp) "

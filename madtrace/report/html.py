@@ -26,7 +26,7 @@ import math
 import os
 import tempfile
 
-from ..trace.store import read_meta
+from ..trace.format import read_meta
 from .text import short_path
 
 FULL_FILE_LINES = 3000
@@ -69,7 +69,7 @@ def _shade(value: int, largest: int) -> str:
 
 
 # ------------------------------------------------------------------ sources
-def _source_section(report) -> str:
+def source_section(report) -> str:
     parts = ["<h2 id=\"source\">Annotated sources</h2>",
              "<p class=\"note\">loads, stores and bytes of the data accesses made by each line's "
              "instructions (DWARF line table); blocks: memcpy/memset/system calls moving memory "
@@ -121,15 +121,15 @@ def _source_section(report) -> str:
         rows.append("</table>")
         parts.append("".join(rows))
     if report.without_lines:
-        rows = sorted(report.without_lines.items(), key=lambda kv: -kv[1][0] - kv[1][1])
+        functions = sorted(report.without_lines.items(), key=lambda kv: -kv[1][0] - kv[1][1])
         parts.append("<h3>Instructions without a source line (per function)</h3>")
         parts.append(_table(["function", "loads", "stores", "bytes", "blocks"],
-                            [[name, r[0], r[1], r[2], r[3]] for name, r in rows]))
+                            [[name, r[0], r[1], r[2], r[3]] for name, r in functions]))
     return "".join(parts)
 
 
 # --------------------------------------------------------------- the others
-def _heatmap_section(heatmap) -> str:
+def heatmap_section(heatmap) -> str:
     from .png import write_heatmap_png
     with tempfile.TemporaryDirectory(prefix="madtrace-html-") as tmp:
         path = os.path.join(tmp, "heatmap.png")
@@ -148,28 +148,31 @@ def _heatmap_section(heatmap) -> str:
                       "block events", "touched pages"], rows))
 
 
-def _alloc_section(usage) -> str:
+def alloc_section(usage) -> str:
     t = usage.totals
     parts = [f"<h2 id=\"alloc\">Heap blocks and allocation sites</h2><p>{t['blocks']} blocks "
              f"({t['bytes_allocated']} bytes), {t['loads']} loads, {t['stores']} stores, "
              f"{t['untouched_blocks']} never touched, {t['use_after_free_blocks']} used after "
-             "free</p>"]
+             f"free; {t.get('allocator_accesses', 0)} accesses by the allocator itself (its "
+             "bookkeeping, never a use after free)</p>"]
     parts.append(_table(["site", "kind", "blocks", "bytes", "loads", "stores", "accessed B",
-                         "block in B", "block out B", "untouched", "after free"],
+                         "block in B", "block out B", "untouched", "after free", "by allocator"],
                         [[s["site"], ",".join(s["kinds"]), s["blocks"], s["bytes_allocated"],
                           s["loads"], s["stores"], s["bytes"], s["block_bytes_in"],
-                          s["block_bytes_out"], s["untouched_blocks"], s["freed_accesses"]]
+                          s["block_bytes_out"], s["untouched_blocks"], s["freed_accesses"],
+                          s["allocator_accesses"]]
                          for s in usage.sites]))
     blocks = sorted(usage.blocks, key=lambda b: (-(b["loads"] + b["stores"]), b["id"]))
     parts.append(_table(["block", "size", "loads", "stores", "accessed B", "block in B",
-                         "block out B", "after free", "first access after free"],
-                        [[b["name"], b["size"], b["loads"], b["stores"], b["bytes"],
+                         "block out B", "after free", "by allocator", "first access after free"],
+                        [[b["allocated_as"], b["size"], b["loads"], b["stores"], b["bytes"],
                           b["block_bytes_in"], b["block_bytes_out"], b["freed_accesses"],
+                          b["allocator_accesses"],
                           (f"{b['first_freed_access']['instruction']} (thread "
                            f"{b['first_freed_access']['tid']}, offset "
                            f"{b['first_freed_access']['offset']:+d})")
                           if b.get("first_freed_access") else ""] for b in blocks],
-                        left=(0, 8)))
+                        left=(0, 9)))
     return "".join(parts)
 
 
@@ -177,7 +180,7 @@ NUMA_COLUMNS = ("first_touch", "unpinned_first_touch", "local", "remote", "unpin
                 "unpinned_thread", "unpinned_both", "unknown_node")
 
 
-def _numa_section(report) -> str:
+def numa_section(report) -> str:
     topo = report.topology
     heads = [c.replace("_", "-") for c in NUMA_COLUMNS]
     parts = [f"<h2 id=\"numa\">NUMA</h2><p>topology {_e(topo.source)}: "
@@ -194,7 +197,7 @@ def _numa_section(report) -> str:
     return "".join(parts)
 
 
-def _footprint_section(report) -> str:
+def footprint_section(report) -> str:
     def fp(entry, scope, stat=""):
         suffix = f"_{stat}" if stat else ""
         return "/".join(str(entry[f"{scope}_{g}{suffix}"]) for g in ("bytes", "lines", "pages"))
@@ -211,7 +214,7 @@ def _footprint_section(report) -> str:
     return "".join(parts)
 
 
-def _calls_section(analysis) -> str:
+def calls_section(analysis) -> str:
     rows = sorted(analysis.functions.items(), key=lambda kv: (-kv[1]["calls"], kv[0]))
     ms = (lambda ns: "-" if ns is None else f"{ns / 1e6:.3f}")
     return ("<h2 id=\"calls\">Calls</h2>"
@@ -220,20 +223,12 @@ def _calls_section(analysis) -> str:
                        ms(f["incl_ns"]), ms(f["excl_ns"])] for name, f in rows]))
 
 
-SECTIONS = {"heatmap": _heatmap_section, "alloc": _alloc_section, "numa": _numa_section,
-            "footprint": _footprint_section, "calls": _calls_section}
-
-
-def render(results, kinds: list[str]) -> str:
-    directory = results.args.directory
+def render(directory: str, sections: list[tuple[str, str]]) -> str:
+    """The page of ``sections``: (kind, its HTML section), in page order
+    (madtrace.kinds says which kinds have one, and where)."""
     meta = read_meta(directory)
-    body = []
-    shown = [k for k in ("source", "heatmap", "alloc", "numa", "footprint", "calls")
-             if k in kinds or (k == "source" and any(x in kinds for x in
-                                                      ("heatmap", "alloc", "numa", "footprint")))]
-    for kind in shown:
-        value = results.get(kind)
-        body.append(_source_section(value) if kind == "source" else SECTIONS[kind](value))
+    shown = [kind for kind, _ in sections]
+    body = [section for _, section in sections]
     nav = "".join(f"<a href=\"#{k}\">{k}</a>" for k in shown)
     command = " ".join(meta.get("command") or []) or f"pid {meta.get('pid')}"
     return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
@@ -245,8 +240,8 @@ def render(results, kinds: list[str]) -> str:
             + f"<p class=\"note\">{_e(json.dumps({'kinds': shown}))}</p></body></html>\n")
 
 
-def write_html(results, kinds: list[str], path: str) -> None:
-    page = render(results, kinds)
+def write_html(directory: str, sections: list[tuple[str, str]], path: str) -> None:
+    page = render(directory, sections)
     tmp = path + ".tmp"
     with writing(path):
         with open(tmp, "w") as f:

@@ -150,8 +150,8 @@ def _bars(path: str, title: str, labels: list[str], series: list[tuple[str, list
     y = np.arange(rows)
     left = np.zeros(rows)
     thickness = 0.8 if stacked else 0.8 / len(series)
-    for k, (name, values, colour) in enumerate(series):
-        values = np.array(values + [0] * (rows - len(values)), dtype=float)
+    for k, (name, counts, colour) in enumerate(series):
+        values = np.array(counts + [0] * (rows - len(counts)), dtype=float)
         offset = 0 if stacked else (k - (len(series) - 1) / 2) * thickness
         ax.barh(y + offset, values, height=thickness, left=left if stacked else 0,
                 color=colour, label=name)

@@ -8,7 +8,7 @@ import math
 import os
 
 from ..analysis.heatmap import COLUMNS, Heatmap
-from ..capture.regions import PAGE
+from ..trace.format import PAGE
 
 RAMP = ".:-=+*#%@"      # log scale, 1 .. the largest cell
 
@@ -78,27 +78,32 @@ def print_alloc(usage, top: int, out) -> None:
           f"bytes) at {len(usage.sites)} sites; {t['loads']} loads, {t['stores']} stores; "
           f"{t['untouched_blocks']} never touched; {t['use_after_free_blocks']} used after free",
           file=out)
+    if t.get("allocator_accesses"):
+        print(f"   the allocator's own accesses (malloc, free... keeping their books in the "
+              f"blocks): {t['allocator_accesses']}, not the program's use after free", file=out)
     if not usage.blocks:
         print("   no heap block was allocated while tracing (or --no-alloc)", file=out)
         return
     print("\n   allocation sites:", file=out)
     table(["site", "kind", "blocks", "bytes", "loads", "stores", "accessed B", "block in B",
-           "block out B", "untouched", "after free"],
+           "block out B", "untouched", "after free", "by allocator"],
           [[s["site"], ",".join(s["kinds"]), s["blocks"], s["bytes_allocated"], s["loads"],
             s["stores"], s["bytes"], s["block_bytes_in"], s["block_bytes_out"],
-            s["untouched_blocks"], s["freed_accesses"]] for s in usage.sites[:top]], out)
+            s["untouched_blocks"], s["freed_accesses"], s["allocator_accesses"]]
+           for s in usage.sites[:top]], out)
     _more(usage.sites, top, "sites", out)
     blocks = sorted(usage.blocks, key=lambda b: (-(b["loads"] + b["stores"]), b["id"]))
     print("\n   blocks (by accesses):", file=out)
     table(["block", "size", "loads", "stores", "accessed B", "block in B", "block out B",
-           "after free"],
-          [[b["name"], b["size"], b["loads"], b["stores"], b["bytes"], b["block_bytes_in"],
-            b["block_bytes_out"], b["freed_accesses"]] for b in blocks[:top]], out)
+           "after free", "by allocator", "freed"],
+          [[b["allocated_as"], b["size"], b["loads"], b["stores"], b["bytes"], b["block_bytes_in"],
+            b["block_bytes_out"], b["freed_accesses"], b["allocator_accesses"],
+            "yes" if b["freed"] else ""] for b in blocks[:top]], out)
     _more(blocks, top, "blocks", out)
     untouched = usage.untouched
     if untouched:
         print(f"\n   never touched ({len(untouched)}): " + ", ".join(
-            f"{b['name']} ({b['size']} B)" for b in untouched[:top])
+            f"{b['allocated_as']} ({b['size']} B)" for b in untouched[:top])
             + (" …" if len(untouched) > top else ""), file=out)
     for b in usage.use_after_free[:top]:
         first = b.get("first_freed_access")

@@ -2,7 +2,7 @@
 """The heap block table of a trace directory: one fixed-size row per block
 the allocation tracker saw, in block id order (id N is row N-1).
 
-Files (in ``data/``):
+Files (in ``data/``; their layouts and names: ``format``):
 * ``blocks.bin``: ``BLOCK_DTYPE`` rows.  The tracker appends a row when the
   block is allocated and writes its release fields in place when it is
   freed: the file is complete whenever the tracker has flushed it;
@@ -20,6 +20,7 @@ once freed ``<freed:0014@build_list+39>`` (``<unmap:...>`` for a mapping).
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import struct
@@ -27,29 +28,15 @@ import struct
 import numpy as np
 
 from ..errors import CorruptTraceError
+from .format import (BLOCK_DTYPE, BLOCK_KINDS as KINDS, BLOCK_PART_OF_OFFSET as PART_OF_OFFSET,
+                     BLOCK_RELEASE_OFFSET as RELEASE_OFFSET, BLOCK_SITES_FILE, BLOCKS_FILE,
+                     DATA_DIR, load_allocations_json)
 
-BLOCKS_FILE = "blocks.bin"
-BLOCK_SITES_FILE = "blocks.sites"
-LEGACY_FILE = "allocations.json"
-# the release fields (freed .. freed_order) are contiguous: one write when a block is freed
-BLOCK_DTYPE = np.dtype({
-    "names": ["id", "tid", "site", "part_of", "address", "size", "seq", "order", "kind",
-              "freed", "freed_tid", "freed_seq", "freed_order"],
-    "formats": ["<u4", "<u4", "<u4", "<u4", "<u8", "<u8", "<u8", "<u8", "u1", "u1", "<u4",
-                "<u8", "<u8"],
-    "offsets": [0, 4, 8, 12, 16, 24, 32, 40, 48, 49, 52, 56, 64],
-    "itemsize": 72})
-RELEASE_OFFSET = 49                   # freed, pad, freed_tid, freed_seq, freed_order
-RELEASE_DTYPE = np.dtype({"names": ["freed", "freed_tid", "freed_seq", "freed_order"],
-                          "formats": ["u1", "<u4", "<u8", "<u8"], "offsets": [0, 3, 7, 15],
-                          "itemsize": 23})
-PART_OF_OFFSET = 12
-KINDS = ("malloc", "calloc", "realloc", "new", "memmap", "mremap")
 MAPPING_KINDS = ("memmap", "mremap")  # blocks the program mapped itself (mmap, mremap)
 NO_PART = 0                            # part_of of a block no operator new wrapped
 
 
-_RELEASE = struct.Struct("<B2xIQQ")       # RELEASE_DTYPE, packed
+_RELEASE = struct.Struct("<B2xIQQ")       # format.BLOCK_RELEASE_DTYPE, packed
 _PART_OF = struct.Struct("<I")
 
 
@@ -62,11 +49,10 @@ class BlockTableWriter:
     BUFFER_ROWS = 4096
 
     def __init__(self, directory: str):
-        data = os.path.join(directory, "data")
-        os.makedirs(data, exist_ok=True)
-        self.path = os.path.join(data, BLOCKS_FILE)
+        os.makedirs(os.path.join(directory, DATA_DIR), exist_ok=True)
+        self.path = os.path.join(directory, BLOCKS_FILE)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        self.sites_fd = os.open(os.path.join(data, BLOCK_SITES_FILE),
+        self.sites_fd = os.open(os.path.join(directory, BLOCK_SITES_FILE),
                                 os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC,
                                 0o644)
         self.buffer = np.zeros(self.BUFFER_ROWS, dtype=BLOCK_DTYPE)
@@ -172,7 +158,7 @@ class BlockTable:
 
     @classmethod
     def from_dicts(cls, blocks: list[dict]) -> "BlockTable":
-        kinds, sites = list(KINDS), []
+        kinds, sites = list(KINDS), []  # type: list[str], list[str]
         site_index: dict[str, int] = {}
         rows = np.zeros(len(blocks), dtype=BLOCK_DTYPE)
         for i, b in enumerate(blocks):
@@ -191,14 +177,13 @@ class BlockTable:
 
 def load_block_table(directory: str) -> BlockTable:
     """The block table of a trace directory (empty when it has none)."""
-    data = os.path.join(directory, "data")
-    path = os.path.join(data, BLOCKS_FILE)
+    path = os.path.join(directory, BLOCKS_FILE)
     if not os.path.exists(path):
-        legacy = os.path.join(data, LEGACY_FILE)
-        if not os.path.exists(legacy):
+        legacy = load_allocations_json(directory)
+        if legacy is None:
             return BlockTable(np.zeros(0, dtype=BLOCK_DTYPE), list(KINDS), [])
-        return BlockTable.from_dicts(_load_legacy(legacy))
-    sites_path = os.path.join(data, BLOCK_SITES_FILE)
+        return BlockTable.from_dicts(legacy)
+    sites_path = os.path.join(directory, BLOCK_SITES_FILE)
     try:
         with open(sites_path, encoding="utf-8") as f:
             sites = [json.loads(line) for line in f if line.strip()]
@@ -215,23 +200,37 @@ def load_block_table(directory: str) -> BlockTable:
         last = rows[-1]
         if int(last["id"]) != len(rows) or int(last["kind"]) >= len(kinds) or \
                 int(rows["site"].max()) >= len(sites):
-            raise CorruptTraceError(f"{path}: rows and {BLOCK_SITES_FILE} disagree")
+            raise CorruptTraceError(f"{path}: rows and {os.path.basename(BLOCK_SITES_FILE)} "
+                                    "disagree")
     return BlockTable(rows, kinds, sites)
-
-
-def _load_legacy(path: str) -> list[dict]:
-    try:
-        with open(path) as f:
-            items = json.load(f)
-        for item in items:
-            for key in ("id", "address", "size", "kind", "site"):
-                item[key]  # noqa: B018 - presence check
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptTraceError(f"{path}: corrupt ({exc})") from None
-    return items
 
 
 def load_allocations(directory: str) -> list[dict]:
     """Every block as a dict (id, kind, address, size, site, tid, seq, order,
     freed_seq/freed_tid/freed_order or None, part_of or None, name)."""
     return load_block_table(directory).dicts()
+
+
+class BlockIndex:
+    """Which heap block held an address when event ``order`` happened: the block
+    alive then, else the last one freed before it (a use after free)."""
+
+    def __init__(self, blocks: list[dict]):
+        self.blocks = sorted(blocks, key=lambda b: (b["address"], b["order"]))
+        self.starts = [b["address"] for b in self.blocks]
+        self.max_size = max((b["size"] for b in self.blocks), default=0)
+
+    def find(self, address: int, order: int) -> tuple[dict | None, bool]:
+        i = bisect.bisect_right(self.starts, address) - 1
+        freed_best = None
+        while i >= 0 and self.starts[i] + self.max_size > address:
+            b = self.blocks[i]
+            i -= 1
+            if not b["address"] <= address < b["address"] + max(b["size"], 1) or b["order"] > order:
+                continue
+            freed_at = b.get("freed_order")
+            if freed_at is None or order < freed_at:
+                return b, False
+            if freed_best is None or freed_at > freed_best["freed_order"]:
+                freed_best = b
+        return freed_best, freed_best is not None

@@ -32,13 +32,10 @@ import os
 
 import numpy as np
 
-from ..analysis.replay import EVENT_ACCESS, EVENT_END, FATE_UNMATCHED, FATES
-from ..analysis.segmentation import RECORD_DTYPE, iter_thread_chunks, load_tables
-from ..capture.data import KIND_LOAD
-from .compact import access_chunks, access_files
+from .replay import EVENT_ACCESS, EVENT_END, FATE_UNMATCHED, FATES
+from .segmentation import iter_thread_chunks, load_tables
+from .format import ACCESS_RECORDS, CALL_RECORDS, KIND_LOAD, read_meta
 from .naming import AccessNamer
-from .reader import mapped_rows
-from .store import per_thread_files, read_meta
 
 HISTOGRAM_BINS = 1 << 16
 CHUNK = 1 << 20
@@ -52,8 +49,8 @@ class Clock:
         self.timed = bool(tables.timestamps and tables.tsc_hz)
         self.tsc_hz = tables.tsc_hz or 1.0
         firsts = []
-        for _, path in per_thread_files(directory, "calls", ".rec"):
-            first = np.fromfile(path, dtype=RECORD_DTYPE, count=1)
+        for _, path in CALL_RECORDS.files(directory):
+            first = CALL_RECORDS.read(path, 0, 1)
             if len(first):
                 firsts.append(int(first["tsc"][0]))
         self.origin = min(firsts) if firsts and self.timed else 0
@@ -65,11 +62,11 @@ class Clock:
 def _event_times(directory: str, clock: Clock):
     """Yields arrays of event times (µs) of every call begin and access, thread
     by thread, from the raw files (an access at its previous record's time)."""
-    records = dict(per_thread_files(directory, "calls", ".rec"))
-    accesses = dict(access_files(directory))
+    records = dict(CALL_RECORDS.files(directory))
+    accesses = dict(ACCESS_RECORDS.files(directory))
     for tid in sorted(set(records) | set(accesses)):
-        rec = mapped_rows(records[tid], RECORD_DTYPE) if tid in records else \
-            np.zeros(0, dtype=RECORD_DTYPE)
+        rec = CALL_RECORDS.map(records[tid]) if tid in records else \
+            np.zeros(0, dtype=CALL_RECORDS.dtype)
         n_rec = len(rec)
         for start in range(0, n_rec, CHUNK):
             part = rec[start:start + CHUNK]
@@ -78,7 +75,7 @@ def _event_times(directory: str, clock: Clock):
                 np.flatnonzero(entries).astype(np.float64) + start
         if tid not in accesses:
             continue
-        for rows in access_chunks(directory, accesses[tid], CHUNK):
+        for rows in ACCESS_RECORDS.chunks(accesses[tid], CHUNK):   # a .dat file decoded
             s = rows["seq"].astype(np.int64)
             prev = np.clip(s - 1, 0, max(n_rec - 1, 0))
             if clock.timed:
@@ -138,7 +135,7 @@ def chrome_events(directory: str, max_events: int | None, warn=None):
     command = " ".join(meta.get("command") or []) or f"pid {pid}"
     limit, total = cut_time(directory, clock, max_events) if max_events is not None \
         else (None, None)
-    namer = AccessNamer(directory) if access_files(directory) else None
+    namer = AccessNamer(directory) if ACCESS_RECORDS.files(directory) else None
     yield {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": command}}
     emitted = 0
     current, last = None, 0.0

@@ -3,9 +3,9 @@
 their schemas and writers.  StoreWriter (store_writer.py) fills them; query.py
 reads them with DuckDB.
 
-Layout (``STORE_FORMAT`` 1)::
+Layout (``format.STORE_FORMAT_VERSION`` 2)::
 
-  store/meta.json                 {"format_version": 1, "complete": true|false,
+  store/meta.json                 {"format_version": 2, "complete": true|false,
                                    "tables": {name: {"rows": n, "files": n}},
                                    "tsc_hz": ..., "written_live": [...], ...}
   store/records/tid=<tid>/p<n>.parquet     call records          (written live)
@@ -40,8 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .store_meta import (STORE_DIR, STORE_FORMAT, STORE_META, read_store_meta,  # noqa: F401
-                         store_is_complete, store_path, write_store_meta)
+from .format import store_path
 
 ROW_GROUP_ROWS = 1 << 20
 PART_ROWS = 8 << 20
@@ -66,13 +65,18 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("function", _dict), ("kind", _dict), ("addr", pa.uint64()), ("size", pa.uint16()),
         ("rip", pa.uint64()), ("instruction", _dict), ("symbol", _dict), ("offset", pa.int64()),
         ("variable", _dict), ("region", _dict), ("block", pa.uint32()), ("freed", pa.bool_()),
-        ("first", pa.bool_())]),
+        ("first", pa.bool_()), ("allocator", pa.bool_())]),
     "allocations": pa.schema([
         ("id", pa.uint32()), ("kind", pa.string()), ("name", pa.string()),
         ("address", pa.uint64()), ("size", pa.uint64()), ("site", pa.string()),
         ("tid", pa.int32()), ("seq", pa.int64()), ("order", pa.uint64()),
         ("freed_seq", pa.int64()), ("freed_tid", pa.int32()), ("freed_order", pa.uint64()),
         ("part_of", pa.uint32())]),
+    "block_events": pa.schema([
+        ("tid", pa.int32()), ("pos", pa.int64()), ("seq", pa.int64()), ("order", pa.uint64()),
+        ("kind", pa.string()), ("what", pa.string()), ("rip", pa.uint64()),
+        ("instruction", pa.string()), ("addr", pa.uint64()), ("size", pa.uint64()),
+        ("source", pa.uint64()), ("data", pa.string()), ("source_data", pa.string())]),
     "sites": pa.schema([("site", pa.int32()), ("function", pa.string()), ("kind", pa.string()),
                         ("address", pa.uint64()), ("caller", pa.string())]),
 }

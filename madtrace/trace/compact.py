@@ -1,26 +1,18 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""Compact access records (data/<tid>.dat, hybrid data engine) and their decoding.
+"""Decoding the compact access records (data/<tid>.dat, hybrid data engine).
 
-The file is a sequence of blocks, each one batch the tracer drained: a
-16-byte header (``BLOCK_HEADER``: magic "MTZ1", the records' bytes, the
-block's bytes after the header, the records), then the records compressed
-with zstd (one zstd frame).  A reader stops at an incomplete last block (the
-file is being written).
+Their layout is defined in trace/format.py (COMPACT_DTYPE, COMPACT_BLOCK_HEADER,
+the markers); this module writes the blocks (``encode_block``, for the
+tracer's drain), reads them back and decodes them to access rows.
 
-A record is 16 bytes (``COMPACT_DTYPE``): ``a`` (u64), ``id`` (u32), ``b`` (u32).
-* ``id`` != 0: an access record: ``a`` the address, ``id`` an instruction id of
-  data/instructions.json (the instruction, its operand size, what it does:
-  1 load, 2 store, 3 load then store, ``first``), ``b`` the heap block id with
-  bit 31 set when the block was already freed;
-* ``id`` == 0: a marker: ``b`` = 1 (``MARK_SEQ``): the records that follow
-  have seq ``a`` (call records of the thread before them); ``b`` = 2
-  (``MARK_ORDER``): the next access row has order ``a``.
 Each access record stands for one access row per kind it does among the
 kinds recorded (``kinds`` of data/instructions.json): a read-modify-write is
-two rows, its load then its store, with consecutive orders.
+two rows, its load then its store, with consecutive orders.  A reader stops
+at an incomplete last block (the file is being written).
 
 ``CompactReader(path, table).chunks(chunk_records)`` yields the rows as
-ACCESS_DTYPE arrays, as the fault engine writes them to data/<tid>.acc.
+ACCESS_DTYPE arrays, as the fault engine writes them to data/<tid>.acc;
+everyone else reads both kinds of file through format.ACCESS_RECORDS.
 """
 
 from __future__ import annotations
@@ -31,18 +23,19 @@ from typing import Iterator
 
 import numpy as np
 
-from .access_format import ACCESS_DTYPE
 from ..errors import CorruptTraceError
+from .format import (ACCESS_DTYPE, ACCESS_RECORDS, COMPACT_BLOCK_HEADER, COMPACT_CODEC,
+                     COMPACT_DTYPE, COMPACT_EXTENSION, COMPACT_FREED_BIT, COMPACT_MAGIC,
+                     COMPACT_MARK_ORDER, COMPACT_MARK_SEQ, INSTRUCTION_COLUMNS, INSTRUCTIONS_FILE,
+                     INSTRUCTIONS_FORMAT)
 
-COMPACT_DTYPE = np.dtype([("a", "<u8"), ("id", "<u4"), ("b", "<u4")])
-BLOCK_HEADER = np.dtype([("magic", "<u4"), ("raw", "<u4"), ("packed", "<u4"), ("records", "<u4")])
-MAGIC = 0x315A544D            # "MTZ1"
-CODEC = "zstd"
-DATA_SUFFIX = ".dat"
-MARK_SEQ, MARK_ORDER = 1, 2
-INSTRUCTIONS = "instructions.json"
-FORMAT = 1
-FREED_BIT = 1 << 31
+# the names the tracer's side (capture/data_records.py) writes with
+DATA_SUFFIX = COMPACT_EXTENSION
+BLOCK_HEADER = COMPACT_BLOCK_HEADER
+MAGIC, CODEC = COMPACT_MAGIC, COMPACT_CODEC
+MARK_SEQ, MARK_ORDER = COMPACT_MARK_SEQ, COMPACT_MARK_ORDER
+FREED_BIT = COMPACT_FREED_BIT
+FORMAT = INSTRUCTIONS_FORMAT
 _ROWS = np.array([0, 1, 1, 2], dtype=np.int64)       # rows of a record, by kind
 
 
@@ -60,7 +53,7 @@ class InstructionColumns:
 
     @classmethod
     def load(cls, directory: str) -> "InstructionColumns":
-        path = os.path.join(directory, "data", INSTRUCTIONS)
+        path = os.path.join(directory, INSTRUCTIONS_FILE)
         try:
             with open(path) as f:
                 data = json.load(f)
@@ -103,10 +96,10 @@ def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
 
 
 def write_instructions(directory: str, rows: list, kinds: int) -> None:
-    path = os.path.join(directory, "data", INSTRUCTIONS)
+    path = os.path.join(directory, INSTRUCTIONS_FILE)
     with open(path + ".part", "w") as f:
         json.dump({"format": FORMAT, "kinds": kinds,
-                   "columns": ["rip", "size", "kind", "ilen", "first", "path"], "rows": rows}, f)
+                   "columns": list(INSTRUCTION_COLUMNS), "rows": rows}, f)
     os.replace(path + ".part", path)
 
 
@@ -126,7 +119,8 @@ class CompactReader:
         chunks of about ``chunk_rows``."""
         pending: list[np.ndarray] = []
         size = 0
-        for self.offset, records in iter_blocks(self.path, self.offset):
+        for offset, records in iter_blocks(self.path, self.offset):
+            self.offset = offset
             rows = self.decode(records)
             if len(rows):
                 pending.append(rows)
@@ -177,35 +171,11 @@ class CompactReader:
 
 
 # ------------------------------------------------------- a trace's access files
-def access_files(directory: str) -> list[tuple[int, str]]:
-    """(tid, path) of each thread's access file: data/<tid>.acc (ACCESS_DTYPE rows,
-    the fault engine's) or data/<tid>.dat (compact records, the hybrid engine's)."""
-    from .store import per_thread_files
-    return sorted(per_thread_files(directory, "data", ".acc") +
-                  per_thread_files(directory, "data", DATA_SUFFIX))
-
-
-def access_chunks(directory: str, path: str, chunk_rows: int = 1 << 20) -> Iterator[np.ndarray]:
-    """The access rows (ACCESS_DTYPE) of one access file, in order, in chunks."""
-    if path.endswith(DATA_SUFFIX):
-        yield from CompactReader(path, InstructionColumns.load(directory)).chunks(chunk_rows)
-        return
-    size = os.path.getsize(path)
-    if size % ACCESS_DTYPE.itemsize:
-        raise CorruptTraceError(f"{path}: size {size} is not a multiple of {ACCESS_DTYPE.itemsize}")
-    with open(path, "rb") as f:
-        while True:
-            chunk = np.fromfile(f, dtype=ACCESS_DTYPE, count=chunk_rows)
-            if not len(chunk):
-                return
-            yield chunk
-
-
-def access_count(directory: str, path: str) -> int:
-    """How many access rows one access file holds (decodes a compact file)."""
-    if path.endswith(DATA_SUFFIX):
-        return sum(len(rows) for rows in access_chunks(directory, path))
-    return os.path.getsize(path) // ACCESS_DTYPE.itemsize
+def compact_chunks(path: str, chunk_rows: int = 1 << 20) -> Iterator[np.ndarray]:
+    """The access rows (ACCESS_DTYPE) of one compact file data/<tid>.dat, in
+    order, in chunks (format.ACCESS_RECORDS.chunks reads a .dat file with it)."""
+    directory = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    yield from CompactReader(path, InstructionColumns.load(directory)).chunks(chunk_rows)
 
 
 def record_count(path: str) -> int:
@@ -232,8 +202,8 @@ class SeqFollower:
 
     def __init__(self, directory: str, tid: int):
         self.directory = directory
-        self.acc = os.path.join(directory, "data", f"{tid}.acc")
-        self.dat = os.path.join(directory, "data", f"{tid}{DATA_SUFFIX}")
+        self.acc = ACCESS_RECORDS.path(directory, tid)
+        self.dat = ACCESS_RECORDS.compact_path(directory, tid)
         self.reader: CompactReader | None = None
         self.base = 0                              # row index of seqs[0]
         self.pending = np.zeros(0, dtype=np.uint64)

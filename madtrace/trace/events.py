@@ -5,16 +5,12 @@ them: accesses (data/<tid>.acc, read in chunks) and allocation events
 from __future__ import annotations
 
 import heapq
-import json
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import CorruptTraceError
-from .access_format import ACCESS_DTYPE
-from .compact import access_chunks, access_files
-from .blocks import load_block_table
+from .blocks import load_allocations
+from .format import ACCESS_RECORDS
 
 
 @dataclass(frozen=True)
@@ -26,33 +22,10 @@ class AllocEvent:
 
 
 def load_accesses(directory: str) -> dict[int, np.ndarray]:
-    out = {}
-    for tid, path in access_files(directory):
-        chunks = list(access_chunks(directory, path))
-        out[tid] = np.concatenate(chunks) if chunks else np.zeros(0, dtype=ACCESS_DTYPE)
-    return out
-
-
-def load_data_list(directory: str, name: str, keys: tuple[str, ...]) -> list[dict]:
-    """The JSON list data/<name> (empty if the file is missing), each item
-    checked for ``keys`` (CorruptTraceError otherwise)."""
-    path = os.path.join(directory, "data", name)
-    if not os.path.exists(path):
-        return []
-    try:
-        with open(path) as f:
-            items = json.load(f)
-        for item in items:
-            for key in keys:
-                item[key]  # noqa: B018 - presence check
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptTraceError(f"{path}: corrupt ({exc})") from None
-    return items
-
-
-def load_allocations(directory: str) -> list[dict]:
-    """Every heap block of the trace as a dict (trace/blocks.py)."""
-    return load_block_table(directory).dicts()
+    """Every thread's accesses, whole (tests and small traces)."""
+    return {tid: np.concatenate(list(ACCESS_RECORDS.chunks(path, 1 << 20)) or
+                                [np.zeros(0, ACCESS_RECORDS.dtype)])
+            for tid, path in ACCESS_RECORDS.files(directory)}
 
 
 # MadT's event letters: M malloc (and C++ new), C calloc, R realloc, P mmap, E mremap;
@@ -76,7 +49,8 @@ def ordered_events(directory: str, chunk_rows: int = 1 << 16):
                                      _RELEASE_KIND.get(block["kind"], "F"), block)))
     items.sort(key=lambda item: item[0])
     # merge: accesses of all threads by order, with allocation events in between
-    streams = {tid: access_chunks(directory, path, chunk_rows) for tid, path in access_files(directory)}
+    streams = {tid: ACCESS_RECORDS.chunks(path, chunk_rows)
+               for tid, path in ACCESS_RECORDS.files(directory)}
     current: dict[int, tuple[np.ndarray, int]] = {}
     heads: list[tuple[int, int]] = []
     for tid, chunks in streams.items():

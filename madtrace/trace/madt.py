@@ -21,13 +21,15 @@ from __future__ import annotations
 import re
 
 from ..binary.address_space import AddressSpace
+from .blocks import block_name
 
 LINE = re.compile(r"^(?P<kind>[LSYWGMCPREFU])(?P<mode>[$#])(?P<thread>\d+):(?P<body>.*)$")
 
 
 def data_symbol(space: AddressSpace, address: int, block: dict | None, freed: bool) -> str:
     if block is not None:
-        name = f"<freed:{block['id']:04d}@{block['site']}>" if freed else block["name"]
+        # the block's name when the access happened, not at the end of the recording
+        name = block_name(block["kind"], block["id"], block["site"], freed)
         return f"{name}+{address - block['address']}"
     module = space.module_for(address)
     if module is not None:

@@ -20,10 +20,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..binary.address_space import AddressSpace
 from ..binary.dwarf_vars import describe_in_variable
+from ..binary.maps import parse_maps
 from .blocks import block_name, load_block_table
+from .format import last_maps_text
 
 OBJECT_KINDS = ("OBJECT", "COMMON", "TLS")
+
+
+def address_space_of(directory: str) -> AddressSpace:
+    """The modules and mappings of the traced process, from the last memory
+    map the trace saved and the ELF files it names (read where they are)."""
+    text = last_maps_text(directory)
+    return AddressSpace.from_maps(parse_maps(text) if text is not None else [])
 
 
 class Intervals:
@@ -60,7 +70,6 @@ class Intervals:
 class AccessNamer:
     def __init__(self, directory: str, space=None):
         if space is None:
-            from ..analysis.segments import address_space_of
             space = address_space_of(directory)
         self.space = space
         self._code_names: dict[int, str] = {}

@@ -16,6 +16,9 @@ import json
 import os
 import sys
 
+from ..errors import CorruptTraceError
+from .format import META_FILE, STORE_DIR, load_functions
+
 _noted: set[str] = set()
 
 
@@ -48,7 +51,7 @@ def last_write(directory: str) -> float:
     """When the recording last wrote to the directory (the end of what is known)."""
     latest = os.path.getmtime(directory)
     for folder, _dirs, names in os.walk(directory):
-        if os.path.basename(folder) == "store":
+        if os.path.basename(folder) == STORE_DIR:
             continue
         for name in names:
             try:
@@ -61,9 +64,10 @@ def last_write(directory: str) -> float:
 def recovered_calls(directory: str) -> dict[str, int]:
     """Calls per function from the call records on disk (entries, as the tracer counts)."""
     try:
-        with open(os.path.join(directory, "functions.json")) as f:
-            tables = json.load(f)
-    except (OSError, ValueError):
+        tables = load_functions(directory)
+    except CorruptTraceError:
+        return {}
+    if tables is None:
         return {}
     from .reader import entry_counts
     sites = tables.get("sites", [])
@@ -72,3 +76,30 @@ def recovered_calls(directory: str) -> dict[str, int]:
     for site in sites:
         counts[site["function"]] = counts.get(site["function"], 0) + int(per_site[site["sid"]])
     return counts
+
+
+def unfinished(directory: str) -> bool:
+    """Whether the recording of ``directory`` never wrote its end (its tracer is
+    still running or was killed): its lists may end mid-item."""
+    try:
+        with open(os.path.join(directory, META_FILE)) as f:
+            return json.load(f).get("outcome") == "running"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def list_prefix(text: str) -> list:
+    """The complete items of a JSON list cut short (``[{...},{...},{..``)."""
+    decoder = json.JSONDecoder()
+    items: list = []
+    at = text.find("[") + 1
+    if at <= 0:
+        return items
+    while True:
+        while at < len(text) and text[at] in " \n\r\t,":
+            at += 1
+        try:
+            item, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return items
+        items.append(item)

@@ -11,10 +11,13 @@ and returns a DuckDB connection with these views (README "madtrace query"):
 * ``accesses``    one row per data access, named (columnar.py), plus
                   ``data`` (variable, else symbol+offset, else region+offset)
 * ``allocations`` one row per heap block
+* ``block_events`` MadT's Y/W/G events (memcpy, memset, system calls moving
+                  traced memory), named like accesses (store_block_events.py);
+                  ``pos``: that of the event that follows it in ``events``
 * ``events``      records and accesses of each thread merged in exact order:
-                  ``ORDER BY tid, pos``; type 'entry'/'exit' (records, with
-                  the site's function) or 'L'/'S' (accesses, with the function
-                  of the innermost call)
+                  ``ORDER BY tid, pos`` (pos 0, 1, 2...); type 'entry'/'exit'
+                  (records, with the site's function) or 'L'/'S' (accesses, with
+                  the function of the innermost call)
 """
 
 from __future__ import annotations
@@ -22,9 +25,8 @@ from __future__ import annotations
 import os
 
 from ..errors import CorruptTraceError
-from .columnar import PER_THREAD, TABLES, read_store_meta, store_path
-from .compact import access_files
-from .store import per_thread_files
+from .columnar import PER_THREAD, TABLES
+from .format import ACCESS_RECORDS, CALL_RECORDS, read_store_meta, store_path
 from .store_writer import ensure_store
 
 
@@ -45,7 +47,7 @@ def connect(directory: str, out=None):
     try:
         return _connect(directory, out)
     except duckdb.Error as exc:
-        if not (per_thread_files(directory, "calls", ".rec") or access_files(directory)):
+        if not (CALL_RECORDS.files(directory) or ACCESS_RECORDS.files(directory)):
             raise CorruptTraceError(f"the store of {directory} is corrupt ({first_line(exc)}) and "
                                     "the trace files to rebuild it from are gone") from None
         if out is not None:
@@ -80,6 +82,7 @@ def _connect(directory: str, out=None):
     con.execute(f"CREATE VIEW records AS SELECT * FROM {raw['records']}")
     con.execute(f"CREATE VIEW sites AS SELECT * FROM {raw['sites']}")
     con.execute(f"CREATE VIEW allocations AS SELECT * FROM {raw['allocations']}")
+    con.execute(f"CREATE VIEW block_events AS SELECT * FROM {raw['block_events']}")
     con.execute(f"CREATE VIEW calls AS SELECT *, {duration} AS duration_ns FROM {raw['calls']}")
     con.execute(
         "CREATE VIEW accesses AS SELECT *, pos - seq AS access_index, "

@@ -8,19 +8,17 @@ so they are not written live (columnar.py has the layout)."""
 
 from __future__ import annotations
 
-import json
-import os
-
 import numpy as np
 import pyarrow as pa
 
-from ..analysis.replay import EVENT_ACCESS, FATES
-from ..analysis.segmentation import iter_thread_chunks, load_tables
-from ..capture.data import KIND_LOAD
+from .allocator_calls import AllocatorCalls
+from .replay import EVENT_ACCESS, FATES
+from .segmentation import iter_thread_chunks, load_tables
 from .columnar import Flusher, PartWriter, dictionary_column
-from .compact import access_files
 from .blocks import block_name, load_block_table
+from .format import ACCESS_RECORDS, KIND_LOAD, load_functions
 from .naming import AccessNamer
+from .store_block_events import write_block_events
 
 ACCESS_KINDS = ["L", "S"]
 
@@ -42,7 +40,8 @@ def calls_columns(segments: np.ndarray, names: list[str]) -> dict:
         "bytes_self": s["bytes_self"], "bytes_incl": s["bytes_incl"]}
 
 
-def access_columns(chunk, names: list[str], namer: AccessNamer) -> dict:
+def access_columns(chunk, names: list[str], namer: AccessNamer,
+                   allocator_calls: AllocatorCalls | None = None) -> dict:
     acc = chunk.accesses
     events = chunk.events[chunk.events["type"] == EVENT_ACCESS]
     n = len(acc)
@@ -59,7 +58,10 @@ def access_columns(chunk, names: list[str], namer: AccessNamer) -> dict:
         "symbol": dictionary_column(*data["symbol"]), "offset": data["offset"],
         "variable": dictionary_column(*data["variable"]),
         "region": dictionary_column(*data["region"]),
-        "block": acc["block"], "freed": acc["freed"] != 0, "first": acc["first"] != 0}
+        "block": acc["block"], "freed": acc["freed"] != 0, "first": acc["first"] != 0,
+        # made by the allocator itself (its thread inside malloc, free...)
+        "allocator": allocator_calls.inside(chunk.tid, acc["order"]) if allocator_calls
+        is not None else np.zeros(n, dtype=bool)}
 
 
 def _column(values: list, type_: pa.DataType) -> pa.Array:
@@ -79,7 +81,7 @@ def write_allocations(directory: str, batch_rows: int = 1 << 18) -> int:
             kinds[rows["kind"]].tolist(), rows["id"].tolist(), sites[rows["site"]].tolist(),
             freed.tolist())]
 
-        def released(column, type_):
+        def released(column, type_, rows=rows, freed=freed):
             return pa.array(rows[column], type=type_, mask=~freed)
 
         writer.write({"id": rows["id"], "kind": pa.array(kinds[rows["kind"]], type=pa.string()),
@@ -99,11 +101,8 @@ def write_allocations(directory: str, batch_rows: int = 1 << 18) -> int:
 
 def write_sites(directory: str) -> int:
     writer = PartWriter(directory, "sites")
-    path = os.path.join(directory, "functions.json")
-    sites = []
-    if os.path.exists(path):
-        with open(path) as f:
-            sites = json.load(f).get("sites", [])
+    doc = load_functions(directory)
+    sites = doc.get("sites", []) if doc is not None else []
     if sites:
         writer.write({"site": _column([s["sid"] for s in sites], pa.int32()),
                       "function": _column([s["function"] for s in sites], pa.string()),
@@ -116,10 +115,10 @@ def write_sites(directory: str) -> int:
 
 
 def write_final_tables(directory: str, progress=None) -> dict[str, int]:
-    """calls, accesses, allocations and sites; returns the rows of each.
+    """calls, accesses, allocations, sites and block events; returns the rows of each.
     ``progress(events_done)`` is called after each chunk."""
     tables = load_tables(directory, required=False)
-    namer = AccessNamer(directory) if access_files(directory) else None
+    namer = AccessNamer(directory) if ACCESS_RECORDS.files(directory) else None
     rows = {"calls": 0, "accesses": 0}
     written: set[str] = set()      # tables with at least one file
     flusher = Flusher()
@@ -132,12 +131,14 @@ def write_final_tables(directory: str, progress=None) -> dict[str, int]:
             PartWriter(directory, table, 0).ensure_file()
     rows["allocations"] = write_allocations(directory)
     rows["sites"] = write_sites(directory)
+    rows["block_events"] = write_block_events(directory, namer)
     return rows
 
 
 def _write_threads(directory, tables, namer, flusher, rows, written, progress) -> None:
     """calls and accesses of every thread, in one segmentation pass."""
     names = tables.names
+    allocator_calls = AllocatorCalls.load(directory)
     writers: dict[str, PartWriter] = {}
     done_before = 0
     for chunk in iter_thread_chunks(directory, tables=tables):
@@ -146,7 +147,7 @@ def _write_threads(directory, tables, namer, flusher, rows, written, progress) -
         if len(chunk.segments):
             writers["calls"].write(calls_columns(chunk.segments, names))
         if len(chunk.accesses):
-            writers["accesses"].write(access_columns(chunk, names, namer))
+            writers["accesses"].write(access_columns(chunk, names, namer, allocator_calls))
         done = chunk.record_start + len(chunk.records) + chunk.access_start + len(chunk.accesses)
         if progress is not None:
             progress(done_before + done)

@@ -30,12 +30,10 @@ import threading
 
 import numpy as np
 
-from ..analysis.segmentation import RECORD_DTYPE
-from .compact import SeqFollower, access_files, record_count
-from .store_meta import (STORE_FORMAT, read_store_meta, store_is_complete, store_path,
-                         write_store_meta)
-from .store import per_thread_files
+from .compact import SeqFollower, record_count
 from ..progress import Progress
+from .format import (ACCESS_RECORDS, CALL_RECORDS, STORE_FORMAT_VERSION, load_functions,
+                     read_store_meta, store_is_complete, store_path, write_store_meta)
 
 BATCH_ROWS = 1 << 19
 # events a recording converts before it ends; a longer conversion waits for first use
@@ -45,11 +43,6 @@ LIVE_INTERVAL = 0.25
 NICE = 10
 
 
-def _rows(path: str, dtype: np.dtype) -> int:
-    try:
-        return os.path.getsize(path) // dtype.itemsize
-    except OSError:
-        return 0
 
 
 class RecordFollower:
@@ -58,15 +51,15 @@ class RecordFollower:
     def __init__(self, directory: str, tid: int, flusher=None):
         from .columnar import PartWriter     # pyarrow: imported by the thread that writes
         self.tid = tid
-        self.rec_path = os.path.join(directory, "calls", f"{tid}.rec")
-        self.acc = SeqFollower(directory, tid)
+        self.rec_path = CALL_RECORDS.path(directory, tid)
+        self.acc = SeqFollower(directory, tid)    # data/<tid>.acc, or a .dat decoded as it grows
         self.writer = PartWriter(directory, "records", tid, flusher)
         self.records = 0      # records written
         self.accesses = 0     # accesses before the next record
 
     def step(self, final: bool, accesses_possible, min_rows: int) -> int:
         """Write the next batch of records that can be placed; returns how many."""
-        n_rec = _rows(self.rec_path, RECORD_DTYPE)
+        n_rec = CALL_RECORDS.rows(self.rec_path)
         n_acc = self.acc.count()
         limit = n_rec
         if not final and accesses_possible():      # asked after the sizes were read
@@ -76,8 +69,7 @@ class RecordFollower:
         p1 = min(limit, p0 + BATCH_ROWS)
         if p1 <= p0 or (not final and p1 - p0 < min_rows):
             return 0
-        records = np.fromfile(self.rec_path, dtype=RECORD_DTYPE, count=p1 - p0,
-                              offset=p0 * RECORD_DTYPE.itemsize)
+        records = CALL_RECORDS.read(self.rec_path, p0, p1 - p0)
         before = self._accesses_before(p0, p1, n_acc)
         seq = np.arange(p0, p1, dtype=np.int64)
         self.writer.write({"pos": seq + before, "seq": seq, "tsc": records["tsc"],
@@ -157,7 +149,7 @@ class StoreWriter:
 
     def _pass(self, final: bool, progress=None) -> int:
         written = 0
-        for tid, _path in per_thread_files(self.directory, "calls", ".rec"):
+        for tid, _path in CALL_RECORDS.files(self.directory):
             follower = self.followers.get(tid)
             if follower is None:
                 follower = self.followers[tid] = RecordFollower(self.directory, tid,
@@ -196,9 +188,9 @@ class StoreWriter:
             self._thread = None
 
     def _captured_events(self) -> int:
-        return sum(_rows(p, RECORD_DTYPE) for _, p in
-                   per_thread_files(self.directory, "calls", ".rec")) + \
-            sum(record_count(p) for _, p in access_files(self.directory))
+        # compact files: their access records from the block headers (a cheap estimate)
+        return CALL_RECORDS.total_rows(self.directory) + \
+            sum(record_count(p) for _, p in ACCESS_RECORDS.files(self.directory))
 
     def finish(self, out=sys.stderr) -> dict:
         """Every file is complete: write the rest, then the final tables.
@@ -216,8 +208,7 @@ class StoreWriter:
                 print(f"madtrace: store: writing while the target ran failed ({self.error}); "
                       "writing it again", file=out, flush=True)
             return build_store(self.directory, out)
-        records_total = sum(_rows(p, RECORD_DTYPE) for _, p in
-                            per_thread_files(self.directory, "calls", ".rec"))
+        records_total = CALL_RECORDS.total_rows(self.directory)
         pending = records_total - sum(f.records for f in self.followers.values())
         total = self._captured_events()
         if defer_above is not None and total > defer_above:
@@ -251,13 +242,10 @@ class StoreWriter:
 
 
 def _clock(directory: str) -> dict:
-    import json
-    try:
-        with open(os.path.join(directory, "functions.json")) as f:
-            doc = json.load(f)
-        return {"timestamps": bool(doc.get("timestamps", True)), "tsc_hz": doc.get("tsc_hz")}
-    except (OSError, ValueError):
+    doc = load_functions(directory)
+    if doc is None:
         return {"timestamps": False, "tsc_hz": None}
+    return {"timestamps": bool(doc.get("timestamps", True)), "tsc_hz": doc.get("tsc_hz")}
 
 
 def build_store(directory: str, out=sys.stderr) -> dict:
@@ -280,8 +268,8 @@ def ensure_store(directory: str, out=sys.stderr) -> None:
         raise StoreError(f"cannot write the store of {directory}: {exc.strerror or exc}") from None
     if out is not None:
         why = "has none" if meta is None else (
-            f"is of format {meta.get('format_version')}, not {STORE_FORMAT}"
-            if meta.get("format_version") != STORE_FORMAT else "is incomplete")
+            f"is of format {meta.get('format_version')}, not {STORE_FORMAT_VERSION}"
+            if meta.get("format_version") != STORE_FORMAT_VERSION else "is incomplete")
         print(f"madtrace: building the store of {directory} (it {why})", file=out, flush=True)
     try:
         build_store(directory, out)

@@ -45,7 +45,7 @@ from capstone import CS_GRP_BRANCH_RELATIVE, CS_GRP_CALL, CS_GRP_JUMP, CS_GRP_RE
 from capstone import x86_const as X
 
 from .decode import capstone_detail
-from .encode import HIGH_BYTE, REG, lea, lea_rip, lea_rsp, load, load_rip, load_rsp, movabs, \
+from .copy_encode import HIGH_BYTE, REG, lea, lea_rip, lea_rsp, load, load_rip, load_rsp, movabs, \
     parent64, rebase_operand, rip_displaced, store_rsp
 from .memops import MemInstruction, memory_accesses
 from .redirect import redirectable

@@ -47,10 +47,11 @@ from capstone import x86_const as X
 
 from .callsites import _branches
 from .decode import as_buffer, decode_one, sweep
+from .encode import encode_call, encode_jmp
+from .encode import rel32 as _rel32
 
 __all__ = ["Relocation", "Refusal", "relocate_entry", "encode_jmp", "encode_call", "decode_one"]
 
-_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 _REFUSED_IDS = {X.X86_INS_UD2: "ud2", X.X86_INS_UD1: "ud1", X.X86_INS_UD0: "ud0",
                 X.X86_INS_HLT: "hlt", X.X86_INS_XBEGIN: "xbegin (relative abort target)",
                 X.X86_INS_XABORT: "xabort"}
@@ -81,22 +82,6 @@ class Refusal:
     def __str__(self) -> str:
         return self.reason
 
-
-def _rel32(src_end: int, dst: int) -> bytes | None:
-    d = dst - src_end
-    if not _I32_MIN <= d <= _I32_MAX:
-        return None
-    return d.to_bytes(4, "little", signed=True)
-
-
-def encode_jmp(src: int, dst: int) -> bytes | None:
-    r = _rel32(src + 5, dst)
-    return None if r is None else b"\xE9" + r
-
-
-def encode_call(src: int, dst: int) -> bytes | None:
-    r = _rel32(src + 5, dst)
-    return None if r is None else b"\xE8" + r
 
 
 def _relocate_branch(insn, raw: bytes, at: int):

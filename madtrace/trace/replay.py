@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""The frame rules of the call records (madtrace/analysis/replay.c), through ctypes.
+"""The frame rules of the call records (madtrace/trace/replay.c), through ctypes.
 
 ``ThreadReplay`` replays one thread: call records and data accesses go in (in
 chunks, in any sizes), an ordered stream of events (``EVENT_DTYPE``: BEGIN,
 END, ACCESS) and one segment row per ended call (``SEGMENT_DTYPE``) come out.
 The rules themselves are described in replay.c and in calltree.py's
 docstring; this module only moves arrays.  Use
-:mod:`madtrace.analysis.segmentation`, which drives it over a trace directory.
+:mod:`madtrace.trace.segmentation`, which drives it over a trace directory.
 """
 
 from __future__ import annotations

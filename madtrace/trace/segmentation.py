@@ -71,18 +71,16 @@ chunk_rows=chunk_rows)``.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Iterator
 
 import numpy as np
 
-from ..capture.data import ACCESS_DTYPE
 from ..errors import CorruptTraceError
-from ..trace.compact import access_files
-from ..trace.reader import iter_access_chunks, iter_call_chunks
-from ..trace.store import per_thread_files
+from .format import (ACCESS_DTYPE, ACCESS_RECORDS, CALL_RECORDS, FUNCTIONS_FILE,
+                            RECORD_DTYPE, load_functions)
+from .reader import iter_access_chunks, iter_call_chunks
 from .replay import (EVENT_ACCESS, EVENT_BEGIN, EVENT_DTYPE, EVENT_END, FATES, KIND_CALL,
                      KIND_ENTRY, KIND_ROOT, KIND_TAIL_ENCLOSED, KIND_TAIL_FREE, NO_EXIT,
                      SEGMENT_DTYPE, ThreadReplay)
@@ -92,9 +90,6 @@ __all__ = ["CallTables", "load_tables", "thread_files", "SegmentChunk", "iter_th
            "EVENT_DTYPE", "SEGMENT_DTYPE", "FATES", "KIND_CALL", "KIND_ENTRY", "KIND_ROOT",
            "KIND_TAIL_ENCLOSED", "KIND_TAIL_FREE", "NO_EXIT"]
 
-RECORD_DTYPE = np.dtype([("tsc", "<u8"), ("code", "<u4"), ("rsp", "<u4")])
-FUNCTIONS_FILE = "functions.json"
-CALLS_DIR = "calls"
 DEFAULT_CHUNK_ROWS = 1 << 18
 SITE_KINDS = {"call": KIND_CALL, "entry": KIND_ENTRY, "tail": KIND_TAIL_FREE}
 _EMPTY_ACCESSES = np.zeros(0, dtype=ACCESS_DTYPE)
@@ -131,16 +126,12 @@ def load_tables(directory: str, required: bool = True) -> CallTables:
     path = os.path.join(directory, FUNCTIONS_FILE)
     if not os.path.isdir(directory):
         raise CorruptTraceError(f"{directory}: no such trace directory")
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except FileNotFoundError:
+    doc = load_functions(directory)
+    if doc is None:
         if not required and not thread_files(directory):
             return empty_tables()
         raise CorruptTraceError(f"{directory}: no {FUNCTIONS_FILE} "
-                                "(recorded without function tracing?)") from None
-    except (OSError, ValueError) as exc:
-        raise CorruptTraceError(f"{path}: unreadable ({exc})".replace("\n", " ")) from None
+                                "(recorded without function tracing?)")
     try:
         names: list[str] = []
         fids: dict[str, int] = {}
@@ -185,7 +176,7 @@ def load_tables(directory: str, required: bool = True) -> CallTables:
 
 def thread_files(directory: str) -> list[tuple[int, str]]:
     """(tid, path) of every calls/<tid>.rec, by tid."""
-    return per_thread_files(directory, CALLS_DIR, ".rec")
+    return CALL_RECORDS.files(directory)
 
 
 def check_codes(tables: CallTables, chunk: np.ndarray, path: str, start: int) -> None:
@@ -267,7 +258,7 @@ def iter_thread_chunks(directory: str, *, accesses: bool = True,
     record_paths = dict(thread_files(directory))
     tids = set(record_paths)
     if accesses:
-        tids |= {t for t, _ in access_files(directory)}
+        tids |= {t for t, _ in ACCESS_RECORDS.files(directory)}
     next_call = 0
     for tid in sorted(tids):
         replay = ThreadReplay(tables.code_fid, tables.code_exit, tables.code_kind,

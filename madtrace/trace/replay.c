@@ -4,7 +4,7 @@
  * which dynamic call every call record and every data access belongs to.
  *
  * Input, per thread and in order: call records (u64 tsc, u32 code, u32 rsp
- * relative to the thread's first record, see madtrace/analysis/segmentation.py)
+ * relative to the thread's first record, see madtrace/trace/segmentation.py)
  * and the "seq" (and size) of each data access (the access lies between
  * record seq-1 and record seq).  Output: one ordered stream of events,
  * BEGIN (an entry record opened a call), END (a call closed: completed by its
@@ -26,7 +26,7 @@
  *  - a frame closed without its own exit record was unwound (longjmp) if it is
  *    a call or entry frame, completed if it is a free tail frame.
  *
- * Called through ctypes by madtrace/analysis/replay.py only; built by the
+ * Called through ctypes by madtrace/trace/replay.py only; built by the
  * Makefile into build/native/libmtreplay.so.
  */
 #include <stddef.h>

@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The store's ``block_events`` table: MadT's Y/W/G events (memcpy/memmove
+``Y``, memset and system calls that wrote traced memory ``W``, system calls
+that read it ``G``; data/block_events.json), one row each, named like the
+accesses: the heap block that held the address when the event happened
+(``<malloc0014@build_list+39>+8``, ``<freed:...>`` after its release), else
+the variable or symbol, else the region.
+
+``pos`` places an event among its thread's records and accesses: the
+``pos`` (in the ``events`` view) of the first access after it, or of the
+call record after it when no access of the thread comes between them;
+``order`` is the tracer's total order of accesses, allocations and block
+events.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from .blocks import BlockIndex, block_name, load_allocations
+from .columnar import PartWriter
+from .format import load_block_events
+from .naming import AccessNamer
+from .reader import iter_access_chunks
+
+
+def write_block_events(directory: str, namer: AccessNamer | None) -> int:
+    events = sorted(load_block_events(directory), key=lambda e: (int(e["tid"]), int(e["order"])))
+    writer = PartWriter(directory, "block_events")
+    if events:
+        namer = namer or AccessNamer(directory)
+        blocks = BlockIndex(load_allocations(directory))
+        tids = np.array([int(e["tid"]) for e in events], dtype=np.int64)
+        orders = np.array([int(e["order"]) for e in events], dtype=np.uint64)
+        seqs = np.array([int(e.get("seq", 0)) for e in events], dtype=np.int64)
+        before = _accesses_before(directory, tids, orders)
+        addresses = np.array([int(e["address"]) for e in events], dtype=np.uint64)
+        sources = [e.get("source") for e in events]
+        rips = np.array([int(e.get("rip", 0)) for e in events], dtype=np.uint64)
+        codes, names = namer.code_names(rips)
+        writer.write({
+            "tid": tids.astype(np.int32), "pos": seqs + before, "seq": seqs, "order": orders,
+            "kind": pa.array([e["kind"] for e in events], type=pa.string()),
+            "what": pa.array([e.get("what") for e in events], type=pa.string()),
+            "rip": rips, "instruction": pa.array([names[c] for c in codes.tolist()],
+                                                 type=pa.string()),
+            "addr": addresses, "size": np.array([int(e["size"]) for e in events], dtype=np.uint64),
+            "source": pa.array(sources, type=pa.uint64()),
+            "data": pa.array(_names(namer, blocks, addresses, orders), type=pa.string()),
+            "source_data": pa.array(_source_names(namer, blocks, sources, orders),
+                                    type=pa.string())})
+    writer.close()
+    writer.ensure_file()
+    return writer.rows
+
+
+def _accesses_before(directory: str, tids: np.ndarray, orders: np.ndarray) -> np.ndarray:
+    """Per event (sorted by tid, order): its thread's accesses with a smaller order."""
+    out = np.zeros(len(tids), dtype=np.int64)
+    for tid in np.unique(tids).tolist():
+        mine = np.flatnonzero(tids == tid)
+        wanted = orders[mine]
+        for _, chunk in iter_access_chunks(directory, tid):
+            out[mine] += np.searchsorted(np.sort(chunk["order"]), wanted, side="left")
+    return out
+
+
+def _names(namer: AccessNamer, blocks: BlockIndex, addresses: np.ndarray,
+           orders: np.ndarray) -> list[str]:
+    """The name of each address when its event happened (heap block, variable,
+    symbol or region, + offset)."""
+    names = namer.data_names(addresses, np.zeros(len(addresses), dtype=np.uint32),
+                             np.zeros(len(addresses), dtype=np.uint8))
+    sym_codes, sym_names = names["symbol"]
+    var_codes, var_names = names["variable"]
+    reg_codes, reg_names = names["region"]
+    out = []
+    for i, (s, v, r, off) in enumerate(zip(sym_codes.tolist(), var_codes.tolist(),
+                                           reg_codes.tolist(), names["offset"].tolist())):
+        block, freed = blocks.find(int(addresses[i]), int(orders[i]))
+        if block is not None:
+            out.append(f"{block_name(block['kind'], block['id'], block['site'], freed)}"
+                       f"+{int(addresses[i]) - block['address']}")
+        elif v >= 0:
+            out.append(var_names[v])
+        elif s >= 0:
+            out.append(f"{sym_names[s]}+{off}")
+        else:
+            out.append(f"{reg_names[r]}+{off}")
+    return out
+
+
+def _source_names(namer, blocks, sources: list, orders: np.ndarray) -> list[str | None]:
+    given = [i for i, s in enumerate(sources) if s is not None]
+    out: list[str | None] = [None] * len(sources)
+    if given:
+        named = _names(namer, blocks, np.array([int(sources[i]) for i in given], dtype=np.uint64),
+                       orders[given])
+        for i, name in zip(given, named):
+            out[i] = name
+    return out
