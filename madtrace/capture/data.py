@@ -341,15 +341,6 @@ class DataEngine:
             self.freed_accesses += program
             self.allocator_freed_accesses += allocator
 
-    def count_thread_freed(self, tid: int, freed: int) -> None:
-        """``freed`` accesses of thread ``tid`` to freed blocks (the hybrid drain's
-        count): the allocator's while the thread is inside an allocator call."""
-        if freed and self.alloc is not None:
-            if tid in self.alloc.inside_threads():
-                self.allocator_freed_accesses += freed
-            else:
-                self.freed_accesses += freed
-
     def _append(self, tid: int, chunk: np.ndarray) -> None:
         self.chunks.setdefault(tid, []).append(chunk)
         self.rows[tid] = self.rows.get(tid, 0) + len(chunk)

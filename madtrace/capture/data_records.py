@@ -142,7 +142,8 @@ class RingRecords:
                                      ctypes.byref(seq), self.id_counts.ctypes.data,
                                      self.stats.ctypes.data)
         engine._order = self._order.value
-        engine.count_thread_freed(tid, int(self.stats[STAT_FREED]) - before)
+        freed = int(self.stats[STAT_FREED]) - before     # all of thread tid: program / allocator
+        engine._count_freed(np.ones(freed, dtype=bool), np.full(freed, tid))
         if n:
             self._write(tid, records[:n])
 
