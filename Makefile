@@ -69,9 +69,10 @@ BLOCKS_OUT := build/native/libmtblocks.so
 # the DWARF reader (a program, libdw): variables, types, line tables for the symbol cache
 DWARF_OUT := build/native/mtdwarf
 native: $(NATIVE_OUT) $(DRAIN_OUT) $(REPLAY_OUT) $(BLOCKS_OUT) $(DWARF_OUT)
-$(NATIVE_OUT): madtrace/process/fault_loop.c injector/layout.h
+$(NATIVE_OUT): madtrace/process/fault_loop.c madtrace/capture/data_expand.c injector/layout.h
 	@mkdir -p $(@D)
-	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ madtrace/process/fault_loop.c \
+	    madtrace/capture/data_expand.c
 $(DRAIN_OUT): madtrace/capture/ring_drain.c injector/layout.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<

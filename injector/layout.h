@@ -148,6 +148,34 @@
                                         u64 address of the stack slot that holds the trap} */
 #define MT_GUARD_TRAP_SIZE    24
 #define MT_GUARD_MAX_TRAPS    1024
+#define MT_GUARD_BITMAP       75520  /* u64: the hybrid engine's alias bitmap (0: none); the
+                                        guard maps zeros over it: every probe then accesses
+                                        the address itself (capture/alias.py) */
+#define MT_GUARD_BITMAP_SIZE  75528  /* u64: its size */
+#define MT_GUARD_TRACER       75536  /* u64: madtrace's pid (the sender of its death signal) */
 #define MT_UC_RIP             168    /* offsetof(ucontext_t, uc_mcontext.gregs[REG_RIP]) */
 #define MT_GUARD_CODE         151552 /* page-aligned, after the table */
 #define MT_DATA_STUBS         155648 /* first stub, after the guard's code */
+
+/* ---------------------------------------------------------------------------
+ * Data probes (hybrid data engine: madtrace/arch/x86_64/function_copy.py).
+ * An instruction that may touch traced memory becomes, in a relocated copy
+ * of its function: probe_head (rsp below the red zone, rax/rcx/rdx saved in
+ * the frame), the effective address into rcx, probe (a data record into the
+ * thread's ring when the address's page is aliased, and the alias address),
+ * then the instruction with its memory operand [rA] (a register it does not
+ * use, saved in the frame).  A data record is {u64 address, u32 MT_DATA_CODE |
+ * instruction id, u32 all ones}; call records have codes below MT_DATA_CODE.
+ */
+#define MT_DATA_CODE          0x80000000
+#define MT_PROBE_FRAME        184    /* 128 (red zone) + the slots below */
+#define MT_PF_RAX             0
+#define MT_PF_RCX             8
+#define MT_PF_RDX             16
+#define MT_PF_ADDR            24     /* the address the instruction uses */
+#define MT_PF_FLAGS           32     /* ah: SF ZF AF PF CF (lahf), al: OF (seto) */
+#define MT_PF_SAVED           40     /* rA, the register that holds the address */
+#define MT_ALIAS_BIT_INDEX    45     /* alias address = address ^ (1 << 45) (capture/alias.py) */
+#define MT_PROBE_SPIN_LIMIT   40000000 /* pause iterations a probe waits on a full ring before it
+                                        drops (~1-5 s: a loaded machine stalls the drain for
+                                        a while; a dead tracer only costs this wait once) */

@@ -336,6 +336,113 @@ mt_dataslot_pp_return_abs64:
 mt_dataslot_end:
 
 /* ---------------------------------------------------------------------------
+ * Data probes (layout.h "Data probes").  probe_head, then the tracer's
+ * "lea rcx, [effective address]", then probe, then the tracer's tail (the
+ * instruction on [rA]).  probe uses rax, rcx and rdx only and never the stack
+ * beyond its frame, so that the tracer can move a thread stopped anywhere in
+ * it back to the original instruction (before the record is published: the
+ * registers are in the frame) or forward (after); the marks mt_probe_at_*
+ * tell it where the flags are saved, where the record is published and where
+ * the slow paths begin.  Threads whose %fs:0 is not their fs base are not
+ * recorded (counted as unregistered).
+ */
+mt_probe_head_start:
+        lea rsp, [rsp - MT_PROBE_FRAME]
+        mov [rsp + MT_PF_RAX], rax
+        mov [rsp + MT_PF_RCX], rcx
+        mov [rsp + MT_PF_RDX], rdx
+mt_probe_head_end:
+
+mt_probe_start:
+        lahf
+        seto al
+        mov [rsp + MT_PF_FLAGS], rax
+mt_probe_at_flags:
+        mov [rsp + MT_PF_ADDR], rcx
+        mov rdx, rcx
+        shr rdx, 15
+        movabs rax, 0x1122334455667788
+mt_probe_pp_bitmap_abs64:
+        movzx eax, byte ptr [rax + rdx]
+        mov edx, ecx
+        shr edx, 12
+        and edx, 7
+        bt eax, edx
+        jnc .Lpr_out                        /* not aliased: the address itself */
+        movabs rcx, 0x1122334455667788
+mt_probe_pp_ctl_abs64:
+        mov rax, fs:[0]
+        not rax
+        SLOT_OF
+        jne .Lpr_probe
+.Lpr_found:
+        mov rcx, [rdx + 8]
+        mov rax, [rcx + MT_RING_HEAD]
+        cmp rax, [rcx + MT_RING_LIMIT]
+        jae .Lpr_full
+.Lpr_room:
+        and eax, MT_RING_MASK
+        shl eax, 4
+        mov rdx, [rsp + MT_PF_ADDR]
+        mov [rcx + rax + MT_RING_RECORDS_OFF], rdx
+        mov qword ptr [rcx + rax + MT_RING_RECORDS_OFF + 8], 0x7fffffff
+mt_probe_pp_code_imm32:
+        inc qword ptr [rcx + MT_RING_HEAD]
+mt_probe_at_published:
+.Lpr_alias:
+        btc qword ptr [rsp + MT_PF_ADDR], MT_ALIAS_BIT_INDEX
+.Lpr_out:
+        mov rax, [rsp + MT_PF_FLAGS]
+        add al, 0x7f                        /* OF back (al: 1 if it was set) */
+        sahf                                /* SF ZF AF PF CF back */
+        mov rdx, [rsp + MT_PF_RDX]
+        mov rcx, [rsp + MT_PF_RCX]
+        mov rax, [rsp + MT_PF_RAX]
+        jmp .Lpr_end
+mt_probe_at_slow:
+.Lpr_probe:                                 /* the rest of the linear probe for %fs:0 */
+        cmp qword ptr [rdx], 0
+        je .Lpr_noslot
+        add rdx, MT_SLOT_ENTRY_SIZE
+        lea rax, [rcx + MT_SLOT_TABLE + MT_SLOT_TABLE_SIZE]
+        cmp rdx, rax
+        jae .Lpr_noslot
+        mov rax, fs:[0]
+        not rax
+        cmp [rdx], rax
+        jne .Lpr_probe
+        jmp .Lpr_found
+.Lpr_noslot:
+        test byte ptr [rcx + MT_CTL_FLAGS], MT_FLAG_ENABLED
+        jz .Lpr_alias
+        lock inc qword ptr [rcx + MT_CTL_UNREGISTERED]
+        jmp .Lpr_alias
+.Lpr_full:                                  /* HEAD >= LIMIT: off, or full */
+        cmp qword ptr [rcx + MT_RING_LIMIT], 0
+        je .Lpr_alias
+        mov rdx, [rcx + MT_RING_CONTROL]
+        cmp byte ptr [rdx + MT_CTL_NOWAIT], 0
+        jne .Lpr_drop
+        inc qword ptr [rcx + MT_RING_WAITS]
+        mov edx, MT_PROBE_SPIN_LIMIT
+.Lpr_wait:
+        pause
+        mov rax, [rcx + MT_RING_HEAD]
+        cmp qword ptr [rcx + MT_RING_LIMIT], 0
+        je .Lpr_alias
+        cmp rax, [rcx + MT_RING_LIMIT]
+        jb .Lpr_room
+        dec edx
+        jnz .Lpr_wait
+        mov rdx, [rcx + MT_RING_CONTROL]
+        mov byte ptr [rdx + MT_CTL_NOWAIT], 1
+.Lpr_drop:
+        inc qword ptr [rcx + MT_RING_DROPS]
+        jmp .Lpr_alias
+.Lpr_end:
+mt_probe_end:
+
+/* ---------------------------------------------------------------------------
  * The guard (layout.h "The guard"): the SIGSEGV and SIGTRAP handler installed
  * while data tracing is on (SA_SIGINFO | SA_RESTORER, restorer: mt_sigreturn).
  * Every register is restored by rt_sigreturn from the signal frame, so the
@@ -349,6 +456,8 @@ mt_guard_start:
         mov rbp, rdx
         movabs rbx, 0x1122334455667788
 mt_guard_pp_table_abs64:
+        cmp qword ptr [rbx + MT_GUARD_FIRED], 0
+        jne 60f                             /* it gave everything back already */
         sub rsp, 4096
         mov edi, -100                       /* AT_FDCWD */
         lea rsi, [rip + 90f]
@@ -426,8 +535,20 @@ mt_guard_pp_table_abs64:
         syscall
         ret
 
-        /* no tracer: original protections back, finished slots written back */
+        /* no tracer: every probe accesses addresses themselves (zeros over the bitmap),
+           original protections back, finished slots written back */
 40:     mov rsp, r15
+        mov rdi, [rbx + MT_GUARD_BITMAP]
+        test rdi, rdi
+        jz 39f
+        mov rsi, [rbx + MT_GUARD_BITMAP_SIZE]
+        mov edx, 1                          /* PROT_READ */
+        mov r10d, 0x4032                    /* MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE */
+        mov r8, -1
+        xor r9d, r9d
+        mov eax, 9                          /* mmap */
+        syscall
+39:
         mov r12, [rbx + MT_GUARD_NRUNS]
         lea r13, [rbx + MT_GUARD_RUNS]
 41:     test r12, r12
@@ -461,7 +582,6 @@ mt_guard_pp_table_abs64:
 44:     add r13, MT_DSLOT_SIZE
         dec r12
         jnz 43b
-        mov qword ptr [rbx + MT_GUARD_NRUNS], 0
         /* the breakpoints get their original bytes (their page writable meanwhile) */
         mov r12, [rbx + MT_GUARD_NBREAKS]
         lea r13, [rbx + MT_GUARD_BREAKS]
@@ -533,14 +653,35 @@ mt_guard_pp_table_abs64:
         mov eax, 13
         syscall
         mov qword ptr [rbx + MT_GUARD_TRAP_ACTIVE], 0
-57:     mov edi, 11
-        lea rsi, [rbx + MT_GUARD_ACTION]
-        xor edx, edx
-        mov r10d, 8
-        mov eax, 13
-        syscall
-        mov qword ptr [rbx + MT_GUARD_ACTIVE], 0
+57:     ret                                 /* it stays the SIGSEGV action: see 60 */
+
+        /* after it gave everything back: madtrace's death signal (SI_USER from its pid)
+           and a fault on a page madtrace had protected (taken before, reported after)
+           end here; any other signal goes to the program's own action (30) */
+60:     cmp r14, 11
+        jne 30b
+        mov eax, [r9 + 8]                   /* si_code */
+        test eax, eax                       /* SI_USER */
+        jnz 62f
+        mov eax, [r9 + 16]                  /* si_pid */
+        cmp rax, [rbx + MT_GUARD_TRACER]
+        jne 30b
         ret
+62:     cmp eax, 2                          /* SEGV_ACCERR */
+        jne 30b
+        mov rax, [r9 + 16]                  /* si_addr */
+        mov r12, [rbx + MT_GUARD_NRUNS]
+        lea r13, [rbx + MT_GUARD_RUNS]
+63:     test r12, r12
+        jz 30b
+        mov rdx, rax
+        sub rdx, [r13]
+        cmp rdx, [r13 + 8]
+        jb 64f                              /* open again: the instruction runs again */
+        add r13, MT_GUARD_RUN_SIZE
+        dec r12
+        jmp 63b
+64:     ret
 90:     .asciz "/proc/self/status"
 mt_guard_end:
 

@@ -58,6 +58,7 @@ class RecordOptions:
     loads: bool = True
     stores: bool = True
     store: bool = False              # write DIR/store while the target runs (store_writer.py)
+    data_engine: str = "fault"       # hybrid (alias + rewritten code) or fault (a stop per access)
 
 
 BLOCK_NAME = re.compile(r"^<?(?:malloc|calloc|realloc|freed:)?(\d+)(?:@.*)?>?$")
@@ -310,7 +311,7 @@ class Recording(ImageChanges, Footprints, Results):
                 self._watch_loader()
         if self.options.data and self.tracee.exit_event is None:
             self._install_data_tracing(**data_selection(self.options, self.address_space))
-        store.write_text(self.output, MAPS_START_FILE, read_maps_text(self.tracee.pid))
+        store.write_text(self.output, MAPS_START_FILE, self._program_maps())
         self.meta["pid"] = self.tracee.pid
         self.meta["start_time"] = time.time()
         # replaced at the end; if madtrace is killed first, readers see a partial trace
@@ -396,6 +397,11 @@ class Recording(ImageChanges, Footprints, Results):
     def _install_data_tracing(self, **selection) -> None:
         """``selection``: ``only_regions`` or ``region_filter`` (see DataEngine)."""
         functions = self.functions
+        kind = self.options.data_engine
+        if kind == "hybrid" and selection.get("data_in"):
+            # rewritten code records wherever it runs: --data-in needs every access to stop
+            kind = "fault"
+            self.log("--data-in: the fault engine records the accesses (one stop each)")
         engine = DataEngine(self.tracee, self.address_space, self.output,
                             sequence_of=functions.sequence_of if functions else None,
                             sequence_address=functions.sequence_address if functions else None,
@@ -403,7 +409,9 @@ class Recording(ImageChanges, Footprints, Results):
                             defer=self.controller.deferred.extend,
                             track_allocations=self.options.track_allocations,
                             loads=self.options.loads, stores=self.options.stores,
-                            original_address=self._original_addresses, **selection)
+                            original_address=self._original_addresses,
+                            engine=kind,
+                            rings=functions.rings if functions else None, **selection)
         self.data = engine
         # the accesses are named with DWARF: the binaries seen for the first time are
         # read now, while the target runs (a child process each), not at the write-out
@@ -413,9 +421,12 @@ class Recording(ImageChanges, Footprints, Results):
         except BaseException:
             engine.detach()
             raise
-        # every access costs ptrace stops: ~10x cheaper with tracer and target on one CPU
-        self._same_cpu = SameCpu(list(self.tracee.threads), pid=self.tracee.pid).__enter__()
-        engine.numa.on_binding = self._same_cpu.set_original
+        if engine.paths is None:
+            # every access costs ptrace stops: ~10x cheaper with tracer and target on one CPU
+            # (the hybrid engine's accesses do not stop: the target and the drain of its
+            # rings run side by side)
+            self._same_cpu = SameCpu(list(self.tracee.threads), pid=self.tracee.pid).__enter__()
+            engine.numa.on_binding = self._same_cpu.set_original
         hooks = self.hooks
         self._image_hook(hooks.signal_claimers, engine.claim_signal)
         self._image_hook(hooks.syscall_claimers, engine.claim_syscall)
@@ -460,7 +471,14 @@ class Recording(ImageChanges, Footprints, Results):
 
     def _snapshot_at_exit(self, tracee: Tracee, tid: int) -> None:
         if tid == tracee.pid or len(tracee.threads) <= 1:
-            self._maps_end = read_maps_text(tracee.pid)
+            self._maps_end = self._program_maps()
+
+    def _program_maps(self) -> str:
+        """/proc/PID/maps as the program sees it (the data engine's alias mappings
+        under the names of what the program mapped there)."""
+        text = read_maps_text(self.tracee.pid)
+        alias = self.data.alias if self.data is not None else None
+        return alias.maps_view(text) if alias is not None and alias.active else text
 
     # -------------------------------------------------------------- run
     def run(self) -> int | None:
@@ -484,7 +502,7 @@ class Recording(ImageChanges, Footprints, Results):
             signal.setitimer(signal.ITIMER_REAL, 0)
             self._restore_signal_handlers()
         if outcome == "detached":
-            self._maps_end = self._maps_end or read_maps_text(self.tracee.pid)
+            self._maps_end = self._maps_end or self._program_maps()
             self.log(f"detached from process {self.tracee.pid} ({controller.stop_reason})")
         return self.finish(outcome)
 
@@ -567,7 +585,7 @@ class Recording(ImageChanges, Footprints, Results):
             if self.functions is not None and rings is not None:
                 # the calls of the records copied (the threads' own counters went on)
                 meta["calls"] = self.functions.call_counts(entry_counts(directory, rings.sites))
-            store.write_text(directory, MAPS_END_FILE, read_maps_text(self.tracee.pid))
+            store.write_text(directory, MAPS_END_FILE, self._program_maps())
             write_meta(directory, meta)
             if self.options.store:
                 from .trace.store_writer import build_store

@@ -62,6 +62,7 @@ class Results:
                                  "allocator_freed_accesses": engine.allocator_freed_accesses,
                                  "stubs": len(engine.area.stubs) if engine.area else 0,
                                  "syscalls_opened": engine.syscalls.opened,
+                                 "syscalls_redirected": engine.syscalls.redirected_calls,
                                  "open_windows": engine.syscalls.open_windows + engine.blocks.open_windows,
                                  "block_events": engine.blocks.counts(),
                                  "gate": {"functions": engine.gate.names,
@@ -72,7 +73,10 @@ class Results:
                                  "held_stops": engine.held_stops,
                                  # vfork children that ran untraced in the shared memory
                                  "vfork_windows": engine.vfork.windows,
-                                 "regions": [[r.start, r.end, r.label] for r in engine.regions.regions]}}
+                                 "regions": [[r.start, r.end, r.label] for r in engine.regions.regions],
+                                 "engine": engine.engine_kind,
+                                 "paths": engine.paths.report() if engine.paths else None,
+                                 "alias": engine.alias.report() if engine.alias else None}}
 
     def _wait_for_dwarf(self, out) -> None:
         """The debug info read while the target ran is needed now (naming the

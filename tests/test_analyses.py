@@ -28,7 +28,6 @@ import numpy as np
 import pytest
 
 from madtrace.binary.elf import ElfImage
-from madtrace.trace.format import ACCESS_DTYPE
 from madtrace.report import png
 from madtrace.trace.events import load_allocations
 
@@ -55,9 +54,9 @@ def recorded(tmp_path_factory):
 
 
 def raw_accesses(directory: str) -> np.ndarray:
-    data = os.path.join(directory, "data")
-    return np.concatenate([np.fromfile(os.path.join(data, name), dtype=ACCESS_DTYPE)
-                           for name in sorted(os.listdir(data)) if name.endswith(".acc")])
+    """Every access row of the trace (either engine's files)."""
+    from madtrace.trace.reader import iter_access_chunks
+    return np.concatenate([chunk for _, chunk in iter_access_chunks(directory)])
 
 
 def symbol_address(path: str, name: str) -> int:

@@ -425,3 +425,22 @@ def test_redirect_operand_to_slot(tmp_path):
         assert [o.reg for o in new.operands if o.type == 1] == old_regs
         assert [o.size for o in new.operands] == [o.size for o in old.operands]
         assert "fs:" not in new.op_str and "rip" in new.op_str
+
+
+REGS64 = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
+          "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15")
+
+
+@pytest.mark.parametrize("reg", [r for r in REGS64 if r != "rsp"])
+def test_indirect_jump_stub_loads_the_target_register(reg):
+    """The stub of a relocated ``jmp REG`` starts with ``mov rax, REG`` (checked
+    by decoding): with r8-r15 the register is ModRM.reg, which REX.R extends (a
+    REX.B there once made ``jmp r9`` in CPython's PyObject_Call jump to rax)."""
+    from madtrace.arch.x86_64.function_copy import _target_load
+    n = REGS64.index(reg)
+    jump = bytes([0x41] if n >= 8 else []) + bytes([0xFF, 0xE0 | (n & 7)])   # jmp reg
+    insn = decode_one(jump, 0x1000)
+    assert insn.mnemonic == "jmp" and insn.op_str == reg
+    load = _target_load(insn, 0x2000)
+    moved = decode_one(load, 0x2000)
+    assert (moved.mnemonic, moved.op_str, moved.size) == ("mov", f"rax, {reg}", len(load))

@@ -47,8 +47,9 @@ def naive_merge(directory: str, tid: int) -> list[tuple[str, int]]:
     """(type, seq) of a thread's records and accesses in order, merged the
     plain way: the accesses with seq q go between records q-1 and q."""
     records = np.fromfile(os.path.join(directory, "calls", f"{tid}.rec"), dtype=RECORD_DTYPE)
-    path = os.path.join(directory, "data", f"{tid}.acc")
-    accesses = np.fromfile(path, dtype=ACCESS_DTYPE) if os.path.exists(path) else []
+    from madtrace.trace.reader import iter_access_chunks   # .acc, or .dat decoded
+    chunks = [chunk for _, chunk in iter_access_chunks(directory, tid)]
+    accesses = np.concatenate(chunks) if chunks else []
     out, a = [], 0
     for p, code in enumerate(records["code"].tolist()):
         while a < len(accesses) and accesses[a]["seq"] <= p:

@@ -114,7 +114,7 @@ def _name(names: list[str], fid: int) -> str:
 
 def _thread_header(directory: str, tid: int) -> str:
     records = CALL_RECORDS.rows(CALL_RECORDS.path(directory, tid))
-    accesses = ACCESS_RECORDS.rows(ACCESS_RECORDS.path(directory, tid))
+    accesses = ACCESS_RECORDS.thread_rows(directory, tid)   # .acc or .dat
     return f"== thread {tid}: {records} call records, {accesses} data accesses"
 
 

@@ -43,7 +43,10 @@ TRACKED = (("libc.so.6", "malloc", "malloc"), ("libc.so.6", "calloc", "calloc"),
 
 class AllocTracker:
     def __init__(self, tracee: Tracee, space: AddressSpace, sequence_of, next_order, guard=None,
-                 out_dir: str = "."):
+                 out_dir: str = ".", code_address=None):
+        """``code_address(address)``: the original code's address of a return
+        address (the data engine's relocated code is named by the original)."""
+        self.code_address = code_address or (lambda address: address)
         self.next_order = next_order
         self.tracee = tracee
         self.space = space
@@ -125,7 +128,8 @@ class AllocTracker:
     def inside_threads(self) -> set[int]:
         """The threads inside an allocator call now (their accesses are the
         allocator's: not the program's use after free)."""
-        inside = {tid for tid, stack in self.hooks.pending.items() if stack}
+        # a copy first: the hybrid engine's drain thread asks too
+        inside = {tid for tid, stack in list(self.hooks.pending.items()) if stack}
         if self._returning is not None:
             inside.add(self._returning)
         return inside
@@ -154,7 +158,7 @@ class AllocTracker:
         code = self._sites.get(return_address)
         if code is None:
             code = self._sites[return_address] = self.table.site_code(
-                self.space.code_location(return_address - 5, decimal=True))
+                self.space.code_location(self.code_address(return_address) - 5, decimal=True))
         return code
 
     def _record(self, tid, name, a0, a1, result, return_address) -> None:

@@ -171,7 +171,7 @@ class BlockEvents:
         pages = self._pages(dst, n) | (self._pages(src, n) if src is not None else set())
         if not pages:
             return None
-        rip = self.engine.tracee.mem.read_u64(regs.rsp) - 5    # the call instruction
+        rip = self.engine.code_address(self.engine.tracee.mem.read_u64(regs.rsp)) - 5   # the call
         if name == "memset":
             self.record(tid, "W", name, rip, dst, n)
         else:

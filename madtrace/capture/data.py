@@ -29,34 +29,39 @@ traced regions in step with brk, mmap, munmap, mremap and mprotect.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections import Counter
 
 import numpy as np
 
-from ..arch.x86_64.memops import MemInstruction, effective_address, memory_accesses
+from ..arch.x86_64.memops import MemInstruction, memory_accesses
 from ..binary.address_space import AddressSpace
 from ..binary.maps import read_maps
 from ..errors import UsageError, writing
-from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
 from ..process.tracee import Tracee
+from .alias import ALIAS_BIT, AliasMap, origins_in
 from .alloc import AllocTracker
+from .data_records import finish_rows
+from .paths import AccessPaths
 from .block_events import BlockEvents
 from .data_gate import DataGate
 from .data_syscalls import SyscallGate
 from .datastubs import DataArea
 from .guard import SegvGuard
 from .numa_record import NumaRecorder
-from ..trace.format import (ACCESS_DTYPE, ACCESS_FIELDS, ACCESS_RECORDS, DATA_DIR, KIND_LOAD,
+from ..trace.format import (ACCESS_DTYPE, ACCESS_FIELDS, ACCESS_RECORDS, DATA_DIR, KIND_LOAD,  # noqa: F401
                             KIND_STORE, PAGE)
 from .regions import (PageProtections, Region, RegionSet, default_regions, page_protections,
                       page_runs)
+from .slow_path import SlowPath
 from .vfork_window import VforkWindow
 
 SEGV_ACCERR = 2
+PR_SET_PDEATHSIG = 1
 SPOOL_ROWS = 1 << 18     # accesses a thread buffers before they go to its file
 
 
@@ -67,7 +72,7 @@ class DataEngine:
                  defer=None, only_regions: list[Region] | None = None, region_filter=None,
                  loads: bool = True, stores: bool = True, data_in: list[str] | None = None,
                  only_blocks: set[int] | None = None, block_events: bool = True,
-                 original_address=None):
+                 original_address=None, engine: str = "fault", rings=None):
         """``only_regions``: trace these ranges (watched variables), and no default
         region unless ``region_filter`` also keeps some (--regions);
         ``only_blocks``: record only accesses to these heap blocks (--only malloc0014);
@@ -77,7 +82,11 @@ class DataEngine:
         ``data_in``: function globs: record only inside them (data_gate.py);
         ``original_address(rips)``: the addresses recorded for instructions
         (function tracing relocates prologues into trampolines: an access made
-        there is recorded at the original instruction's address)."""
+        there is recorded at the original instruction's address);
+        ``engine``: "fault" (every access a fault) or "hybrid" (traced memory
+        aliased, alias.py; instructions rewritten to record their own accesses,
+        paths.py); ``rings``: the function tracer's (the hybrid engine's data
+        records go there too; None: it makes its own)."""
         self.only_regions = only_regions
         self.region_filter = region_filter
         self.exact_threads = exact_threads
@@ -104,6 +113,11 @@ class DataEngine:
         self.slow = 0            # faults handled by single-stepping
         self.untraced_faults = 0
         self.area: DataArea | None = None
+        self.engine_kind = engine
+        self.alias: AliasMap | None = None
+        self.paths: AccessPaths | None = None
+        self._rings = rings
+        self.death_signal = False     # the target gets SIGSEGV (the guard) if madtrace dies
         self.guard: SegvGuard | None = None
         self.gate: DataGate | None = DataGate(self, data_in) if data_in else None
         self.armed = self.gate is None   # pages protected (always, without --data-in)
@@ -112,7 +126,7 @@ class DataEngine:
         self.blocks = BlockEvents(self)
         self.vfork = VforkWindow(self)
         self.numa = NumaRecorder(self)
-        self._held: set[int] | None = None   # threads stopped while one thread's pages are open
+        self.slow_path = SlowPath(self)
         self.held_stops = 0
         self.freed_accesses = 0  # accesses to blocks already freed (use after free)
         self.allocator_freed_accesses = 0   # the allocator's, in freed blocks (not the program's)
@@ -145,6 +159,20 @@ class DataEngine:
             self.guard = SegvGuard(self.area)
             self.tables_changed()
             self.guard.install(rs)            # before any page is protected
+            if self.engine_kind == "hybrid":
+                self._alias_all(rs, mappings)
+                self.paths = AccessPaths(self, self._rings)
+                self.paths.install(rs)
+                if self.tracee.launched:
+                    # rewritten code may never fault again: when madtrace dies, the kernel
+                    # sends the guard this signal, and it gives every page back
+                    self.guard.set_tracer(os.getpid())
+                    rs.call("prctl", PR_SET_PDEATHSIG, signal.SIGSEGV)
+                    self.death_signal = True
+                self.sequence_of = self.paths.calls_before
+                self.sequence_address = self.paths.head_address
+                outer = self.original_address
+                self.original_address = lambda rips: outer(self.paths.original_array(rips))
             if self.block_events:
                 self.warnings += self.blocks.install(rs, self.patched_addresses)
             self._protect(rs, self.protected)
@@ -152,7 +180,7 @@ class DataEngine:
                 self.gate.install(rs, self.patched_addresses)
             if self.track_allocations:
                 self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of, self._next_order,
-                                          self.guard, self.out_dir)
+                                          self.guard, self.out_dir, self.code_address)
                 self.warnings += self.alloc.install(rs, self.patched_addresses)
         self.numa.initial_threads(list(self.tracee.threads))
         for tid in self.tracee.threads:
@@ -163,6 +191,15 @@ class DataEngine:
         self.tracee.fast_wait = self._fast_wait
         self.tracee.after_stop = self.area.loop.flush
         self.active = True
+
+    def _alias_all(self, rs: RemoteSyscalls, mappings) -> None:
+        """Every run of traced pages backed by shared memory mapped twice (alias.py)."""
+        self.alias = AliasMap(self.tracee, rs)
+        for start, end in page_runs(p for p, prot in self.protected.items() if prot):
+            self.alias.alias(rs, start, end, origins_in(mappings, start, end), mappings)
+        self.alias.update_access(self.protected)
+        self.area.loop.set_alias(self.alias.bits.ctypes.data, ALIAS_BIT)
+        self.guard.set_bitmap(self.alias.bitmap.address, self.alias.bitmap.size)
 
     def tables_changed(self) -> None:
         """The protected pages or the traced ranges changed: tell the C loop and
@@ -242,6 +279,8 @@ class DataEngine:
     # ----------------------------------------------------------------- threads
     def add_thread(self, tid: int) -> None:
         self.numa.new_thread(tid)
+        if self.paths is not None:
+            self.paths.add_thread(tid)
         if self.area is not None and not self.area.add_thread(tid, self.sequence_address(tid)):
             self.warnings.append(f"thread {tid}: no free data slot, its accesses take the slow path")
         elif self.gate is not None:
@@ -260,6 +299,8 @@ class DataEngine:
         if self.area is not None and not self.area.loop.closed:
             self._drain_fast()
             self.area.remove_thread(tid)
+        if self.paths is not None:
+            self.paths.thread_exited(tid)
 
     # ----------------------------------------------------------------- waiting
     def _fast_wait(self, block: bool):
@@ -269,6 +310,8 @@ class DataEngine:
 
     def _next_order(self) -> int:
         self._drain_fast()   # accesses before this allocation event keep their blocks
+        if self.paths is not None:
+            return self.paths.next_order()
         live = self.area is not None and not self.area.loop.closed
         self._order = max(self._order, self.area.loop.order if live else 0) + 1
         if live:
@@ -276,6 +319,8 @@ class DataEngine:
         return self._order
 
     def _drain_fast(self) -> None:
+        if self.paths is not None:
+            self.paths.drain()
         if self.area is None or self.area.loop.closed:
             return
         records = self.area.loop.take_records()
@@ -285,22 +330,9 @@ class DataEngine:
         for field in ("seq", "order", "addr", "size", "kind", "ilen", "first"):
             out[field] = records[field]
         out["rip"] = self.original_address(records["rip"])
-        if self.alloc is not None and self.alloc.count:
-            out["block"], out["freed"] = self.alloc.blocks_of(records["addr"])
-        if self.only_blocks is not None:
-            keep = np.isin(out["block"], np.array(sorted(self.only_blocks), dtype=np.uint32))
-            out, records = out[keep], records[keep]
-            if not len(out):
-                return
-        self._count_freed(out["freed"] != 0, records["tid"])
-        # per (instruction, kind) counts: one 64-bit key each (user addresses < 2**62)
-        keys, n = np.unique((out["rip"] << np.uint64(2)) | out["kind"].astype(np.uint64),
-                            return_counts=True)
-        for key, count in zip(keys.tolist(), n.tolist()):
-            self.counts[(key >> 2, "L" if key & 3 == KIND_LOAD else "S")] += count
         tids = records["tid"]
         for tid in np.unique(tids).tolist():
-            self._append(tid, out[tids == tid])
+            finish_rows(self, tid, out[tids == tid])
 
     def _count_freed(self, freed: np.ndarray, tids: np.ndarray) -> None:
         """Accesses to freed blocks: the program's (use after free), or the allocator's."""
@@ -337,6 +369,7 @@ class DataEngine:
                 return True
             if self.guard is not None:
                 self.guard.delivering(signal.SIGTRAP)
+            self._settle(event)
             return False
         if not self.active:
             # a fault taken just before tracing stopped, reported after: the page is
@@ -347,6 +380,7 @@ class DataEngine:
                 return True
             return False
         if event.signum != signal.SIGSEGV:
+            self._settle(event)
             return False
         page = event.si_addr & ~(PAGE - 1)
         if event.si_code == SEGV_ACCERR and not self.armed and self.protected.get(page) \
@@ -359,15 +393,30 @@ class DataEngine:
         self._last_open_fault.pop(event.tid, None)
         if event.si_code != SEGV_ACCERR or not self.is_protected(page):
             self.guard.delivering(signal.SIGSEGV)
+            self._settle(event)
             return False  # the target's own fault: delivered unchanged
         tid = event.tid
         regs = self.tracee.get_regs(tid)
+        if self.paths is not None:
+            self.paths.drain()                  # the fault loop may have found a ring full
+            if self.paths.fault(tid, regs):
+                return True
         insn = self._decode(regs.rip)
         if self._fast_fault(tid, insn, event.si_addr):
             tracee.threads[tid].running = True
             return True
-        self._slow_fault(tid, regs, page)
+        self.slow_path.fault(tid, regs, page)
         return True
+
+    def code_address(self, address: int) -> int:
+        """The original code's address of ``address`` (relocated code: paths.py;
+        function tracing's moved prologues)."""
+        return int(self.original_address(np.array([address], dtype=np.uint64))[0])
+
+    def _settle(self, event: SignalStop) -> None:
+        """A signal is delivered to the thread: out of any probe first (paths.py)."""
+        if self.paths is not None and self.active:
+            self.paths.settle(event.tid, event.signum)
 
     def _fast_fault(self, tid: int, insn: MemInstruction | None, address: int) -> bool:
         area = self.area
@@ -389,108 +438,10 @@ class DataEngine:
         self._drain_fast()
         return area.loop.handle_fault(tid, address)
 
-    def _slow_fault(self, tid: int, regs, page: int) -> None:
-        self.slow += 1
-        self._hold_others(tid)
-        pages = self._record(tid, regs, {page})
-        self._single_step(tid, pages)
-        self._release_others()
-        self.tracee.resume(tid, 0)
-
-    # threads: while pages are open for one thread's instruction, the others must not
-    # run, or their accesses to those pages would go unseen
-    def _hold_others(self, tid: int) -> None:
-        if not self.exact_threads or len(self.tracee.threads) < 2:
-            return
-        running = {t for t, s in self.tracee.threads.items() if s.running and t != tid}
-        if not running:
-            return
-        events = self.tracee.stop_all()
-        self.defer(events)
-        self._held = (self._held or set()) | (running - {e.tid for e in events})
-        self.held_stops += 1
-
-    def _release_others(self) -> None:
-        held, self._held = self._held, None
-        for t in held or ():
-            state = self.tracee.threads.get(t)
-            if state is not None and not state.running:
-                self.tracee.resume(t)
-
     def _decode(self, rip: int) -> MemInstruction | None:
         if rip not in self.decoded:
             self.decoded[rip] = memory_accesses(self.tracee.mem.read(rip, 16), rip)
         return self.decoded[rip]
-
-    def _record(self, tid: int, regs, pages: set[int]) -> set[int]:
-        """Slow path: record the accesses of the instruction at rip; returns the
-        protected pages it touches."""
-        self._drain_fast()
-        insn = self._decode(regs.rip)
-        recorded = False
-        if insn is not None:
-            seq = self.sequence_of(tid)
-            rip = int(self.original_address(np.array([regs.rip], dtype=np.uint64))[0])
-            first = 1
-            rows = []
-            for op in insn.operands:
-                address = effective_address(op, regs, insn)
-                for page in range(address & ~(PAGE - 1), address + op.size, PAGE):
-                    if self.is_protected(page):
-                        pages.add(page)
-                if self.regions.find(address) is None or not self.recording(tid):
-                    continue
-                recorded = True
-                block_id, freed = self.alloc.block_at(address) if self.alloc is not None else (0, 0)
-                if self.only_blocks is not None and block_id not in self.only_blocks:
-                    continue
-                self._count_freed(np.array([freed != 0]), np.array([tid]))
-                # a read-modify-write operand is one load, then one store
-                for wanted, letter, kind in ((op.load and self.loads, "L", KIND_LOAD),
-                                             (op.store and self.stores, "S", KIND_STORE)):
-                    if wanted:
-                        self.counts[(rip, letter)] += 1
-                        rows.append((seq, self._next_order(), rip, address, block_id,
-                                     op.size, kind, freed, insn.size, first))
-                        first = 0
-            if rows:
-                chunk = np.zeros(len(rows), dtype=ACCESS_DTYPE)
-                for field, column in zip(ACCESS_FIELDS, zip(*rows)):
-                    chunk[field] = column
-                self._append(tid, chunk)
-        if not recorded:
-            self.untraced_faults += 1
-        return pages
-
-    def _single_step(self, tid: int, pages: set[int]) -> None:
-        """Slow path: open the pages, single-step the instruction, close them."""
-        opened: set[int] = set()
-        state = self.tracee.threads[tid]
-        while True:
-            new = pages - opened
-            if new:
-                with RemoteSyscalls(self.tracee, tid) as rs:
-                    self._unprotect(rs, new)
-                opened |= new
-            pr.singlestep(tid, 0)
-            state.running = True
-            event = self.tracee.wait_event(block=True, tid=tid)
-            if isinstance(event, SignalStop) and event.signum == signal.SIGTRAP:
-                break
-            if isinstance(event, SignalStop) and event.signum == signal.SIGSEGV:
-                page = event.si_addr & ~(PAGE - 1)
-                if event.si_code == SEGV_ACCERR and self.is_protected(page) and page not in opened:
-                    pages.add(page)  # a page the decoder did not predict: open it too
-                    continue
-                state.pending_signal = event.signum  # a genuine fault of the target
-                break
-            if isinstance(event, SignalStop):
-                state.pending_signal = event.signum  # delivered when it resumes
-                continue
-            break
-        if opened and tid in self.tracee.threads:
-            with RemoteSyscalls(self.tracee, tid) as rs:
-                self._protect(rs, opened)
 
     # ---------------------------------------------------------------- syscalls
     def claim_syscall(self, tracee, event) -> bool:
@@ -512,10 +463,33 @@ class DataEngine:
         for hooks in self._all_hooks():
             if hooks.active:
                 hooks.remove(child.mem)
+        if self.paths is not None and self.paths.rewriter is not None:
+            self.paths.rewriter.fork_child(child)
         if self.active and self.protected:
+            held = self._hold_all() if self.alias is not None else []
             with RemoteSyscalls(child) as rs:
+                if self.alias is not None:
+                    self.alias.privatize(rs, self.protected)   # private copies, before it runs
                 self._unprotect(rs, self.protected)
                 self.guard.restore_in(rs)
+            self._resume(held)
+
+    def _hold_all(self) -> list[int]:
+        """Stop every running thread (a fork child's copies are taken meanwhile);
+        returns those to resume."""
+        running = [t for t, s in self.tracee.threads.items() if s.running]
+        if not running:
+            return []
+        events = self.tracee.stop_all()
+        self.defer(events)
+        met = {e.tid for e in events}
+        return [t for t in running if t not in met]
+
+    def _resume(self, tids) -> None:
+        for tid in tids:
+            state = self.tracee.threads.get(tid)
+            if state is not None and not state.running:
+                self.tracee.resume(tid)
 
     def _unhook(self) -> None:
         self.tracee.fast_wait = None
@@ -530,6 +504,8 @@ class DataEngine:
         self._drain_fast()
         self.numa.observe_all()
         self.area.loop.flush()
+        if self.paths is not None and self.tracee.threads:
+            self.paths.detach()      # threads out of probes, entries back, last records
         for tid in list(self.tracee.threads):
             self.area.leave(tid)
         self.area.discard_unfinished()
@@ -541,7 +517,11 @@ class DataEngine:
         self.tracee.trace_syscalls = False
         if self.tracee.threads:
             with RemoteSyscalls(self.tracee) as rs:
+                if self.death_signal:
+                    rs.call("prctl", PR_SET_PDEATHSIG, 0)
                 self.guard.remove(rs)
+                if self.alias is not None:
+                    self.alias.privatize(rs, self.protected)
                 self._unprotect(rs, self.protected)
         self.released = set(self.protected)
         self.loop_stats()
@@ -549,26 +529,39 @@ class DataEngine:
 
     def forget_after_exec(self) -> None:
         self._drain_fast()
+        if self.paths is not None:
+            self.paths.finish()
+        if self.death_signal and self.tracee.threads:
+            with RemoteSyscalls(self.tracee) as rs:    # the new image has no guard
+                rs.call("prctl", PR_SET_PDEATHSIG, 0)
         for hooks in self._all_hooks():
             hooks.active = False
         self.active = False
         self._unhook()
         self.tracee.trace_syscalls = False
         self.protected.clear()
+        if self.alias is not None:
+            self.alias.forget()
         self.loop_stats()
         self.area.close()
 
     # ----------------------------------------------------------------- results
     def write(self) -> None:
         self._drain_fast()
+        if self.paths is not None:
+            if self.tracee.threads:
+                self.paths.write()
+            else:
+                self.paths.finish()      # the target is gone: the last records
         if self.alloc is not None:
             self.alloc.write(self.out_dir)
         self.blocks.write(self.out_dir)
         if self.active:
             self.numa.observe_all()     # a snapshot: where the pages are now
         self.numa.write(self.out_dir)
-        for tid in list(self.chunks):
-            self._spool(tid)
+        with self.paths.rings.lock if self.paths is not None else contextlib.nullcontext():
+            for tid in list(self.chunks):
+                self._spool(tid)
 
     @property
     def faults(self) -> int:
@@ -580,9 +573,16 @@ class DataEngine:
             self._loop_stats = self.area.loop.stats()
         return self._loop_stats
 
+    def count_items(self):
+        """((instruction, "L"/"S"), accesses) of every access recorded so far."""
+        counts = Counter(self.counts)
+        if self.paths is not None:
+            counts.update(self.paths.records.counts())
+        return counts.items()
+
     def access_counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
-        for (rip, kind), n in self.counts.items():
+        for (rip, kind), n in self.count_items():
             entry = out.setdefault(self.instruction_name(rip), {"L": 0, "S": 0})
             entry[kind] += n
         return out

@@ -25,9 +25,11 @@ from ..process.remote_syscall import RemoteSyscalls
 from .block_events import syscall_ranges
 from ..trace.format import PAGE
 from .regions import Region, page_runs
+from .syscall_alias import redirect
 from .syscall_memory import syscall_pages
 
-SYS_MMAP, SYS_MPROTECT, SYS_MUNMAP, SYS_BRK, SYS_MREMAP = 9, 10, 11, 12, 25
+SYS_MMAP, SYS_MPROTECT, SYS_MUNMAP, SYS_BRK, SYS_MREMAP, SYS_MADVISE = 9, 10, 11, 12, 25, 28
+MADV_ZEROING = frozenset({4, 8, 24})    # MADV_DONTNEED, MADV_FREE, MADV_DONTNEED_LOCKED
 SYS_RT_SIGACTION, SIGSEGV = 13, 11
 MAP_SHARED, MAP_PRIVATE, MAP_ANONYMOUS, MAP_STACK = 0x01, 0x02, 0x20, 0x20000
 # system calls that never touch user memory through a pointer nor change mappings
@@ -67,6 +69,9 @@ class SyscallGate:
         # tid -> (rsi to restore, signal, oldact): rt_sigaction of another signal that the
         # kernel gets without SIGSEGV in its mask
         self._rewritten: dict[int, tuple[int, int, int]] = {}
+        # tid -> {register: the program's value}: pointers redirected to the alias
+        self._redirected: dict[int, dict[str, int]] = {}
+        self.redirected_calls = 0
 
     @staticmethod
     def safe_numbers() -> frozenset[int]:
@@ -110,11 +115,14 @@ class SyscallGate:
             return True
         if nr in MAPPING_CALLS:
             engine.numa.mapping_call(nr, args)   # where pages about to go away are
-        if tid in self._open or nr in SAFE or nr in MAPPING_CALLS:
+        if tid in self._open or nr in SAFE or nr in MAPPING_CALLS or \
+                (nr == SYS_MADVISE and engine.alias is not None):
             tracee.resume(tid, 0)
             return True
         if tid in self._skipping:
             return False
+        if engine.alias is not None and self._redirect(tracee, tid, nr, args):
+            return True
         pages = syscall_pages(nr, args, engine.protected, engine.tracee.mem.read)
         pages = {p for p in engine.protected if engine.is_protected(p)} if pages is None else \
             {p for p in pages if engine.is_protected(p)}
@@ -129,8 +137,34 @@ class SyscallGate:
         tracee.resume(tid, 0)
         return True
 
+    def _redirect(self, tracee, tid: int, nr: int, args: list[int]) -> bool:
+        """Pointers into aliased memory go to the alias for the call (True: resumed)."""
+        engine = self.engine
+
+        def touches(start: int, end: int) -> bool:   # O(protected pages there), not O(length)
+            return any(engine.is_protected(p) for p in engine.protected.pages_in(start, end))
+
+        changes = redirect(nr, args, engine.alias, touches)
+        if changes is None:
+            return False
+        if changes:
+            regs = tracee.get_regs(tid)
+            self._redirected[tid] = {reg: getattr(regs, reg) for reg in changes}
+            for reg, value in changes.items():
+                setattr(regs, reg, value)
+            tracee.set_regs(regs, tid)
+            self.redirected_calls += 1
+        tracee.resume(tid, 0)
+        return True
+
     def _exit_stop(self, tracee, tid: int, result: int) -> bool:
         engine = self.engine
+        redirected = self._redirected.pop(tid, None)
+        if redirected is not None:
+            regs = tracee.get_regs(tid)
+            for reg, value in redirected.items():
+                setattr(regs, reg, value)
+            tracee.set_regs(regs, tid)
         if tid in self._answered:
             signum, kernel_now = self._answered.pop(tid)
             regs = tracee.get_regs(tid)
@@ -174,9 +208,14 @@ class SyscallGate:
         if opened is not None:
             with RemoteSyscalls(tracee, tid) as rs:
                 engine._protect(rs, opened)
+        if opened is not None or redirected:
             engine.blocks.syscall_done(tid, nr, ranges, rip, _signed(result))
         if nr in MAPPING_CALLS and _signed(result) >= 0 or nr == SYS_BRK:
             self._mapping_changed(tracee, tid, nr, args, result)
+        elif nr == SYS_MADVISE and engine.alias is not None and args[2] in MADV_ZEROING \
+                and _signed(result) == 0:
+            with RemoteSyscalls(tracee, tid) as rs:
+                engine.alias.zero(rs, args[0], args[1])
         tracee.resume(tid, 0)
         return True
 
@@ -209,28 +248,35 @@ class SyscallGate:
     def _caller(self, tid: int) -> int:
         """The return address of the libc wrapper that made the call (MadT's site)."""
         try:
-            return self.engine.tracee.mem.read_u64(self._stack.get(tid, 0))
+            return self.engine.code_address(self.engine.tracee.mem.read_u64(self._stack.get(tid, 0)))
         except Exception:
             return 0
 
     def _mapping_changed(self, tracee, tid: int, nr: int, args: list[int], result: int) -> None:
         engine = self.engine
         alloc = engine.alloc if engine.alloc is not None and engine.alloc.active else None
+        alias = engine.alias
         with RemoteSyscalls(tracee, tid) as rs:
             if nr == SYS_BRK:
-                self._refresh_heap(rs)
+                self._refresh_heap(rs, result)
             elif nr == SYS_MUNMAP:
+                if alias is not None:
+                    alias.unmapped(rs, args[0], args[0] + args[1])
                 self._forget(args[0], args[0] + args[1])
                 if alloc:
                     alloc.unmapped(tid, args[0], args[0] + _page_up(args[1]))
             elif nr == SYS_MMAP:
                 start, end = result, result + _page_up(args[1])
+                if alias is not None:
+                    alias.unmapped(rs, start, end)   # MAP_FIXED over aliased pages
                 self._forget(start, end)   # MAP_FIXED over traced pages
                 flags = args[3]
                 if (flags & MAP_ANONYMOUS and flags & MAP_PRIVATE and not flags & MAP_STACK
                         and self.traces_default(f"[anon {start:#x}]")):
                     engine.regions.add(Region(start, end, f"[anon {start:#x}]"))
                     engine.protected.set_range(start, end, args[2] & 7)
+                    if alias is not None:
+                        self._alias_new(rs, start, end, "", range(start, end, PAGE))
                     engine._protect(rs, range(start, end, PAGE))
                     self.mapped_regions += 1
                     if alloc:
@@ -248,7 +294,17 @@ class SyscallGate:
                 for first, last in page_runs(pages):
                     engine.protected.set_range(first, last, args[2] & 7)
                 engine._protect(rs, pages)   # closed again (those still accessible)
+                if alias is not None:
+                    alias.update_access(engine.protected, pages)
         engine.tables_changed()
+
+    def _alias_new(self, rs: RemoteSyscalls, start: int, end: int, path: str, pages) -> None:
+        """Fresh memory of the program (zeros) joins the aliased memory."""
+        from .alias import Origin
+        alias = self.engine.alias
+        if alias.alias(rs, start, end, [Origin(start, end, path)], read_maps(rs.tracee.pid),
+                       fresh=True):
+            alias.update_access(self.engine.protected, pages)
 
     def _forget(self, start: int, end: int) -> None:
         engine = self.engine
@@ -261,19 +317,27 @@ class SyscallGate:
         if region is None:
             return
         prot = engine.protected.get(old & ~(PAGE - 1), 3)
+        moved = engine.alias is not None and engine.alias.moved(rs, old, old_size, new, new_size,
+                                                                 read_maps(rs.tracee.pid))
         self._forget(old, old + old_size)
         engine.regions.add(Region(new, new + new_size, region.label))
         engine.protected.set_range(new, new + new_size, prot)
         engine._protect(rs, range(new, new + new_size, PAGE))   # the grown part was never closed
+        if moved:
+            engine.alias.update_access(engine.protected, range(new, new + new_size, PAGE))
 
-    def _refresh_heap(self, rs: RemoteSyscalls) -> None:
+    def _refresh_heap(self, rs: RemoteSyscalls, brk: int) -> None:
         engine = self.engine
         if not self.traces_default("[heap]"):
             return  # the heap is not among the traced regions
-        # our own mprotect calls split the heap into several mappings, all named [heap]
-        parts = [m for m in read_maps(engine.tracee.pid) if m.path == "[heap]"]
-        heap = Region(min(m.start for m in parts), max(m.end for m in parts), "[heap]") if parts else None
         old = next((r for r in engine.regions.regions if r.label == "[heap]"), None)
+        if engine.alias is not None:
+            heap = self._aliased_heap(rs, old, brk)
+        else:
+            # our own mprotect calls split the heap into several mappings, all named [heap]
+            parts = [m for m in read_maps(engine.tracee.pid) if m.path == "[heap]"]
+            heap = Region(min(m.start for m in parts), max(m.end for m in parts), "[heap]") \
+                if parts else None
         engine.regions.replace("[heap]", heap)
         if old is not None:   # the old heap's pages outside the new one are gone
             first = old.start & ~(PAGE - 1)
@@ -285,7 +349,25 @@ class SyscallGate:
         if heap is not None:  # and the new heap's pages not protected yet are closed
             for start, end in engine.protected.gaps(heap.start, heap.end):
                 engine.protected.set_range(start, end, 3)
+                if engine.alias is not None:
+                    engine.alias.update_access(engine.protected, range(start, end, PAGE))
                 engine._protect(rs, range(start, end, PAGE))
+
+    def _aliased_heap(self, rs: RemoteSyscalls, old: Region | None, brk: int) -> Region | None:
+        """The brk heap [start_brk, brk) (its mappings are the alias's memfd, not
+        named [heap]): a shrunk part loses its alias, a grown part gets one."""
+        alias = self.engine.alias
+        start = alias.start_brk
+        end = _page_up(brk) if start <= brk < 1 << 63 else start
+        old_end = old.end if old is not None else start
+        if end < old_end:
+            alias.unmapped(rs, end, old_end)
+        elif end > old_end:
+            maps = read_maps(rs.tracee.pid)
+            if old_end == start or not alias.extend(rs, old_end, end, maps):
+                from .alias import Origin
+                alias.alias(rs, old_end, end, [Origin(old_end, end, "[heap]")], maps, fresh=True)
+        return Region(start, end, "[heap]") if end > start else None
 
 
 def _page_up(n: int) -> int:

@@ -51,6 +51,9 @@ class DataArea:
         self._stub_starts: list[int] = []
         self._stub_info: dict[int, tuple[int, int, int]] = {}   # stub -> (rip, end, tail)
         self.full = False
+        # ids_of(insn, how) -> (id, id2, id3): instruction ids of its records when the
+        # loop writes them into the rings (hybrid engine, paths.py); None: it does not
+        self.ids_of = None
 
     # ------------------------------------------------------------------ slots
     def slot_address(self, slot: int) -> int:
@@ -109,7 +112,8 @@ class DataArea:
             op = insn.operands[-1] if how != "stos" else insn.operands[0]
             self.loop.add_instruction(insn.address, ANY_SLOT, 0, op.base, op.index, op.scale,
                                       op.disp, op.segment, op.size, op.load, op.store, insn.size,
-                                      addr32=False, atomic=False, op=_OPS[how], rep=insn.rep)
+                                      addr32=False, atomic=False, op=_OPS[how], rep=insn.rep,
+                                      ids=self.ids_of(insn, how) if self.ids_of else (0, 0, 0))
             self.emulated[insn.address] = how
             return True
         why = redirectable(insn)
@@ -125,7 +129,8 @@ class DataArea:
         self.loop.add_instruction(insn.address, slot, stub, op.base, op.index, op.scale, op.disp,
                                   op.segment, op.size, op.load, op.store, insn.size,
                                   addr32=op.base in _REG32 or op.index in _REG32,
-                                  atomic=insn.atomic)
+                                  atomic=insn.atomic,
+                                  ids=self.ids_of(insn, None) if self.ids_of else (0, 0, 0))
         return True
 
     def _build(self, insn: MemInstruction, slot: int) -> int | str:

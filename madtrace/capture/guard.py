@@ -111,6 +111,15 @@ class SegvGuard:
     def fired(self) -> bool:
         return bool(self._u64(self.L.MT_GUARD_FIRED))
 
+    def set_tracer(self, pid: int) -> None:
+        """madtrace's pid: its death signal (PR_SET_PDEATHSIG) is recognised."""
+        self._u64(self.L.MT_GUARD_TRACER, pid)
+
+    def set_bitmap(self, address: int, size: int) -> None:
+        """The hybrid engine's alias bitmap: the guard maps zeros over it (no tracer)."""
+        self._u64(self.L.MT_GUARD_BITMAP_SIZE, size)
+        self._u64(self.L.MT_GUARD_BITMAP, address)
+
     def update(self, runs) -> None:
         """``runs``: (start, end, original PROT_*) of every protected page run."""
         runs = list(runs)[:self.L.MT_GUARD_MAX_RUNS]

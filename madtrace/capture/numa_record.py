@@ -103,7 +103,11 @@ class NumaRecorder:
         pages = sorted(set(pages))
         if not pages:
             return
-        nodes = page_nodes(self.engine.tracee.pid, pages)
+        alias = self.engine.alias
+        # aliased memory is touched through its alias: its own address may have no page
+        query = [alias.image(p) if alias is not None and alias.covers(p, p + PAGE) else p
+                 for p in pages]
+        nodes = page_nodes(self.engine.tracee.pid, query)
         order = self.engine._next_order()
         run: list[int] | None = None
         for page, node in zip(pages, nodes):

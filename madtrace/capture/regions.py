@@ -16,6 +16,8 @@ import fnmatch
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..binary.address_space import AddressSpace
 from ..binary.maps import Mapping
 from ..trace.format import PAGE
@@ -56,6 +58,22 @@ class RegionSet:
     def __init__(self, regions: list[Region]):
         self.regions = sorted(regions, key=lambda r: r.start)
         self._starts = [r.start for r in self.regions]
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The ranges' starts and ends (uint64, sorted)."""
+        if self._arrays is None:
+            self._arrays = (np.array([r.start for r in self.regions], dtype=np.uint64),
+                            np.array([r.end for r in self.regions], dtype=np.uint64))
+        return self._arrays
+
+    def mask(self, addresses: np.ndarray) -> np.ndarray:
+        """Which of ``addresses`` (uint64) lie in a traced range."""
+        starts, ends = self.arrays()
+        if not len(starts):
+            return np.zeros(len(addresses), dtype=bool)
+        i = np.searchsorted(starts, addresses, side="right").astype(np.int64) - 1
+        return (i >= 0) & (addresses < ends[np.maximum(i, 0)])
 
     def find(self, address: int) -> Region | None:
         i = bisect.bisect_right(self._starts, address) - 1
@@ -67,6 +85,7 @@ class RegionSet:
         self.regions.append(region)
         self.regions.sort(key=lambda r: r.start)
         self._starts = [r.start for r in self.regions]
+        self._arrays = None
 
     def replace(self, label: str, region: Region | None) -> None:
         self.regions = [r for r in self.regions if r.label != label]
@@ -74,6 +93,7 @@ class RegionSet:
             self.regions.append(region)
         self.regions.sort(key=lambda r: r.start)
         self._starts = [r.start for r in self.regions]
+        self._arrays = None
 
     def cut(self, start: int, end: int) -> None:
         """Remove [start, end) from every region (munmap): trimmed or split."""
@@ -88,6 +108,7 @@ class RegionSet:
                 kept.append(Region(end, r.end, r.label))
         self.regions = sorted(kept, key=lambda r: r.start)
         self._starts = [r.start for r in self.regions]
+        self._arrays = None
 
     def pages(self) -> set[int]:
         out: set[int] = set()

@@ -30,6 +30,14 @@
 
 #define PIECE_RECORDS 65536   /* 1 MiB of records per write */
 
+/* a data record handed to the tracer (hybrid data engine): the address, the
+ * thread's call records before it (its seq) and the instruction id;
+ * madtrace/capture/rings.py DATA_OUT_DTYPE */
+struct mt_data_out {
+    uint64_t addr, seq;
+    uint32_t id, pad;
+};
+
 /* Writes size bytes; returns 0 or -errno.  *written: the bytes written (on an
  * error, whole records only: a partial record written last is cut off again). */
 static int write_records(int fd, const uint8_t *data, size_t size, size_t *written)
@@ -130,3 +138,80 @@ int mt_drain_ring(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, uint64
     *moved = position - tail;
     return err;
 }
+
+uint64_t mt_drain_data_out_size(void)
+{
+    return sizeof(struct mt_data_out);
+}
+
+/*
+ * As mt_drain_ring, for rings that also hold data records (code >=
+ * MT_DATA_CODE, written by the data probes and the fault loop): the call
+ * records go to fd in order, the data records to out[*out_n], out[*out_n +
+ * 1]... with their seq (*calls: the thread's call records written so far, in
+ * and out).  Stops early, with what came before consumed, when out is full
+ * (returns 1: empty it and call again) or when a call record comes and fd < 0
+ * (returns -ENOENT: open the record file and call again).
+ */
+int mt_drain_ring_split(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, uint64_t to,
+                        int recording, uint64_t *moved, uint64_t *calls,
+                        struct mt_data_out *out, uint64_t out_cap, uint64_t *out_n)
+{
+    static uint8_t stage[PIECE_RECORDS * MT_RECORD_SIZE];
+    volatile uint64_t *head_p = (volatile uint64_t *)(ring + MT_RING_HEAD);
+    volatile uint64_t *tail_p = (volatile uint64_t *)(ring + MT_RING_TAIL);
+    volatile uint64_t *limit_p = (volatile uint64_t *)(ring + MT_RING_LIMIT);
+    uint64_t head = __atomic_load_n(head_p, __ATOMIC_ACQUIRE);
+    uint64_t tail = *tail_p;
+    int err = 0, stop = 0;
+    *moved = 0;
+    if (head == tail)
+        return 0;
+    if (head - tail > MT_RING_RECORDS)
+        return -EPROTO;
+    const uint8_t *records = ring + MT_RING_RECORDS_OFF;
+    uint64_t position = tail;
+    while (position != head && !stop && !err) {
+        uint64_t index = position & MT_RING_MASK;
+        uint64_t count = head - position;
+        if (count > MT_RING_RECORDS - index)
+            count = MT_RING_RECORDS - index;
+        if (count > PIECE_RECORDS)
+            count = PIECE_RECORDS;
+        const uint8_t *piece = records + index * MT_RECORD_SIZE;
+        uint64_t n_calls = 0, used = 0;
+        for (; used < count; used++) {
+            const uint8_t *rec = piece + used * MT_RECORD_SIZE;
+            uint32_t code;
+            memcpy(&code, rec + 8, sizeof code);
+            if (code >= MT_DATA_CODE) {
+                if (*out_n == out_cap) { stop = 1; break; }
+                struct mt_data_out *d = &out[(*out_n)++];
+                memcpy(&d->addr, rec, 8);
+                d->seq = *calls + n_calls;
+                d->id = code & ~(uint32_t)MT_DATA_CODE;
+                d->pad = 0;
+            } else {
+                if (fd < 0) { stop = -1; break; }
+                memcpy(stage + n_calls * MT_RECORD_SIZE, rec, MT_RECORD_SIZE);
+                n_calls++;
+            }
+        }
+        if (n_calls) {
+            size_t written;
+            err = write_records(fd, stage, n_calls * MT_RECORD_SIZE, &written);
+            if (from < to)
+                count_codes(stage, written / MT_RECORD_SIZE, counts, from, to);
+        }
+        *calls += n_calls;
+        position += used;
+        __atomic_store_n(tail_p, position, __ATOMIC_RELEASE);
+        if (recording)
+            __atomic_store_n(limit_p, position + MT_RING_RECORDS, __ATOMIC_RELEASE);
+    }
+    *moved = position - tail;
+    if (err)
+        return err;
+    return stop < 0 ? -ENOENT : stop;
+}
+

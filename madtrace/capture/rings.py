@@ -26,6 +26,7 @@ import functools
 import os
 import struct
 import threading
+from typing import Callable
 
 import numpy as np
 
@@ -34,6 +35,9 @@ from ..inject.templates import Injector
 from ..native import load
 from ..trace.format import CALL_RECORDS, CALLS_DIR, RECORD_DTYPE
 
+# data records taken out of the rings (hybrid data engine): ring_drain.c struct mt_data_out
+DATA_OUT_DTYPE = np.dtype([("addr", "<u8"), ("seq", "<u8"), ("id", "<u4"), ("pad", "<u4")])
+DATA_OUT_ROWS = 1 << 16
 TOMBSTONE = 1
 KEY_MASK = (1 << 64) - 1
 MADV_POPULATE_WRITE = 23   # Linux 5.14
@@ -43,14 +47,18 @@ MADV_POPULATE_WRITE = 23   # Linux 5.14
 def _library() -> ctypes.CDLL:
     lib = load("libmtdrain.so", "the ring drain", use_errno=True)
     U64 = ctypes.c_uint64
-    for name in ("mt_drain_record_size", "mt_drain_ring_block"):
+    for name in ("mt_drain_record_size", "mt_drain_ring_block", "mt_drain_data_out_size"):
         getattr(lib, name).restype, getattr(lib, name).argtypes = U64, []
     lib.madvise.restype = ctypes.c_int
     lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     lib.mt_drain_ring.restype = ctypes.c_int
     lib.mt_drain_ring.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, U64, U64,
                                   ctypes.c_int, ctypes.POINTER(U64)]
-    if lib.mt_drain_record_size() != RECORD_DTYPE.itemsize:
+    lib.mt_drain_ring_split.restype = ctypes.c_int
+    lib.mt_drain_ring_split.argtypes = lib.mt_drain_ring.argtypes + [
+        ctypes.POINTER(U64), ctypes.c_void_p, U64, ctypes.POINTER(U64)]
+    if lib.mt_drain_record_size() != RECORD_DTYPE.itemsize or \
+            lib.mt_drain_data_out_size() != DATA_OUT_DTYPE.itemsize:
         raise TracerInternalError("libmtdrain.so does not match RECORD_DTYPE: rebuild it")
     return lib
 
@@ -108,6 +116,10 @@ class RingSet:
         self.failure: OutputError | None = None
         self.on_failure = None
         self._thread: threading.Thread | None = None
+        # data_sink(tid, records): the data records of a drained ring (DATA_OUT_DTYPE),
+        # in order, taken out of the call records (hybrid data engine); None: none
+        self.data_sink: Callable[[int, np.ndarray], None] | None = None
+        self._data_out = np.zeros(DATA_OUT_ROWS, dtype=DATA_OUT_DTYPE)
         self._u64(injector.MT_CTL_MAGIC, injector.MT_MAGIC)
         self._u64(injector.MT_CTL_VERSION, injector.MT_LAYOUT_VERSION)
 
@@ -359,6 +371,8 @@ class RingSet:
 
     # ------------------------------------------------------------- draining
     def _drain_one(self, tid: int) -> int:
+        if self.data_sink is not None:
+            return self._drain_split(tid)
         index = self.thread_ring[tid]
         used = self._ring_u64(index, self.L.MT_RING_HEAD) - self._ring_u64(index, self.L.MT_RING_TAIL)
         if used > self.peak_used.get(tid, 0):
@@ -383,6 +397,39 @@ class RingSet:
             raise OutputError(f"cannot write {os.path.join(self.out_dir, 'calls', f'{tid}.rec')}: "
                               f"{os.strerror(-err)}")
         return n
+
+    def _drain_split(self, tid: int) -> int:
+        """_drain_one for rings with data records: those go to ``data_sink``."""
+        sink = self.data_sink
+        if sink is None:
+            raise TracerInternalError("a ring with data records drained without a data sink")
+        counts = self.code_counts
+        first = 2 * self.L.MT_COUNTED_SITES
+        calls = ctypes.c_uint64(self.records_per_thread.get(tid, 0))
+        n_out = ctypes.c_uint64(0)
+        total = 0
+        while True:
+            err = self._lib.mt_drain_ring_split(
+                self.ring_local(self.thread_ring[tid]), self.files.get(tid, -1), counts.ctypes.data,
+                first, first + len(counts) - 1, int(self.enabled), self._moved, ctypes.byref(calls),
+                self._data_out.ctypes.data, DATA_OUT_ROWS, ctypes.byref(n_out))
+            total += self._moved.value
+            self.records_per_thread[tid] = calls.value
+            if n_out.value:
+                sink(tid, self._data_out[:n_out.value].copy())
+                n_out.value = 0
+            path = CALL_RECORDS.path(self.out_dir, tid)
+            if err == -errno.ENOENT:
+                self.files[tid] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                                          0o644)
+                continue
+            if err == 1:
+                continue
+            if err == -errno.EPROTO:
+                raise TracerInternalError(f"ring of thread {tid}: head more than one ring ahead")
+            if err:
+                raise OutputError(f"cannot write {path}: {os.strerror(-err)}")
+            return total
 
     def drain_all(self) -> int:
         with self.lock:

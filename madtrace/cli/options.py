@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 
 if TYPE_CHECKING:       # the tracer is imported by the commands that record, when they run
     from ..session import RecordOptions
+
+
+DEFAULT_DATA_ENGINE = "fault"
 
 
 def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str | None) -> None:
@@ -42,6 +46,11 @@ def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str
     kinds = parser.add_mutually_exclusive_group()
     kinds.add_argument("--loads-only", action="store_true", help="with --data: record loads only")
     kinds.add_argument("--stores-only", action="store_true", help="with --data: record stores only")
+    parser.add_argument("--data-engine", choices=("hybrid", "fault"), default=None,
+                        help="with --data: how accesses are recorded: hybrid (faults find the "
+                        "instructions that touch traced data, rewritten code records them "
+                        "inside the target) or fault (a ptrace stop per access); default: "
+                        "$MADTRACE_DATA_ENGINE, else fault")
     parser.add_argument("--no-alloc", dest="track_allocations", action="store_false",
                         help="with --data: do not track malloc/calloc/realloc/free (no forged "
                         "block names; two ptrace stops fewer per allocator call)")
@@ -57,10 +66,11 @@ def recording_options(args, output: str) -> RecordOptions:
     duration = getattr(args, "duration", None)
     if duration is not None and duration <= 0:
         raise UsageError("--duration must be a positive number of seconds")
-    selecting = args.regions or args.only or args.data_in or args.loads_only or args.stores_only
+    selecting = args.regions or args.only or args.data_in or args.loads_only or args.stores_only \
+        or args.data_engine
     if selecting and not args.data:
-        raise UsageError("--regions, --only, --data-in, --loads-only and --stores-only "
-                         "select data accesses: add --data")
+        raise UsageError("--regions, --only, --data-in, --loads-only, --stores-only and "
+                         "--data-engine concern data accesses: add --data")
     from ..session import RecordOptions
     return RecordOptions(output=output, force=args.force, functions=args.functions,
                          data=args.data, follow_forks=args.follow_forks,
@@ -69,4 +79,12 @@ def recording_options(args, output: str) -> RecordOptions:
                          start_at=getattr(args, "start_at", "entry"), duration=duration,
                          quiet=args.quiet, trace_functions=args.trace_functions,
                          timestamps=args.timestamps, method=args.method,
-                         track_allocations=args.track_allocations, store=args.store)
+                         track_allocations=args.track_allocations, store=args.store,
+                         data_engine=data_engine(args.data_engine))
+
+
+def data_engine(chosen: str | None) -> str:
+    engine = chosen or os.environ.get("MADTRACE_DATA_ENGINE") or DEFAULT_DATA_ENGINE
+    if engine not in ("hybrid", "fault"):
+        raise UsageError(f"MADTRACE_DATA_ENGINE must be 'hybrid' or 'fault', not {engine!r}")
+    return engine

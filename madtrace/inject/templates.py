@@ -25,6 +25,7 @@ class Template:
     name: str
     code: bytes
     patch_points: dict[str, tuple[tuple[int, str], ...]]
+    marks: dict[str, int] = field(default_factory=dict)   # mt_<name>_at_<mark>: offsets
     _fixed: tuple | None = field(default=None, compare=False, repr=False)   # (mask, masked bytes)
 
     @property
@@ -91,7 +92,8 @@ class Injector:
         self.layout: dict[str, int] = data["layout"]
         self.templates: dict[str, Template] = {
             name: Template(name, bytes.fromhex(t["code"]),
-                           {f: tuple((o, k) for o, k in pp) for f, pp in t["patch_points"].items()})
+                           {f: tuple((o, k) for o, k in pp) for f, pp in t["patch_points"].items()},
+                           marks=dict(t.get("marks", {})))
             for name, t in data["templates"].items()
         }
 

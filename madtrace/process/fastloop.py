@@ -52,7 +52,7 @@ def _library() -> ctypes.CDLL:
         "mt_record_size": (SZ, []),
         "mt_set_protected": (I, [P, P, SZ]), "mt_set_traced": (I, [P, P, SZ]),
         "mt_set_safe_syscalls": (I, [P, P, SZ]), "mt_set_resume": (None, [P, I]),
-        "mt_set_kinds": (None, [P, U64]),
+        "mt_set_kinds": (None, [P, U64]), "mt_set_alias": (None, [P, P, U64]),
         "mt_order": (U64, [P]), "mt_set_order": (None, [P, U64]),
         "mt_n_records": (SZ, [P]), "mt_clear_records": (None, [P]), "mt_n_insns": (SZ, [P]),
         "mt_insn_resize": (I, [P, SZ]),
@@ -60,7 +60,8 @@ def _library() -> ctypes.CDLL:
         "mt_thread_set": (I, [P, I, I, P]), "mt_thread_del": (None, [P, I]),
         "mt_thread_recording": (None, [P, I, I]),
         "mt_insn_add": (I, [P, U64, ctypes.c_uint32, U64, I, I, I, ctypes.c_int64, I, I, I, I,
-                            I, I, I, I]),
+                            I, I, I, I, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32]),
+        "mt_set_ring_mode": (None, [P, I]), "mt_ring_full": (U64, [P]),
         "mt_flush": (I, [P]), "mt_handle_fault": (I, [P, I, U64]),
         "mt_wait": (I, [P, I, ctypes.POINTER(I), ctypes.POINTER(I)]),
     }
@@ -130,6 +131,19 @@ class FaultLoop:
     def set_resume(self, trace_syscalls: bool) -> None:
         self.lib.mt_set_resume(self.ctx, pr.PTRACE_SYSCALL if trace_syscalls else pr.PTRACE_CONT)
 
+    def set_alias(self, bits_address: int, alias_bit: int) -> None:
+        """Stores into aliased pages are written through their alias (``bits_address``:
+        the tracer's mapping of the alias bitmap, alias.py)."""
+        self.lib.mt_set_alias(self.ctx, bits_address or None, alias_bit)
+
+    def set_ring_mode(self, on: bool) -> None:
+        """Records go into each thread's ring, as data records with instruction ids
+        (hybrid engine), instead of the loop's own buffer."""
+        self.lib.mt_set_ring_mode(self.ctx, int(on))
+
+    def ring_full(self) -> int:
+        return self.lib.mt_ring_full(self.ctx)
+
     def set_kinds(self, loads: bool, stores: bool) -> None:
         self.lib.mt_set_kinds(self.ctx, (1 if loads else 0) | (2 if stores else 0))
 
@@ -157,14 +171,15 @@ class FaultLoop:
     def add_instruction(self, rip: int, slot: int, stub: int, base: str | None, index: str | None,
                         scale: int, disp: int, segment: str | None, size: int, load: bool,
                         store: bool, ilen: int, addr32: bool, atomic: bool,
-                        op: int = OP_REDIRECT, rep: bool = False) -> None:
+                        op: int = OP_REDIRECT, rep: bool = False, ids=(0, 0, 0)) -> None:
         """``slot`` ANY_SLOT: the instruction is carried out here for every thread
-        (``op`` other than OP_REDIRECT, no stub)."""
+        (``op`` other than OP_REDIRECT, no stub); ``ids``: its instruction ids in
+        ring mode (instruction_table.py)."""
         entry = (rip, slot, stub,
                  REG_RIP if base == "rip" else USER_REG_INDEX[base] if base else REG_NONE,
                  USER_REG_INDEX[index] if index else REG_NONE, scale or 1, disp,
                  SEGMENTS[segment], size, (1 if load else 0) | (2 if store else 0), ilen,
-                 int(addr32), int(atomic), op, int(rep))
+                 int(addr32), int(atomic), op, int(rep), *ids)
         if self.lib.mt_insn_add(self.ctx, *entry) < 0:
             # the table is half full: twice as large, rehashed, then add again
             self._insn_cap *= 2

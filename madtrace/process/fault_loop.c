@@ -61,6 +61,9 @@ struct mt_insn {
     uint8_t atomic;                    /* lock / xchg: only while single-threaded */
     uint8_t op;                        /* OP_*: how the access is carried out */
     uint8_t rep;                       /* string instructions: a rep prefix */
+    uint32_t id, id2, id3;             /* ring mode: instruction ids of its records (string
+                                          moves: id2 the store after the load, id3 a store
+                                          alone) */
 };
 
 /* how an instruction's access is carried out */
@@ -102,6 +105,12 @@ struct mt_ctx {
     uint64_t order;
     uint64_t fast, untraced, syscalls, writebacks, writeback_errors;
     uint64_t kinds_filter;     /* bit 0: record loads, bit 1: record stores */
+    const volatile uint8_t *alias_bits;  /* hybrid engine: one bit per page reached through
+                                            its alias (capture/alias.py), or NULL */
+    uint64_t alias_bit;
+    int ring_mode;             /* hybrid engine: records go into the thread's ring (after
+                                  its call records and probe records, in order) */
+    uint64_t ring_full;        /* faults handed back because a ring was full */
 };
 
 static inline uint8_t *slot_of(struct mt_ctx *c, int slot) {
@@ -168,6 +177,55 @@ int mt_set_safe_syscalls(struct mt_ctx *c, const uint8_t *bitmap, size_t n) {
     return 0;
 }
 void mt_set_resume(struct mt_ctx *c, int request) { c->resume_request = request; }
+void mt_set_ring_mode(struct mt_ctx *c, int on) { c->ring_mode = on; }
+uint64_t mt_ring_full(struct mt_ctx *c) { return c->ring_full; }
+
+/* ring mode: room for n more records in the thread's ring (head: the tracer's
+ * mapping of its HEAD; LIMIT is TAIL + ring size while recording, 0 when not) */
+static int ring_room(const struct mt_thread *t, uint64_t n) {
+    const volatile uint64_t *head = t->head;
+    uint64_t limit = *(const volatile uint64_t *)((const uint8_t *)head + MT_RING_LIMIT - MT_RING_HEAD);
+    return limit == 0 || *head + n <= limit;
+}
+
+/* ring mode: one data record, published as the target's own are (the thread is stopped) */
+static void ring_record(const struct mt_thread *t, uint64_t addr, uint32_t id) {
+    volatile uint64_t *head = (volatile uint64_t *)t->head;
+    uint8_t *ring = (uint8_t *)head - MT_RING_HEAD;
+    uint64_t limit = *(volatile uint64_t *)(ring + MT_RING_LIMIT);
+    if (limit == 0) return;                /* recording off */
+    uint64_t h = *head;
+    uint8_t *rec = ring + MT_RING_RECORDS_OFF + (h & MT_RING_MASK) * MT_RECORD_SIZE;
+    uint32_t code = MT_DATA_CODE | id, ones = 0xffffffffu;
+    memcpy(rec, &addr, 8);
+    memcpy(rec + 8, &code, 4);
+    memcpy(rec + 12, &ones, 4);
+    __atomic_store_n(head, h + 1, __ATOMIC_RELEASE);
+}
+
+void mt_set_alias(struct mt_ctx *c, const uint8_t *bits, uint64_t alias_bit) {
+    c->alias_bits = bits;
+    c->alias_bit = alias_bit;
+}
+
+/* Writes into the target: a protected page of shared memory cannot be written
+ * through /proc/PID/mem (FOLL_FORCE only breaks copy-on-write), so an aliased
+ * page is written through its alias.  Returns the bytes written (len: all). */
+static ssize_t write_target(struct mt_ctx *c, const void *buf, size_t len, uint64_t addr) {
+    if (!c->alias_bits)
+        return pwrite(c->memfd, buf, len, (off_t)addr);
+    size_t done = 0;
+    while (done < len) {
+        uint64_t a = addr + done, page = a / MT_PAGE;
+        size_t n = MT_PAGE - (a % MT_PAGE);
+        if (n > len - done) n = len - done;
+        uint64_t to = (c->alias_bits[page / 8] >> (page % 8) & 1) ? a ^ c->alias_bit : a;
+        if (pwrite(c->memfd, (const uint8_t *)buf + done, n, (off_t)to) != (ssize_t)n)
+            return (ssize_t)done;
+        done += n;
+    }
+    return (ssize_t)done;
+}
 void mt_set_kinds(struct mt_ctx *c, uint64_t kinds) { c->kinds_filter = kinds; }
 uint64_t mt_order(struct mt_ctx *c) { return c->order; }
 void mt_set_order(struct mt_ctx *c, uint64_t order) { c->order = order; }
@@ -246,7 +304,7 @@ static struct mt_insn *find_insn(struct mt_ctx *c, uint64_t rip, uint32_t slot) 
 }
 int mt_insn_add(struct mt_ctx *c, uint64_t rip, uint32_t slot, uint64_t stub, int base, int index,
                 int scale, int64_t disp, int seg, int size, int kinds, int ilen, int addr32,
-                int atomic, int op, int rep) {
+                int atomic, int op, int rep, uint32_t id, uint32_t id2, uint32_t id3) {
     if (c->n_insns * 2 >= c->insn_cap) return -1;   /* the caller grows the table */
     for (size_t i = insn_hash(c, rip, slot);; i = (i + 1) & (c->insn_cap - 1)) {
         struct mt_insn *e = &c->insns[i];
@@ -255,6 +313,7 @@ int mt_insn_add(struct mt_ctx *c, uint64_t rip, uint32_t slot, uint64_t stub, in
             e->rip = rip; e->slot = slot; e->stub = stub; e->base = base; e->index = index;
             e->scale = scale; e->disp = disp; e->seg = seg; e->size = size; e->kinds = kinds;
             e->ilen = ilen; e->addr32 = addr32; e->atomic = atomic; e->op = op; e->rep = rep;
+            e->id = id; e->id2 = id2; e->id3 = id3;
             return 0;
         }
     }
@@ -290,7 +349,7 @@ int mt_flush(struct mt_ctx *c) {
         /* whatever the instruction changed goes back, whether or not the decoder
          * called it a store */
         if (len && memcmp(slot_of(c, s) + MT_DSLOT_BYTES, slot_of(c, s) + MT_DSLOT_ORIGINAL, len)) {
-            if (pwrite(c->memfd, slot_of(c, s) + MT_DSLOT_BYTES, len, (off_t)addr) == (ssize_t)len)
+            if (write_target(c, slot_of(c, s) + MT_DSLOT_BYTES, len, addr) == (ssize_t)len)
                 c->writebacks++;
             else
                 c->writeback_errors++;
@@ -319,8 +378,12 @@ static void record(struct mt_ctx *c, struct mt_thread *t, uint64_t rip, uint64_t
 
 /* One execution's accesses of the operand at ea (loads before stores); 1 if any. */
 static int record_operand(struct mt_ctx *c, struct mt_thread *t, uint64_t rip, uint64_t ea,
-                          int size, int kinds, int ilen) {
+                          int size, int kinds, int ilen, uint32_t id) {
     if (!t->recording || !in_runs(c->traced_runs, c->n_traced, ea)) return 0;
+    if (c->ring_mode) {
+        ring_record(t, ea, id);          /* one record: its kinds come with the id */
+        return 1;
+    }
     int first = 1;
     for (int k = 1; k <= 2; k++) {
         if (!(kinds & k) || !(c->kinds_filter & k)) continue;
@@ -342,7 +405,7 @@ static int redirect(struct mt_ctx *c, struct mt_thread *t, struct user_regs_stru
     uint8_t *slot = slot_of(c, t->slot);
     if (pread(c->memfd, slot + MT_DSLOT_BYTES, e->size, (off_t)ea) != e->size) return 0;
     memcpy(slot + MT_DSLOT_ORIGINAL, slot + MT_DSLOT_BYTES, e->size);
-    if (!record_operand(c, t, regs->rip, ea, e->size, e->kinds, e->ilen)) c->untraced++;
+    if (!record_operand(c, t, regs->rip, ea, e->size, e->kinds, e->ilen, e->id)) c->untraced++;
     SLOT_U64(c, t->slot, MT_DSLOT_LEN) = e->size;
     SLOT_U64(c, t->slot, MT_DSLOT_DONE) = 0;
     SLOT_U64(c, t->slot, MT_DSLOT_ADDR) = ea;
@@ -359,8 +422,8 @@ static int branch(struct mt_ctx *c, struct mt_thread *t, struct user_regs_struct
                   struct mt_insn *e, uint64_t ea) {
     uint64_t target, back = regs->rip + e->ilen;
     if (e->size != 8 || pread(c->memfd, &target, 8, (off_t)ea) != 8) return 0;
-    if (e->op == OP_CALL && pwrite(c->memfd, &back, 8, (off_t)(regs->rsp - 8)) != 8) return 0;
-    if (!record_operand(c, t, regs->rip, ea, 8, 1, e->ilen)) c->untraced++;
+    if (e->op == OP_CALL && write_target(c, &back, 8, regs->rsp - 8) != 8) return 0;
+    if (!record_operand(c, t, regs->rip, ea, 8, 1, e->ilen, e->id)) c->untraced++;
     if (e->op == OP_CALL) regs->rsp -= 8;
     regs->rip = target;
     if (ptrace(PTRACE_SETREGS, t->tid, 0, regs) < 0) return 0;
@@ -376,6 +439,12 @@ static int string_op(struct mt_ctx *c, struct mt_thread *t, struct user_regs_str
     uint64_t n = e->rep ? regs->rcx : 1, size = e->size;
     if (n == 0 || size == 0 || size > 8) return 0;
     uint64_t room = (c->rec_cap - c->n_rec) / 2;
+    if (c->ring_mode) {
+        const volatile uint64_t *head = t->head;
+        uint64_t limit = *(const volatile uint64_t *)((const uint8_t *)head + MT_RING_LIMIT -
+                                                      MT_RING_HEAD);
+        room = limit > *head ? (limit - *head) / 2 : 0;
+    }
     if (n > room) n = room;
     if (n > STRING_CHUNK / size) n = STRING_CHUNK / size;
     if (n == 0) return 0;
@@ -385,10 +454,10 @@ static int string_op(struct mt_ctx *c, struct mt_thread *t, struct user_regs_str
     uint64_t src_lo = back ? src - (n - 1) * size : src;
     if (e->op == OP_STOS) {
         for (uint64_t i = 0; i < span; i++) buf[i] = ((uint8_t *)&regs->rax)[i % size];
-        if (pwrite(c->memfd, buf, span, (off_t)dst_lo) != (ssize_t)span) return 0;
+        if (write_target(c, buf, span, dst_lo) != (ssize_t)span) return 0;
     } else if (dst_lo + span <= src_lo || src_lo + span <= dst_lo) {
         if (pread(c->memfd, buf, span, (off_t)src_lo) != (ssize_t)span) return 0;
-        if (pwrite(c->memfd, buf, span, (off_t)dst_lo) != (ssize_t)span) return 0;
+        if (write_target(c, buf, span, dst_lo) != (ssize_t)span) return 0;
     } else {
         /* overlapping: element by element in a copy of both ranges, in program order */
         uint64_t lo = dst_lo < src_lo ? dst_lo : src_lo;
@@ -398,7 +467,7 @@ static int string_op(struct mt_ctx *c, struct mt_thread *t, struct user_regs_str
             uint64_t off = back ? (n - 1 - i) * size : i * size;
             memmove(buf + (dst_lo - lo) + off, buf + (src_lo - lo) + off, size);
         }
-        if (pwrite(c->memfd, buf + (dst_lo - lo), span, (off_t)dst_lo) != (ssize_t)span) return 0;
+        if (write_target(c, buf + (dst_lo - lo), span, dst_lo) != (ssize_t)span) return 0;
     }
     int64_t step = back ? -(int64_t)size : (int64_t)size;
     int any = 0;
@@ -406,12 +475,14 @@ static int string_op(struct mt_ctx *c, struct mt_thread *t, struct user_regs_str
         int first = 1;
         if (e->op == OP_MOVS && (c->kinds_filter & 1) &&
             in_runs(c->traced_runs, c->n_traced, src + i * step)) {
-            record(c, t, regs->rip, src + i * step, size, 1, e->ilen, 1);
+            if (c->ring_mode) ring_record(t, src + i * step, e->id);
+            else record(c, t, regs->rip, src + i * step, size, 1, e->ilen, 1);
             first = 0;
             any = 1;
         }
         if ((c->kinds_filter & 2) && in_runs(c->traced_runs, c->n_traced, dst + i * step)) {
-            record(c, t, regs->rip, dst + i * step, size, 2, e->ilen, first);
+            if (c->ring_mode) ring_record(t, dst + i * step, first ? e->id3 : e->id2);
+            else record(c, t, regs->rip, dst + i * step, size, 2, e->ilen, first);
             any = 1;
         }
     }
@@ -432,6 +503,10 @@ static int handle_fault(struct mt_ctx *c, struct mt_thread *t, uint64_t fault_ad
     int prot = prot_of(c->prot_runs, c->n_prot, page);
     if (prot <= 0) return 0;
     if (c->n_rec + 2 > c->rec_cap) return 0;
+    if (c->ring_mode && (!t->head || !ring_room(t, 2))) {
+        c->ring_full += t->head != NULL;
+        return 0;                       /* no ring (Python's slow path), or drain it first */
+    }
     if (ptrace(PTRACE_GETREGS, t->tid, 0, &regs) < 0) return 0;
     struct mt_insn *e = find_insn(c, regs.rip, (uint32_t)t->slot);
     if (!e) e = find_insn(c, regs.rip, ANY_SLOT);

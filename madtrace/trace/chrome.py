@@ -75,10 +75,8 @@ def _event_times(directory: str, clock: Clock):
                 np.flatnonzero(entries).astype(np.float64) + start
         if tid not in accesses:
             continue
-        seq = ACCESS_RECORDS.map(accesses[tid])["seq"]
-        n_acc = len(seq)
-        for start in range(0, n_acc, CHUNK):
-            s = np.asarray(seq[start:start + CHUNK], dtype=np.int64)
+        for rows in ACCESS_RECORDS.chunks(accesses[tid], CHUNK):   # a .dat file decoded
+            s = rows["seq"].astype(np.int64)
             prev = np.clip(s - 1, 0, max(n_rec - 1, 0))
             if clock.timed:
                 yield clock.us(rec["tsc"][prev]) if n_rec else np.zeros(len(s))

@@ -16,7 +16,11 @@ A trace directory (``FORMAT_VERSION`` 1, in meta.json)::
                                             last_maps_text() reads the later one
   functions.json          FUNCTIONS_FILE    load_functions: sites, functions, clock
   calls/<tid>.rec         CALL_RECORDS      RECORD_DTYPE, 16 bytes a record
-  data/<tid>.acc          ACCESS_RECORDS    ACCESS_DTYPE, 48 bytes an access
+  data/<tid>.acc          ACCESS_RECORDS    ACCESS_DTYPE, 48 bytes an access (fault engine)
+  data/<tid>.dat          ACCESS_RECORDS    compact access records in zstd blocks (hybrid
+                                            engine: COMPACT_DTYPE, COMPACT_BLOCK_HEADER;
+                                            trace/compact.py decodes them to ACCESS_DTYPE)
+  data/instructions.json  INSTRUCTIONS_FILE the instructions the compact records name
   data/blocks.bin         BLOCKS_FILE       BLOCK_DTYPE, 72 bytes a heap block
   data/blocks.sites       BLOCK_SITES_FILE  the blocks' call sites, one JSON string a line
                                             (trace/blocks.py reads and writes both)
@@ -98,6 +102,7 @@ ALLOCATIONS_FILE = f"{DATA_DIR}/allocations.json"  # the block list of older tra
 BLOCK_EVENTS_FILE = f"{DATA_DIR}/block_events.json"
 NUMA_FILE = f"{DATA_DIR}/numa.json"
 ALLOCATOR_CALLS_FILE = f"{DATA_DIR}/allocator_calls.bin"
+INSTRUCTIONS_FILE = f"{DATA_DIR}/instructions.json"  # of the compact access records
 STORE_META_FILE = f"{STORE_DIR}/meta.json"
 EXEC_DIR_PREFIX = "exec."  # exec.<n>: the trace of the n-th image the process exec'd
 FORK_DIR_PREFIX = "fork."  # fork.<pid>: the trace of a fork child followed
@@ -196,6 +201,27 @@ ALLOCATOR_CALL_DTYPE = np.dtype([("tid", "<u4"), ("pad", "<u4"), ("begin", "<u8"
 ALLOCATOR_CALL_OPEN = np.iinfo(np.uint64).max
 
 
+# Compact access records (data/<tid>.dat, the hybrid data engine; trace/compact.py
+# decodes them).  The file is a sequence of blocks, one per batch the tracer
+# drained: a COMPACT_BLOCK_HEADER (magic COMPACT_MAGIC "MTZ1", the records'
+# bytes, the block's bytes after the header, the records), then the records
+# compressed with COMPACT_CODEC (one frame).  A record: ``a`` (u64), ``id``
+# (u32), ``b`` (u32).  id != 0: an access: a = the address, id = a row of
+# data/instructions.json (rip, size, kind 1 load / 2 store / 3 both, ilen,
+# first, path), b = the heap block id, COMPACT_FREED_BIT set when it was
+# already freed.  id == 0: a marker: b = COMPACT_MARK_SEQ: the records that
+# follow have seq a; b = COMPACT_MARK_ORDER: the next access row has order a.
+COMPACT_DTYPE = np.dtype([("a", "<u8"), ("id", "<u4"), ("b", "<u4")])
+COMPACT_BLOCK_HEADER = np.dtype([("magic", "<u4"), ("raw", "<u4"), ("packed", "<u4"), ("records", "<u4")])
+COMPACT_MAGIC = 0x315A544D  # "MTZ1"
+COMPACT_CODEC = "zstd"
+COMPACT_EXTENSION = ".dat"
+COMPACT_MARK_SEQ, COMPACT_MARK_ORDER = 1, 2
+COMPACT_FREED_BIT = 1 << 31
+INSTRUCTIONS_FORMAT = 1  # of data/instructions.json
+INSTRUCTION_COLUMNS = ("rip", "size", "kind", "ilen", "first", "path")
+
+
 @dataclass(frozen=True)
 class RecordFile:
     """One kind of per-thread record file: ``<folder>/<tid><extension>``
@@ -260,8 +286,58 @@ class RecordFile:
         return np.memmap(path, dtype=self.dtype, mode="r", shape=(rows,))
 
 
+class AccessRecordFile(RecordFile):
+    """The access files: data/<tid>.acc (ACCESS_DTYPE rows, the fault engine's)
+    and data/<tid>.dat (compact records, the hybrid engine's), read alike: a
+    compact file's rows are decoded to ACCESS_DTYPE on the fly (trace/compact.py),
+    so ``rows``, ``read`` and ``map`` decode it whole (``chunks`` in bounded memory)."""
+
+    def files(self, directory: str) -> list[tuple[int, str]]:
+        compact = RecordFile(self.folder, COMPACT_EXTENSION, COMPACT_DTYPE)
+        return sorted(super().files(directory) + compact.files(directory))
+
+    @staticmethod
+    def is_compact(path: str) -> bool:
+        return path.endswith(COMPACT_EXTENSION)
+
+    def compact_path(self, directory: str, tid: int) -> str:
+        return os.path.join(directory, self.folder, f"{tid}{COMPACT_EXTENSION}")
+
+    def thread_rows(self, directory: str, tid: int) -> int:
+        """The access rows of one thread, whichever engine wrote them."""
+        return sum(self.rows(path) for t, path in self.files(directory) if t == tid)
+
+    def rows(self, path: str) -> int:
+        if not self.is_compact(path):
+            return super().rows(path)
+        if not os.path.exists(path):
+            return 0
+        return sum(len(chunk) for chunk in self.chunks(path, 1 << 20))
+
+    def chunks(self, path: str, chunk_rows: int) -> Iterator[np.ndarray]:
+        if not self.is_compact(path):
+            yield from super().chunks(path, chunk_rows)
+            return
+        from .compact import compact_chunks  # decoding (pyarrow's zstd) lives there
+
+        yield from compact_chunks(path, chunk_rows)
+
+    def read(self, path: str, start: int = 0, count: int = -1) -> np.ndarray:
+        if not self.is_compact(path):
+            return super().read(path, start, count)
+        rows = self.map(path)
+        return rows[start:] if count < 0 else rows[start : start + count]
+
+    def map(self, path: str, rows: int | None = None) -> np.ndarray:
+        if not self.is_compact(path):
+            return super().map(path, rows)
+        parts = list(self.chunks(path, 1 << 20))
+        whole = np.concatenate(parts) if parts else np.zeros(0, dtype=self.dtype)
+        return whole if rows is None else whole[:rows]
+
+
 CALL_RECORDS = RecordFile(CALLS_DIR, ".rec", RECORD_DTYPE)
-ACCESS_RECORDS = RecordFile(DATA_DIR, ".acc", ACCESS_DTYPE)
+ACCESS_RECORDS = AccessRecordFile(DATA_DIR, ".acc", ACCESS_DTYPE)
 RECORD_FILES = (CALL_RECORDS, ACCESS_RECORDS)
 
 

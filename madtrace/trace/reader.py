@@ -4,7 +4,8 @@ analyses, exports and reports use, whatever the on-disk format.
 * ``iter_call_chunks(directory)``: (tid, chunk) per thread, in record order;
   each chunk is a numpy array of ``RECORD_DTYPE`` (calls/<tid>.rec).
 * ``iter_access_chunks(directory)``: (tid, chunk) per thread, in access
-  order; each chunk is a numpy array of ``ACCESS_DTYPE`` (data/<tid>.acc).
+  order; each chunk is a numpy array of ``ACCESS_DTYPE`` (data/<tid>.acc, or the
+  compact data/<tid>.dat decoded: trace/compact.py).
 * ``entry_counts(directory, sites)``: entry records per call site id.
 
 Chunks hold at most ``chunk_rows`` rows, so a trace of any size is read with

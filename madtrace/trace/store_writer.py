@@ -30,6 +30,7 @@ import threading
 
 import numpy as np
 
+from .compact import SeqFollower, record_count
 from ..progress import Progress
 from .format import (ACCESS_RECORDS, CALL_RECORDS, STORE_FORMAT_VERSION, load_functions,
                      read_store_meta, store_is_complete, store_path, write_store_meta)
@@ -51,7 +52,7 @@ class RecordFollower:
         from .columnar import PartWriter     # pyarrow: imported by the thread that writes
         self.tid = tid
         self.rec_path = CALL_RECORDS.path(directory, tid)
-        self.acc_path = ACCESS_RECORDS.path(directory, tid)
+        self.acc = SeqFollower(directory, tid)    # data/<tid>.acc, or a .dat decoded as it grows
         self.writer = PartWriter(directory, "records", tid, flusher)
         self.records = 0      # records written
         self.accesses = 0     # accesses before the next record
@@ -59,7 +60,7 @@ class RecordFollower:
     def step(self, final: bool, accesses_possible, min_rows: int) -> int:
         """Write the next batch of records that can be placed; returns how many."""
         n_rec = CALL_RECORDS.rows(self.rec_path)
-        n_acc = ACCESS_RECORDS.rows(self.acc_path)
+        n_acc = self.acc.count()
         limit = n_rec
         if not final and accesses_possible():      # asked after the sizes were read
             # every access with seq below the last one's is on disk
@@ -77,7 +78,7 @@ class RecordFollower:
         return p1 - p0
 
     def _seq_of(self, index: int) -> int:
-        return int(ACCESS_RECORDS.read(self.acc_path, index, 1)["seq"][0])
+        return self.acc.seq_at(index)
 
     def _accesses_before(self, p0: int, p1: int, n_acc: int) -> np.ndarray:
         """For each record p0..p1-1: the thread's accesses with seq <= p (the
@@ -85,10 +86,8 @@ class RecordFollower:
         counts = np.zeros(p1 - p0, dtype=np.int64)
         if self.accesses >= n_acc:
             return counts + self.accesses
-        # only the seq field is needed: a strided view of the mapped file
-        mapped = ACCESS_RECORDS.map(self.acc_path, n_acc)["seq"]
         while self.accesses < n_acc:
-            seqs = mapped[self.accesses:self.accesses + BATCH_ROWS]
+            seqs = self.acc.seqs(self.accesses, min(self.accesses + BATCH_ROWS, n_acc))
             k = int(np.searchsorted(seqs, p1 - 1, side="right"))
             if k:
                 # seqs >= p0 here: the earlier ones went with earlier records
@@ -97,7 +96,7 @@ class RecordFollower:
                 self.accesses += k
             if k < len(seqs):
                 break
-        del mapped
+        self.acc.release(self.accesses)
         return counts + (self.accesses - int(counts[-1]) if len(counts) else 0)
 
     def close(self) -> None:
@@ -189,7 +188,9 @@ class StoreWriter:
             self._thread = None
 
     def _captured_events(self) -> int:
-        return CALL_RECORDS.total_rows(self.directory) + ACCESS_RECORDS.total_rows(self.directory)
+        # compact files: their access records from the block headers (a cheap estimate)
+        return CALL_RECORDS.total_rows(self.directory) + \
+            sum(record_count(p) for _, p in ACCESS_RECORDS.files(self.directory))
 
     def finish(self, out=sys.stderr) -> dict:
         """Every file is complete: write the rest, then the final tables.

@@ -17,7 +17,7 @@ def current_accesses(session) -> dict[str, int]:
     if engine is None:
         return {}
     per_function: Counter = Counter()
-    for (rip, _kind), n in engine.counts.items():
+    for (rip, _kind), n in engine.count_items():
         per_function[session.space.code_location(rip).rsplit("+", 1)[0]] += n
     return dict(per_function)
 

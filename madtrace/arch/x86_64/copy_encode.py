@@ -1,0 +1,214 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Small x86-64 encoders for function copies (function_copy.py; the jmp/call
+rel32 encoder is encode.py).
+
+``REG`` numbers the 64-bit general registers (rax 0 ... r15 15);
+``parent64(name)`` is the 64-bit register a capstone register name is part
+of (``esi``, ``sil`` -> ``rsi``), or None (vector, segment, flags...).
+
+``lea(dst, base, index, scale, disp)``: ``lea dst, [base + index*scale + disp]``
+(registers as numbers, None for none); ``lea_rip(dst, at, target)``: the
+RIP-relative form for code placed at ``at`` (None when out of reach);
+``movabs(dst, value)``; ``store_rsp(disp, reg)`` / ``load_rsp(reg, disp)``:
+``mov [rsp + disp], reg`` / ``mov reg, [rsp + disp]``; ``lea_rsp(delta)``.
+
+``rebase_operand(code, address, reg) -> bytes | Refusal``: the instruction at
+``address`` (its bytes in ``code``) with its one ModRM memory operand replaced
+by ``[reg]`` (no index, no displacement); prefixes, opcode, other operands and
+immediates are kept, segment and address-size prefixes dropped.  Checked by
+decoding the result again.
+
+``rip_displaced(insn, raw, at) -> bytes | str``: an instruction with a
+RIP-relative operand re-encoded for address ``at`` (its target unchanged),
+or why not.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from capstone import x86_const as X
+
+from .decode import decode_one
+from .redirect import DROPPED_PREFIXES, LEGACY_PREFIXES, _modrm_tail
+from .relocate import Refusal
+
+NAMES64 = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
+           "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15")
+REG = {name: i for i, name in enumerate(NAMES64)}
+_SUB = {}
+for _i, (_d, _w, _b) in enumerate((("eax", "ax", "al"), ("ecx", "cx", "cl"), ("edx", "dx", "dl"),
+                                   ("ebx", "bx", "bl"), ("esp", "sp", "spl"), ("ebp", "bp", "bpl"),
+                                   ("esi", "si", "sil"), ("edi", "di", "dil"))):
+    for _n in (_d, _w, _b):
+        _SUB[_n] = NAMES64[_i]
+for _n, _p in (("ah", "rax"), ("ch", "rcx"), ("dh", "rdx"), ("bh", "rbx")):
+    _SUB[_n] = _p
+for _i in range(8, 16):
+    for _s in ("d", "w", "b"):
+        _SUB[f"r{_i}{_s}"] = f"r{_i}"
+HIGH_BYTE = frozenset({"ah", "bh", "ch", "dh"})
+
+
+def parent64(name: str) -> str | None:
+    if name in REG:
+        return name
+    return _SUB.get(name)
+
+
+def _rex(w: int, r: int, x: int, b: int) -> int:
+    return 0x40 | (w << 3) | ((r >> 3) << 2) | ((x >> 3) << 1) | (b >> 3)
+
+
+def _i32(value: int) -> bool:
+    return -(1 << 31) <= value < (1 << 31)
+
+
+def _memory(reg: int, base: int | None, index: int | None, scale: int, disp: int) -> tuple[int, bytes]:
+    """(REX X|B bits, ModRM + SIB + displacement) of [base + index*scale + disp]."""
+    if not _i32(disp):
+        raise ValueError("displacement out of 32-bit range")
+    xb = ((index or 0) >> 3 << 1) | ((base or 0) >> 3)
+    if base is None:
+        sib = ({1: 0, 2: 1, 4: 2, 8: 3}[scale] << 6) | ((index if index is not None else 4) & 7) << 3 | 5
+        return xb, bytes([(reg & 7) << 3 | 4, sib]) + struct.pack("<i", disp)
+    if disp == 0 and base & 7 != 5:
+        mod, tail = 0, b""
+    elif -128 <= disp < 128:
+        mod, tail = 1, struct.pack("<b", disp)
+    else:
+        mod, tail = 2, struct.pack("<i", disp)
+    if index is None and base & 7 != 4:
+        return xb, bytes([mod << 6 | (reg & 7) << 3 | (base & 7)]) + tail
+    sib = ({1: 0, 2: 1, 4: 2, 8: 3}[scale or 1] << 6) | ((index if index is not None else 4) & 7) << 3 \
+        | (base & 7)
+    return xb, bytes([mod << 6 | (reg & 7) << 3 | 4, sib]) + tail
+
+
+def lea(dst: int, base: int | None, index: int | None, scale: int, disp: int) -> bytes:
+    xb, tail = _memory(dst, base, index, scale, disp)
+    return bytes([_rex(1, dst, 0, 0) | xb, 0x8D]) + tail
+
+
+def load(dst: int, base: int | None, index: int | None, scale: int, disp: int,
+         segment: str | None = None) -> bytes:
+    """``mov dst, qword ptr [base + index*scale + disp]`` (fs:/gs: with ``segment``)."""
+    xb, tail = _memory(dst, base, index, scale, disp)
+    prefix = {None: b"", "fs": b"\x64", "gs": b"\x65"}[segment]
+    return prefix + bytes([_rex(1, dst, 0, 0) | xb, 0x8B]) + tail
+
+
+def load_rip(dst: int, at: int, target: int) -> bytes | None:
+    """``mov dst, qword ptr [rip + ...]`` at ``at`` reading ``target``."""
+    disp = target - (at + 7)
+    if not _i32(disp):
+        return None
+    return bytes([_rex(1, dst, 0, 0), 0x8B, (dst & 7) << 3 | 5]) + struct.pack("<i", disp)
+
+
+def lea_rip(dst: int, at: int, target: int) -> bytes | None:
+    disp = target - (at + 7)
+    if not _i32(disp):
+        return None
+    return bytes([_rex(1, dst, 0, 0), 0x8D, (dst & 7) << 3 | 5]) + struct.pack("<i", disp)
+
+
+def movabs(dst: int, value: int) -> bytes:
+    return bytes([_rex(1, 0, 0, dst), 0xB8 | (dst & 7)]) + struct.pack("<Q", value & (2**64 - 1))
+
+
+def store_rsp(disp: int, reg: int) -> bytes:
+    xb, tail = _memory(reg, REG["rsp"], None, 1, disp)
+    return bytes([_rex(1, reg, 0, 0) | xb, 0x89]) + tail
+
+
+def load_rsp(reg: int, disp: int) -> bytes:
+    xb, tail = _memory(reg, REG["rsp"], None, 1, disp)
+    return bytes([_rex(1, reg, 0, 0) | xb, 0x8B]) + tail
+
+
+def lea_rsp(delta: int) -> bytes:
+    return lea(REG["rsp"], REG["rsp"], None, 1, delta)
+
+
+def rebase_operand(code: bytes, address: int, reg: int) -> bytes | Refusal:
+    insn = decode_one(code, address)
+    if insn is None:
+        return Refusal(f"undecodable instruction at {address:#x}")
+    raw = bytes(code[:insn.size])
+    modrm_at = insn.modrm_offset
+    if modrm_at <= 0:
+        return Refusal(f"'{insn.mnemonic} {insn.op_str}' has no ModRM memory operand")
+    pos = 0
+    prefixes = bytearray()
+    while pos < modrm_at and raw[pos] in LEGACY_PREFIXES:
+        if raw[pos] not in DROPPED_PREFIXES:
+            prefixes.append(raw[pos])
+        pos += 1
+    head = bytearray(raw[pos:modrm_at])
+    if not head:
+        return Refusal("no opcode before the ModRM byte")
+    b = reg >> 3
+    if 0x40 <= head[0] <= 0x4F:
+        head[0] = (head[0] & ~0x03) | b
+    elif head[0] == 0xC4 and len(head) >= 3:
+        head[1] = (head[1] | 0x60) & ~(b << 5)        # X, B stored inverted
+    elif head[0] == 0x62 and len(head) >= 5:
+        head[1] = (head[1] | 0x60) & ~(b << 5)
+    elif head[0] == 0xC5:
+        if b:
+            return Refusal("2-byte VEX has no B bit")
+    elif head[0] == 0x8F:
+        return Refusal("XOP encodings are not rewritten")
+    elif b:
+        head.insert(0, 0x41)                            # REX.B
+    tail = _modrm_tail(raw, modrm_at)
+    if tail is None:
+        return Refusal("register operand, not memory")
+    extra, _mod = tail
+    immediate = raw[modrm_at + 1 + extra:]
+    if reg & 7 in (4, 5):
+        return Refusal("rsp/rbp/r12/r13 need a SIB byte or a displacement")
+    modrm = (raw[modrm_at] & 0x38) | (reg & 7)
+    out = bytes(prefixes) + bytes(head) + bytes([modrm]) + immediate
+    if len(out) > 15:
+        return Refusal("re-encoded instruction would exceed 15 bytes")
+    new = decode_one(out, address)
+    problem = _same_on(insn, new, reg)
+    if problem:
+        return Refusal(f"'{insn.mnemonic} {insn.op_str}' at {address:#x}: {problem}")
+    return out
+
+
+def _same_on(old, new, reg: int) -> str | None:
+    if new is None:
+        return "re-encoding is undecodable"
+    if new.mnemonic != old.mnemonic or len(new.operands) != len(old.operands):
+        return f"re-encoded as '{new.mnemonic} {new.op_str}'"
+    for a, b in zip(old.operands, new.operands):
+        if a.type != b.type or a.size != b.size:
+            return "operands differ after re-encoding"
+        if a.type == X.X86_OP_MEM:
+            if new.reg_name(b.mem.base) != NAMES64[reg] or b.mem.index != X.X86_REG_INVALID \
+                    or b.mem.disp != 0 or b.mem.segment != X.X86_REG_INVALID:
+                return "memory operand not rebased"
+        elif a.type == X.X86_OP_REG and a.reg != b.reg:
+            return "register operand changed"
+        elif a.type == X.X86_OP_IMM and a.imm != b.imm:
+            return "immediate changed"
+    return None
+
+
+def rip_displaced(insn, raw: bytes, at: int) -> bytes | str:
+    """``insn`` (capstone, detail on; ``raw`` its bytes) with its RIP-relative
+    operand's displacement changed so that it runs at ``at`` with the same target."""
+    d = insn.disp_offset
+    old = int.from_bytes(raw[d:d + 4], "little", signed=True) if d >= 1 else None
+    ops = [op for op in insn.operands if op.type == X.X86_OP_MEM and op.mem.base == X.X86_REG_RIP]
+    if d < 1 or d + 4 > len(raw) or raw[d - 1] & 0xC7 != 0x05 or not ops or old != ops[0].mem.disp:
+        return "RIP-relative displacement not found"
+    target = insn.address + insn.size + old
+    disp = target - (at + insn.size)
+    if not _i32(disp):
+        return f"{target:#x} out of reach from {at:#x}"
+    return raw[:d] + struct.pack("<i", disp) + raw[d + 4:]

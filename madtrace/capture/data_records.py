@@ -1,0 +1,180 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Data records into the trace's access rows (data/<tid>.acc, ACCESS_DTYPE, or
+compact records in data/<tid>.dat).
+
+``RingRecords``: the hybrid engine's data records, taken out of each
+thread's ring by the drain (rings.py ``data_sink``, in the drain thread, the
+ring lock held): each {address, seq, instruction id} becomes one access row
+(two for a read-modify-write: the load, then the store) with what the id
+stands for (instruction_table.py); accesses outside the traced byte ranges
+(a page holds traced and untraced bytes), and those --loads-only /
+--stores-only leave out, are dropped.  Every access gets the engine's next
+event order: an allocation event first drains every ring (``_next_order``),
+so the accesses made before it come before it.
+
+``finish_rows(engine, tid, rows)``: what both engines do with new rows:
+their heap block and whether it was freed, --only BLOCK, the per-instruction
+counts, and the thread's spool.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+import numpy as np
+
+from ..errors import TracerInternalError
+from ..native import load
+from ..trace.compact import encode_block, write_instructions
+from ..trace.format import ACCESS_RECORDS, COMPACT_DTYPE
+from .instruction_table import KIND_LOAD
+
+
+def finish_rows(engine, tid: int, rows: np.ndarray) -> None:
+    if engine.alloc is not None and engine.alloc.count:
+        rows["block"], rows["freed"] = engine.alloc.blocks_of(rows["addr"])
+    if engine.only_blocks is not None:
+        keep = np.isin(rows["block"], np.array(sorted(engine.only_blocks), dtype=np.uint32))
+        rows = rows[keep]
+        if not len(rows):
+            return
+    engine._count_freed(rows["freed"] != 0, np.full(len(rows), tid))   # program / allocator
+    # per (instruction, kind) counts: one 64-bit key each (user addresses < 2**62)
+    keys, n = np.unique((rows["rip"] << np.uint64(2)) | rows["kind"].astype(np.uint64),
+                        return_counts=True)
+    for key, count in zip(keys.tolist(), n.tolist()):
+        engine.counts[(key >> 2, "L" if key & 3 == KIND_LOAD else "S")] += count
+    engine._append(tid, rows)
+
+
+class _IdTable(ctypes.Structure):
+    _fields_ = [("rip", ctypes.c_void_p), ("size", ctypes.c_void_p), ("kind", ctypes.c_void_p),
+                ("ilen", ctypes.c_void_p), ("first", ctypes.c_void_p), ("path", ctypes.c_void_p),
+                ("n", ctypes.c_uint64)]
+
+
+class _Ranges(ctypes.Structure):
+    _fields_ = [("starts", ctypes.c_void_p), ("ends", ctypes.c_void_p), ("ids", ctypes.c_void_p),
+                ("n", ctypes.c_uint64)]
+
+
+STAT_OUTSIDE, STAT_PROBE, STAT_FAULT, STAT_FREED, STAT_UNKNOWN_ID = range(5)
+
+
+@functools.lru_cache(maxsize=None)
+def _library():
+    lib = load("libmtloop.so", "the data engine's native part")
+    P, U64 = ctypes.c_void_p, ctypes.c_uint64
+    lib.mt_compact_size.restype, lib.mt_compact_size.argtypes = ctypes.c_size_t, []
+    lib.mt_compact_data.restype = U64
+    lib.mt_compact_data.argtypes = [P, U64, P, P, ctypes.c_int, P, P, P, U64, ctypes.c_int,
+                                    P, P, P, P]
+    return lib
+
+
+def _ranges(starts: np.ndarray, ends: np.ndarray, ids: np.ndarray | None, keep: list) -> _Ranges:
+    arrays = [np.ascontiguousarray(starts, dtype=np.uint64), np.ascontiguousarray(ends, dtype=np.uint64)]
+    if ids is not None:
+        arrays.append(np.ascontiguousarray(ids, dtype=np.uint32))
+    keep.extend(arrays)
+    return _Ranges(arrays[0].ctypes.data, arrays[1].ctypes.data,
+                   arrays[2].ctypes.data if ids is not None else None, len(arrays[0]))
+
+
+class RingRecords:
+    def __init__(self, engine, ids, out_dir: str):
+        self.engine = engine
+        self.ids = ids
+        self.out_dir = out_dir
+        self.lib = _library()
+        if self.lib.mt_compact_size() != COMPACT_DTYPE.itemsize:
+            raise TracerInternalError("libmtloop.so does not match COMPACT_DTYPE: rebuild it")
+        self.records = 0                            # data records drained
+        self.written = 0                            # compact records written
+        self.bytes = 0                              # bytes of data/<tid>.dat written
+        self.stats = np.zeros(5, dtype=np.uint64)
+        self.id_counts = np.zeros(0, dtype=np.uint64)   # [2 * id + (store)] accesses kept
+        self.files: dict[int, int] = {}             # tid -> data/<tid>.dat
+        self.last_seq: dict[int, ctypes.c_uint64] = {}
+        self._order = ctypes.c_uint64(0)
+
+    @property
+    def outside(self) -> int:
+        return int(self.stats[STAT_OUTSIDE])
+
+    @property
+    def by_path(self) -> tuple[int, int]:
+        return int(self.stats[STAT_PROBE]), int(self.stats[STAT_FAULT])
+
+    def __call__(self, tid: int, out: np.ndarray) -> None:
+        engine = self.engine
+        self.records += len(out)
+        table = self.ids.arrays()
+        n_ids = len(table["rip"])
+        if len(self.id_counts) < 2 * n_ids:
+            grown = np.zeros(2 * n_ids + 1024, dtype=np.uint64)
+            grown[:len(self.id_counts)] = self.id_counts
+            self.id_counts = grown
+        keep: list = []
+        cols = [np.ascontiguousarray(table[k]) for k in ("rip", "size", "kind", "ilen", "first", "path")]
+        keep += cols
+        ids = _IdTable(*(c.ctypes.data for c in cols), n_ids)
+        starts, ends = engine.regions.arrays()
+        traced = _ranges(starts, ends, None, keep)
+        blocks = None
+        if engine.alloc is not None and engine.alloc.count:
+            block_ids, freed = engine.alloc.blocks_of(out["addr"])
+            blocks = block_ids | (freed.astype(np.uint32) << np.uint32(31))
+            keep.append(blocks)
+        only = np.array(sorted(engine.only_blocks or ()), dtype=np.uint32)
+        kinds = (1 if engine.loads else 0) | (2 if engine.stores else 0)
+        records = np.empty(2 * len(out) + 1, dtype=COMPACT_DTYPE)
+        seq = self.last_seq.setdefault(tid, ctypes.c_uint64(2**64 - 1))
+        before = int(self.stats[STAT_FREED])
+        self._order.value = engine._order
+        n = self.lib.mt_compact_data(out.ctypes.data, len(out), ctypes.byref(ids), ctypes.byref(traced),
+                                     kinds, ctypes.byref(self._order),
+                                     blocks.ctypes.data if blocks is not None else None,
+                                     only.ctypes.data, len(only),
+                                     int(engine.only_blocks is not None), records.ctypes.data,
+                                     ctypes.byref(seq), self.id_counts.ctypes.data,
+                                     self.stats.ctypes.data)
+        engine._order = self._order.value
+        freed = int(self.stats[STAT_FREED]) - before     # all of thread tid: program / allocator
+        engine._count_freed(np.ones(freed, dtype=bool), np.full(freed, tid))
+        if n:
+            self._write(tid, records[:n])
+
+    def _write(self, tid: int, records: np.ndarray) -> None:
+        fd = self.files.get(tid)
+        if fd is None:
+            fd = self.files[tid] = os.open(ACCESS_RECORDS.compact_path(self.out_dir, tid),
+                                           os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                                           0o644)
+        block = encode_block(records)
+        view = memoryview(block)
+        while view:
+            view = view[os.write(fd, view):]
+        self.written += len(records)
+        self.bytes += len(block)
+
+    def write_table(self) -> None:
+        """data/instructions.json: what every instruction id stands for."""
+        kinds = (1 if self.engine.loads else 0) | (2 if self.engine.stores else 0)
+        write_instructions(self.out_dir, [list(map(int, row)) for row in self.ids.rows()], kinds)
+
+    def close(self) -> None:
+        for fd in self.files.values():
+            os.close(fd)
+        self.files.clear()
+
+    def counts(self) -> dict[tuple[int, str], int]:
+        """{(instruction, "L"/"S"): accesses} of everything recorded so far."""
+        out: dict[tuple[int, str], int] = {}
+        rips = self.ids.arrays()["rip"]
+        for index in np.nonzero(self.id_counts)[0].tolist():
+            key = (int(rips[index // 2]), "LS"[index % 2])
+            out[key] = out.get(key, 0) + int(self.id_counts[index])
+        return out

@@ -1,0 +1,244 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Decoding the compact access records (data/<tid>.dat, hybrid data engine).
+
+Their layout is defined in trace/format.py (COMPACT_DTYPE, COMPACT_BLOCK_HEADER,
+the markers); this module writes the blocks (``encode_block``, for the
+tracer's drain), reads them back and decodes them to access rows.
+
+Each access record stands for one access row per kind it does among the
+kinds recorded (``kinds`` of data/instructions.json): a read-modify-write is
+two rows, its load then its store, with consecutive orders.  A reader stops
+at an incomplete last block (the file is being written).
+
+``CompactReader(path, table).chunks(chunk_records)`` yields the rows as
+ACCESS_DTYPE arrays, as the fault engine writes them to data/<tid>.acc;
+everyone else reads both kinds of file through format.ACCESS_RECORDS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Iterator
+
+import numpy as np
+
+from ..errors import CorruptTraceError
+from .format import (ACCESS_DTYPE, ACCESS_RECORDS, COMPACT_BLOCK_HEADER, COMPACT_CODEC,
+                     COMPACT_DTYPE, COMPACT_EXTENSION, COMPACT_FREED_BIT, COMPACT_MAGIC,
+                     COMPACT_MARK_ORDER, COMPACT_MARK_SEQ, INSTRUCTION_COLUMNS, INSTRUCTIONS_FILE,
+                     INSTRUCTIONS_FORMAT)
+
+# the names the tracer's side (capture/data_records.py) writes with
+DATA_SUFFIX = COMPACT_EXTENSION
+BLOCK_HEADER = COMPACT_BLOCK_HEADER
+MAGIC, CODEC = COMPACT_MAGIC, COMPACT_CODEC
+MARK_SEQ, MARK_ORDER = COMPACT_MARK_SEQ, COMPACT_MARK_ORDER
+FREED_BIT = COMPACT_FREED_BIT
+FORMAT = INSTRUCTIONS_FORMAT
+_ROWS = np.array([0, 1, 1, 2], dtype=np.int64)       # rows of a record, by kind
+
+
+class InstructionColumns:
+    """data/instructions.json as numpy columns indexed by instruction id."""
+
+    def __init__(self, rows: list, kinds: int):
+        table = np.array(rows or [[0] * 6], dtype=np.uint64).reshape(-1, 6)
+        self.rip = table[:, 0]
+        self.size = table[:, 1].astype(np.uint16)
+        self.kind = (table[:, 2].astype(np.uint8) & kinds)
+        self.ilen = table[:, 3].astype(np.uint8)
+        self.first = table[:, 4].astype(np.uint8)
+        self.path = table[:, 5].astype(np.uint8)
+
+    @classmethod
+    def load(cls, directory: str) -> "InstructionColumns":
+        path = os.path.join(directory, INSTRUCTIONS_FILE)
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            if data.get("format") != FORMAT:
+                raise CorruptTraceError(f"{path}: format {data.get('format')}, expected {FORMAT}")
+            return cls(data["rows"], int(data["kinds"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CorruptTraceError(f"{path}: {exc}") from None
+
+
+def encode_block(records: np.ndarray) -> bytes:
+    """One block of ``records`` (COMPACT_DTYPE), header included."""
+    import pyarrow
+    raw = records.tobytes()
+    packed = pyarrow.compress(raw, codec=CODEC, asbytes=True)
+    header = np.array([(MAGIC, len(raw), len(packed), len(records))], dtype=BLOCK_HEADER)
+    return header.tobytes() + packed
+
+
+def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+    """(offset after the block, its records) of each complete block from ``start``."""
+    import pyarrow
+    with open(path, "rb") as f:
+        f.seek(start)
+        offset = start
+        while True:
+            head = f.read(BLOCK_HEADER.itemsize)
+            if len(head) < BLOCK_HEADER.itemsize:
+                return
+            h = np.frombuffer(head, dtype=BLOCK_HEADER)[0]
+            if int(h["magic"]) != MAGIC or int(h["raw"]) != int(h["records"]) * COMPACT_DTYPE.itemsize:
+                raise CorruptTraceError(f"{path}: no block header at offset {offset}")
+            packed = f.read(int(h["packed"]))
+            if len(packed) < int(h["packed"]):
+                return                       # being written
+            raw = pyarrow.decompress(packed, decompressed_size=int(h["raw"]), codec=CODEC,
+                                     asbytes=True)
+            offset += BLOCK_HEADER.itemsize + len(packed)
+            yield offset, np.frombuffer(raw, dtype=COMPACT_DTYPE)
+
+
+def write_instructions(directory: str, rows: list, kinds: int) -> None:
+    path = os.path.join(directory, INSTRUCTIONS_FILE)
+    with open(path + ".part", "w") as f:
+        json.dump({"format": FORMAT, "kinds": kinds,
+                   "columns": list(INSTRUCTION_COLUMNS), "rows": rows}, f)
+    os.replace(path + ".part", path)
+
+
+class CompactReader:
+    """Decodes one thread's file, block after block (``offset``: where the next
+    block starts; the seq and order reached carry over from block to block)."""
+
+    def __init__(self, path: str, table: InstructionColumns):
+        self.path = path
+        self.table = table
+        self.seq = 0
+        self.next_order = 0
+        self.offset = 0
+
+    def chunks(self, chunk_rows: int = 1 << 20) -> Iterator[np.ndarray]:
+        """The access rows (ACCESS_DTYPE) of the complete blocks not read yet, in
+        chunks of about ``chunk_rows``."""
+        pending: list[np.ndarray] = []
+        size = 0
+        for offset, records in iter_blocks(self.path, self.offset):
+            self.offset = offset
+            rows = self.decode(records)
+            if len(rows):
+                pending.append(rows)
+                size += len(rows)
+            if size >= chunk_rows:
+                yield np.concatenate(pending) if len(pending) > 1 else pending[0]
+                pending, size = [], 0
+        if pending:
+            yield np.concatenate(pending) if len(pending) > 1 else pending[0]
+
+    def decode(self, r: np.ndarray) -> np.ndarray:
+        t = self.table
+        ids = r["id"].astype(np.int64)
+        if len(ids) and int(ids.max()) >= len(t.rip):
+            raise CorruptTraceError(f"{self.path}: instruction id {int(ids.max())} unknown")
+        a, b = r["a"], r["b"]
+        marker = ids == 0
+        pos = np.arange(len(r))
+        last_seq = np.maximum.accumulate(np.where(marker & (b == MARK_SEQ), pos, -1))
+        seq = np.where(last_seq >= 0, a[np.maximum(last_seq, 0)], np.uint64(self.seq))
+        kind = t.kind[ids]
+        nrows = np.where(marker, 0, _ROWS[kind])
+        before = np.cumsum(nrows) - nrows               # rows of the chunk before each record
+        last_ord = np.maximum.accumulate(np.where(marker & (b == MARK_ORDER), pos, -1))
+        j = np.maximum(last_ord, 0)
+        base = np.where(last_ord >= 0, a[j].astype(np.int64) - before[j], self.next_order)
+        first_order = base + before
+        if len(r):
+            self.seq = int(seq[-1])
+            self.next_order = int(base[-1] + before[-1] + nrows[-1])
+        idx = np.repeat(np.nonzero(nrows)[0], nrows[nrows > 0])
+        second = np.zeros(len(idx), dtype=bool)
+        second[1:] = idx[1:] == idx[:-1]
+        ident = ids[idx]
+        k = kind[idx]
+        rows = np.zeros(len(idx), dtype=ACCESS_DTYPE)
+        rows["seq"] = seq[idx]
+        rows["order"] = first_order[idx] + second
+        rows["rip"] = t.rip[ident]
+        rows["addr"] = a[idx]
+        rows["block"] = b[idx] & (FREED_BIT - 1)
+        rows["freed"] = b[idx] >> 31
+        rows["size"] = t.size[ident]
+        rows["kind"] = np.where(k == 3, np.where(second, 2, 1), k)
+        rows["ilen"] = t.ilen[ident]
+        rows["first"] = np.where(second, 0, t.first[ident])
+        return rows
+
+
+# ------------------------------------------------------- a trace's access files
+def compact_chunks(path: str, chunk_rows: int = 1 << 20) -> Iterator[np.ndarray]:
+    """The access rows (ACCESS_DTYPE) of one compact file data/<tid>.dat, in
+    order, in chunks (format.ACCESS_RECORDS.chunks reads a .dat file with it)."""
+    directory = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    yield from CompactReader(path, InstructionColumns.load(directory)).chunks(chunk_rows)
+
+
+def record_count(path: str) -> int:
+    """Access records (compact) or rows (.acc) of a file, from its block headers
+    or size: a cheap estimate of its rows (a read-modify-write record is two)."""
+    if not path.endswith(DATA_SUFFIX):
+        return os.path.getsize(path) // ACCESS_DTYPE.itemsize
+    total, offset = 0, 0
+    with open(path, "rb") as f:
+        while True:
+            f.seek(offset)
+            head = f.read(BLOCK_HEADER.itemsize)
+            if len(head) < BLOCK_HEADER.itemsize:
+                return total
+            h = np.frombuffer(head, dtype=BLOCK_HEADER)[0]
+            total += int(h["records"])
+            offset += BLOCK_HEADER.itemsize + int(h["packed"])
+
+
+class SeqFollower:
+    """The seq of each access row of one thread's access file as it grows (the
+    live store writer): ``count()`` the rows on disk now (complete blocks),
+    ``seq_at(i)`` and ``seqs(i, j)`` for rows not ``release``d yet."""
+
+    def __init__(self, directory: str, tid: int):
+        self.directory = directory
+        self.acc = ACCESS_RECORDS.path(directory, tid)
+        self.dat = ACCESS_RECORDS.compact_path(directory, tid)
+        self.reader: CompactReader | None = None
+        self.base = 0                              # row index of seqs[0]
+        self.pending = np.zeros(0, dtype=np.uint64)
+        self.rows = 0
+
+    def count(self) -> int:
+        if os.path.exists(self.acc):
+            try:
+                return os.path.getsize(self.acc) // ACCESS_DTYPE.itemsize
+            except OSError:
+                return 0
+        if not os.path.exists(self.dat):
+            return 0
+        if self.reader is None:
+            self.reader = CompactReader(self.dat, InstructionColumns.load(self.directory))
+        fresh = [rows["seq"] for rows in self.reader.chunks()]
+        if fresh:
+            self.pending = np.concatenate([self.pending, *fresh])
+            self.rows += sum(len(f) for f in fresh)
+        return self.rows
+
+    def seqs(self, start: int, stop: int) -> np.ndarray:
+        if os.path.exists(self.acc):
+            n = os.path.getsize(self.acc) // ACCESS_DTYPE.itemsize
+            mapped = np.memmap(self.acc, dtype=ACCESS_DTYPE, mode="r", shape=(n,))["seq"]
+            out = np.array(mapped[start:stop])
+            del mapped
+            return out
+        return self.pending[start - self.base:stop - self.base]
+
+    def seq_at(self, index: int) -> int:
+        return int(self.seqs(index, index + 1)[0])
+
+    def release(self, upto: int) -> None:
+        """Rows before ``upto`` are not asked for again."""
+        if upto > self.base and self.reader is not None:
+            self.pending = self.pending[upto - self.base:]
+            self.base = upto

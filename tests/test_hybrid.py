@@ -1,0 +1,180 @@
+"""The hybrid data engine (issue 18): faults discover the instructions that
+touch traced data, rewritten code records their accesses inside the target.
+
+Oracles: valgrind lackey per instruction (the executable's own instructions),
+the program's own output (native run), and, for a signal handler that lands
+in the middle of a probed loop, the program's own arithmetic (the updates it
+lost tell where the handler ran between the loop's load and store)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+
+import numpy as np
+import pytest
+
+from madtrace.binary.elf import ElfImage
+from madtrace.trace.reader import iter_access_chunks
+
+from .test_data import _ranges_from_stderr, compare_with_lackey, sections
+from .util import MADTRACE, ROOT, madtrace, prog
+
+HYBRID = ["--data-engine", "hybrid"]
+
+
+@pytest.fixture(autouse=True)
+def hybrid_engine(monkeypatch):
+    monkeypatch.setenv("MADTRACE_DATA_ENGINE", "hybrid")
+
+
+def record(tmp_path, argv, *options, timeout=300) -> tuple[dict, bytes, str]:
+    out = tmp_path / "t"
+    result = madtrace("record", "-q", "--data", "--no-functions", "-o", str(out), *HYBRID,
+                      *options, "--", *argv, timeout=timeout)
+    assert result.returncode == 0, result.stderr
+    return json.loads((out / "meta.json").read_text()), result.stdout, str(out)
+
+
+def probe_share(meta: dict) -> float:
+    paths = meta["data_tracing"]["paths"]["accesses_by_path"]
+    return paths["probe"] / max(paths["probe"] + paths["fault"], 1)
+
+
+@pytest.mark.parametrize("variant", ["O0-nopie", "O2-nopie"])
+@pytest.mark.parametrize("kernel, size", [("list", "3000"), ("array", "8192"),
+                                          ("matmul", "40"), ("strings", "30")])
+def test_kernels_per_instruction_equal_lackey(tmp_path, kernel, size, variant):
+    """Pointer chasing, array passes, a matrix multiply and string loops: every
+    instruction of the executable makes the loads and stores lackey sees, and
+    the probes carry most of them (the faults only find the instructions)."""
+    def ranges(static, stderr):
+        return _ranges_from_stderr(static, stderr)
+
+    got = compare_with_lackey(tmp_path, "data_kernels", variant, ranges, args=(kernel, size),
+                              options=HYBRID)
+    meta = json.loads((tmp_path / "t" / "meta.json").read_text())
+    assert meta["data_tracing"]["engine"] == "hybrid"
+    assert probe_share(meta) > 0.95, meta["data_tracing"]["paths"]
+    assert sum(c["L"] + c["S"] for c in got.values()) > 20000
+
+
+@pytest.mark.parametrize("mode", ["fork", "brk", "madvise", "realloc", "threads", "segv"])
+def test_memory_semantics_kept(tmp_path, mode):
+    """fork (parent and child write the same global and heap block: neither sees
+    the other's writes), brk growth and shrink (regrown memory reads zeros),
+    MADV_DONTNEED/MADV_FREE (zeros), realloc that moves (mremap), several
+    threads writing, the program's own SIGSEGV handler: the output equals the
+    native one, and the probes carry most of the accesses."""
+    argv = [prog("data_semantics", "O2-pie"), mode, "300"]
+    native = subprocess.run(argv, capture_output=True, timeout=60)
+    meta, out, _ = record(tmp_path, argv)
+    assert out == native.stdout
+    assert probe_share(meta) > 0.5, meta["data_tracing"]["paths"]
+    assert meta["dropped_events"] == 0 and meta["data_tracing"]["paths"]["dropped"] == 0
+
+
+@pytest.mark.parametrize("mode", ["realloc", "threads"])
+def test_semantics_per_instruction_equal_lackey(tmp_path, mode):
+    """A realloc that moves (its mappings follow the program's mremap) and
+    several threads writing: per instruction equal to lackey."""
+    def ranges(static, stderr):
+        if mode != "realloc":
+            return static
+        # realloc's blocks are mappings of their own: everything but the stack
+        stack = int(stderr.split("stack ")[1].split()[0], 16)
+        return static + [(0x10000, stack - (64 << 20)), (stack + (1 << 20), 0x7FF000000000)]
+
+    compare_with_lackey(tmp_path, "data_semantics", "O2-nopie", ranges, args=(mode, "40"),
+                        options=HYBRID, own=("touch_pages", "sum_pages", "worker"))
+
+
+def test_signal_handler_in_a_probed_loop_is_recorded_in_order(tmp_path):
+    """A SIGALRM handler adds to the global the hot loop increments (a load,
+    then a store).  When the handler runs between the loop's load and store, its
+    update is lost.  From the trace alone (the handler's accesses placed among
+    the loop's), the lost updates and so the program's final value follow: an
+    access recorded out of order would tell another value."""
+    argv = [prog("data_semantics", "O2-nopie"), "sigloop", "3000000"]
+    meta, out, directory = record(tmp_path, argv, timeout=600)
+    words = out.decode().split()
+    x, ticks, iterations = int(words[2]), int(words[4]), int(words[6])
+    image = ElfImage.load(argv[0])
+    hot = next(s for s in image.functions() if s.name.startswith("hot"))
+    handler = next(s for s in image.functions() if s.name == "on_alarm")
+    x_addr = next(s for s in image.symbols if s.name == "x").address
+    rows = np.concatenate([c for _, c in iter_access_chunks(directory)])
+    mine = rows[rows["addr"] == x_addr]
+    in_hot = (mine["rip"] >= hot.address) & (mine["rip"] < hot.address + hot.size)
+    in_handler = (mine["rip"] >= handler.address) & (mine["rip"] < handler.address + handler.size)
+    assert int(np.count_nonzero(in_handler & (mine["kind"] == 2))) == ticks
+    # the loop: load, store, load, store...; a handler store between a loop load
+    # and the loop store after it is overwritten
+    state, lost = None, 0
+    for is_hot, kind in zip(in_hot.tolist(), mine["kind"].tolist()):
+        if is_hot:
+            state = "loaded" if kind == 1 else None
+        elif kind == 2 and state == "loaded":
+            lost += 1
+    assert int(np.count_nonzero(in_hot & (mine["kind"] == 1))) == iterations
+    assert x == iterations + 1000000 * (ticks - lost)
+    assert probe_share(meta) > 0.9
+
+
+def test_target_finishes_when_the_tracer_is_killed_in_a_probed_loop(tmp_path):
+    """madtrace is SIGKILLed while the probes carry the accesses (nothing faults
+    any more): the kernel sends the guard SIGSEGV (PR_SET_PDEATHSIG), which turns
+    every probe back into the plain instruction and gives the pages back; the
+    program finishes with its normal output."""
+    argv = [prog("bench_data_memory", "O2-nopie"), "40000", "4096"]
+    native = subprocess.run(argv, capture_output=True, timeout=120)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    tracer = subprocess.Popen([*MADTRACE, "record", "--data", "--no-functions", *HYBRID, "-o",
+                               str(tmp_path / "t"), "--", *argv],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        for line in tracer.stderr:
+            if b"tracing data accesses" in line:
+                break
+        else:
+            pytest.fail("madtrace never started data tracing")
+        import time
+        time.sleep(1.0)
+        os.kill(tracer.pid, signal.SIGKILL)
+        tracer.wait(timeout=30)
+        out = tracer.stdout.read()
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+    assert out == native.stdout
+
+
+def test_compact_records_are_small_and_read_back(tmp_path):
+    """The list walk's accesses on disk: compressed compact records, at most 16
+    bytes per access, read back in order with their heap blocks."""
+    argv = [prog("bench_data_list", "O2-nopie"), "30", "4096"]
+    meta, out, directory = record(tmp_path, argv)
+    assert out == subprocess.run(argv, capture_output=True, timeout=60).stdout
+    accesses = sum(c["L"] + c["S"] for c in meta["accesses"].values())
+    size = sum(os.path.getsize(os.path.join(directory, "data", f))
+               for f in os.listdir(os.path.join(directory, "data")) if f.endswith(".dat"))
+    assert accesses > 200000 and size / accesses <= 16
+    rows = np.concatenate([c for _, c in iter_access_chunks(directory)])
+    assert len(rows) == accesses
+    assert np.all(np.diff(rows["order"].astype(np.int64)) > 0)
+    walk = rows[rows["block"] > 0]
+    assert len(walk) > 2 * 4096 * 29            # every node's value and next, in blocks
+
+
+def test_fault_engine_is_still_there(tmp_path):
+    """--data-engine fault keeps today's engine: no alias, no probe."""
+    argv = [prog("data_globals", "O2-nopie")]
+    out = tmp_path / "f"
+    result = madtrace("record", "-q", "--data", "--no-functions", "--data-engine", "fault", "-o",
+                      str(out), "--", *argv)
+    assert result.returncode == 0, result.stderr
+    meta = json.loads((out / "meta.json").read_text())["data_tracing"]
+    assert meta["engine"] == "fault" and meta["paths"] is None and meta["alias"] is None
+    assert sections(argv[0], ".data")
