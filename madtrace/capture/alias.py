@@ -45,11 +45,11 @@ import numpy as np
 
 from ..binary.maps import Mapping, parse_maps
 from ..inject.areas import SharedArea
+from ..trace.format import PAGE
 from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, MAP_SHARED,
                                       PROT_READ, PROT_WRITE, RemoteSyscalls)
 
 ALIAS_BIT = 1 << 45
-PAGE = 4096
 MEMFD_SIZE = 1 << 40                 # sparse: room for any growth of the range
 BITMAP_BYTES = 1 << 32               # one bit per page of the 47-bit user address space
 MAP_NORESERVE = 0x4000

@@ -22,8 +22,9 @@ call drops FUTEX_PRIVATE_FLAG: a shared futex on shared memory is keyed by
 
 from __future__ import annotations
 
+from ..trace.format import PAGE
+
 ARG_REGS = ("rdi", "rsi", "rdx", "r10", "r8", "r9")
-PAGE = 4096
 STRING = -1                    # a NUL-terminated string (checked up to two pages)
 FUTEX_PRIVATE_FLAG = 128
 FUTEX_CMD_MASK = 0x7F
