@@ -166,7 +166,7 @@ def _chunk_events(chunk, ev, times, names, namer, pid, limit, clock):
     acc = chunk.accesses
     data = instr = None
     if len(acc) and namer is not None:
-        data = _data_names(namer, acc)
+        data = namer.data_labels(acc["addr"], acc["block"], acc["freed"])
         codes, insn_names = namer.code_names(acc["rip"])
         instr = [insn_names[c] for c in codes.tolist()]
     out = []
@@ -202,23 +202,6 @@ def _chunk_events(chunk, ev, times, names, namer, pid, limit, clock):
                                   "instruction": instr[k] if instr else f"{int(a['rip']):#x}"}}))
     for _, item in out:
         yield item
-
-
-def _data_names(namer: AccessNamer, acc: np.ndarray) -> list[str]:
-    names = namer.data_names(acc["addr"], acc["block"], acc["freed"])
-    sym_codes, sym_names = names["symbol"]
-    var_codes, var_names = names["variable"]
-    reg_codes, reg_names = names["region"]
-    out = []
-    for s, v, r, off in zip(sym_codes.tolist(), var_codes.tolist(), reg_codes.tolist(),
-                            names["offset"].tolist()):
-        if v >= 0:
-            out.append(var_names[v])
-        elif s >= 0:
-            out.append(f"{sym_names[s]}+{off}")
-        else:
-            out.append(f"{reg_names[r]}+{off}")
-    return out
 
 
 def write_chrome(directory: str, out, max_events: int | None, warn=None) -> int:

@@ -174,6 +174,24 @@ class AccessNamer:
         return {"symbol": (symbol_codes, symbol_names), "offset": offset,
                 "variable": variable, "region": (region_codes, region_names)}
 
+    def data_labels(self, addr: np.ndarray, block: np.ndarray, freed: np.ndarray) -> list[str]:
+        """One string per address, as the store's ``data`` column reads: the
+        variable, else symbol+offset, else region+offset."""
+        names = self.data_names(addr, block, freed)
+        sym_codes, sym_names = names["symbol"]
+        var_codes, var_names = names["variable"]
+        reg_codes, reg_names = names["region"]
+        out = []
+        for s, v, r, off in zip(sym_codes.tolist(), var_codes.tolist(), reg_codes.tolist(),
+                                names["offset"].tolist()):
+            if v >= 0:
+                out.append(var_names[v])
+            elif s >= 0:
+                out.append(f"{sym_names[s]}+{off}")
+            else:
+                out.append(f"{reg_names[r]}+{off}")
+        return out
+
     def _block_name(self, k: int) -> str:
         block_id, freed = k >> 1, bool(k & 1)
         row = self.blocks.rows[block_id - 1]

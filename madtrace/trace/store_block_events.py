@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .blocks import BlockIndex, block_name, load_allocations
+from .blocks import BlockIndex, load_allocations
 from .columnar import PartWriter
 from .format import load_block_events
 from .naming import AccessNamer
@@ -68,27 +68,16 @@ def _accesses_before(directory: str, tids: np.ndarray, orders: np.ndarray) -> np
 
 def _names(namer: AccessNamer, blocks: BlockIndex, addresses: np.ndarray,
            orders: np.ndarray) -> list[str]:
-    """The name of each address when its event happened (heap block, variable,
-    symbol or region, + offset)."""
-    names = namer.data_names(addresses, np.zeros(len(addresses), dtype=np.uint32),
-                             np.zeros(len(addresses), dtype=np.uint8))
-    sym_codes, sym_names = names["symbol"]
-    var_codes, var_names = names["variable"]
-    reg_codes, reg_names = names["region"]
-    out = []
-    for i, (s, v, r, off) in enumerate(zip(sym_codes.tolist(), var_codes.tolist(),
-                                           reg_codes.tolist(), names["offset"].tolist())):
-        block, freed = blocks.find(int(addresses[i]), int(orders[i]))
+    """The name of each address when its event happened, as accesses are named:
+    the heap block that held it then (live or freed), else the variable, symbol
+    or region, + offset."""
+    ids = np.zeros(len(addresses), dtype=np.uint32)
+    freed = np.zeros(len(addresses), dtype=np.uint8)
+    for i, (address, order) in enumerate(zip(addresses.tolist(), orders.tolist())):
+        block, was_freed = blocks.find(address, order)
         if block is not None:
-            out.append(f"{block_name(block['kind'], block['id'], block['site'], freed)}"
-                       f"+{int(addresses[i]) - block['address']}")
-        elif v >= 0:
-            out.append(var_names[v])
-        elif s >= 0:
-            out.append(f"{sym_names[s]}+{off}")
-        else:
-            out.append(f"{reg_names[r]}+{off}")
-    return out
+            ids[i], freed[i] = block["id"], was_freed
+    return namer.data_labels(addresses, ids, freed)
 
 
 def _source_names(namer, blocks, sources: list, orders: np.ndarray) -> list[str | None]:
