@@ -101,7 +101,7 @@ class CaptureFormat:
 
     def append(self, fd: int, rows: np.ndarray) -> int:
         """Frames ``rows`` (whole records) into chunks of at most CHUNK_MAX_BYTES."""
-        data = memoryview(rows.view(np.uint8).reshape(-1))
+        data = memoryview(rows.view(np.uint8).reshape(-1).data)
         step = CHUNK_MAX_BYTES - CHUNK_MAX_BYTES % self.record_size
         written = 0
         for at in range(0, len(data), step):
@@ -194,7 +194,7 @@ class CaptureFormat:
     def payloads(self, path: str, start: int = 0) -> Iterator[tuple[int, bytearray]]:
         """(offset after the chunk, payload) of every complete chunk from the
         chunk at ``start`` (0: the first), each checked."""
-        with open(path, "rb", buffering=READ_BUFFER) as f:
+        with open(path, "rb", buffering=READ_BUFFER) as f:  # a BufferedReader
             size = os.fstat(f.fileno()).st_size
             if start == 0:
                 if not self.check_header(path, f.read(HEADER_SIZE), size):
@@ -211,7 +211,7 @@ class CaptureFormat:
                     return
                 length = self._chunk_length(path, offset, head)
                 payload = bytearray(length)
-                got = f.readinto(payload)
+                got = f.readinto(payload)  # type: ignore[attr-defined]
                 if got < length:
                     self._tail(path, offset)
                     return

@@ -50,7 +50,7 @@ computes a record's offset or a file's row count.
 The capture container
 ---------------------
 Every raw capture file (calls/<tid>.rec, data/<tid>.acc, data/<tid>.dat,
-data/allocator_calls.bin) is one container, defined here once
+data/allocator_calls.bin, data/blocks.bin) is one container, defined here once
 (``CAPTURE_HEADER``, ``CHUNK_HEADER``) and read and written by
 trace/capture_file.py (the C drain gets the constants from
 ``c_header()``, generated into build/native/capture_format.h):
@@ -61,7 +61,10 @@ trace/capture_file.py (the C drain gets the constants from
 * then chunks, each a ``CHUNK_HEADER`` of 16 bytes (``CHUNK_MAGIC`` "MTCK",
   the payload's bytes, XXH3-64 of the payload seeded with its length) and
   the payload: whole records (.rec, .acc, allocator_calls.bin), or one
-  compact block (.dat).  One chunk is one write of the writer (the ring
+  compact block (.dat).  data/blocks.bin, whose rows the tracker updates in
+  place while it records (a block's release), is a flat file of rows until
+  the recording ends and then sealed into chunks (trace/blocks.py); a flat
+  one is read only from an unfinished recording.  One chunk is one write of the writer (the ring
   drain: up to 1 MiB a drain; the access spool: up to ``CHUNK_MAX_BYTES``).
 
 A reader checks every chunk it returns.  A bad file header or a complete
@@ -250,7 +253,7 @@ CAPTURE_HEADER = np.dtype(
 CHUNK_HEADER = np.dtype([("magic", "<u4"), ("length", "<u4"), ("check", "<u8")])
 CHUNK_MAGIC = 0x4B43544D  # "MTCK"
 CHUNK_MAX_BYTES = 4 << 20  # the largest payload a writer frames (a reader refuses more)
-CAPTURE_KINDS = {"calls": 1, "accesses": 2, "compact": 3, "allocator calls": 4}
+CAPTURE_KINDS = {"calls": 1, "accesses": 2, "compact": 3, "allocator calls": 4, "blocks": 5}
 
 
 def c_header() -> str:
@@ -264,8 +267,9 @@ def c_header() -> str:
         "MT_CHUNK_MAGIC": CHUNK_MAGIC,
         "MT_CHUNK_MAX_BYTES": CHUNK_MAX_BYTES,
     }
-    for field in CHUNK_HEADER.names:
-        values[f"MT_CHUNK_{field.upper()}_OFFSET"] = CHUNK_HEADER.fields[field][1]
+    for field, offset in (("magic", 0), ("length", 4), ("check", 8)):
+        assert CHUNK_HEADER.fields is not None and CHUNK_HEADER.fields[field][1] == offset
+        values[f"MT_CHUNK_{field.upper()}_OFFSET"] = offset
     lines += [f"#define {name} {hex(value)}ULL" for name, value in values.items()]
     return "\n".join(lines) + "\n"
 
@@ -391,12 +395,22 @@ COMPACT_RECORDS = RecordFile(DATA_DIR, COMPACT_EXTENSION, COMPACT_DTYPE, "compac
 RECORD_FILES = (CALL_RECORDS, ACCESS_RECORDS)
 # data/allocator_calls.bin (one file, not per thread: read with the path ALLOCATOR_CALLS_FILE)
 ALLOCATOR_CALL_RECORDS = RecordFile(DATA_DIR, ".bin", ALLOCATOR_CALL_DTYPE, "allocator calls")
+# data/blocks.bin: rows written in place while recording (a flat file), sealed
+# into the container when the recording ends (trace/blocks.py)
+BLOCK_RECORDS = RecordFile(DATA_DIR, ".bin", BLOCK_DTYPE, "blocks")
 
 
 # ------------------------------------------------------------------ meta.json
 def write_meta(directory: str, meta: dict) -> None:
+    """meta.json; once the recording's outcome is known (not "running"), the
+    block table it wrote in place is sealed into the capture container first."""
     meta = dict(meta, format_version=FORMAT_VERSION)
     path = os.path.join(directory, META_FILE)
+    if meta.get("outcome") != "running":
+        from .blocks import seal_block_table
+
+        with writing(os.path.join(directory, BLOCKS_FILE)):
+            seal_block_table(os.path.join(directory, BLOCKS_FILE))
     with writing(path + ".tmp"):  # OutputError (exit 23), one line
         _write_json_atomically(path, meta)
 
@@ -548,7 +562,7 @@ def capture_sources(directory: str) -> dict[str, list[int]]:
     the store records what it was built from, and is rebuilt (the files read
     and checked again) when one of them changed."""
     out = {}
-    names = [os.path.relpath(p, directory) for r in (*RECORD_FILES, COMPACT_RECORDS) for _, p in r.files(directory)]
+    names = [os.path.relpath(p, directory) for r in RECORD_FILES for _, p in r.files(directory)]
     for name in {*names, ALLOCATOR_CALLS_FILE, BLOCKS_FILE}:
         try:
             st = os.stat(os.path.join(directory, name))
