@@ -152,7 +152,7 @@ class CaptureFormat:
     def _tail(self, path: str, offset: int) -> None:
         """A chunk cut short at ``offset``: the end of an unfinished recording's file."""
         if not _unfinished(path):
-            raise CorruptTraceError(f"{path}: truncated at offset {offset} (a chunk cut short, "
+            raise CorruptTraceError(f"{path}: truncated at offset {offset} (an incomplete chunk "
                                     f"in a trace whose recording ended)")
 
     def index(self, path: str) -> ChunkIndex:

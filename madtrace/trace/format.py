@@ -560,7 +560,8 @@ def write_store_meta(directory: str, meta: dict) -> None:
 def capture_sources(directory: str) -> dict[str, list[int]]:
     """{path in the directory: [bytes, mtime in ns]} of its raw capture files:
     the store records what it was built from, and is rebuilt (the files read
-    and checked again) when one of them changed."""
+    and checked again) when one of them changed or a new one came; one that
+    is gone leaves the store as it is (it holds what the file held)."""
     out = {}
     names = [os.path.relpath(p, directory) for r in RECORD_FILES for _, p in r.files(directory)]
     for name in {*names, ALLOCATOR_CALLS_FILE, BLOCKS_FILE}:
@@ -578,7 +579,8 @@ def store_is_complete(directory: str) -> bool:
         meta
         and meta.get("format_version") == STORE_FORMAT_VERSION
         and meta.get("complete")
-        and meta.get("sources") == capture_sources(directory)
+        and isinstance(meta.get("sources"), dict)
+        and all(meta["sources"].get(name) == now for name, now in capture_sources(directory).items())
     )
 
 
