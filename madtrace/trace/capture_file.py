@@ -191,39 +191,70 @@ class CaptureFormat:
             index.starts = None
         return index
 
+    def _frames(self, f, path: str, start: int, read_into) -> Iterator[tuple[int, object]]:
+        """Walks the chunks of open file ``f`` from ``start`` (0: the first):
+        ``read_into(length)`` gives a writable buffer of ``length`` bytes for
+        each payload; yields (offset after the chunk, that buffer), checked."""
+        size = os.fstat(f.fileno()).st_size
+        if start == 0:
+            if not self.check_header(path, f.read(HEADER_SIZE), size):
+                return
+            start = HEADER_SIZE
+        else:
+            f.seek(start)
+        offset = start
+        while True:
+            head = f.read(CHUNK_HEADER_SIZE)
+            if len(head) < CHUNK_HEADER_SIZE:
+                if head:
+                    self._tail(path, offset)
+                return
+            length = self._chunk_length(path, offset, head)
+            if offset + CHUNK_HEADER_SIZE + length > size:
+                self._tail(path, offset)
+                return
+            payload = read_into(length, size - offset)
+            if f.readinto(payload) < length:
+                self._tail(path, offset)
+                return
+            if checksum(payload) != _CHUNK.unpack(head)[2]:
+                raise CorruptTraceError(f"{path}: corrupt at offset {offset} (checksum of a "
+                                        f"chunk of {length} bytes)")
+            offset += CHUNK_HEADER_SIZE + length
+            yield offset, payload
+
     def payloads(self, path: str, start: int = 0) -> Iterator[tuple[int, bytearray]]:
         """(offset after the chunk, payload) of every complete chunk from the
         chunk at ``start`` (0: the first), each checked."""
-        with open(path, "rb", buffering=READ_BUFFER) as f:  # a BufferedReader
-            size = os.fstat(f.fileno()).st_size
-            if start == 0:
-                if not self.check_header(path, f.read(HEADER_SIZE), size):
-                    return
-                start = HEADER_SIZE
-            else:
-                f.seek(start)
-            offset = start
-            while True:
-                head = f.read(CHUNK_HEADER_SIZE)
-                if len(head) < CHUNK_HEADER_SIZE:
-                    if head:
-                        self._tail(path, offset)
-                    return
-                length = self._chunk_length(path, offset, head)
-                payload = bytearray(length)
-                got = f.readinto(payload)  # type: ignore[attr-defined]
-                if got < length:
-                    self._tail(path, offset)
-                    return
-                if checksum(payload) != _CHUNK.unpack(head)[2]:
-                    raise CorruptTraceError(f"{path}: corrupt at offset {offset} (checksum of a "
-                                            f"chunk of {length} bytes)")
-                offset += CHUNK_HEADER_SIZE + length
-                yield offset, payload
+        with open(path, "rb", buffering=READ_BUFFER) as f:
+            for end, payload in self._frames(f, path, start, lambda n, _left: bytearray(n)):
+                yield end, payload  # type: ignore[misc]
 
-    def record_chunks(self, path: str, dtype: np.dtype) -> Iterator[np.ndarray]:
-        for _end, payload in self.payloads(path):
-            yield np.frombuffer(payload, dtype=dtype)
+    def record_chunks(self, path: str, dtype: np.dtype, chunk_rows: int) -> Iterator[np.ndarray]:
+        """The records, at most ``chunk_rows`` an array: each chunk's payload is
+        read straight into the array it is returned in (one copy, as a plain
+        file of records is read)."""
+        size = dtype.itemsize
+        batch = _Batch(np.empty(0, dtype=dtype))
+        ready: list[np.ndarray] = []
+
+        def read_into(length: int, left: int):
+            rows, out, filled = length // size, batch.out, batch.filled
+            if filled + rows > len(out):            # a new array (the full one goes out)
+                if filled:
+                    ready.append(out[:filled])
+                out = np.empty(max(rows, min(chunk_rows, left // size)), dtype=dtype)
+                batch.out, filled = out, 0
+            batch.filled = filled + rows
+            return memoryview(out[filled:filled + rows].view(np.uint8).data)
+
+        with open(path, "rb", buffering=READ_BUFFER) as f:
+            for _end, _payload in self._frames(f, path, 0, read_into):
+                yield from ready
+                ready.clear()
+            if batch.filled:
+                ready.append(batch.out[:batch.filled])
+            yield from ready
 
     def read_rows(self, path: str, dtype: np.dtype, start: int = 0, count: int = -1) -> np.ndarray:
         if not os.path.exists(path):
@@ -243,19 +274,31 @@ class CaptureFormat:
                 offset, length = index.offsets[chunk], index.lengths[chunk]
                 f.seek(offset)
                 head = f.read(CHUNK_HEADER_SIZE)
-                payload = bytearray(length)
+                skip = start + filled - int(index.starts[chunk])
+                rows = length // self.record_size
+                whole = skip == 0 and rows <= len(out) - filled     # read straight into out
+                payload = memoryview(out[filled:filled + rows].view(np.uint8).data) if whole \
+                    else memoryview(bytearray(length))
                 if _CHUNK.unpack(head)[:2] != (CHUNK_MAGIC, length) or f.readinto(payload) < length:
                     raise CorruptTraceError(f"{path}: changed at offset {offset} while read")
                 if checksum(payload) != _CHUNK.unpack(head)[2]:
                     raise CorruptTraceError(f"{path}: corrupt at offset {offset} (checksum of a "
                                             f"chunk of {length} bytes)")
-                rows = np.frombuffer(payload, dtype=dtype)
-                skip = start + filled - int(index.starts[chunk])
-                take = rows[skip:skip + len(out) - filled]
-                out[filled:filled + len(take)] = take
-                filled += len(take)
+                if not whole:
+                    take = np.frombuffer(payload, dtype=dtype)[skip:skip + len(out) - filled]
+                    out[filled:filled + len(take)] = take
+                    rows = len(take)
+                filled += rows
                 chunk += 1
         return out
+
+
+@dataclass
+class _Batch:
+    """The array chunks are read into, and how much of it is filled."""
+
+    out: np.ndarray
+    filled: int = 0
 
 
 def rebatch(chunks: Iterable[np.ndarray], chunk_rows: int) -> Iterator[np.ndarray]:

@@ -334,7 +334,7 @@ class RecordFile:
         (CorruptTraceError, exit 18, naming the file and offset)."""
         from .capture_file import rebatch
 
-        yield from rebatch(self.container().record_chunks(path, self.dtype), chunk_rows)
+        yield from rebatch(self.container().record_chunks(path, self.dtype, chunk_rows), chunk_rows)
 
     def read(self, path: str, start: int = 0, count: int = -1) -> np.ndarray:
         """Records ``start`` .. ``start + count`` (all of them from ``start``: -1)."""
