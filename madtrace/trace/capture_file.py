@@ -36,7 +36,7 @@ _CHUNK = struct.Struct("<IIQ")               # CHUNK_HEADER
 assert _HEADER.size + 8 == CAPTURE_HEADER.itemsize and _CHUNK.size == CHUNK_HEADER.itemsize
 HEADER_SIZE = CAPTURE_HEADER.itemsize
 CHUNK_HEADER_SIZE = CHUNK_HEADER.itemsize
-READ_BUFFER = 1 << 20
+READ_BUFFER = 1 << 16   # chunk headers and small chunks come from it; a large payload mostly not
 
 
 def checksum(payload) -> int:
