@@ -159,28 +159,72 @@ uint32_t bi_remove(bi_t *bi, uint64_t start, uint64_t *end) {
     return id;
 }
 
-static const entry_t *containing(const bi_t *bi, uint64_t address) {
+/* the chunk whose range holds key, without branches on the data: the last
+ * one with mins <= key, else 0 (the lookups' version of find_chunk: a
+ * shuffled pointer chase mispredicts every step of a branching search) */
+static size_t find_chunk_flat(const bi_t *bi, uint64_t key) {
+    const uint64_t *base = bi->mins;
+    size_t len = bi->nchunks;
+    while (len > 1) {
+        size_t half = len / 2;
+        base = base[half] <= key ? base + half : base;
+        len -= half;
+    }
+    return (size_t)(base - bi->mins);
+}
+
+/* the last entry of ch with start <= key (ch->n > 0; e[0].start <= key) */
+static const entry_t *last_at_or_below(const chunk_t *ch, uint64_t key) {
+    const entry_t *base = ch->e;
+    size_t len = ch->n;
+    while (len > 1) {
+        size_t half = len / 2;
+        base = base[half].start <= key ? base + half : base;
+        len -= half;
+    }
+    return base;
+}
+
+/* The entry holding address (the one with the greatest start at or below it,
+ * when its end is above it), or NULL; *upto: the addresses from address up to
+ * *upto (exclusive) get the same answer (the next entry's start, or that
+ * entry's end, whichever comes first). */
+static const entry_t *containing(const bi_t *bi, uint64_t address, uint64_t *upto) {
+    *upto = address + 1;
     if (bi->nchunks == 0 || address < bi->mins[0]) return NULL;
-    const chunk_t *ch = bi->chunks[find_chunk(bi, address)];
-    size_t p = lower_bound(ch, address + 1);   /* entries with start <= address */
-    if (p == 0) return NULL;
-    const entry_t *e = &ch->e[p - 1];
-    return address < e->end ? e : NULL;
+    size_t c = find_chunk_flat(bi, address);
+    const chunk_t *ch = bi->chunks[c];
+    if (ch->n == 0 || ch->e[0].start > address) return NULL;
+    const entry_t *e = last_at_or_below(ch, address);
+    if (address >= e->end) return NULL;
+    size_t p = (size_t)(e - ch->e);
+    uint64_t next = p + 1 < ch->n ? ch->e[p + 1].start
+                  : c + 1 < bi->nchunks ? bi->mins[c + 1] : UINT64_MAX;
+    *upto = e->end < next ? e->end : next;
+    return e;
 }
 
 /* For every address whose ids[i] is still 0: the id of the entry holding it,
- * and flags[i] = flag.  Returns how many were found. */
+ * and flags[i] = flag.  Returns how many were found.  The last entry found
+ * answers again while the addresses stay within it (two fields of one heap
+ * block, an array walked in order) without a search. */
 size_t bi_lookup(const bi_t *bi, const uint64_t *addresses, size_t n, uint32_t *ids,
                  uint8_t *flags, uint8_t flag) {
     size_t found = 0;
+    uint64_t lo = 0, hi = 0;          /* [lo, hi): addresses answered by last (none yet) */
+    uint32_t last = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i]) continue;
-        const entry_t *e = containing(bi, addresses[i]);
-        if (e) {
-            ids[i] = e->id;
-            if (flags) flags[i] = flag;
-            found++;
+        uint64_t a = addresses[i];
+        if (a - lo >= hi - lo) {
+            const entry_t *e = containing(bi, a, &hi);
+            if (!e) { lo = hi = 0; continue; }
+            lo = e->start;
+            last = e->id;
         }
+        ids[i] = last;
+        if (flags) flags[i] = flag;
+        found++;
     }
     return found;
 }

@@ -8,7 +8,8 @@
  * address, seq, instruction id) becomes one 16-byte record: its address, its
  * instruction id (what it implies, written once: data/instructions.json) and
  * the heap block it lies in and its freed bit (named by the allocation
- * tracker's block index beforehand: ``blocks``, one per data record).  Seq
+ * tracker's block index beforehand: ``blocks`` and ``freed``, one each per
+ * data record).  Seq
  * and order are implied: a marker gives the seq where it changes (call records
  * came in between) and the order of the first row of each batch; each record
  * stands for one row per kind it does (two for a read-modify-write), each row
@@ -73,7 +74,8 @@ static int selected(const uint32_t *only, uint64_t n_only, uint32_t block) {
 
 /*
  * Data records of one thread into compact records (out: room for 2 * n + 1).
- * blocks: NULL (no heap blocks), or per record its block | freed << 31.
+ * blocks: NULL (no heap blocks), or per record its block id, and freed its
+ * freed flag (0 or 1).
  * *order: the last order given (the next row gets *order + 1; updated);
  * *seq: the seq of the thread's last record written (UINT64_MAX: none yet;
  * updated).  Each access record stands for popcount(kind & kinds) rows.
@@ -81,7 +83,7 @@ static int selected(const uint32_t *only, uint64_t n_only, uint32_t block) {
  */
 uint64_t mt_compact_data(const struct mt_data_out *in, uint64_t n, const struct mt_id_table *t,
                          const struct mt_ranges *traced, int kinds, uint64_t *order,
-                         const uint32_t *blocks,
+                         const uint32_t *blocks, const uint8_t *freed,
                          const uint32_t *only, uint64_t n_only, int only_on,
                          struct mt_compact *out, uint64_t *seq, uint64_t *id_counts,
                          uint64_t *stats)
@@ -102,7 +104,7 @@ uint64_t mt_compact_data(const struct mt_data_out *in, uint64_t n, const struct 
         uint32_t block = 0, was_freed = 0;
         if (blocks) {
             block = blocks[i] & ~(1u << 31);
-            was_freed = blocks[i] >> 31;
+            was_freed = freed[i] & 1;
         }
         if (only_on && !selected(only, n_only, block))
             continue;
@@ -128,4 +130,20 @@ uint64_t mt_compact_data(const struct mt_data_out *in, uint64_t n, const struct 
         }
     }
     return w;
+}
+
+/*
+ * The records' bytes as byte planes (trace/compact.py to_planes, the blocks
+ * "MTZ2" of data/<tid>.dat): out[k * n + i] = byte k of record i.  Sixteen
+ * bytes of a record at a time, spread over the planes; one pass.
+ */
+void mt_compact_planes(const struct mt_compact *in, uint64_t n, uint8_t *out)
+{
+    enum { R = sizeof(struct mt_compact) };
+    const uint8_t *bytes = (const uint8_t *)in;
+    for (uint64_t i = 0; i < n; i++) {
+        const uint8_t *rec = bytes + i * R;
+        for (int k = 0; k < R; k++)
+            out[(uint64_t)k * n + i] = rec[k];
+    }
 }
