@@ -124,6 +124,17 @@ def main() -> int:
         variants.insert(0, Variant(f"baseline {BASELINE}", os.path.abspath(BASELINE)))
     t0 = time.perf_counter()
     rows, split_rows = [], []
+    micro_rows = []
+    for v in variants:          # the probe's own instructions (probe_micro.py)
+        r = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                         "probe_micro.py")],
+                           capture_output=True, text=True, env=v.env, timeout=600)
+        try:
+            m = json.loads(r.stdout)
+            micro_rows.append((v.name, f"{m['floor_ns']:.2f}", f"{m['probe_ns']:.2f}",
+                               f"{m['probe_ns'] - m['floor_ns']:.2f}", m["probe_bytes"]))
+        except (ValueError, KeyError):
+            micro_rows.append((v.name, "failed", r.stdout.strip()[-80:], r.stderr.strip()[-80:], ""))
     with tempfile.TemporaryDirectory(prefix="madtrace-bench-probe-") as tmp:
         for label, name, small, large in PROGRAMS:
             exe = prog(name, "O2-nopie")
@@ -154,20 +165,27 @@ def main() -> int:
                         shutil.rmtree(out, ignore_errors=True)
             for v in variants:
                 n = counts[(v.name, "large")][0] - counts[(v.name, "small")][0]
-                nat = [(b - a) / n * 1e9 for a, b in zip(native["small"], native["large"])]
-                wall = [(b[0] - a[0]) / n * 1e9 for a, b in zip(got[(v.name, "small")],
-                                                                got[(v.name, "large")])]
-                cpu = [(b[1] - a[1]) / n * 1e9 for a, b in zip(got[(v.name, "small")],
-                                                               got[(v.name, "large")])]
-                rows.append((label, v.name, n, f"{min(nat):.1f}", f"{min(wall):.0f}",
-                             f"{statistics.median(wall):.0f}", f"{min(cpu):.0f}",
-                             f"{statistics.median(cpu):.0f}", counts[(v.name, "large")][1]))
+                small, large = got[(v.name, "small")], got[(v.name, "large")]
+
+                def per(f, xs, ys):     # (f of the long runs - f of the short runs) / accesses
+                    return (f(ys) - f(xs)) / n * 1e9
+                nat = per(min, native["small"], native["large"])
+                rows.append((label, v.name, n, f"{nat:.1f}",
+                             f"{per(min, [w for w, _ in small], [w for w, _ in large]):.0f}",
+                             f"{per(statistics.median, [w for w, _ in small], [w for w, _ in large]):.0f}",
+                             f"{per(min, [c for _, c in small], [c for _, c in large]):.0f}",
+                             f"{per(statistics.median, [c for _, c in small], [c for _, c in large]):.0f}",
+                             counts[(v.name, "large")][1]))
                 if splits[(v.name, "large")]:
                     big, little = splits[(v.name, "large")][0], splits[(v.name, "small")][0]
                     for key in sorted(set(big) | set(little)):
                         ns = (big.get(key, 0.0) - little.get(key, 0.0)) / n * 1e9
                         split_rows.append((label, v.name, key, f"{ns:.1f}"))
-    print(table(f"ns per access, difference of two run lengths ({RUNS} runs each, alternating)",
+    print(table("the probe alone (probe_micro.py: a load in a loop over 64 KiB, relocated with a "
+                "probe, in one process; no drain, the ring never full; min of 7)", micro_rows,
+                ("madtrace", "loop ns/access", "with probe", "probe ns", "probe+copy bytes")))
+    print(table(f"ns per access: (min or median of the long runs - the same of the short runs) / "
+                f"accesses ({RUNS} runs each, alternating)",
                 rows, ("program", "madtrace", "accesses (diff)", "native min", "wall min",
                        "wall median", "cpu min", "cpu median", "ring waits (long run)")))
     if split_rows:
