@@ -167,7 +167,7 @@ def main() -> int:
                 n = counts[(v.name, "large")][0] - counts[(v.name, "small")][0]
                 small, large = got[(v.name, "small")], got[(v.name, "large")]
 
-                def per(f, xs, ys):     # (f of the long runs - f of the short runs) / accesses
+                def per(f, xs, ys, n=n):    # (f of the long runs - f of the short runs) / accesses
                     return (f(ys) - f(xs)) / n * 1e9
                 nat = per(min, native["small"], native["large"])
                 rows.append((label, v.name, n, f"{nat:.1f}",

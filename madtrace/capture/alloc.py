@@ -216,11 +216,12 @@ class AllocTracker:
 
     def blocks_into(self, addresses: np.ndarray, ids: np.ndarray, freed: np.ndarray) -> None:
         """``blocks_of`` into arrays of the caller's (uint32, uint8, as long as
-        ``addresses``): the hybrid drain reuses them from batch to batch."""
+        ``addresses``): the hybrid drain reuses them from batch to batch.  Through
+        the indexes' caches: the drain's thread only."""
         ids[:] = 0
         freed[:] = 0
-        self.live.fill(addresses, ids, freed, 0)
-        self.freed.fill(addresses, ids, freed, 1)
+        self.live.fill(addresses, ids, freed, 0, cached=True)
+        self.freed.fill(addresses, ids, freed, 1, cached=True)
 
     def write(self, out_dir: str | None = None) -> None:
         """Everything so far to the block table (data/blocks.bin, blocks.sites) and
