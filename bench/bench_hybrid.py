@@ -28,6 +28,12 @@ run; gzip and python3 >= 10x faster; <= 16 bytes per access on disk.
 
 ``--quick``: smaller runs, one repetition (a smoke test, not a measurement).
 ``--per-access``: the per-access table and the floors only (no whole runs).
+``--lackey-once``: one lackey run per whole-run program (lackey takes 20-100 s
+each there).
+
+madtrace's modules are byte-compiled first (``compileall``), as an installed
+package has them: with PYTHONDONTWRITEBYTECODE set and no __pycache__, every
+run would compile ~90 modules (~0.15-0.25 s of each whole run's start-up).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ MADTRACE = [sys.executable, "-m", "madtrace.cli.main"]
 ENV = dict(os.environ, PYTHONPATH=ROOT)
 QUICK = "--quick" in sys.argv
 PER_ACCESS_ONLY = "--per-access" in sys.argv     # the per-access table and the floors only
+LACKEY_ONCE = "--lackey-once" in sys.argv
 REPEAT = 1 if QUICK else 3
 PYTHON_SCRIPT = ("d = {}\nfor i in range(10000):\n    d[str(i)] = i * i\n"
                  "print(sum(len(k) + v % 7 for k, v in d.items()))\n")
@@ -117,9 +124,9 @@ class Bench:
                 shutil.rmtree(out, ignore_errors=True)
         return statistics.median(times), info
 
-    def lackey(self, argv: list, stdin=None) -> tuple[float, int]:
+    def lackey(self, argv: list, stdin=None, repeat: int | None = None) -> tuple[float, int]:
         times, data = [], 0
-        for _ in range(self.repeat):
+        for _ in range(repeat or self.repeat):
             log = self.out("lk") + ".log"
             r, t = run(["valgrind", "--tool=lackey", "--trace-mem=yes", f"--log-file={log}",
                         *argv], stdin)
@@ -181,7 +188,7 @@ def whole_run(b: Bench, label: str, argv: list, stdin=None, repeat: int = REPEAT
     try:
         native = b.native(argv, stdin)
         mt, info = b.madtrace(argv, "hybrid", stdin)
-        lk, data = b.lackey(argv, stdin)
+        lk, data = b.lackey(argv, stdin, repeat=1 if LACKEY_ONCE else None)
     finally:
         b.repeat = REPEAT
     share = info["probe"] / max(info["probe"] + info["fault"], 1)
@@ -198,6 +205,8 @@ def main() -> int:
         print("valgrind is not installed (make deps installs it)", file=sys.stderr)
         return 1
     scale = 5 if QUICK else 1
+    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "madtrace")],
+                   capture_output=True, env=ENV)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="madtrace-bench-hybrid-") as tmp:
         b = Bench(tmp)

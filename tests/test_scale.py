@@ -56,6 +56,56 @@ def test_block_index_matches_a_sorted_list_oracle():
                            if lo <= s < lo + 100000]
 
 
+def test_block_index_batch_lookups_in_runs_match_the_oracle():
+    """Batch lookups answer the addresses that stay within the last entry
+    found without searching again: runs of nearby addresses (sorted, repeated,
+    walking into nested and overlapping entries, into gaps and back) must give
+    what a fresh search gives, and entries that come and go between batches
+    must be seen."""
+    rng = random.Random(18)
+    index, model = BlockIndex(), {}
+    for i in range(3000):
+        start = rng.randrange(0, 20000) * 8
+        end = start + rng.choice((1, 8, 24, 64, 4096))
+        index.insert(start, end, i + 1)
+        model[start] = (end, i + 1)
+    for _ in range(30):
+        base = rng.randrange(0, 160000)
+        walk = [base + sum(rng.choice((0, 1, 1, 4, 8, 24)) for _ in range(k)) for k in range(600)]
+        probes = np.array(walk + walk[::-1] + sorted(rng.sample(walk, 200)), dtype=np.uint64)
+        ids = np.zeros(len(probes), dtype=np.uint32)
+        flags = np.zeros(len(probes), dtype=np.uint8)
+        index.fill(probes, ids, flags, 1, cached=True)
+        assert ids.tolist() == [_reference_find(model, int(a)) for a in probes]
+        again = np.zeros(len(probes), dtype=np.uint32)         # from the cache now
+        index.fill(probes, again, flags, 1, cached=True)
+        assert np.array_equal(again, ids)
+        for start in rng.sample(sorted(model), 50):      # entries come and go between batches
+            index.remove(start)
+            del model[start]
+        start = base + rng.randrange(0, 64) * 8
+        model[start] = (start + 16, 9000 + _)
+        index.insert(start, start + 16, 9000 + _)
+    # the answers the index remembers (its cache) go when the entries change
+    def find(index, address):
+        ids = np.zeros(1, dtype=np.uint32)
+        index.fill(np.array([address], dtype=np.uint64), ids, np.zeros(1, dtype=np.uint8), 1,
+                   cached=True)
+        return int(ids[0])
+
+    fresh = BlockIndex()
+    fresh.insert(0x1000, 0x1100, 1)
+    assert find(fresh, 0x1080) == 1 and find(fresh, 0x1080) == 1
+    fresh.remove(0x1000)
+    assert find(fresh, 0x1080) == 0
+    fresh.insert(0x1000, 0x1100, 2)
+    assert find(fresh, 0x1080) == 2
+    fresh.insert(0x1040, 0x1090, 3)                 # nested inside: it answers now
+    assert [find(fresh, a) for a in (0x1080, 0x1020, 0x10A0)] == [3, 2, 0]
+    fresh.insert(0x1000, 0x1010, 4)                 # the same start, a new end and id
+    assert find(fresh, 0x1008) == 4 and find(fresh, 0x1020) == 0
+
+
 # ------------------------------------------------------------ the symbol cache
 import json  # noqa: E402
 import os  # noqa: E402

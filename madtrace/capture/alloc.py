@@ -211,9 +211,17 @@ class AllocTracker:
         """``block_at`` for an array of addresses: (block ids, 0 or 1 freed); 0: no block."""
         ids = np.zeros(len(addresses), dtype=np.uint32)
         freed = np.zeros(len(addresses), dtype=np.uint8)
-        self.live.fill(addresses, ids, freed, 0)
-        self.freed.fill(addresses, ids, freed, 1)
+        self.blocks_into(addresses, ids, freed)
         return ids, freed
+
+    def blocks_into(self, addresses: np.ndarray, ids: np.ndarray, freed: np.ndarray) -> None:
+        """``blocks_of`` into arrays of the caller's (uint32, uint8, as long as
+        ``addresses``): the hybrid drain reuses them from batch to batch.  Through
+        the indexes' caches: the drain's thread only."""
+        ids[:] = 0
+        freed[:] = 0
+        self.live.fill(addresses, ids, freed, 0, cached=True)
+        self.freed.fill(addresses, ids, freed, 1, cached=True)
 
     def write(self, out_dir: str | None = None) -> None:
         """Everything so far to the block table (data/blocks.bin, blocks.sites) and

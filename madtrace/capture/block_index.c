@@ -21,21 +21,42 @@
 
 typedef struct { uint64_t start, end; uint32_t id; uint32_t pad; } entry_t;
 typedef struct { size_t n; entry_t e[CHUNK]; } chunk_t;
+/* A direct-mapped cache of lookups that found an entry: slot (address >> 4)
+ * hashed; it answers id for [lo, hi) while gen is the index's (every insert
+ * and removal makes a new generation, so nothing stale is ever answered). */
+#define CACHE_SLOTS 8192
+typedef struct { uint64_t lo, hi; uint32_t gen, id; } cache_t;
+
 typedef struct {
     chunk_t **chunks;
     uint64_t *mins;          /* mins[c] = chunks[c]->e[0].start */
     size_t nchunks, cap, count;
+    uint32_t gen;            /* changes with every insert and removal (never 0) */
+    cache_t *cache;          /* CACHE_SLOTS, made at the first lookup */
 } bi_t;
 
 size_t bi_entry_size(void) { return sizeof(entry_t); }
 
-bi_t *bi_new(void) { return calloc(1, sizeof(bi_t)); }
+bi_t *bi_new(void) {
+    bi_t *bi = calloc(1, sizeof(bi_t));
+    if (bi) bi->gen = 1;
+    return bi;
+}
+
+/* a new generation: the cache's answers are void (a wrap-around to 0 clears it) */
+static void changed(bi_t *bi) {
+    if (++bi->gen == 0) {
+        if (bi->cache) memset(bi->cache, 0, CACHE_SLOTS * sizeof(cache_t));
+        bi->gen = 1;
+    }
+}
 
 void bi_free(bi_t *bi) {
     if (!bi) return;
     for (size_t c = 0; c < bi->nchunks; c++) free(bi->chunks[c]);
     free(bi->chunks);
     free(bi->mins);
+    free(bi->cache);
     free(bi);
 }
 
@@ -95,6 +116,7 @@ static void remove_chunk(bi_t *bi, size_t at) {
  * goes to *old (0 when there was none).  Returns 0, or -1 out of memory. */
 int bi_insert(bi_t *bi, uint64_t start, uint64_t end, uint32_t id, uint32_t *old) {
     *old = 0;
+    changed(bi);
     if (bi->nchunks == 0) {
         chunk_t *ch = calloc(1, sizeof *ch);
         if (!ch || insert_chunk(bi, 0, ch)) { free(ch); return -1; }
@@ -135,6 +157,7 @@ int bi_insert(bi_t *bi, uint64_t start, uint64_t end, uint32_t id, uint32_t *old
 /* Removes the entry starting exactly at start: its id (0: none) and end. */
 uint32_t bi_remove(bi_t *bi, uint64_t start, uint64_t *end) {
     if (bi->nchunks == 0) return 0;
+    changed(bi);
     size_t c = find_chunk(bi, start);
     chunk_t *ch = bi->chunks[c];
     size_t p = lower_bound(ch, start);
@@ -159,30 +182,100 @@ uint32_t bi_remove(bi_t *bi, uint64_t start, uint64_t *end) {
     return id;
 }
 
-static const entry_t *containing(const bi_t *bi, uint64_t address) {
+/* the chunk whose range holds key, without branches on the data: the last
+ * one with mins <= key, else 0 (the lookups' version of find_chunk: a
+ * shuffled pointer chase mispredicts every step of a branching search) */
+static size_t find_chunk_flat(const bi_t *bi, uint64_t key) {
+    const uint64_t *base = bi->mins;
+    size_t len = bi->nchunks;
+    while (len > 1) {
+        size_t half = len / 2;
+        base = base[half] <= key ? base + half : base;
+        len -= half;
+    }
+    return (size_t)(base - bi->mins);
+}
+
+/* the last entry of ch with start <= key (ch->n > 0; e[0].start <= key) */
+static const entry_t *last_at_or_below(const chunk_t *ch, uint64_t key) {
+    const entry_t *base = ch->e;
+    size_t len = ch->n;
+    while (len > 1) {
+        size_t half = len / 2;
+        base = base[half].start <= key ? base + half : base;
+        len -= half;
+    }
+    return base;
+}
+
+/* The entry holding address (the one with the greatest start at or below it,
+ * when its end is above it), or NULL; *upto: the addresses from address up to
+ * *upto (exclusive) get the same answer (the next entry's start, or that
+ * entry's end, whichever comes first). */
+static const entry_t *containing(const bi_t *bi, uint64_t address, uint64_t *upto) {
+    *upto = address + 1;
     if (bi->nchunks == 0 || address < bi->mins[0]) return NULL;
-    const chunk_t *ch = bi->chunks[find_chunk(bi, address)];
-    size_t p = lower_bound(ch, address + 1);   /* entries with start <= address */
-    if (p == 0) return NULL;
-    const entry_t *e = &ch->e[p - 1];
-    return address < e->end ? e : NULL;
+    size_t c = find_chunk_flat(bi, address);
+    const chunk_t *ch = bi->chunks[c];
+    if (ch->n == 0 || ch->e[0].start > address) return NULL;
+    const entry_t *e = last_at_or_below(ch, address);
+    if (address >= e->end) return NULL;
+    size_t p = (size_t)(e - ch->e);
+    uint64_t next = p + 1 < ch->n ? ch->e[p + 1].start
+                  : c + 1 < bi->nchunks ? bi->mins[c + 1] : UINT64_MAX;
+    *upto = e->end < next ? e->end : next;
+    return e;
 }
 
 /* For every address whose ids[i] is still 0: the id of the entry holding it,
- * and flags[i] = flag.  Returns how many were found. */
-size_t bi_lookup(const bi_t *bi, const uint64_t *addresses, size_t n, uint32_t *ids,
-                 uint8_t *flags, uint8_t flag) {
+ * and flags[i] = flag.  Returns how many were found.  The last entry found
+ * answers again while the addresses stay within it (two fields of one heap
+ * block, an array walked in order) without a search; with use_cache, else
+ * the cache (a list walked again and again between allocations); else a
+ * search.  Lookups with the cache must come from one thread at a time (the
+ * hybrid engine's drain: capture/alloc.py blocks_into); the others do not
+ * touch it. */
+static size_t lookup(bi_t *bi, const uint64_t *addresses, size_t n, uint32_t *ids,
+                     uint8_t *flags, uint8_t flag, int use_cache) {
     size_t found = 0;
+    uint64_t lo = 0, hi = 0;          /* [lo, hi): addresses answered by last (none yet) */
+    uint32_t last = 0, gen = bi->gen; /* an insert meanwhile voids what this call caches */
+    if (use_cache && !bi->cache && bi->nchunks)
+        bi->cache = calloc(CACHE_SLOTS, sizeof(cache_t));   /* NULL: no cache */
+    cache_t *cache = use_cache ? bi->cache : NULL;
     for (size_t i = 0; i < n; i++) {
         if (ids[i]) continue;
-        const entry_t *e = containing(bi, addresses[i]);
-        if (e) {
-            ids[i] = e->id;
-            if (flags) flags[i] = flag;
-            found++;
+        uint64_t a = addresses[i];
+        if (a - lo >= hi - lo) {
+            if (bi->nchunks == 0 || a < bi->mins[0]) { lo = hi = 0; continue; }
+            cache_t *slot = cache ? &cache[((a >> 4) * 0x9E3779B97F4A7C15ULL) >> (64 - 13)] : NULL;
+            if (slot && slot->gen == gen && a - slot->lo < slot->hi - slot->lo) {
+                lo = slot->lo;
+                hi = slot->hi;
+                last = slot->id;
+            } else {
+                const entry_t *e = containing(bi, a, &hi);
+                if (!e) { lo = hi = 0; continue; }
+                lo = e->start;
+                last = e->id;
+                if (slot) *slot = (cache_t){lo, hi, gen, last};
+            }
         }
+        ids[i] = last;
+        if (flags) flags[i] = flag;
+        found++;
     }
     return found;
+}
+
+size_t bi_lookup(bi_t *bi, const uint64_t *addresses, size_t n, uint32_t *ids,
+                 uint8_t *flags, uint8_t flag) {
+    return lookup(bi, addresses, n, ids, flags, flag, 0);
+}
+
+size_t bi_lookup_cached(bi_t *bi, const uint64_t *addresses, size_t n, uint32_t *ids,
+                        uint8_t *flags, uint8_t flag) {
+    return lookup(bi, addresses, n, ids, flags, flag, 1);
 }
 
 /* The entries with lo <= start < hi, at most max of them, into out (starts,

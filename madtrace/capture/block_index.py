@@ -25,6 +25,7 @@ def _library() -> ctypes.CDLL:
         "bi_insert": (ctypes.c_int, [P, U64, U64, U32, ctypes.POINTER(U32)]),
         "bi_remove": (U32, [P, U64, ctypes.POINTER(U64)]),
         "bi_lookup": (SZ, [P, P, SZ, P, P, ctypes.c_uint8]),
+        "bi_lookup_cached": (SZ, [P, P, SZ, P, P, ctypes.c_uint8]),
         "bi_range": (SZ, [P, U64, U64, P, P, P, SZ]),
     }
     for name, (restype, argtypes) in sigs.items():
@@ -72,13 +73,16 @@ class BlockIndex:
         self._lib.bi_lookup(self._bi, addresses.ctypes.data, 1, ids.ctypes.data, None, 0)
         return int(ids[0])
 
-    def fill(self, addresses: np.ndarray, ids: np.ndarray, flags: np.ndarray, flag: int) -> None:
+    def fill(self, addresses: np.ndarray, ids: np.ndarray, flags: np.ndarray, flag: int,
+             cached: bool = False) -> None:
         """For each address whose ``ids`` entry is still 0: the id of the interval
-        holding it, and ``flags`` = ``flag`` (in place)."""
+        holding it, and ``flags`` = ``flag`` (in place).  ``cached``: through the
+        index's cache of answers (one thread only: the hybrid engine's drain)."""
         addresses = np.ascontiguousarray(addresses, dtype=np.uint64)
         assert ids.dtype == np.uint32 and flags.dtype == np.uint8 and ids.flags.c_contiguous
-        self._lib.bi_lookup(self._bi, addresses.ctypes.data, len(addresses), ids.ctypes.data,
-                            flags.ctypes.data, flag)
+        lookup = self._lib.bi_lookup_cached if cached else self._lib.bi_lookup
+        lookup(self._bi, addresses.ctypes.data, len(addresses), ids.ctypes.data, flags.ctypes.data,
+               flag)
 
     def in_range(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
         """(start, end, id) of the intervals starting in [lo, hi), by start."""

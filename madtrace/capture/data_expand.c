@@ -8,7 +8,8 @@
  * address, seq, instruction id) becomes one 16-byte record: its address, its
  * instruction id (what it implies, written once: data/instructions.json) and
  * the heap block it lies in and its freed bit (named by the allocation
- * tracker's block index beforehand: ``blocks``, one per data record).  Seq
+ * tracker's block index beforehand: ``blocks`` and ``freed``, one each per
+ * data record).  Seq
  * and order are implied: a marker gives the seq where it changes (call records
  * came in between) and the order of the first row of each batch; each record
  * stands for one row per kind it does (two for a read-modify-write), each row
@@ -20,6 +21,8 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <emmintrin.h>
 
 struct mt_data_out {
     uint64_t addr, seq;
@@ -73,7 +76,8 @@ static int selected(const uint32_t *only, uint64_t n_only, uint32_t block) {
 
 /*
  * Data records of one thread into compact records (out: room for 2 * n + 1).
- * blocks: NULL (no heap blocks), or per record its block | freed << 31.
+ * blocks: NULL (no heap blocks), or per record its block id, and freed its
+ * freed flag (0 or 1).
  * *order: the last order given (the next row gets *order + 1; updated);
  * *seq: the seq of the thread's last record written (UINT64_MAX: none yet;
  * updated).  Each access record stands for popcount(kind & kinds) rows.
@@ -81,7 +85,7 @@ static int selected(const uint32_t *only, uint64_t n_only, uint32_t block) {
  */
 uint64_t mt_compact_data(const struct mt_data_out *in, uint64_t n, const struct mt_id_table *t,
                          const struct mt_ranges *traced, int kinds, uint64_t *order,
-                         const uint32_t *blocks,
+                         const uint32_t *blocks, const uint8_t *freed,
                          const uint32_t *only, uint64_t n_only, int only_on,
                          struct mt_compact *out, uint64_t *seq, uint64_t *id_counts,
                          uint64_t *stats)
@@ -102,7 +106,7 @@ uint64_t mt_compact_data(const struct mt_data_out *in, uint64_t n, const struct 
         uint32_t block = 0, was_freed = 0;
         if (blocks) {
             block = blocks[i] & ~(1u << 31);
-            was_freed = blocks[i] >> 31;
+            was_freed = freed[i] & 1;
         }
         if (only_on && !selected(only, n_only, block))
             continue;
@@ -128,4 +132,47 @@ uint64_t mt_compact_data(const struct mt_data_out *in, uint64_t n, const struct 
         }
     }
     return w;
+}
+
+/*
+ * The records' bytes as byte planes (trace/compact.py to_planes, the blocks
+ * "MTZ2" of data/<tid>.dat): out[k * n + i] = byte k of record i.  Sixteen
+ * records at a time are transposed in SSE2 registers (four rounds of
+ * interleaving row i with row i + 8 make a 16x16 byte transpose) into a tile
+ * on the stack, and each plane's piece of the tile is written whole: stores
+ * straight to sixteen planes n bytes apart (n about a power of two: the
+ * drain's batches) would all meet in one cache set.  The last records byte
+ * by byte.
+ */
+void mt_compact_planes(const struct mt_compact *in, uint64_t n, uint8_t *out)
+{
+    enum { R = sizeof(struct mt_compact), TILE = 512 };
+    _Alignas(16) uint8_t tile[R][TILE];
+    const uint8_t *bytes = (const uint8_t *)in;
+    uint64_t i = 0;
+    while (i + 16 <= n) {
+        uint64_t count = (n - i) / 16 * 16;
+        if (count > TILE)
+            count = TILE;
+        for (uint64_t t = 0; t < count; t += 16) {
+            __m128i x[16], z[16];
+            for (int r = 0; r < 16; r++)
+                x[r] = _mm_loadu_si128((const __m128i *)(bytes + (i + t + r) * R));
+            for (int round = 0; round < 4; round++) {
+                for (int r = 0; r < 8; r++) {
+                    z[2 * r] = _mm_unpacklo_epi8(x[r], x[r + 8]);
+                    z[2 * r + 1] = _mm_unpackhi_epi8(x[r], x[r + 8]);
+                }
+                memcpy(x, z, sizeof x);
+            }
+            for (int k = 0; k < R; k++)
+                _mm_store_si128((__m128i *)(tile[k] + t), x[k]);
+        }
+        for (int k = 0; k < R; k++)
+            memcpy(out + (uint64_t)k * n + i, tile[k], count);
+        i += count;
+    }
+    for (; i < n; i++)
+        for (int k = 0; k < R; k++)
+            out[(uint64_t)k * n + i] = bytes[i * R + k];
 }

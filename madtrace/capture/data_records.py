@@ -69,8 +69,9 @@ def _library():
     P, U64 = ctypes.c_void_p, ctypes.c_uint64
     lib.mt_compact_size.restype, lib.mt_compact_size.argtypes = ctypes.c_size_t, []
     lib.mt_compact_data.restype = U64
-    lib.mt_compact_data.argtypes = [P, U64, P, P, ctypes.c_int, P, P, P, U64, ctypes.c_int,
+    lib.mt_compact_data.argtypes = [P, U64, P, P, ctypes.c_int, P, P, P, P, U64, ctypes.c_int,
                                     P, P, P, P]
+    lib.mt_compact_planes.restype, lib.mt_compact_planes.argtypes = None, [P, U64, P]
     return lib
 
 
@@ -99,6 +100,11 @@ class RingRecords:
         self.files: dict[int, int] = {}             # tid -> data/<tid>.dat
         self.last_seq: dict[int, ctypes.c_uint64] = {}
         self._order = ctypes.c_uint64(0)
+        # reused from batch to batch (a fresh megabyte per batch costs page faults)
+        self._records = np.empty(0, dtype=COMPACT_DTYPE)
+        self._blocks = np.empty(0, dtype=np.uint32)
+        self._freed = np.empty(0, dtype=np.uint8)
+        self._planes = np.empty(0, dtype=np.uint8)
 
     @property
     def outside(self) -> int:
@@ -123,27 +129,32 @@ class RingRecords:
         ids = _IdTable(*(c.ctypes.data for c in cols), n_ids)
         starts, ends = engine.regions.arrays()
         traced = _ranges(starts, ends, None, keep)
-        blocks = None
+        if len(self._records) < 2 * len(out) + 1:
+            self._records = np.empty(2 * len(out) + 1, dtype=COMPACT_DTYPE)
+            self._blocks = np.empty(len(out), dtype=np.uint32)
+            self._freed = np.empty(len(out), dtype=np.uint8)
+        blocks = freed_flags = None
         if engine.alloc is not None and engine.alloc.count:
-            block_ids, freed = engine.alloc.blocks_of(out["addr"])
-            blocks = block_ids | (freed.astype(np.uint32) << np.uint32(31))
-            keep.append(blocks)
+            blocks, freed_flags = self._blocks[:len(out)], self._freed[:len(out)]
+            engine.alloc.blocks_into(out["addr"], blocks, freed_flags)
         only = np.array(sorted(engine.only_blocks or ()), dtype=np.uint32)
         kinds = (1 if engine.loads else 0) | (2 if engine.stores else 0)
-        records = np.empty(2 * len(out) + 1, dtype=COMPACT_DTYPE)
+        records = self._records
         seq = self.last_seq.setdefault(tid, ctypes.c_uint64(2**64 - 1))
         before = int(self.stats[STAT_FREED])
         self._order.value = engine._order
         n = self.lib.mt_compact_data(out.ctypes.data, len(out), ctypes.byref(ids), ctypes.byref(traced),
                                      kinds, ctypes.byref(self._order),
                                      blocks.ctypes.data if blocks is not None else None,
+                                     freed_flags.ctypes.data if freed_flags is not None else None,
                                      only.ctypes.data, len(only),
                                      int(engine.only_blocks is not None), records.ctypes.data,
                                      ctypes.byref(seq), self.id_counts.ctypes.data,
                                      self.stats.ctypes.data)
         engine._order = self._order.value
         freed = int(self.stats[STAT_FREED]) - before     # all of thread tid: program / allocator
-        engine._count_freed(np.ones(freed, dtype=bool), np.full(freed, tid))
+        if freed:
+            engine._count_freed(np.ones(freed, dtype=bool), np.full(freed, tid))
         if n:
             self._write(tid, records[:n])
 
@@ -151,7 +162,11 @@ class RingRecords:
         fd = self.files.get(tid)
         if fd is None:
             fd = self.files[tid] = COMPACT_RECORDS.create(ACCESS_RECORDS.compact_path(self.out_dir, tid))
-        block = encode_block(records)       # one chunk of the capture container
+        if len(self._planes) < records.nbytes:
+            self._planes = np.empty(self._records.nbytes, dtype=np.uint8)
+        planes = self._planes[:records.nbytes]
+        self.lib.mt_compact_planes(records.ctypes.data, len(records), planes.ctypes.data)
+        block = encode_block(records, planes)   # one chunk of the capture container
         self.bytes += COMPACT_RECORDS.container().append_payload(fd, block)
         self.written += len(records)
 

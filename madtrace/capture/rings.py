@@ -427,7 +427,7 @@ class RingSet:
             total += self._moved.value
             self.records_per_thread[tid] = calls.value
             if n_out.value:
-                sink(tid, self._data_out[:n_out.value].copy())
+                sink(tid, self._data_out[:n_out.value])     # used before the next call only
                 n_out.value = 0
             path = CALL_RECORDS.path(self.out_dir, tid)
             if err == -errno.ENOENT:

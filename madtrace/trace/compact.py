@@ -27,14 +27,14 @@ import numpy as np
 from ..errors import CorruptTraceError
 from .format import (ACCESS_DTYPE, ACCESS_RECORDS, CHUNK_HEADER, COMPACT_BLOCK_HEADER,
                      COMPACT_CODEC, COMPACT_DTYPE, COMPACT_EXTENSION, COMPACT_FREED_BIT,
-                     COMPACT_MAGIC, COMPACT_RECORDS,
+                     COMPACT_MAGIC, COMPACT_MAGIC_PLANES, COMPACT_RECORDS,
                      COMPACT_MARK_ORDER, COMPACT_MARK_SEQ, INSTRUCTION_COLUMNS, INSTRUCTIONS_FILE,
                      INSTRUCTIONS_FORMAT)
 
 # the names the tracer's side (capture/data_records.py) writes with
 DATA_SUFFIX = COMPACT_EXTENSION
 BLOCK_HEADER = COMPACT_BLOCK_HEADER
-MAGIC, CODEC = COMPACT_MAGIC, COMPACT_CODEC
+MAGIC, MAGIC_PLANES, CODEC = COMPACT_MAGIC, COMPACT_MAGIC_PLANES, COMPACT_CODEC
 MARK_SEQ, MARK_ORDER = COMPACT_MARK_SEQ, COMPACT_MARK_ORDER
 FREED_BIT = COMPACT_FREED_BIT
 FORMAT = INSTRUCTIONS_FORMAT
@@ -66,13 +66,26 @@ class InstructionColumns:
             raise CorruptTraceError(f"{path}: {exc}") from None
 
 
-def encode_block(records: np.ndarray) -> bytes:
-    """One block of ``records`` (COMPACT_DTYPE), header included."""
+def encode_block(records: np.ndarray, planes: np.ndarray | None = None) -> bytes:
+    """One block of ``records`` (COMPACT_DTYPE), header included, as byte planes
+    ("MTZ2"); ``planes``: those planes already made (uint8, the drain's C does it
+    in one pass), else they are made here."""
     import pyarrow
-    raw = records.tobytes()
-    packed = pyarrow.compress(raw, codec=CODEC, asbytes=True)
-    header = np.array([(MAGIC, len(raw), len(packed), len(records))], dtype=BLOCK_HEADER)
+    if planes is None:
+        planes = to_planes(records)
+    packed = pyarrow.compress(planes, codec=CODEC, asbytes=True)
+    header = np.array([(MAGIC_PLANES, records.nbytes, len(packed), len(records))], dtype=BLOCK_HEADER)
     return header.tobytes() + packed
+
+
+def to_planes(records: np.ndarray) -> np.ndarray:
+    """The records' bytes as planes: byte 0 of every record, then byte 1..."""
+    return np.ascontiguousarray(records).view(np.uint8).reshape(-1, COMPACT_DTYPE.itemsize).T.copy()
+
+
+def from_planes(raw: bytes, n: int) -> np.ndarray:
+    planes = np.frombuffer(raw, dtype=np.uint8).reshape(COMPACT_DTYPE.itemsize, n)
+    return np.ascontiguousarray(planes.T).view(COMPACT_DTYPE).reshape(n)
 
 
 def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
@@ -83,7 +96,9 @@ def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
         if len(payload) < BLOCK_HEADER.itemsize:
             raise CorruptTraceError(f"{path}: no block header in the chunk before offset {offset}")
         h = np.frombuffer(payload, dtype=BLOCK_HEADER, count=1)[0]
-        if int(h["magic"]) != MAGIC or int(h["raw"]) != int(h["records"]) * COMPACT_DTYPE.itemsize \
+        magic = int(h["magic"])
+        if magic not in (MAGIC, MAGIC_PLANES) \
+                or int(h["raw"]) != int(h["records"]) * COMPACT_DTYPE.itemsize \
                 or int(h["packed"]) != len(payload) - BLOCK_HEADER.itemsize:
             raise CorruptTraceError(f"{path}: no block header in the chunk before offset {offset}")
         try:
@@ -91,7 +106,8 @@ def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
                                      decompressed_size=int(h["raw"]), codec=CODEC, asbytes=True)
         except (OSError, ValueError) as exc:
             raise CorruptTraceError(f"{path}: the block before offset {offset}: {exc}") from None
-        yield offset, np.frombuffer(raw, dtype=COMPACT_DTYPE)
+        yield offset, (from_planes(raw, int(h["records"])) if magic == MAGIC_PLANES
+                       else np.frombuffer(raw, dtype=COMPACT_DTYPE))
 
 
 def write_instructions(directory: str, rows: list, kinds: int) -> None:

@@ -47,7 +47,7 @@ from capstone import x86_const as X
 from .decode import capstone_detail
 from .copy_encode import HIGH_BYTE, REG, lea, lea_rip, lea_rsp, load, load_rip, load_rsp, movabs, \
     parent64, rebase_operand, rip_displaced, store_rsp
-from .memops import MemInstruction, memory_accesses
+from .memops import MemInstruction, memory_accesses_of
 from .redirect import redirectable
 from .relocate import Refusal, _relocate_branch, encode_jmp
 
@@ -161,16 +161,14 @@ def _address_reg(insn, raw: bytes) -> str | None:
 
 def copy_function(code: bytes, start: int, end: int, address: int, injector, want_probe,
                   new_id, ctl: int, bitmap: int) -> FunctionCopy | Refusal:
-    md = capstone_detail()
     insns = []
     pos = 0
     size = end - start
-    while pos < size:
-        insn = next(md.disasm(bytes(code[pos:pos + 16]), start + pos, 1), None)
-        if insn is None or pos + insn.size > size:
-            return Refusal(f"undecodable instruction at {start + pos:#x}")
+    for insn in capstone_detail().disasm(bytes(code[:size]), start):   # one sweep, stops at bad bytes
         insns.append(insn)
         pos += insn.size
+    if pos != size:
+        return Refusal(f"undecodable instruction at {start + pos:#x}")
     starts = {i.address for i in insns}
     by_address = {i.address: i for i in insns}
     sides = {}          # branch target past an instruction's prefixes -> that instruction
@@ -204,7 +202,7 @@ def copy_function(code: bytes, start: int, end: int, address: int, injector, wan
                                f"{insn.address:#x}: {why}")
             plans.append((insn, "stub", STUB_SIZE + _target_load_size(insn), raw))
             continue
-        mem = memory_accesses(raw, insn.address)
+        mem = memory_accesses_of(insn)
         if mem is not None and mem.operands and want_probe(mem):
             why = probe_refusal(mem, insn)
             reg = _address_reg(insn, raw) if why is None else None

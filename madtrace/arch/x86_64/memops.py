@@ -1,7 +1,8 @@
 """Memory operands of one instruction, and their effective addresses.
 
 ``memory_accesses(code, address)`` decodes the instruction at ``address``
-(capstone, detail on; cache the result by address) into ``MemInstruction``:
+(capstone, detail on; cache the result by address) into ``MemInstruction``
+(``memory_accesses_of(insn)``: the same of an instruction decoded already):
 its length and the memory operands it really reads or writes (``lea``,
 ``nop`` and prefetches have a memory operand but access nothing).  Each
 ``MemOperand`` knows its size and whether it is loaded, stored or both (a
@@ -69,10 +70,12 @@ class MemInstruction:
 
 
 def memory_accesses(code: bytes, address: int) -> MemInstruction | None:
-    md = capstone_detail()
-    insn = next(md.disasm(code, address, 1), None)
-    if insn is None:
-        return None
+    insn = next(capstone_detail().disasm(code, address, 1), None)
+    return None if insn is None else memory_accesses_of(insn)
+
+
+def memory_accesses_of(insn) -> MemInstruction:
+    """``memory_accesses`` of an instruction capstone decoded already (detail on)."""
     mnemonic = insn.mnemonic
     operands: list[MemOperand] = []
     if not mnemonic.startswith(NO_ACCESS_MNEMONICS):
