@@ -5,7 +5,9 @@ installs frida; bpftrace is a Debian package).
 
 On the C target (tests/progs/bench_live: it times its own loop) and on
 python3 -m http.server (127.0.0.1, a bounded request loop):
-- attach -> first event: from the tool's start to the first call recorded;
+- attach -> first event: from the tool's start to the first call recorded
+  (madtrace: `daemon PID` + `ctl PID instrument`, the daemon started from
+  scratch, and forked by the resident process, `madtrace daemon --resident`);
 - the longest pause of the target while attaching and instrumenting (the
   program's own loop measures it: "watch");
 - the time to instrument 20 and ~900 libpython functions (madtrace: the ctl
@@ -19,6 +21,7 @@ MADTRACE_BENCH_QUICK=1 runs fewer repeats and smaller N."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -108,6 +111,18 @@ class Madtrace:
     def detach(self, pid: int) -> None:
         self.run("ctl", str(pid), "stop")
 
+    @contextlib.contextmanager
+    def resident(self, on: bool = True):
+        """With the resident madtrace process running (daemons forked from it)."""
+        if not on:
+            yield
+            return
+        self.run("daemon", "--resident", "-q")
+        try:
+            yield
+        finally:
+            self.run("daemon", "--stop-resident", "-q")
+
 
 def first_record(directory: str, started: float, timeout: float = 60) -> float:
     """Seconds from ``started`` until a record reached calls/ (polled every ms)."""
@@ -124,33 +139,41 @@ def first_record(directory: str, started: float, timeout: float = 60) -> float:
 
 
 def madtrace_c(tmp: str) -> dict:
-    """attach -> first event, longest pause, ns per call attached, drops (C target)."""
+    """attach -> first event (a daemon started from scratch, and forked by the
+    resident process), longest pause, ns per call attached, drops (C target)."""
     tool = Madtrace(tmp)
-    out: dict[str, list] = {"first": [], "pause": [], "ns": [], "ns_notime": [], "drops": [],
-                            "missed": []}
+    out: dict[str, list] = {"first": [], "first_resident": [], "pause": [], "ns": [],
+                            "ns_notime": [], "drops": [], "missed": []}
     for _ in range(REPEATS):
-        target = Target()
-        try:
-            target.send(f"watch {WATCH_MS}")   # the program measures its longest pause meanwhile
-            time.sleep(0.3)
-            started = time.perf_counter()
-            directory = tool.attach(target.pid)
-            tool.instrument(target.pid, "leaf")
-            try:
-                out["first"].append(first_record(directory, started, timeout=WATCH_MS / 1000))
-            except RuntimeError:        # the loop ended first (a machine too loaded): said
-                out["missed"].append(1)
-            out["pause"].append(float(re.search(r"longest_us ([\d.]+)", target.reply()).group(1)))
-            out["ns"].append(target.calls(CALLS))
-            out["drops"].append(tool.status(target.pid)["dropped_events"])
-            tool.detach(target.pid)
-            directory = tool.attach(target.pid, "--no-time")
-            tool.instrument(target.pid, "leaf")
-            out["ns_notime"].append(target.calls(CALLS))
-            out["drops"].append(tool.status(target.pid)["dropped_events"])
-            tool.detach(target.pid)
-        finally:
-            target.close()
+        for resident in (False, True):
+            with tool.resident(resident):
+                target = Target()
+                try:
+                    target.send(f"watch {WATCH_MS}")   # the program measures its longest pause
+                    time.sleep(0.3)
+                    started = time.perf_counter()
+                    directory = tool.attach(target.pid)
+                    tool.instrument(target.pid, "leaf")
+                    try:
+                        out["first_resident" if resident else "first"].append(
+                            first_record(directory, started, timeout=WATCH_MS / 1000))
+                    except RuntimeError:  # the loop ended first (a machine too loaded): said
+                        out["missed"].append(1)
+                    out["pause"].append(float(re.search(r"longest_us ([\d.]+)",
+                                                        target.reply()).group(1)))
+                    if resident:
+                        tool.detach(target.pid)
+                        continue
+                    out["ns"].append(target.calls(CALLS))
+                    out["drops"].append(tool.status(target.pid)["dropped_events"])
+                    tool.detach(target.pid)
+                    directory = tool.attach(target.pid, "--no-time")
+                    tool.instrument(target.pid, "leaf")
+                    out["ns_notime"].append(target.calls(CALLS))
+                    out["drops"].append(tool.status(target.pid)["dropped_events"])
+                    tool.detach(target.pid)
+                finally:
+                    target.close()
     return out
 
 
@@ -202,7 +225,7 @@ class Server:
 
 def madtrace_server(tmp: str) -> dict:
     tool = Madtrace(tmp)
-    out: dict[str, list] = {"first": [], "lat_untraced": [], "lat_attached": [],
+    out: dict[str, list] = {"first": [], "first_resident": [], "lat_untraced": [], "lat_attached": [],
                             "lat_instrumented": [], "hook20": [], "hook20_pause": [],
                             "hook900": [], "hook900_pause": [], "functions900": []}
     for _ in range(REPEATS):
@@ -215,14 +238,17 @@ def madtrace_server(tmp: str) -> dict:
                 while not loaded.is_set():
                     server.latency(1)
             threading.Thread(target=load, daemon=True).start()
-            started = time.perf_counter()
-            directory = tool.attach(server.pid)
-            tool.instrument(server.pid, server.spec("PyDict_New"))
             try:
-                out["first"].append(first_record(directory, started))
+                for resident in (False, True):
+                    with tool.resident(resident):
+                        started = time.perf_counter()
+                        directory = tool.attach(server.pid)
+                        tool.instrument(server.pid, server.spec("PyDict_New"))
+                        out["first_resident" if resident else "first"].append(
+                            first_record(directory, started))
+                        tool.detach(server.pid)
             finally:
                 loaded.set()
-            tool.detach(server.pid)
             tool.attach(server.pid)
             out["lat_attached"].append(statistics.median(server.latency()))
             t0 = time.perf_counter()
@@ -344,8 +370,10 @@ def main() -> int:
             ("ns per call, untraced", stats(launched["untraced"]), ""),
             (f"drops, attached runs of {CALLS} calls (timed and --no-time)", max(c["drops"]), ""),
             ("attach -> first event, C program (s)", stats(c["first"]),
-             f"{len(c['missed'])} runs saw none within {WATCH_MS} ms" if c["missed"] else ""),
-            ("attach -> first event, http.server PyDict_New (s)", stats(server["first"]), ""),
+             f"resident {stats(c['first_resident'])}"
+             + (f"; {len(c['missed'])} runs saw none within {WATCH_MS} ms" if c["missed"] else "")),
+            ("attach -> first event, http.server PyDict_New (s)", stats(server["first"]),
+             f"resident {stats(server['first_resident'])}"),
             ("longest pause attaching + instrumenting, C (ms)", stats(c["pause"], 1e-3), ""),
             ("instrument 20 PyDict_* (s), target stopped (ms)", stats(server["hook20"]),
              stats(server["hook20_pause"], 1e3)),
