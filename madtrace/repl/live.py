@@ -65,6 +65,7 @@ class LiveSession:
         if recording.functions is not None:
             recording.functions.defer_tables = True
         recording.hooks.on_exec.append(lambda tracee: self._refresh_names())
+        self._follow_clones_if_needed()     # the target is stopped (attached, not run yet)
 
     # ------------------------------------------------------------ state
     @property
@@ -185,6 +186,7 @@ class LiveSession:
                     replies.append((future, reply))
         finally:
             if stop:
+                self._follow_clones_if_needed()
                 self._resume(events)
                 self.last_pause = time.perf_counter() - started
             try:
@@ -204,6 +206,20 @@ class LiveSession:
             return Reply(True, text=command.render(data), data=data)
         except Exception as exc:  # every failure is one reply; the session goes on
             return failure(exc)
+
+    def _follow_clones_if_needed(self) -> None:
+        """Attached, while no function is patched and data tracing is off, new threads
+        are not traced: they never wait for the tracer (a thread-per-request server
+        pays nothing per request); each stop of the target seizes them first
+        (Tracee.stop_all).  Otherwise, and when launched, every thread is traced
+        from its creation.  Every thread is stopped here."""
+        tracee = self.tracee
+        data = self.recording.data
+        functions = self.functions
+        needed = tracee.launched or (data is not None and data.active) or \
+            (functions is not None and bool(functions.patches_of)) or \
+            bool(self.controller.children)
+        tracee.follow_clones(needed)
 
     def _resume(self, events) -> None:
         """Give the stop events to the run loop's policy (which resumes their
