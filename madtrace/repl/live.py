@@ -208,18 +208,17 @@ class LiveSession:
             return failure(exc)
 
     def _follow_clones_if_needed(self) -> None:
-        """Attached, while no function is patched and data tracing is off, new threads
-        are not traced: they never wait for the tracer (a thread-per-request server
-        pays nothing per request); each stop of the target seizes them first
-        (Tracee.stop_all).  Otherwise, and when launched, every thread is traced
-        from its creation.  Every thread is stopped here."""
+        """Attached, until madtrace maps anything into the target (the first
+        ``instrument``, data tracing), new threads are not traced: they never wait
+        for the tracer (a thread-per-request server pays nothing per request); each
+        stop of the target seizes them first (Tracee.stop_all).  Otherwise, and when
+        launched, every thread is traced from its creation (a fork made by an
+        untraced thread would keep madtrace's mappings in the child).  Every thread
+        is stopped here."""
         tracee = self.tracee
-        data = self.recording.data
-        functions = self.functions
-        needed = tracee.launched or (data is not None and data.active) or \
-            (functions is not None and bool(functions.patches_of)) or \
-            bool(self.controller.children)
-        tracee.follow_clones(needed)
+        mapped = tracee.footprint is not None and bool(tracee.footprint.areas)
+        tracee.follow_clones(tracee.launched or mapped or self.recording.data is not None
+                             or bool(self.controller.children))
 
     def _resume(self, events) -> None:
         """Give the stop events to the run loop's policy (which resumes their
