@@ -49,6 +49,11 @@ def stats(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
     return f"{min(values) * scale:.{digits}f} / {statistics.median(values) * scale:.{digits}f}"
 
 
+def ratios(out: dict, key: str) -> str:
+    """min / median of out[key] / out["lat_untraced"], repeat by repeat."""
+    return stats([a / b for a, b in zip(out[key], out["lat_untraced"])])
+
+
 class Target:
     """tests/progs/bench_live, driven line by line."""
 
@@ -231,7 +236,6 @@ def madtrace_server(tmp: str) -> dict:
     for _ in range(REPEATS):
         server = Server(tmp)
         try:
-            out["lat_untraced"].append(statistics.median(server.latency()))
             loaded = threading.Event()       # requests go on until the first record
 
             def load(server=server, loaded=loaded):
@@ -249,6 +253,9 @@ def madtrace_server(tmp: str) -> dict:
                         tool.detach(server.pid)
             finally:
                 loaded.set()
+            # untraced right before the attach: the reference of the ratios (a loaded
+            # machine drifts over the seconds of the first-event runs)
+            out["lat_untraced"].append(statistics.median(server.latency()))
             tool.attach(server.pid)
             out["lat_attached"].append(statistics.median(server.latency()))
             t0 = time.perf_counter()
@@ -355,7 +362,8 @@ def others(rows: list, tmp: str) -> None:
             continue
         rows.append((f"{tool.name}: hook {max(got['n'])} PyDict_* (s) / latency untraced, "
                      "hooked (ms)", stats(got["hook20"]),
-                     f"{stats(got['lat_untraced'], 1e3)}, {stats(got['lat_hooked'], 1e3)}"))
+                     f"{stats(got['lat_untraced'], 1e3)}, {stats(got['lat_hooked'], 1e3)} "
+                     f"({ratios(got, 'lat_hooked')} x)"))
 
 
 def main() -> int:
@@ -381,9 +389,10 @@ def main() -> int:
              stats(server["hook900"]), stats(server["hook900_pause"], 1e3)),
             ("http.server latency untraced (ms)", stats(server["lat_untraced"], 1e3), ""),
             ("http.server latency attached, nothing instrumented (ms)",
-             stats(server["lat_attached"], 1e3), ""),
+             stats(server["lat_attached"], 1e3), f"{ratios(server, 'lat_attached')} x untraced"),
             ("http.server latency, PyDict_* instrumented (ms)",
-             stats(server["lat_instrumented"], 1e3), ""),
+             stats(server["lat_instrumented"], 1e3),
+             f"{ratios(server, 'lat_instrumented')} x untraced"),
         ]
         others(rows, tmp)
     print(table(f"live sessions (min / median of {REPEATS})", rows,
