@@ -7,7 +7,8 @@ On the C target (tests/progs/bench_live: it times its own loop) and on
 python3 -m http.server (127.0.0.1, a bounded request loop):
 - attach -> first event: from the tool's start to the first call recorded
   (madtrace: `daemon PID` + `ctl PID instrument`, the daemon started from
-  scratch, and forked by the resident process, `madtrace daemon --resident`);
+  scratch, and forked by the resident process, `madtrace daemon --resident`;
+  and `daemon PID -f F` forked by the resident process);
 - the longest pause of the target while attaching and instrumenting (the
   program's own loop measures it: "watch");
 - the time to instrument 20 and ~900 libpython functions (madtrace: the ctl
@@ -41,6 +42,10 @@ CALLS = 2_000_000 if QUICK else 11_000_000
 REQUESTS = 30 if QUICK else 100
 MADTRACE = [sys.executable, "-m", "madtrace.cli.main"]
 WATCH_MS = 6000      # the C target's own loop while attaching and instrumenting
+# attach -> first event: `daemon PID` + `ctl PID instrument F` with the daemon started
+# from scratch, the same forked by the resident process, and `daemon PID -f F` (one
+# command, as Frida's attach-and-hook) forked by the resident process
+FIRST_MODES = ("first", "first_resident", "first_resident_f")
 
 
 def stats(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
@@ -107,6 +112,14 @@ class Madtrace:
         self.run("daemon", str(pid), "-o", out, *extra)
         return out
 
+    def attach_and_instrument(self, pid: int, mode: str, spec: str) -> str:
+        """FIRST_MODES: daemon + ctl instrument, or daemon -f SPEC (one command)."""
+        if mode == "first_resident_f":
+            return self.attach(pid, "-f", spec)
+        directory = self.attach(pid)
+        self.instrument(pid, spec)
+        return directory
+
     def instrument(self, pid: int, *specs: str) -> None:
         self.run("ctl", str(pid), "instrument", *specs)
 
@@ -147,20 +160,20 @@ def madtrace_c(tmp: str) -> dict:
     """attach -> first event (a daemon started from scratch, and forked by the
     resident process), longest pause, ns per call attached, drops (C target)."""
     tool = Madtrace(tmp)
-    out: dict[str, list] = {"first": [], "first_resident": [], "pause": [], "ns": [],
-                            "ns_notime": [], "drops": [], "missed": []}
+    out: dict[str, list] = {"first": [], "first_resident": [], "first_resident_f": [],
+                            "pause": [], "ns": [], "ns_notime": [], "drops": [], "missed": []}
     for _ in range(REPEATS):
-        for resident in (False, True):
+        for mode in FIRST_MODES:
+            resident = mode != "first"
             with tool.resident(resident):
                 target = Target()
                 try:
                     target.send(f"watch {WATCH_MS}")   # the program measures its longest pause
                     time.sleep(0.3)
                     started = time.perf_counter()
-                    directory = tool.attach(target.pid)
-                    tool.instrument(target.pid, "leaf")
+                    directory = tool.attach_and_instrument(target.pid, mode, "leaf")
                     try:
-                        out["first_resident" if resident else "first"].append(
+                        out[mode].append(
                             first_record(directory, started, timeout=WATCH_MS / 1000))
                     except RuntimeError:  # the loop ended first (a machine too loaded): said
                         out["missed"].append(1)
@@ -230,7 +243,8 @@ class Server:
 
 def madtrace_server(tmp: str) -> dict:
     tool = Madtrace(tmp)
-    out: dict[str, list] = {"first": [], "first_resident": [], "lat_untraced": [], "lat_attached": [],
+    out: dict[str, list] = {"first": [], "first_resident": [], "first_resident_f": [],
+                            "lat_untraced": [], "lat_attached": [],
                             "lat_instrumented": [], "hook20": [], "hook20_pause": [],
                             "hook900": [], "hook900_pause": [], "functions900": []}
     for _ in range(REPEATS):
@@ -243,13 +257,12 @@ def madtrace_server(tmp: str) -> dict:
                     server.latency(1)
             threading.Thread(target=load, daemon=True).start()
             try:
-                for resident in (False, True):
-                    with tool.resident(resident):
+                for mode in FIRST_MODES:
+                    with tool.resident(mode != "first"):
                         started = time.perf_counter()
-                        directory = tool.attach(server.pid)
-                        tool.instrument(server.pid, server.spec("PyDict_New"))
-                        out["first_resident" if resident else "first"].append(
-                            first_record(directory, started))
+                        directory = tool.attach_and_instrument(server.pid, mode,
+                                                               server.spec("PyDict_New"))
+                        out[mode].append(first_record(directory, started))
                         tool.detach(server.pid)
             finally:
                 loaded.set()
@@ -378,10 +391,10 @@ def main() -> int:
             ("ns per call, untraced", stats(launched["untraced"]), ""),
             (f"drops, attached runs of {CALLS} calls (timed and --no-time)", max(c["drops"]), ""),
             ("attach -> first event, C program (s)", stats(c["first"]),
-             f"resident {stats(c['first_resident'])}"
+             f"resident {stats(c['first_resident'])}, -f {stats(c['first_resident_f'])}"
              + (f"; {len(c['missed'])} runs saw none within {WATCH_MS} ms" if c["missed"] else "")),
             ("attach -> first event, http.server PyDict_New (s)", stats(server["first"]),
-             f"resident {stats(server['first_resident'])}"),
+             f"resident {stats(server['first_resident'])}, -f {stats(server['first_resident_f'])}"),
             ("longest pause attaching + instrumenting, C (ms)", stats(c["pause"], 1e-3), ""),
             ("instrument 20 PyDict_* (s), target stopped (ms)", stats(server["hook20"]),
              stats(server["hook20_pause"], 1e3)),

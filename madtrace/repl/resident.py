@@ -258,6 +258,7 @@ def _preload() -> None:
     importlib.import_module("madtrace.cli.cmd_daemon")
     importlib.import_module("madtrace.repl.daemon")
     importlib.import_module("madtrace.session")
+    importlib.import_module("madtrace.trace.store_writer")   # imported while attaching
     for name in PRELOAD:
         package = importlib.import_module(f"madtrace.{name}")
         for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
