@@ -54,9 +54,17 @@ def stats(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
     return f"{min(values) * scale:.{digits}f} / {statistics.median(values) * scale:.{digits}f}"
 
 
-def ratios(out: dict, key: str) -> str:
-    """min / median of out[key] / out["lat_untraced"], repeat by repeat."""
-    return stats([a / b for a, b in zip(out[key], out["lat_untraced"])])
+def ratios(out: dict, key: str, suffix: str = "") -> str:
+    """min / median of out[key] / out["lat_untraced"], repeat by repeat (suffix
+    "_p10": of the 10th percentiles, which a loaded machine moves less)."""
+    return stats([a / b for a, b in zip(out[key + suffix], out["lat_untraced" + suffix])])
+
+
+def sample(out: dict, key: str, latencies: list[float]) -> None:
+    """A repeat's request latencies: their median in out[key], their 10th
+    percentile in out[key + "_p10"]."""
+    out[key].append(statistics.median(latencies))
+    out[key + "_p10"].append(sorted(latencies)[len(latencies) // 10])
 
 
 class Target:
@@ -244,7 +252,8 @@ class Server:
 def madtrace_server(tmp: str) -> dict:
     tool = Madtrace(tmp)
     out: dict[str, list] = {"first": [], "first_resident": [], "first_resident_f": [],
-                            "lat_untraced": [], "lat_attached": [],
+                            "lat_untraced": [], "lat_attached": [], "lat_untraced_p10": [],
+                            "lat_attached_p10": [], "lat_instrumented_p10": [],
                             "lat_instrumented": [], "hook20": [], "hook20_pause": [],
                             "hook900": [], "hook900_pause": [], "functions900": []}
     for _ in range(REPEATS):
@@ -268,14 +277,14 @@ def madtrace_server(tmp: str) -> dict:
                 loaded.set()
             # untraced right before the attach: the reference of the ratios (a loaded
             # machine drifts over the seconds of the first-event runs)
-            out["lat_untraced"].append(statistics.median(server.latency()))
+            sample(out, "lat_untraced", server.latency())
             tool.attach(server.pid)
-            out["lat_attached"].append(statistics.median(server.latency()))
+            sample(out, "lat_attached", server.latency())
             t0 = time.perf_counter()
             tool.instrument(server.pid, server.spec("PyDict_*"))
             out["hook20"].append(time.perf_counter() - t0)
             out["hook20_pause"].append(tool.status(server.pid)["last_pause_ms"] / 1000)
-            out["lat_instrumented"].append(statistics.median(server.latency()))
+            sample(out, "lat_instrumented", server.latency())
             t0 = time.perf_counter()
             result = tool.run("ctl", str(server.pid), "instrument", server.spec("Py[A-Z]*"),
                               "--json")
@@ -324,11 +333,12 @@ def other_server(tool, how: str, tmp: str) -> dict:
     """Frida / bpftrace on http.server: hook the PyDict_* functions (s, until the
     tool says they are hooked), request latency untraced and hooked."""
     from live_others import functions_of, symbol_address
-    out: dict[str, list] = {"hook20": [], "lat_untraced": [], "lat_hooked": [], "n": []}
+    out: dict[str, list] = {"hook20": [], "lat_untraced": [], "lat_hooked": [], "n": [],
+                            "lat_untraced_p10": [], "lat_hooked_p10": []}
     for _ in range(REPEATS):
         server = Server(tmp)
         try:
-            out["lat_untraced"].append(statistics.median(server.latency()))
+            sample(out, "lat_untraced", server.latency())
             path = lib_path(server.pid)
             names = functions_of(path, "PyDict_*")
             out["n"].append(len(names))
@@ -339,7 +349,7 @@ def other_server(tool, how: str, tmp: str) -> dict:
             else:
                 tool.attach(server.pid, [f"{path}:PyDict_*"])
             out["hook20"].append(time.perf_counter() - started)
-            out["lat_hooked"].append(statistics.median(server.latency()))
+            sample(out, "lat_hooked", server.latency())
             tool.detach()
         finally:
             server.close()
@@ -376,7 +386,7 @@ def others(rows: list, tmp: str) -> None:
         rows.append((f"{tool.name}: hook {max(got['n'])} PyDict_* (s) / latency untraced, "
                      "hooked (ms)", stats(got["hook20"]),
                      f"{stats(got['lat_untraced'], 1e3)}, {stats(got['lat_hooked'], 1e3)} "
-                     f"({ratios(got, 'lat_hooked')} x)"))
+                     f"({ratios(got, 'lat_hooked')} x, p10 {ratios(got, 'lat_hooked', '_p10')} x)"))
 
 
 def main() -> int:
@@ -402,10 +412,13 @@ def main() -> int:
              stats(server["hook900"]), stats(server["hook900_pause"], 1e3)),
             ("http.server latency untraced (ms)", stats(server["lat_untraced"], 1e3), ""),
             ("http.server latency attached, nothing instrumented (ms)",
-             stats(server["lat_attached"], 1e3), f"{ratios(server, 'lat_attached')} x untraced"),
+             stats(server["lat_attached"], 1e3),
+             f"{ratios(server, 'lat_attached')} x untraced (p10 "
+             f"{ratios(server, 'lat_attached', '_p10')} x)"),
             ("http.server latency, PyDict_* instrumented (ms)",
              stats(server["lat_instrumented"], 1e3),
-             f"{ratios(server, 'lat_instrumented')} x untraced"),
+             f"{ratios(server, 'lat_instrumented')} x untraced (p10 "
+             f"{ratios(server, 'lat_instrumented', '_p10')} x)"),
         ]
         others(rows, tmp)
     print(table(f"live sessions (min / median of {REPEATS})", rows,

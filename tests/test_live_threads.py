@@ -47,6 +47,17 @@ def expected_sum(n: int) -> int:
     return sum((i * 2654435761 + 7) & 0xFFFFFFFFFFFFFFFF for i in range(n)) & 0xFFFFFFFFFFFFFFFF
 
 
+def stop_and_finish(runtime: str, server: subprocess.Popen, daemon: int) -> tuple[dict, bytes]:
+    """status --json, then stop: the daemon ends, nothing of madtrace stays mapped
+    in the server, which then ends (end of its stdin).  (status, its output)."""
+    status = json.loads(run(runtime, "ctl", str(server.pid), "status", "--json").stdout)
+    assert run(runtime, "ctl", str(server.pid), "stop").returncode == 0
+    wait_gone(daemon)
+    assert madtrace_maps(server.pid) == []
+    out, _ = server.communicate(b"", timeout=60)
+    return status, out
+
+
 @pytest.mark.parametrize("variant", ["O2-pie", "O0-nopie"])
 def test_thread_per_request_server_stays_exact(tmp_path, variant):
     runtime = str(tmp_path / "run")
@@ -70,11 +81,7 @@ def test_thread_per_request_server_stays_exact(tmp_path, variant):
         for c in clients:
             c.join()
         calls = json.loads(run(runtime, "ctl", str(server.pid), "calls", "--json").stdout)
-        status = json.loads(run(runtime, "ctl", str(server.pid), "status", "--json").stdout)
-        assert run(runtime, "ctl", str(server.pid), "stop").returncode == 0
-        wait_gone(daemon)
-        assert madtrace_maps(server.pid) == []
-        out, _ = server.communicate(b"", timeout=60)
+        status, out = stop_and_finish(runtime, server, daemon)
     finally:
         server.kill()
     assert server.returncode == 0
@@ -149,11 +156,7 @@ def test_threads_made_while_nothing_is_instrumented_are_not_traced_then_counted(
             assert calls == {"handle": counted, "work": (33 + 10) * (cycle + 1)}, cycle
             result = run(runtime, "ctl", str(server.pid), "restore", "all")
             assert result.returncode == 0, result.stderr
-        status = json.loads(run(runtime, "ctl", str(server.pid), "status", "--json").stdout)
-        assert run(runtime, "ctl", str(server.pid), "stop").returncode == 0
-        wait_gone(daemon)
-        assert madtrace_maps(server.pid) == []
-        out, _ = server.communicate(b"", timeout=60)
+        status, out = stop_and_finish(runtime, server, daemon)
     finally:
         server.kill()
     assert server.returncode == 0

@@ -32,13 +32,13 @@ import time
 
 from ..errors import MadtraceError, TracerInternalError
 from . import transport
+from .detached import INTERNAL_ERROR, report, start_detached
 
 SOCKET_NAME = "resident.sock"
 LOG_NAME = "resident.log"
 # the packages whose modules a daemon imports while attaching and instrumenting
 # (none of them loads pyarrow, whose allocator starts a thread: the resident forks)
 PRELOAD = ("capture", "inject", "process", "binary", "arch", "kinds", "repl")
-INTERNAL_ERROR = 70
 # in a worker: the resident's pid (the command it runs must not ask the resident again)
 in_worker = 0
 
@@ -114,19 +114,25 @@ def run_in_resident(argv: list[str]) -> tuple[int | None, str]:
     return int(reply["exit"]), ""
 
 
-def stop_resident() -> int | None:
-    """Asks the resident process to end; returns its pid (None: there was none)."""
+def _ask(message: dict) -> dict | None:
+    """One request to the resident process and its answer (None: no resident)."""
     sock = _connect()
     if sock is None:
         return None
     try:
-        sock.sendall(json.dumps({"stop": True}).encode() + b"\n")
+        sock.sendall(json.dumps(message).encode() + b"\n")
         line = sock.makefile("rb").readline()
     finally:
         sock.close()
-    if not line:
+    return json.loads(line) if line else None
+
+
+def stop_resident() -> int | None:
+    """Asks the resident process to end; returns its pid (None: there was none)."""
+    answer = _ask({"stop": True})
+    if answer is None:
         return None
-    pid = int(json.loads(line)["pid"])
+    pid = int(answer["pid"])
     for _ in range(500):                # until it has removed its socket and exited
         if not os.path.exists(f"/proc/{pid}") or _state(pid) == "Z":
             break
@@ -160,44 +166,14 @@ def start_resident() -> dict:
         sock.close()
         pid = resident_pid()
         return {"pid": pid, "socket": socket_path(), "running": True}
-    status_r, status_w = os.pipe()
-    child = os.fork()
-    if child == 0:
-        code = INTERNAL_ERROR
-        try:
-            os.close(status_r)
-            os.setsid()
-            if os.fork() != 0:
-                os._exit(0)
-            code = _resident_main(status_w)
-        finally:
-            os._exit(code)
-    os.close(status_w)
-    os.waitpid(child, 0)
-    with os.fdopen(status_r, "rb") as f:
-        data = f.read()
-    if not data:
-        raise TracerInternalError("the resident madtrace process died while starting (see "
-                                  f"{os.path.join(transport.runtime_dir(), LOG_NAME)})")
-    result = json.loads(data)
-    if not result["ok"]:
-        error = MadtraceError(result["error"])
-        error.exit_code = result["code"]
-        raise error
-    return result
+    return start_detached(_resident_main, "the resident madtrace process died while starting "
+                          f"(see {os.path.join(transport.runtime_dir(), LOG_NAME)})")
 
 
 def resident_pid() -> int | None:
     """The pid of the resident process that listens now (asked, not stopped)."""
-    sock = _connect()
-    if sock is None:
-        return None
-    try:
-        sock.sendall(json.dumps({"ping": True}).encode() + b"\n")
-        line = sock.makefile("rb").readline()
-    finally:
-        sock.close()
-    return int(json.loads(line)["pid"]) if line else None
+    answer = _ask({"ping": True})
+    return int(answer["pid"]) if answer is not None else None
 
 
 def _resident_main(status_w: int) -> int:
@@ -228,11 +204,9 @@ def _resident_main(status_w: int) -> int:
         if listener is not None:
             listener.close()
         code = exc.exit_code if isinstance(exc, MadtraceError) else INTERNAL_ERROR
-        os.write(status_w, json.dumps({"ok": False, "error": str(exc), "code": code}).encode())
-        os.close(status_w)
+        report(status_w, {"ok": False, "error": str(exc), "code": code})
         return code
-    os.write(status_w, json.dumps({"ok": True, "pid": os.getpid(), "socket": socket_path()}).encode())
-    os.close(status_w)
+    report(status_w, {"ok": True, "pid": os.getpid(), "socket": socket_path()})
     print(f"resident {os.getpid()} listening on {socket_path()}", flush=True)
     try:
         _serve(listener, stamp)
