@@ -284,9 +284,15 @@ def _serve(listener: socket.socket, stamp: float) -> None:
                 print(f"refused: {refused}", flush=True)
                 transport.send(conn, {"refused": refused})
                 continue
-            if os.fork() == 0:
-                listener.close()
-                _worker(conn, fds, request)     # never returns
+            # SIGTERM blocked across the fork: it must never run the resident's
+            # cleanup (removing its socket) in the worker
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+            try:
+                if os.fork() == 0:
+                    listener.close()
+                    _worker(conn, fds, request)     # never returns
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         except (OSError, ValueError, KeyError) as exc:
             print(f"a request failed: {exc!r}", flush=True)
         finally:
@@ -313,6 +319,7 @@ def _worker(conn: socket.socket, fds: list[int], request: dict) -> None:
     code = INTERNAL_ERROR
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
