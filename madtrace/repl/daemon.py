@@ -15,10 +15,10 @@ import sys
 import traceback
 import threading
 
-from ..errors import MadtraceError, PermissionDeniedError, UsageError
+from ..errors import PermissionDeniedError, UsageError
 from ..session import Recording, RecordOptions
 from . import transport
-from .detached import INTERNAL_ERROR, report, start_detached
+from .detached import report, report_failure, start_detached
 from .live import LiveSession, Reply, end_message, failure
 from .parser import parse
 
@@ -155,9 +155,7 @@ def _daemon_main(pid: int, options: RecordOptions, status_fd: int) -> int:
     except BaseException as exc:
         if server is not None:
             server.close()
-        code = exc.exit_code if isinstance(exc, MadtraceError) else INTERNAL_ERROR
-        report(status_fd, {"ok": False, "error": str(exc), "code": code})
-        return code
+        return report_failure(status_fd, exc)
     session = LiveSession(recording)
     session.scratch["daemon"] = True
     server.start(session)

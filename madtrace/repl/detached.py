@@ -59,3 +59,11 @@ def report(fd: int, message: dict) -> None:
     """The grandchild's report (once)."""
     os.write(fd, json.dumps(message).encode())
     os.close(fd)
+
+
+def report_failure(fd: int, exc: BaseException) -> int:
+    """The grandchild could not start: its error reported (the command raises it
+    with the same message and exit code); returns that exit code."""
+    code = exc.exit_code if isinstance(exc, MadtraceError) else INTERNAL_ERROR
+    report(fd, {"ok": False, "error": str(exc), "code": code})
+    return code

@@ -30,9 +30,9 @@ import socket
 import sys
 import time
 
-from ..errors import MadtraceError, TracerInternalError
+from ..errors import TracerInternalError
 from . import transport
-from .detached import INTERNAL_ERROR, report, start_detached
+from .detached import INTERNAL_ERROR, report, report_failure, start_detached
 
 SOCKET_NAME = "resident.sock"
 LOG_NAME = "resident.log"
@@ -203,9 +203,7 @@ def _resident_main(status_w: int) -> int:
     except BaseException as exc:
         if listener is not None:
             listener.close()
-        code = exc.exit_code if isinstance(exc, MadtraceError) else INTERNAL_ERROR
-        report(status_w, {"ok": False, "error": str(exc), "code": code})
-        return code
+        return report_failure(status_w, exc)
     report(status_w, {"ok": True, "pid": os.getpid(), "socket": socket_path()})
     print(f"resident {os.getpid()} listening on {socket_path()}", flush=True)
     try:
