@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import TracerInternalError
 from ..native import load
 from ..trace.compact import encode_block, write_instructions
-from ..trace.format import ACCESS_RECORDS, COMPACT_DTYPE
+from ..trace.format import ACCESS_RECORDS, COMPACT_DTYPE, COMPACT_RECORDS
 from .instruction_table import KIND_LOAD
 
 
@@ -150,15 +150,10 @@ class RingRecords:
     def _write(self, tid: int, records: np.ndarray) -> None:
         fd = self.files.get(tid)
         if fd is None:
-            fd = self.files[tid] = os.open(ACCESS_RECORDS.compact_path(self.out_dir, tid),
-                                           os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                                           0o644)
-        block = encode_block(records)
-        view = memoryview(block)
-        while view:
-            view = view[os.write(fd, view):]
+            fd = self.files[tid] = COMPACT_RECORDS.create(ACCESS_RECORDS.compact_path(self.out_dir, tid))
+        block = encode_block(records)       # one chunk of the capture container
+        self.bytes += COMPACT_RECORDS.container().append_payload(fd, block)
         self.written += len(records)
-        self.bytes += len(block)
 
     def write_table(self) -> None:
         """data/instructions.json: what every instruction id stands for."""
