@@ -5,7 +5,10 @@ installs frida; bpftrace is a Debian package).
 
 On the C target (tests/progs/bench_live: it times its own loop) and on
 python3 -m http.server (127.0.0.1, a bounded request loop):
-- attach -> first event: from the tool's start to the first call recorded;
+- attach -> first event: from the tool's start to the first call recorded
+  (madtrace: `daemon PID` + `ctl PID instrument`, the daemon started from
+  scratch, and forked by the resident process, `madtrace daemon --resident`;
+  and `daemon PID -f F` forked by the resident process);
 - the longest pause of the target while attaching and instrumenting (the
   program's own loop measures it: "watch");
 - the time to instrument 20 and ~900 libpython functions (madtrace: the ctl
@@ -19,6 +22,7 @@ MADTRACE_BENCH_QUICK=1 runs fewer repeats and smaller N."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -38,12 +42,29 @@ CALLS = 2_000_000 if QUICK else 11_000_000
 REQUESTS = 30 if QUICK else 100
 MADTRACE = [sys.executable, "-m", "madtrace.cli.main"]
 WATCH_MS = 6000      # the C target's own loop while attaching and instrumenting
+# attach -> first event: `daemon PID` + `ctl PID instrument F` with the daemon started
+# from scratch, the same forked by the resident process, and `daemon PID -f F` (one
+# command, as Frida's attach-and-hook) forked by the resident process
+FIRST_MODES = ("first", "first_resident", "first_resident_f")
 
 
 def stats(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
     if not values:
         return "-"
     return f"{min(values) * scale:.{digits}f} / {statistics.median(values) * scale:.{digits}f}"
+
+
+def ratios(out: dict, key: str, suffix: str = "") -> str:
+    """min / median of out[key] / out["lat_untraced"], repeat by repeat (suffix
+    "_p10": of the 10th percentiles, which a loaded machine moves less)."""
+    return stats([a / b for a, b in zip(out[key + suffix], out["lat_untraced" + suffix])])
+
+
+def sample(out: dict, key: str, latencies: list[float]) -> None:
+    """A repeat's request latencies: their median in out[key], their 10th
+    percentile in out[key + "_p10"]."""
+    out[key].append(statistics.median(latencies))
+    out[key + "_p10"].append(sorted(latencies)[len(latencies) // 10])
 
 
 class Target:
@@ -99,6 +120,14 @@ class Madtrace:
         self.run("daemon", str(pid), "-o", out, *extra)
         return out
 
+    def attach_and_instrument(self, pid: int, mode: str, spec: str) -> str:
+        """FIRST_MODES: daemon + ctl instrument, or daemon -f SPEC (one command)."""
+        if mode == "first_resident_f":
+            return self.attach(pid, "-f", spec)
+        directory = self.attach(pid)
+        self.instrument(pid, spec)
+        return directory
+
     def instrument(self, pid: int, *specs: str) -> None:
         self.run("ctl", str(pid), "instrument", *specs)
 
@@ -107,6 +136,18 @@ class Madtrace:
 
     def detach(self, pid: int) -> None:
         self.run("ctl", str(pid), "stop")
+
+    @contextlib.contextmanager
+    def resident(self, on: bool = True):
+        """With the resident madtrace process running (daemons forked from it)."""
+        if not on:
+            yield
+            return
+        self.run("daemon", "--resident", "-q")
+        try:
+            yield
+        finally:
+            self.run("daemon", "--stop-resident", "-q")
 
 
 def first_record(directory: str, started: float, timeout: float = 60) -> float:
@@ -124,33 +165,41 @@ def first_record(directory: str, started: float, timeout: float = 60) -> float:
 
 
 def madtrace_c(tmp: str) -> dict:
-    """attach -> first event, longest pause, ns per call attached, drops (C target)."""
+    """attach -> first event (a daemon started from scratch, and forked by the
+    resident process), longest pause, ns per call attached, drops (C target)."""
     tool = Madtrace(tmp)
-    out: dict[str, list] = {"first": [], "pause": [], "ns": [], "ns_notime": [], "drops": [],
-                            "missed": []}
+    out: dict[str, list] = {"first": [], "first_resident": [], "first_resident_f": [],
+                            "pause": [], "ns": [], "ns_notime": [], "drops": [], "missed": []}
     for _ in range(REPEATS):
-        target = Target()
-        try:
-            target.send(f"watch {WATCH_MS}")   # the program measures its longest pause meanwhile
-            time.sleep(0.3)
-            started = time.perf_counter()
-            directory = tool.attach(target.pid)
-            tool.instrument(target.pid, "leaf")
-            try:
-                out["first"].append(first_record(directory, started, timeout=WATCH_MS / 1000))
-            except RuntimeError:        # the loop ended first (a machine too loaded): said
-                out["missed"].append(1)
-            out["pause"].append(float(re.search(r"longest_us ([\d.]+)", target.reply()).group(1)))
-            out["ns"].append(target.calls(CALLS))
-            out["drops"].append(tool.status(target.pid)["dropped_events"])
-            tool.detach(target.pid)
-            directory = tool.attach(target.pid, "--no-time")
-            tool.instrument(target.pid, "leaf")
-            out["ns_notime"].append(target.calls(CALLS))
-            out["drops"].append(tool.status(target.pid)["dropped_events"])
-            tool.detach(target.pid)
-        finally:
-            target.close()
+        for mode in FIRST_MODES:
+            resident = mode != "first"
+            with tool.resident(resident):
+                target = Target()
+                try:
+                    target.send(f"watch {WATCH_MS}")   # the program measures its longest pause
+                    time.sleep(0.3)
+                    started = time.perf_counter()
+                    directory = tool.attach_and_instrument(target.pid, mode, "leaf")
+                    try:
+                        out[mode].append(
+                            first_record(directory, started, timeout=WATCH_MS / 1000))
+                    except RuntimeError:  # the loop ended first (a machine too loaded): said
+                        out["missed"].append(1)
+                    out["pause"].append(float(re.search(r"longest_us ([\d.]+)",
+                                                        target.reply()).group(1)))
+                    if resident:
+                        tool.detach(target.pid)
+                        continue
+                    out["ns"].append(target.calls(CALLS))
+                    out["drops"].append(tool.status(target.pid)["dropped_events"])
+                    tool.detach(target.pid)
+                    directory = tool.attach(target.pid, "--no-time")
+                    tool.instrument(target.pid, "leaf")
+                    out["ns_notime"].append(target.calls(CALLS))
+                    out["drops"].append(tool.status(target.pid)["dropped_events"])
+                    tool.detach(target.pid)
+                finally:
+                    target.close()
     return out
 
 
@@ -202,34 +251,40 @@ class Server:
 
 def madtrace_server(tmp: str) -> dict:
     tool = Madtrace(tmp)
-    out: dict[str, list] = {"first": [], "lat_untraced": [], "lat_attached": [],
+    out: dict[str, list] = {"first": [], "first_resident": [], "first_resident_f": [],
+                            "lat_untraced": [], "lat_attached": [], "lat_untraced_p10": [],
+                            "lat_attached_p10": [], "lat_instrumented_p10": [],
                             "lat_instrumented": [], "hook20": [], "hook20_pause": [],
                             "hook900": [], "hook900_pause": [], "functions900": []}
     for _ in range(REPEATS):
         server = Server(tmp)
         try:
-            out["lat_untraced"].append(statistics.median(server.latency()))
             loaded = threading.Event()       # requests go on until the first record
 
             def load(server=server, loaded=loaded):
                 while not loaded.is_set():
                     server.latency(1)
             threading.Thread(target=load, daemon=True).start()
-            started = time.perf_counter()
-            directory = tool.attach(server.pid)
-            tool.instrument(server.pid, server.spec("PyDict_New"))
             try:
-                out["first"].append(first_record(directory, started))
+                for mode in FIRST_MODES:
+                    with tool.resident(mode != "first"):
+                        started = time.perf_counter()
+                        directory = tool.attach_and_instrument(server.pid, mode,
+                                                               server.spec("PyDict_New"))
+                        out[mode].append(first_record(directory, started))
+                        tool.detach(server.pid)
             finally:
                 loaded.set()
-            tool.detach(server.pid)
+            # untraced right before the attach: the reference of the ratios (a loaded
+            # machine drifts over the seconds of the first-event runs)
+            sample(out, "lat_untraced", server.latency())
             tool.attach(server.pid)
-            out["lat_attached"].append(statistics.median(server.latency()))
+            sample(out, "lat_attached", server.latency())
             t0 = time.perf_counter()
             tool.instrument(server.pid, server.spec("PyDict_*"))
             out["hook20"].append(time.perf_counter() - t0)
             out["hook20_pause"].append(tool.status(server.pid)["last_pause_ms"] / 1000)
-            out["lat_instrumented"].append(statistics.median(server.latency()))
+            sample(out, "lat_instrumented", server.latency())
             t0 = time.perf_counter()
             result = tool.run("ctl", str(server.pid), "instrument", server.spec("Py[A-Z]*"),
                               "--json")
@@ -278,11 +333,12 @@ def other_server(tool, how: str, tmp: str) -> dict:
     """Frida / bpftrace on http.server: hook the PyDict_* functions (s, until the
     tool says they are hooked), request latency untraced and hooked."""
     from live_others import functions_of, symbol_address
-    out: dict[str, list] = {"hook20": [], "lat_untraced": [], "lat_hooked": [], "n": []}
+    out: dict[str, list] = {"hook20": [], "lat_untraced": [], "lat_hooked": [], "n": [],
+                            "lat_untraced_p10": [], "lat_hooked_p10": []}
     for _ in range(REPEATS):
         server = Server(tmp)
         try:
-            out["lat_untraced"].append(statistics.median(server.latency()))
+            sample(out, "lat_untraced", server.latency())
             path = lib_path(server.pid)
             names = functions_of(path, "PyDict_*")
             out["n"].append(len(names))
@@ -293,7 +349,7 @@ def other_server(tool, how: str, tmp: str) -> dict:
             else:
                 tool.attach(server.pid, [f"{path}:PyDict_*"])
             out["hook20"].append(time.perf_counter() - started)
-            out["lat_hooked"].append(statistics.median(server.latency()))
+            sample(out, "lat_hooked", server.latency())
             tool.detach()
         finally:
             server.close()
@@ -329,7 +385,8 @@ def others(rows: list, tmp: str) -> None:
             continue
         rows.append((f"{tool.name}: hook {max(got['n'])} PyDict_* (s) / latency untraced, "
                      "hooked (ms)", stats(got["hook20"]),
-                     f"{stats(got['lat_untraced'], 1e3)}, {stats(got['lat_hooked'], 1e3)}"))
+                     f"{stats(got['lat_untraced'], 1e3)}, {stats(got['lat_hooked'], 1e3)} "
+                     f"({ratios(got, 'lat_hooked')} x, p10 {ratios(got, 'lat_hooked', '_p10')} x)"))
 
 
 def main() -> int:
@@ -344,8 +401,10 @@ def main() -> int:
             ("ns per call, untraced", stats(launched["untraced"]), ""),
             (f"drops, attached runs of {CALLS} calls (timed and --no-time)", max(c["drops"]), ""),
             ("attach -> first event, C program (s)", stats(c["first"]),
-             f"{len(c['missed'])} runs saw none within {WATCH_MS} ms" if c["missed"] else ""),
-            ("attach -> first event, http.server PyDict_New (s)", stats(server["first"]), ""),
+             f"resident {stats(c['first_resident'])}, -f {stats(c['first_resident_f'])}"
+             + (f"; {len(c['missed'])} runs saw none within {WATCH_MS} ms" if c["missed"] else "")),
+            ("attach -> first event, http.server PyDict_New (s)", stats(server["first"]),
+             f"resident {stats(server['first_resident'])}, -f {stats(server['first_resident_f'])}"),
             ("longest pause attaching + instrumenting, C (ms)", stats(c["pause"], 1e-3), ""),
             ("instrument 20 PyDict_* (s), target stopped (ms)", stats(server["hook20"]),
              stats(server["hook20_pause"], 1e3)),
@@ -353,9 +412,13 @@ def main() -> int:
              stats(server["hook900"]), stats(server["hook900_pause"], 1e3)),
             ("http.server latency untraced (ms)", stats(server["lat_untraced"], 1e3), ""),
             ("http.server latency attached, nothing instrumented (ms)",
-             stats(server["lat_attached"], 1e3), ""),
+             stats(server["lat_attached"], 1e3),
+             f"{ratios(server, 'lat_attached')} x untraced (p10 "
+             f"{ratios(server, 'lat_attached', '_p10')} x)"),
             ("http.server latency, PyDict_* instrumented (ms)",
-             stats(server["lat_instrumented"], 1e3), ""),
+             stats(server["lat_instrumented"], 1e3),
+             f"{ratios(server, 'lat_instrumented')} x untraced (p10 "
+             f"{ratios(server, 'lat_instrumented', '_p10')} x)"),
         ]
         others(rows, tmp)
     print(table(f"live sessions (min / median of {REPEATS})", rows,

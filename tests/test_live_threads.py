@@ -47,6 +47,17 @@ def expected_sum(n: int) -> int:
     return sum((i * 2654435761 + 7) & 0xFFFFFFFFFFFFFFFF for i in range(n)) & 0xFFFFFFFFFFFFFFFF
 
 
+def stop_and_finish(runtime: str, server: subprocess.Popen, daemon: int) -> tuple[dict, bytes]:
+    """status --json, then stop: the daemon ends, nothing of madtrace stays mapped
+    in the server, which then ends (end of its stdin).  (status, its output)."""
+    status = json.loads(run(runtime, "ctl", str(server.pid), "status", "--json").stdout)
+    assert run(runtime, "ctl", str(server.pid), "stop").returncode == 0
+    wait_gone(daemon)
+    assert madtrace_maps(server.pid) == []
+    out, _ = server.communicate(b"", timeout=60)
+    return status, out
+
+
 @pytest.mark.parametrize("variant", ["O2-pie", "O0-nopie"])
 def test_thread_per_request_server_stays_exact(tmp_path, variant):
     runtime = str(tmp_path / "run")
@@ -70,11 +81,7 @@ def test_thread_per_request_server_stays_exact(tmp_path, variant):
         for c in clients:
             c.join()
         calls = json.loads(run(runtime, "ctl", str(server.pid), "calls", "--json").stdout)
-        status = json.loads(run(runtime, "ctl", str(server.pid), "status", "--json").stdout)
-        assert run(runtime, "ctl", str(server.pid), "stop").returncode == 0
-        wait_gone(daemon)
-        assert madtrace_maps(server.pid) == []
-        out, _ = server.communicate(b"", timeout=60)
+        status, out = stop_and_finish(runtime, server, daemon)
     finally:
         server.kill()
     assert server.returncode == 0
@@ -94,6 +101,67 @@ def test_thread_per_request_server_stays_exact(tmp_path, variant):
             per_request.append(match.group(1).count("work>"))
         assert re.fullmatch(r"(handle> (work> work< )*handle< ?)*", text + " "), (tid, text[:200])
     assert sorted(per_request) == sorted(sizes)
+
+
+def tracer_of(tid: int) -> int:
+    with open(f"/proc/{tid}/status") as f:
+        return int(re.search(r"TracerPid:\s+(\d+)", f.read()).group(1))
+
+
+def wait_threads(pid: int, n: int) -> list[int]:
+    """The threads of ``pid`` once there are exactly ``n`` (a loaded machine gets
+    its time: request threads end a moment after their answer)."""
+    for _ in range(6000):
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+        if len(tids) == n:
+            return tids
+        threading.Event().wait(0.01)
+    raise AssertionError(f"process {pid} has {len(tids)} threads, not {n}")
+
+
+def test_threads_made_while_nothing_is_instrumented_are_not_traced_then_counted(tmp_path):
+    """Attached with nothing instrumented, new threads run untraced (no ptrace stop
+    when they are created: TracerPid 0); instrument seizes them first: calls of
+    threads made before it are counted, as are those of threads made after;
+    after restore (madtrace's areas stay mapped until detach) new threads are
+    traced from their creation; a second instrument counts on.  Oracles: the
+    server's own counts and answers, TracerPid, /proc/PID/maps."""
+    runtime = str(tmp_path / "run")
+    os.mkdir(runtime)
+    server = subprocess.Popen([prog("thread_server", "O2-pie")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    counted = uncounted = 0
+    try:
+        port = int(re.match(rb"port (\d+)", read_line(server)).group(1))
+        daemon = start_daemon(runtime, server.pid, tmp_path / "t")
+        for cycle in range(2):
+            wait_threads(server.pid, 1)
+            waiting = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(3)]
+            tids = wait_threads(server.pid, 4)      # a thread per connection, blocked reading
+            assert tracer_of(server.pid) == daemon
+            assert [tracer_of(t) for t in tids if t != server.pid] == [0 if cycle == 0 else daemon] * 3
+            assert ask(port, 5) == expected_sum(5)  # made and gone untraced: not counted
+            uncounted += 1
+            result = run(runtime, "ctl", str(server.pid), "instrument", "handle", "work")
+            assert result.returncode == 0, result.stderr
+            assert all(tracer_of(t) == daemon for t in tids if os.path.exists(f"/proc/{t}"))
+            for i, conn in enumerate(waiting):      # threads made before instrument
+                conn.sendall(f"{10 + i}\n".encode())
+                assert int(conn.makefile().readline()) == expected_sum(10 + i)
+                conn.close()
+            for n in (7, 0, 3):                     # threads made after it
+                assert ask(port, n) == expected_sum(n)
+            counted += 6
+            calls = json.loads(run(runtime, "ctl", str(server.pid), "calls", "--json").stdout)
+            assert calls == {"handle": counted, "work": (33 + 10) * (cycle + 1)}, cycle
+            result = run(runtime, "ctl", str(server.pid), "restore", "all")
+            assert result.returncode == 0, result.stderr
+        status, out = stop_and_finish(runtime, server, daemon)
+    finally:
+        server.kill()
+    assert server.returncode == 0
+    assert out == f"served {counted + uncounted} works {43 * 2 + 5 * 2}\n".encode()
+    assert status["dropped_events"] == 0
 
 
 def test_churn_attached_instrumented_restored_detached_twenty_times(tmp_path):

@@ -5,7 +5,6 @@ madtrace repl --connect PID [--batch FILE]"""
 from __future__ import annotations
 
 from ..errors import UsageError
-from ..trace import store
 from .options import add_recording_arguments, recording_options
 
 NAME = "repl"
@@ -49,6 +48,7 @@ def run(args) -> int:
     pid = parse_pid(args.pid)
     from ..repl.host import repl_options, run_with_frontend
     from ..session import Recording
+    from ..trace import store       # numpy: not for ctl and daemon, which share parse_pid
     output = args.output or store.default_trace_dir()
     recording = Recording(repl_options(recording_options(args, output)))
     recording.attach(pid)

@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             raise UsageError("a command is required, e.g. madtrace -- ./prog args")
         args.target_command = target
+        args.argv = argv            # as given (the resident process runs it again: cmd_daemon)
         return COMMANDS[args.command].run(args)
     except MadtraceError as exc:
         print(f"madtrace: {exc}", file=sys.stderr)

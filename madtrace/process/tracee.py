@@ -174,6 +174,10 @@ class Tracee:
         # what madtrace mapped into this process (inject.footprint.Footprint), taken
         # out again when the session ends
         self.footprint = None
+        # False: new threads are not traced (no PTRACE_O_TRACECLONE: they never wait
+        # for the tracer); stop_all then seizes the threads it finds in /proc first
+        # (``follow_clones``)
+        self.clones_followed = bool(options & pr.PTRACE_O_TRACECLONE)
 
     # ---------------------------------------------------------------- creation
     @classmethod
@@ -367,7 +371,45 @@ class Tracee:
     def stop_all(self) -> list[Event]:
         """Bring every thread into a ptrace stop. Events other than our own interrupt
         stops (a signal, an exit, a clone...) are returned for the caller to handle;
-        the threads they concern are stopped too (or gone)."""
+        the threads they concern are stopped too (or gone).  While clones are not
+        followed, the threads not traced yet are seized first, until a listing made
+        with every known thread stopped finds none (no thread is left to make one)."""
+        events = self._stop_known()
+        while not self.clones_followed and self._seize_untraced():
+            events += self._stop_known()
+        return events
+
+    def _seize_untraced(self) -> bool:
+        """Seizes the threads of /proc/PID/task not traced yet (they stop at the next
+        _stop_known; their rings etc. are set up at their first resume, as for a
+        new thread).  Returns whether there were any."""
+        seized = False
+        for tid in [t for t in list_tids(self.pid) if t not in self.threads]:
+            try:
+                pr.seize(tid, self.options)
+            except (NoSuchProcessError, PermissionDeniedError):
+                continue            # exited meanwhile
+            self.threads[tid] = ThreadState(tid, running=True, fresh=True)
+            seized = True
+        return seized
+
+    def follow_clones(self, on: bool) -> None:
+        """New threads traced from their creation (PTRACE_O_TRACECLONE) or not, from
+        now on; every thread must be stopped (``stop_all``)."""
+        if on == self.clones_followed:
+            return
+        self.options = (self.options | pr.PTRACE_O_TRACECLONE) if on else \
+            (self.options & ~pr.PTRACE_O_TRACECLONE)
+        for state in list(self.threads.values()):
+            if state.gone or state.running:
+                continue
+            try:
+                pr.set_options(state.tid, self.options)
+            except NoSuchProcessError:
+                pass                # exiting: its exit is on its way
+        self.clones_followed = on
+
+    def _stop_known(self) -> list[Event]:
         other_events: list[Event] = []
         while True:
             running = [s for s in self.threads.values() if s.running and not s.gone]

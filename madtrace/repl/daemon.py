@@ -9,20 +9,18 @@ until the grandchild has attached (or failed, with its error) and returns.
 from __future__ import annotations
 
 import faulthandler
-import json
 import os
 import socket
 import sys
 import traceback
 import threading
 
-from ..errors import MadtraceError, PermissionDeniedError, TracerInternalError, UsageError
+from ..errors import PermissionDeniedError, UsageError
 from ..session import Recording, RecordOptions
 from . import transport
+from .detached import report, report_failure, start_detached
 from .live import LiveSession, Reply, end_message, failure
 from .parser import parse
-
-INTERNAL_ERROR = 70
 
 
 class ControlServer:
@@ -139,11 +137,6 @@ class ControlServer:
             thread.join(5)
 
 
-def _report(fd: int, message: dict) -> None:
-    os.write(fd, json.dumps(message).encode())
-    os.close(fd)
-
-
 def _daemon_main(pid: int, options: RecordOptions, status_fd: int) -> int:
     """In the grandchild: attach, serve, trace; returns the process status."""
     server = None
@@ -162,15 +155,13 @@ def _daemon_main(pid: int, options: RecordOptions, status_fd: int) -> int:
     except BaseException as exc:
         if server is not None:
             server.close()
-        code = exc.exit_code if isinstance(exc, MadtraceError) else INTERNAL_ERROR
-        _report(status_fd, {"ok": False, "error": str(exc), "code": code})
-        return code
+        return report_failure(status_fd, exc)
     session = LiveSession(recording)
     session.scratch["daemon"] = True
     server.start(session)
     recording.log(f"daemon {os.getpid()} attached to process {pid} "
                   f"({recording.tracee.threads_seen} threads); socket {server.path}")
-    _report(status_fd, {"ok": True, "daemon": os.getpid(), "socket": server.path,
+    report(status_fd, {"ok": True, "daemon": os.getpid(), "socket": server.path,
                         "log": transport.log_path(pid), "leftovers": recording.leftovers_line})
     try:
         status = recording.run()
@@ -188,41 +179,12 @@ def start_daemon(pid: int, options: RecordOptions) -> dict:
     """Returns once the daemon is attached: {"daemon": its pid, "socket", "log"}.
     Raises the daemon's error (same message and exit code) if it could not attach."""
     options.output = os.path.abspath(options.output)
-    status_r, status_w = os.pipe()
-    child = os.fork()
-    if child == 0:
-        code = INTERNAL_ERROR
-        try:
-            os.close(status_r)
-            os.setsid()
-            if os.fork() != 0:
-                os._exit(0)
-            os.chdir("/")
-            devnull = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(devnull, fd)
-            os.close(devnull)
-            code = _daemon_main(pid, options, status_w)
-        finally:
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            finally:
-                os._exit(code)
-    os.close(status_w)
-    os.waitpid(child, 0)
-    chunks = []
-    while True:
-        chunk = os.read(status_r, 65536)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(status_r)
-    if not chunks:
-        raise TracerInternalError(f"the daemon died before attaching (see {transport.log_path(pid)})")
-    result = json.loads(b"".join(chunks))
-    if not result["ok"]:
-        error = MadtraceError(result["error"])
-        error.exit_code = result["code"]
-        raise error
-    return result
+
+    def main(status_w: int) -> int:
+        os.chdir("/")
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        return _daemon_main(pid, options, status_w)
+    return start_detached(main, f"the daemon died before attaching (see {transport.log_path(pid)})")

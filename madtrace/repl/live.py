@@ -65,6 +65,7 @@ class LiveSession:
         if recording.functions is not None:
             recording.functions.defer_tables = True
         recording.hooks.on_exec.append(lambda tracee: self._refresh_names())
+        self._follow_clones_if_needed()     # the target is stopped (attached, not run yet)
 
     # ------------------------------------------------------------ state
     @property
@@ -185,6 +186,7 @@ class LiveSession:
                     replies.append((future, reply))
         finally:
             if stop:
+                self._follow_clones_if_needed()
                 self._resume(events)
                 self.last_pause = time.perf_counter() - started
             try:
@@ -204,6 +206,19 @@ class LiveSession:
             return Reply(True, text=command.render(data), data=data)
         except Exception as exc:  # every failure is one reply; the session goes on
             return failure(exc)
+
+    def _follow_clones_if_needed(self) -> None:
+        """Attached, until madtrace maps anything into the target (the first
+        ``instrument``, data tracing), new threads are not traced: they never wait
+        for the tracer (a thread-per-request server pays nothing per request); each
+        stop of the target seizes them first (Tracee.stop_all).  Otherwise, and when
+        launched, every thread is traced from its creation (a fork made by an
+        untraced thread would keep madtrace's mappings in the child).  Every thread
+        is stopped here."""
+        tracee = self.tracee
+        mapped = tracee.footprint is not None and bool(tracee.footprint.areas)
+        tracee.follow_clones(tracee.launched or mapped or self.recording.data is not None
+                             or bool(self.controller.children))
 
     def _resume(self, events) -> None:
         """Give the stop events to the run loop's policy (which resumes their

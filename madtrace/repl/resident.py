@@ -1,0 +1,344 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The resident madtrace process: ``madtrace daemon --resident``.
+
+Starting a daemon costs more in start-up than in attaching: a fresh Python
+and the tracer's imports (session, numpy, capstone, ...: ~0.3 s of CPU on an
+idle machine, seconds on a loaded one).  The resident process imports them
+once and then waits on ``<runtime dir>/resident.sock`` (same directory and
+permissions as the daemons' sockets: 0700 dir, 0600 socket, peers of our uid
+only).  ``madtrace daemon PID ...`` connects to it when it is there, hands it
+its argument list, working directory, environment, umask and its stdin,
+stdout and stderr (SCM_RIGHTS), and the resident forks a *worker*, which runs
+the very same command line (``cli.main.main``) with those: it forks and
+double-forks the daemon as the command would, prints the same messages on the
+same terminal, and its exit code becomes the command's.  The resident itself
+never traces anything (no ptrace: it cannot keep a target stopped), stays
+single-threaded (it forks), and ends cleanly on SIGTERM or ``madtrace daemon
+--stop-resident`` (its socket removed).  A resident whose madtrace files
+changed since it started refuses, and the command starts the daemon itself.
+
+The client side (``run_in_resident``) imports nothing beyond the standard
+library and transport: it is what the command runs first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+from ..errors import TracerInternalError
+from . import transport
+from .detached import INTERNAL_ERROR, report, report_failure, start_detached
+
+SOCKET_NAME = "resident.sock"
+LOG_NAME = "resident.log"
+# the packages whose modules a daemon imports while attaching and instrumenting
+# (none of them loads pyarrow, whose allocator starts a thread: the resident forks)
+PRELOAD = ("capture", "inject", "process", "binary", "arch", "kinds", "repl")
+# in a worker: the resident's pid (the command it runs must not ask the resident again)
+in_worker = 0
+
+
+def socket_path() -> str:
+    return os.path.join(transport.runtime_dir(), SOCKET_NAME)
+
+
+def _package_dir() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def code_stamp() -> float:
+    """The newest modification time of madtrace's Python files and native code."""
+    newest = 0.0
+    build = os.path.join(os.path.dirname(_package_dir()), "build")
+    for top in (_package_dir(), os.path.join(build, "native"), os.path.join(build, "injector")):
+        for path, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in files:
+                if name.endswith((".py", ".so", ".json")):
+                    try:
+                        newest = max(newest, os.stat(os.path.join(path, name)).st_mtime)
+                    except OSError:
+                        pass
+    return newest
+
+
+# ------------------------------------------------------------------ client
+def _connect() -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(socket_path())
+    except ConnectionRefusedError:
+        sock.close()
+        try:
+            os.unlink(socket_path())        # left by a resident that died
+        except OSError:
+            pass
+        return None
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def run_in_resident(argv: list[str]) -> tuple[int | None, str]:
+    """Runs ``madtrace ARGV`` in a worker of the resident process.  Returns (its
+    exit code, "") or (None, why not) when there is no resident to run it."""
+    sock = _connect()
+    if sock is None:
+        return None, "no resident madtrace process"
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        umask = os.umask(0)
+        os.umask(umask)
+        request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask,
+                   "package": _package_dir(), "python": sys.executable}
+        socket.send_fds(sock, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
+        reader = sock.makefile("rb")
+        line = reader.readline()
+    except OSError as exc:
+        return None, f"the resident madtrace process did not answer ({exc.strerror})"
+    finally:
+        sock.close()
+    if not line:
+        raise TracerInternalError("the resident madtrace process failed while running the "
+                                  f"command (see {os.path.join(transport.runtime_dir(), LOG_NAME)})")
+    reply = json.loads(line)
+    if "refused" in reply:
+        return None, reply["refused"]
+    return int(reply["exit"]), ""
+
+
+def _ask(message: dict) -> dict | None:
+    """One request to the resident process and its answer (None: no resident)."""
+    sock = _connect()
+    if sock is None:
+        return None
+    try:
+        sock.sendall(json.dumps(message).encode() + b"\n")
+        line = sock.makefile("rb").readline()
+    finally:
+        sock.close()
+    return json.loads(line) if line else None
+
+
+def stop_resident() -> int | None:
+    """Asks the resident process to end; returns its pid (None: there was none)."""
+    answer = _ask({"stop": True})
+    if answer is None:
+        return None
+    pid = int(answer["pid"])
+    for _ in range(500):                # until it has removed its socket and exited
+        if not os.path.exists(f"/proc/{pid}") or _state(pid) == "Z":
+            break
+        time.sleep(0.01)
+    return pid
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "X"
+
+
+# ------------------------------------------------------------------ server
+class _Stop(Exception):
+    pass
+
+
+def _on_sigterm(signum, frame):
+    raise _Stop()
+
+
+def start_resident() -> dict:
+    """Starts the resident process in the background; returns {"pid", "socket"}
+    once it listens (or the running one's, with "running": True)."""
+    transport.ensure_runtime_dir()
+    sock = _connect()
+    if sock is not None:
+        sock.close()
+        pid = resident_pid()
+        return {"pid": pid, "socket": socket_path(), "running": True}
+    return start_detached(_resident_main, "the resident madtrace process died while starting "
+                          f"(see {os.path.join(transport.runtime_dir(), LOG_NAME)})")
+
+
+def resident_pid() -> int | None:
+    """The pid of the resident process that listens now (asked, not stopped)."""
+    answer = _ask({"ping": True})
+    return int(answer["pid"]) if answer is not None else None
+
+
+def _resident_main(status_w: int) -> int:
+    listener = None
+    try:
+        os.chdir("/")
+        runtime = transport.ensure_runtime_dir()
+        log = os.open(os.path.join(runtime, LOG_NAME), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(devnull)
+        os.close(log)
+        _preload()
+        stamp = code_stamp()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            listener.bind(socket_path())
+        finally:
+            os.umask(old_umask)
+        os.chmod(socket_path(), 0o600)
+        listener.listen(16)
+        listener.settimeout(1.0)
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except BaseException as exc:
+        if listener is not None:
+            listener.close()
+        return report_failure(status_w, exc)
+    report(status_w, {"ok": True, "pid": os.getpid(), "socket": socket_path()})
+    print(f"resident {os.getpid()} listening on {socket_path()}", flush=True)
+    try:
+        _serve(listener, stamp)
+    except _Stop:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the cleanup is not interrupted
+        listener.close()
+        try:
+            os.unlink(socket_path())
+        except FileNotFoundError:
+            pass
+        _reap()
+        print(f"resident {os.getpid()} ended", flush=True)
+    return 0
+
+
+def _preload() -> None:
+    """Imports what a daemon imports, so that its worker starts with it all."""
+    import importlib
+    import pkgutil
+    importlib.import_module("madtrace.cli.main")
+    importlib.import_module("madtrace.cli.cmd_daemon")
+    importlib.import_module("madtrace.repl.daemon")
+    importlib.import_module("madtrace.session")
+    importlib.import_module("madtrace.trace.store_writer")   # imported while attaching
+    for name in PRELOAD:
+        package = importlib.import_module(f"madtrace.{name}")
+        for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            importlib.import_module(module.name)
+    if "pyarrow" in sys.modules or len(os.listdir("/proc/self/task")) != 1:
+        raise TracerInternalError("the resident process must stay single-threaded: an import "
+                                  "started a thread")
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _serve(listener: socket.socket, stamp: float) -> None:
+    while True:
+        _reap()
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            continue
+        fds: list[int] = []
+        try:
+            conn.settimeout(10)
+            uid = transport.peer_uid(conn)
+            if uid != os.getuid():
+                print(f"refused a connection from uid {uid}", flush=True)
+                continue
+            data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, 3)
+            while not data.endswith(b"\n"):
+                more = conn.recv(1 << 20)
+                if not more:
+                    break
+                data += more
+            request = json.loads(data)
+            if "stop" in request:
+                transport.send(conn, {"pid": os.getpid()})
+                raise _Stop()
+            if "ping" in request:
+                transport.send(conn, {"pid": os.getpid()})
+                continue
+            refused = _refusal(request, fds, stamp)
+            if refused:
+                print(f"refused: {refused}", flush=True)
+                transport.send(conn, {"refused": refused})
+                continue
+            # SIGTERM blocked across the fork: it must never run the resident's
+            # cleanup (removing its socket) in the worker
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+            try:
+                if os.fork() == 0:
+                    listener.close()
+                    _worker(conn, fds, request)     # never returns
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"a request failed: {exc!r}", flush=True)
+        finally:
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+
+
+def _refusal(request: dict, fds: list[int], stamp: float) -> str:
+    if len(fds) != 3:
+        return "a request passes stdin, stdout and stderr"
+    if request.get("package") != _package_dir() or request.get("python") != sys.executable:
+        return (f"the resident process {os.getpid()} runs madtrace from {_package_dir()} with "
+                f"{sys.executable}")
+    if code_stamp() != stamp:
+        return (f"madtrace's files changed since the resident process {os.getpid()} started "
+                "(restart it: madtrace daemon --stop-resident; madtrace daemon --resident)")
+    return ""
+
+
+def _worker(conn: socket.socket, fds: list[int], request: dict) -> None:
+    """In the forked worker: the command line as the client would have run it."""
+    global in_worker
+    code = INTERNAL_ERROR
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        fds.clear()
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.umask(int(request["umask"]))
+        in_worker = os.getppid()
+        from ..cli.main import main
+        code = main(list(request["argv"]))
+    except SystemExit as exc:       # argparse's --help
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException as exc:    # reported as the command would: one line
+        print(f"madtrace: internal error in the resident process's worker: {exc!r}",
+              file=sys.stderr)
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            transport.send(conn, {"exit": code})
+        finally:
+            os._exit(0)
