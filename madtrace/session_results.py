@@ -38,6 +38,15 @@ class Results:
                                      patch_report=engine.report),
         }
 
+    def _output_failure(self):
+        """The drain's write error (OutputError) that stopped recording, if any: the
+        function tracer's rings, or the hybrid data engine's own."""
+        for owner in (self.functions, self.data.paths if self.data is not None else None):
+            rings = getattr(owner, "rings", None)
+            if rings is not None and rings.failure is not None:
+                return rings.failure
+        return None
+
     def _data_results(self) -> dict:
         """Writes the data files (data/) into the trace directory; returns the counts."""
         engine = self.data

@@ -25,10 +25,10 @@ import os
 
 import numpy as np
 
-from ..errors import TracerInternalError
+from ..errors import TracerInternalError, writing
 from ..native import load
-from ..trace.compact import encode_block, write_instructions
-from ..trace.format import ACCESS_RECORDS, COMPACT_DTYPE
+from ..trace.compact import InstructionFile, encode_block
+from ..trace.format import ACCESS_RECORDS, COMPACT_DTYPE, INSTRUCTIONS_FILE
 from .instruction_table import KIND_LOAD
 
 
@@ -99,6 +99,8 @@ class RingRecords:
         self.files: dict[int, int] = {}             # tid -> data/<tid>.dat
         self.last_seq: dict[int, ctypes.c_uint64] = {}
         self._order = ctypes.c_uint64(0)
+        kinds = (1 if engine.loads else 0) | (2 if engine.stores else 0)
+        self.table = self._guarded(lambda: InstructionFile(out_dir, kinds))
 
     @property
     def outside(self) -> int:
@@ -145,13 +147,15 @@ class RingRecords:
         freed = int(self.stats[STAT_FREED]) - before     # all of thread tid: program / allocator
         engine._count_freed(np.ones(freed, dtype=bool), np.full(freed, tid))
         if n:
-            self._write(tid, records[:n])
+            self.write_table()          # every id these records name is on disk before them
+            path = ACCESS_RECORDS.compact_path(self.out_dir, tid)
+            with writing(path):
+                self._write(tid, path, records[:n])
 
-    def _write(self, tid: int, records: np.ndarray) -> None:
+    def _write(self, tid: int, path: str, records: np.ndarray) -> None:
         fd = self.files.get(tid)
         if fd is None:
-            fd = self.files[tid] = os.open(ACCESS_RECORDS.compact_path(self.out_dir, tid),
-                                           os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+            fd = self.files[tid] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                                            0o644)
         block = encode_block(records)
         view = memoryview(block)
@@ -160,15 +164,22 @@ class RingRecords:
         self.written += len(records)
         self.bytes += len(block)
 
+    def _guarded(self, make):
+        path = os.path.join(self.out_dir, INSTRUCTIONS_FILE)
+        with writing(path):
+            return make()
+
     def write_table(self) -> None:
-        """data/instructions.json: what every instruction id stands for."""
-        kinds = (1 if self.engine.loads else 0) | (2 if self.engine.stores else 0)
-        write_instructions(self.out_dir, [list(map(int, row)) for row in self.ids.rows()], kinds)
+        """data/instructions.jsonl: the ids given since the last call appended
+        (the ring lock held, or the drain stopped)."""
+        if self.table.rows < len(self.ids):
+            self._guarded(lambda: self.table.append(self.ids.rows_from(self.table.rows)))
 
     def close(self) -> None:
         for fd in self.files.values():
             os.close(fd)
         self.files.clear()
+        self.table.close()
 
     def counts(self) -> dict[tuple[int, str], int]:
         """{(instruction, "L"/"S"): accesses} of everything recorded so far."""
