@@ -110,6 +110,12 @@ class SyscallGate:
             return self._exit_stop(tracee, tid, value)
         return False
 
+    def held_open(self) -> set[int]:
+        """Pages a running call of some thread has open: they stay open until its
+        exit (closing one under a blocked futex call made it fail with EFAULT:
+        glibc's "The futex facility returned an unexpected error code", abort)."""
+        return set().union(*self._open.values())
+
     def _entry_stop(self, tracee, tid: int, nr: int, args: list[int]) -> bool:
         engine = self.engine
         self._entry[tid] = (nr, args)
