@@ -19,7 +19,8 @@ import numpy as np
 from ..errors import TracerInternalError
 from ..native import NATIVE_DIR
 from .dwarf_lines import LineTable
-from .dwarf_vars import UNKNOWN, VOID, Member, TypeInfo, Variable
+from .dwarf_vars import (UNKNOWN, VOID, Member, TypeInfo, Variable, array_type, enum_type,
+                         link_alias, link_pointer, struct_type)
 
 READER = os.path.join(NATIVE_DIR, "mtdwarf")
 MAGIC = b"MTDW0001"
@@ -136,64 +137,27 @@ class _Types:
         if kind == "base":
             t = TypeInfo("base", name or "?", size)
         elif kind == "enum":
-            t = TypeInfo("enum", f"enum {name}" if name else "enum", size)
+            t = enum_type(name, size)
         elif kind in ("struct", "union", "class"):
-            t = TypeInfo(kind, f"{kind} {name}" if name else f"{kind} <anon>", size)
-            self.cache[index] = t
+            t = self.cache[index] = struct_type(kind, name, size)
             for m_name, _pad, offset, m_size, m_type in self.members[first:first + n]:
                 mt = self.get(m_type)
                 t.members.append(Member(self.string(m_name), offset, m_size or mt.size, mt))
             return t
         elif kind in ("pointer", "reference"):
-            t = TypeInfo("pointer", "?", size or 8)
-            self.cache[index] = t
-            t.target = self.get(target)
-            if t.target.kind == "function":
-                t.name = "void (*)()"
-            else:
-                t.name = t.target.name + (" *" if kind == "pointer" else " &")
-            return t
-        elif kind == "typedef":
-            t = TypeInfo("typedef", name or "?", 0)
-            self.cache[index] = t
-            t.target = self.get(target)
-            t.size = t.target.size
-            return t
-        elif kind in _QUALIFIERS:
-            t = TypeInfo(kind, "?", 0)
-            self.cache[index] = t
-            t.target = self.get(target)
-            t.size = t.target.size
-            tn = t.target.name
-            if t.target.kind == "pointer":
-                t.name = f"{tn} {kind}"
-            elif t.target.kind == "array" and tn.startswith(kind + " "):
-                t.name = tn
-            else:
-                t.name = f"{kind} {tn}"
-            return t
+            t = self.cache[index] = TypeInfo("pointer", "?", size or 8)
+            return link_pointer(t, self.get(target), kind == "reference")
+        elif kind == "typedef" or kind in _QUALIFIERS:
+            t = self.cache[index] = TypeInfo(kind, name or "?", 0)
+            return link_alias(t, self.get(target))
         elif kind == "array":
-            t = self._array(target, self.dims[first:first + n], size if _explicit else 0)
+            dims = [None if c < 0 else c for c in self.dims[first:first + n]]
+            t = array_type(self.get(target), dims, size if _explicit else 0)
         elif kind == "function":
             t = TypeInfo("function", "function", 0)
         else:
             t = TypeInfo("unknown", name or _tag_name(tag), size)
         self.cache[index] = t
-        return t
-
-    def _array(self, element: int, dims: list[int], explicit: int) -> TypeInfo:
-        t = self.get(element)
-        counts = [None if c < 0 else c for c in dims] or [None]
-        for count in reversed(counts):   # innermost dimension first
-            dim = f"[{count}]" if count is not None else "[]"
-            if t.kind == "array":
-                base, _, rest = t.name.partition("[")
-                name = f"{base}{dim}[{rest}"
-            else:
-                name = f"{t.name}{dim}"
-            t = TypeInfo("array", name, t.size * count if count else 0, t, count)
-        if explicit:
-            t.size = explicit
         return t
 
 

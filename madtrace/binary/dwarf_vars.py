@@ -86,6 +86,59 @@ UNKNOWN = TypeInfo("unknown", "?", 0)
 VOID = TypeInfo("void", "void", 0)
 
 
+# The C spelling of each kind of type, shared by both readers of DWARF (this
+# module's pyelftools walk and dwarf_native's records).  Types that can sit on
+# a cycle (struct members, pointees, typedef and cv targets) are made in two
+# steps: the shell first (cached by the caller), then linked to its target.
+def struct_type(kind: str, name: str | None, size: int) -> TypeInfo:
+    return TypeInfo(kind, f"{kind} {name}" if name else f"{kind} <anon>", size)
+
+
+def enum_type(name: str | None, size: int) -> TypeInfo:
+    return TypeInfo("enum", f"enum {name}" if name else "enum", size)
+
+
+def link_pointer(t: TypeInfo, target: TypeInfo, reference: bool) -> TypeInfo:
+    t.target = target
+    if target.kind == "function":
+        t.name = "void (*)()"
+    else:
+        t.name = target.name + (" &" if reference else " *")
+    return t
+
+
+def link_alias(t: TypeInfo, target: TypeInfo) -> TypeInfo:
+    """A typedef (named already) or a cv qualifier (``t.kind``) of *target*."""
+    t.target = target
+    t.size = target.size
+    if t.kind == "typedef":
+        return t
+    q, tn = t.kind, target.name
+    if target.kind == "pointer":
+        t.name = f"{tn} {q}"
+    elif target.kind == "array" and tn.startswith(q + " "):
+        t.name = tn  # const array of const char: "const char[15]"
+    else:
+        t.name = f"{q} {tn}"
+    return t
+
+
+def array_type(element: TypeInfo, dims: list[int | None], explicit: int | None) -> TypeInfo:
+    """*element*[d0][d1]...; a None dimension is unknown (``[]``)."""
+    t = element
+    for count in reversed(dims or [None]):  # innermost dimension first
+        dim = f"[{count}]" if count is not None else "[]"
+        if t.kind == "array":
+            base, _, rest = t.name.partition("[")
+            name = f"{base}{dim}[{rest}"
+        else:
+            name = f"{t.name}{dim}"
+        t = TypeInfo("array", name, t.size * count if count else 0, t, count)
+    if explicit:
+        t.size = explicit
+    return t
+
+
 def _attr_str(die, name):
     a = die.attributes.get(name)
     if a is None:
@@ -126,10 +179,9 @@ class _TypeResolver:
         if tag in ("DW_TAG_base_type", "DW_TAG_unspecified_type"):
             t = TypeInfo("base", name or "?", size or 0)
         elif tag == "DW_TAG_enumeration_type":
-            t = TypeInfo("enum", f"enum {name}" if name else "enum", size or 0)
+            t = enum_type(name, size or 0)
         elif tag in _STRUCTS:
-            kind = _STRUCTS[tag]
-            t = TypeInfo(kind, f"{kind} {name}" if name else f"{kind} <anon>", size or 0)
+            t = struct_type(_STRUCTS[tag], name, size or 0)
             self._cache[key] = t  # before members: breaks cycles
             for child in die.iter_children():
                 if child.tag != "DW_TAG_member":
@@ -139,36 +191,12 @@ class _TypeResolver:
                 msize = _attr_int(child, "DW_AT_byte_size") or mt.size
                 t.members.append(Member(_attr_str(child, "DW_AT_name"), off, msize, mt))
             return t
-        elif tag == "DW_TAG_pointer_type" or tag == "DW_TAG_reference_type":
-            t = TypeInfo("pointer", "?", size or 8)
-            self._cache[key] = t
-            target = self.of(die)
-            t.target = target
-            if target.kind == "function":
-                t.name = "void (*)()"
-            else:
-                t.name = target.name + (" *" if tag == "DW_TAG_pointer_type" else " &")
-            return t
-        elif tag == "DW_TAG_typedef":
-            t = TypeInfo("typedef", name or "?", 0)
-            self._cache[key] = t
-            t.target = self.of(die)
-            t.size = t.target.size
-            return t
-        elif tag in _QUALIFIERS:
-            q = _QUALIFIERS[tag]
-            t = TypeInfo(q, "?", 0)
-            self._cache[key] = t
-            t.target = self.of(die)
-            t.size = t.target.size
-            tn = t.target.name
-            if t.target.kind == "pointer":
-                t.name = f"{tn} {q}"
-            elif t.target.kind == "array" and tn.startswith(q + " "):
-                t.name = tn  # const array of const char: "const char[15]"
-            else:
-                t.name = f"{q} {tn}"
-            return t
+        elif tag in ("DW_TAG_pointer_type", "DW_TAG_reference_type"):
+            t = self._cache[key] = TypeInfo("pointer", "?", size or 8)
+            return link_pointer(t, self.of(die), tag == "DW_TAG_reference_type")
+        elif tag == "DW_TAG_typedef" or tag in _QUALIFIERS:
+            t = self._cache[key] = TypeInfo(_QUALIFIERS.get(tag, "typedef"), name or "?", 0)
+            return link_alias(t, self.of(die))
         elif tag == "DW_TAG_array_type":
             t = self._array(die)
         elif tag == "DW_TAG_subroutine_type":
@@ -210,21 +238,7 @@ class _TypeResolver:
                 lb = _attr_int(child, "DW_AT_lower_bound") or 0
                 count = ub - lb + 1 if ub is not None else None
             dims.append(count)
-        if not dims:
-            dims = [None]
-        t = elem
-        for count in reversed(dims):  # innermost dimension first
-            dim = f"[{count}]" if count is not None else "[]"
-            if t.kind == "array":
-                base, _, rest = t.name.partition("[")
-                name = f"{base}{dim}[{rest}"
-            else:
-                name = f"{t.name}{dim}"
-            t = TypeInfo("array", name, t.size * count if count else 0, t, count)
-        explicit = _attr_int(die, "DW_AT_byte_size")
-        if explicit:
-            t.size = explicit
-        return t
+        return array_type(elem, dims, _attr_int(die, "DW_AT_byte_size"))
 
 
 def _location_address(die) -> int | None:
