@@ -6,7 +6,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_STAMP := build/.apt-installed
-APT_PACKAGES := gcc g++ make valgrind uftrace binutils procps nodejs libdw-dev openjdk-17-jre-headless
+APT_PACKAGES := gcc g++ make valgrind uftrace binutils procps nodejs libdw-dev libxxhash-dev openjdk-17-jre-headless
 
 TEST_SRCS := $(wildcard tests/progs/*.c) $(wildcard tests/progs/*.cc)
 TEST_NAMES := $(basename $(notdir $(TEST_SRCS)))
@@ -73,9 +73,14 @@ $(NATIVE_OUT): madtrace/process/fault_loop.c madtrace/capture/data_expand.c inje
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ madtrace/process/fault_loop.c \
 	    madtrace/capture/data_expand.c
-$(DRAIN_OUT): madtrace/capture/ring_drain.c injector/layout.h
+# the capture container's constants for the drain, from the one definition (trace/format.py)
+CAPTURE_HEADER_H := build/native/capture_format.h
+$(CAPTURE_HEADER_H): madtrace/trace/format.py $(STAMP)
 	@mkdir -p $(@D)
-	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ $<
+	$(VPY) -m madtrace.trace.format > $@.tmp && mv $@.tmp $@
+$(DRAIN_OUT): madtrace/capture/ring_drain.c injector/layout.h $(CAPTURE_HEADER_H) | $(APT_STAMP)
+	@mkdir -p $(@D)
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -Ibuild/native -o $@ $< -lxxhash
 $(REPLAY_OUT): madtrace/trace/replay.c
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<

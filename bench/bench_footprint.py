@@ -33,7 +33,7 @@ BASE_RSP = 0x7FFF0000
 
 
 def write_trace(directory: str) -> None:
-    from madtrace.trace.format import ACCESS_DTYPE, RECORD_DTYPE
+    from madtrace.trace.format import ACCESS_DTYPE, ACCESS_RECORDS, CALL_RECORDS, FORMAT_VERSION, RECORD_DTYPE
     os.makedirs(os.path.join(directory, "calls"))
     os.makedirs(os.path.join(directory, "data"))
     names = ["phase", "work", "leaf"]
@@ -44,7 +44,7 @@ def write_trace(directory: str) -> None:
                    "functions": [{"fid": i, "name": n, "method": "callsite"}
                                  for i, n in enumerate(names)]}, f)
     with open(os.path.join(directory, "meta.json"), "w") as f:
-        json.dump({"format_version": 1, "command": ["synthetic"], "outcome": "exited",
+        json.dump({"format_version": FORMAT_VERSION, "command": ["synthetic"], "outcome": "exited",
                    "data_tracing": {"regions": [[0x10000000, 0x10000000 + REGION, "[heap]"]]}}, f)
     records: list[tuple[int, int, int]] = []
     # call structure: record index of each work/leaf call's accesses
@@ -73,10 +73,10 @@ def write_trace(directory: str) -> None:
             records.append((0, 1 << 1 | 1, BASE_RSP - 512))
         records.append((0, 0 << 1 | 1, BASE_RSP - 256))
     rec = np.array(records, dtype=RECORD_DTYPE)
-    rec.tofile(os.path.join(directory, "calls", "1.rec"))
+    CALL_RECORDS.write(os.path.join(directory, "calls", "1.rec"), rec)
     acc = np.concatenate(acc_chunks)
     acc["order"] = np.arange(len(acc))
-    acc.tofile(os.path.join(directory, "data", "1.acc"))
+    ACCESS_RECORDS.write(os.path.join(directory, "data", "1.acc"), acc)
 
 
 CHILD = r"""

@@ -41,7 +41,7 @@ def build() -> None:
 
 
 def one_run(n: int) -> dict:
-    from madtrace.trace.segmentation import RECORD_DTYPE
+    from madtrace.trace.format import CALL_RECORDS
     from madtrace.trace.events import load_accesses
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "t")
@@ -55,7 +55,7 @@ def one_run(n: int) -> dict:
             meta = json.load(f)
         with open(os.path.join(out, "functions.json")) as f:
             hz = json.load(f)["tsc_hz"]
-        records = np.concatenate([np.fromfile(p, dtype=RECORD_DTYPE)
+        records = np.concatenate([CALL_RECORDS.read(p)
                                   for p in glob.glob(os.path.join(out, "calls", "*.rec"))])
         accesses = np.concatenate(list(load_accesses(out).values()))
         inside = int(np.count_nonzero(accesses["seq"] == 1))   # after steady's entry record

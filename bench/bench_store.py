@@ -49,7 +49,8 @@ def generate(directory: str, events: int, threads: int, accesses_per_round: int 
              ) -> tuple[int, int]:
     """A trace directory with ``events`` call records and accesses in all
     (``accesses_per_round`` 0: call records only, as with function tracing alone)."""
-    from madtrace.trace.format import ACCESS_DTYPE, RECORD_DTYPE
+    from madtrace.trace.format import (ACCESS_DTYPE, ACCESS_RECORDS, CALL_RECORDS, FORMAT_VERSION,
+                                       RECORD_DTYPE)
     os.makedirs(os.path.join(directory, "calls"))
     os.makedirs(os.path.join(directory, "data"))
     sites = [{"sid": i, "function": f, "kind": "call", "address": 0x1000 + i, "caller": "main"}
@@ -59,7 +60,7 @@ def generate(directory: str, events: int, threads: int, accesses_per_round: int 
     with open(os.path.join(directory, "maps.end.txt"), "w") as f:
         f.write(f"{DATA_BASE:x}-{DATA_BASE + DATA_SIZE:x} rw-p 00000000 00:00 0\n")
     with open(os.path.join(directory, "meta.json"), "w") as f:
-        json.dump({"format_version": 1, "command": ["synthetic"], "outcome": "exited"}, f)
+        json.dump({"format_version": FORMAT_VERSION, "command": ["synthetic"], "outcome": "exited"}, f)
     # one round: E a, E b, [2 accesses], X b, E c, [1 access], X c, X a
     codes = np.array([0, 2, 3, 4, 5, 1], dtype=np.uint32)
     rsps = np.array([1000, 900, 900, 900, 900, 1000], dtype=np.uint32)
@@ -70,8 +71,9 @@ def generate(directory: str, events: int, threads: int, accesses_per_round: int 
     for t in range(threads):
         tid = 1000 + t
         rounds = rounds_total // threads
-        with open(os.path.join(directory, "calls", f"{tid}.rec"), "wb") as rec, \
-                open(os.path.join(directory, "data", f"{tid}.acc"), "wb") as acc:
+        rec = CALL_RECORDS.create(os.path.join(directory, "calls", f"{tid}.rec"))
+        acc = ACCESS_RECORDS.create(os.path.join(directory, "data", f"{tid}.acc"))
+        try:
             done = 0
             while done < rounds:
                 n = min(CHUNK_ROUNDS, rounds - done)
@@ -88,12 +90,15 @@ def generate(directory: str, events: int, threads: int, accesses_per_round: int 
                 a["size"] = 8
                 a["kind"] = 1 + (np.arange(len(a)) % 2)
                 a["first"] = 1
-                rec.write(r.tobytes())
+                CALL_RECORDS.append(rec, r)
                 if len(a):
-                    acc.write(a.tobytes())
+                    ACCESS_RECORDS.append(acc, a)
                 done += n
                 records += len(r)
                 accesses += len(a)
+        finally:
+            os.close(rec)
+            os.close(acc)
     return records, accesses
 
 

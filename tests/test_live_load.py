@@ -137,3 +137,33 @@ def test_thread_churn_while_instrumented_and_data_traced(tmp_path, variant):
     assert target.returncode == 0, out
     rounds = int(re.match(rb"rounds (\d+)", out).group(1))
     assert rounds > 0 and out == churn_expected(rounds)
+
+
+@pytest.mark.parametrize("variant", ["O0-pie", "O2-nopie"])
+def test_thread_inside_the_bytes_to_patch_is_stepped_out(tmp_path, variant):
+    """tests/progs/prologue_spin spins through a function whose first five
+    bytes (entry patch) are three instructions: a stop often catches its thread
+    at the second or third.  Each instrument must patch the function (the
+    thread is stepped out of those bytes first), never skip it; the program's
+    own count of calls stays right.  Before the fix, a thread there made the
+    function 'not instrumented' for the rest of the session."""
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    target = start_ready([prog("prologue_spin", variant)])
+    outcomes = []
+    try:
+        for cycle in range(8):
+            daemon = start_daemon(str(runtime), target.pid, tmp_path / f"t{cycle}")
+            for words in (["instrument", "spin_target"], ["restore", "all"],
+                          ["instrument", "spin_target"], ["stop"]):
+                result = run(str(runtime), "ctl", str(target.pid), *words)
+                out = result.stdout.decode()
+                if result.returncode != 0 or "not instrumented" in out:
+                    outcomes.append((cycle, words, result.returncode, out, result.stderr.decode()))
+            wait_gone(daemon)
+            assert target.poll() is None, f"target died in cycle {cycle}"
+            assert madtrace_maps(target.pid) == [], cycle
+        assert outcomes == []
+    finally:
+        out, _ = target.communicate(timeout=60)
+    assert out == b"calls=ok\n" and target.returncode == 0

@@ -14,8 +14,12 @@ import os
 import subprocess
 import time
 
+import numpy as np
 import pytest
 
+from madtrace.trace.format import RECORD_DTYPE
+
+from .test_capture_file import naive_chunks
 from .util import MADTRACE, ROOT, check_live_output, madtrace, prog, read_line
 
 PATIENCE = 120.0
@@ -61,6 +65,15 @@ def test_killed_recording_is_readable(tmp_path, data):
     summary = json.loads(result.stdout)
     assert summary["outcome"] == "tracer killed" and summary["partial"] is True
     assert summary["calls"]["tick"] > 0 and summary["calls"]["tock"] > 0
+    # the counts are those of the complete chunks on disk (a naive walk of the
+    # capture container: tests/test_capture_file.py)
+    entries = 0
+    for rec in (out / "calls").glob("*.rec"):
+        data = rec.read_bytes()
+        for at, n in naive_chunks(rec)[0]:
+            codes = np.frombuffer(data[at + 16:at + 16 + n], dtype=RECORD_DTYPE)["code"]
+            entries += int(np.count_nonzero((codes & 1) == 0))
+    assert sum(summary["calls"].values()) == entries
     query = madtrace("query", str(out), "SELECT function, count(*) FROM calls GROUP BY 1 ORDER BY 1",
                      "--json")
     assert query.returncode == 0, query.stderr

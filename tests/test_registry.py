@@ -113,7 +113,7 @@ def trace(tmp_path_factory):
 def oracle(directory: str) -> dict[str, dict]:
     out = {}
     for tid, path in ACCESS_RECORDS.files(directory):
-        rows = ACCESS_RECORDS.read(path)  # .acc (fault engine) or .dat (hybrid)
+        rows = ACCESS_RECORDS.read(path)
         out[str(tid)] = {
             "loads": int((rows["kind"] == KIND_LOAD).sum()),
             "stores": int((rows["kind"] != KIND_LOAD).sum()),

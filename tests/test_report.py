@@ -76,7 +76,7 @@ def entry_exits_missing(directory: str) -> bool:
         return False
     entered = exited = 0
     for _, path in CALL_RECORDS.files(directory):
-        codes = np.fromfile(path, dtype=RECORD_DTYPE)["code"].astype(np.int64)
+        codes = CALL_RECORDS.read(path)["code"].astype(np.int64)
         is_entry_site = np.isin(codes >> 1, entry_sids)
         entered += int(np.count_nonzero(is_entry_site & (codes & 1 == 0)))
         exited += int(np.count_nonzero(is_entry_site & (codes & 1 == 1)))
@@ -280,15 +280,15 @@ def test_rec_file_of_odd_size_is_corrupt(recorded, tmp_path):
     (_, path), = CALL_RECORDS.files(directory)
     with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) - 3)
-    one_line_error(madtrace("report", directory), 18, "not a multiple of 16")
+    one_line_error(madtrace("report", directory), 18, "truncated at offset")
 
 
 def test_unknown_site_code_is_corrupt(recorded, tmp_path):
     directory = _copy(recorded("calls_recursion", "O2-pie")[0], tmp_path)
     (_, path), = CALL_RECORDS.files(directory)
-    records = np.fromfile(path, dtype=RECORD_DTYPE)
+    records = CALL_RECORDS.read(path)
     records["code"][5] = 4000 << 1
-    records.tofile(path)
+    CALL_RECORDS.write(path, records)
     one_line_error(madtrace("report", directory, "--json"), 18, "record 5")
 
 
@@ -325,7 +325,7 @@ def write_trace(tmp_path, records: list[tuple[int, str, bool, int]], timestamps=
     sid_of = {f: i for i, (f, _) in enumerate(SITES)}
     array = np.array([(tsc, (sid_of[f] << 1) | int(is_exit), rsp & 0xFFFFFFFF)
                       for tsc, f, is_exit, rsp in records], dtype=RECORD_DTYPE)
-    array.tofile(str(directory / "calls" / "100.rec"))
+    CALL_RECORDS.write(str(directory / "calls" / "100.rec"), array)
     return str(directory)
 
 
@@ -434,8 +434,9 @@ def test_untimed_written_trace_has_null_times(tmp_path):
 def test_corrupt_inputs_raise_corrupt_trace_error(tmp_path):
     directory = write_trace(tmp_path, [E(0, "a", 900), X(1, "a", 900)])
     path = os.path.join(directory, "calls", "100.rec")
-    with open(path, "ab") as f:                      # an exit code of a tail site
-        f.write(np.array([(2, (3 << 1) | 1, 900)], dtype=RECORD_DTYPE).tobytes())
+    fd = CALL_RECORDS.create(path)                   # an exit code of a tail site
+    CALL_RECORDS.append(fd, np.array([(2, (3 << 1) | 1, 900)], dtype=RECORD_DTYPE))
+    os.close(fd)
     with pytest.raises(CorruptTraceError, match="record 2"):
         calltree.analyze_calls(directory)
     with open(os.path.join(directory, "functions.json"), "w") as f:

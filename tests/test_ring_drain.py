@@ -24,7 +24,8 @@ import numpy as np
 
 from madtrace.capture.rings import _library
 from madtrace.inject.templates import load_injector
-from madtrace.trace.format import RECORD_DTYPE
+from madtrace.trace.capture_file import HEADER_SIZE
+from madtrace.trace.format import CALL_RECORDS, CHUNK_HEADER, RECORD_DTYPE
 
 from .util import ROOT
 
@@ -70,7 +71,7 @@ class Ring:
 def test_records_go_out_in_order_across_the_end_of_the_ring(tmp_path):
     ring = Ring(start=RECORDS - 1000)      # the ring's end is 1000 records away
     path = tmp_path / "t.rec"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    fd = CALL_RECORDS.create(str(path))
     counts = np.zeros(1, dtype=np.uint64)  # no code counted (first >= last)
     codes = [(i % 5) << 1 | (i & 1) for i in range(150_000)]   # more than two 1 MiB pieces
     ring.write(codes[:100_000])
@@ -81,7 +82,9 @@ def test_records_go_out_in_order_across_the_end_of_the_ring(tmp_path):
     assert ring.drain(fd, counts, first=1 << 40) == (0, 50_000)
     assert ring.drain(fd, counts, first=1 << 40) == (0, 0)        # nothing new
     os.close(fd)
-    assert path.read_bytes() == b"".join(ring.written)
+    assert CALL_RECORDS.read(str(path)).tobytes() == b"".join(ring.written)   # chunks checked
+    # one chunk per piece: up to the ring's end, then 1 MiB pieces
+    assert len(CALL_RECORDS.container().index(str(path)).offsets) == 4
     assert counts[0] == 0
 
 
@@ -91,7 +94,7 @@ def test_sites_without_a_counter_are_counted_by_code(tmp_path):
     codes = [3, 4, first, first + 1, first + 2, first, first + 7, first + 900, 2]
     ring.write(codes)
     counts = np.zeros(8 + 1, dtype=np.uint64)    # codes first..first+7, then unknown ones
-    fd = os.open(tmp_path / "t.rec", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    fd = CALL_RECORDS.create(str(tmp_path / "t.rec"))
     assert ring.drain(fd, counts, first=first) == (0, len(codes))
     os.close(fd)
     expected = np.zeros(9, dtype=np.uint64)
@@ -105,7 +108,7 @@ def test_limit_stays_zero_while_not_recording(tmp_path):
     ring = Ring()
     ring.write([0, 1])
     ring.set(L.MT_RING_LIMIT, 0)          # recording off
-    fd = os.open(tmp_path / "t.rec", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    fd = CALL_RECORDS.create(str(tmp_path / "t.rec"))
     assert ring.drain(fd, np.zeros(1, dtype=np.uint64), first=1 << 40, recording=False) == (0, 2)
     os.close(fd)
     assert ring.get(L.MT_RING_TAIL) == 2 and ring.get(L.MT_RING_LIMIT) == 0
@@ -114,10 +117,10 @@ def test_limit_stays_zero_while_not_recording(tmp_path):
 def test_head_beyond_one_ring_consumes_nothing(tmp_path):
     ring = Ring()
     ring.set(L.MT_RING_HEAD, RECORDS + 1)
-    fd = os.open(tmp_path / "t.rec", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    fd = CALL_RECORDS.create(str(tmp_path / "t.rec"))
     assert ring.drain(fd, np.zeros(1, dtype=np.uint64), first=1 << 40) == (-errno.EPROTO, 0)
     os.close(fd)
-    assert ring.get(L.MT_RING_TAIL) == 0 and os.path.getsize(tmp_path / "t.rec") == 0
+    assert ring.get(L.MT_RING_TAIL) == 0 and CALL_RECORDS.rows(str(tmp_path / "t.rec")) == 0
 
 
 def test_a_file_that_cannot_take_the_records_consumes_nothing(tmp_path):
@@ -132,27 +135,33 @@ def test_a_file_that_cannot_take_the_records_consumes_nothing(tmp_path):
 SIZE_LIMITED = """
 import os, resource, signal
 import numpy as np
+from madtrace.trace.format import CALL_RECORDS
 from tests.test_ring_drain import L, Ring
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-resource.setrlimit(resource.RLIMIT_FSIZE, (100_008, 100_008))  # 6250 records and a half
+fd = CALL_RECORDS.create({path!r})
 ring = Ring()
+ring.write(list(range(3000)))
+first = ring.drain(fd, np.zeros(1, dtype=np.uint64), first=1 << 40)
+resource.setrlimit(resource.RLIMIT_FSIZE, (100_008, 100_008))  # the next chunk does not fit
 ring.write(list(range(20_000)))
-fd = os.open({path!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-print(*ring.drain(fd, np.zeros(1, dtype=np.uint64), first=1 << 40), ring.get(L.MT_RING_TAIL))
+print(*first, *ring.drain(fd, np.zeros(1, dtype=np.uint64), first=1 << 40), ring.get(L.MT_RING_TAIL))
 """
 
 
-def test_a_full_file_keeps_whole_records_and_consumes_them_only(tmp_path):
-    """The write stops at a file size limit halfway through a record: the half
-    record is cut off again, and only the whole records written are consumed."""
+def test_a_full_file_keeps_whole_chunks_and_consumes_them_only(tmp_path):
+    """The write stops at a file size limit halfway through a chunk: the part
+    written is cut off again, nothing of that chunk is consumed, and the file
+    still reads back whole (its earlier chunk, checked)."""
     path = tmp_path / "t.rec"
     script = SIZE_LIMITED.format(path=str(path))
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=60)
     assert r.returncode == 0, r.stderr
-    err, moved, tail = map(int, r.stdout.split())
-    assert (err, moved, tail) == (-errno.EFBIG, 6250, 6250)
-    assert os.path.getsize(path) == 6250 * 16
+    err0, moved0, err, moved, tail = map(int, r.stdout.split())
+    assert (err0, moved0) == (0, 3000)
+    assert (err, moved, tail) == (-errno.EFBIG, 0, 3000)
+    assert os.path.getsize(path) == HEADER_SIZE + CHUNK_HEADER.itemsize + 3000 * 16
+    assert CALL_RECORDS.read(str(path))["tsc"].tolist() == list(range(3000))
 
 
 def test_layout_of_a_ring_block():

@@ -21,7 +21,7 @@ import pytest
 
 from madtrace.trace import segmentation as sg
 from madtrace.binary.elf import ElfImage
-from madtrace.trace.format import ACCESS_DTYPE, RECORD_DTYPE
+from madtrace.trace.format import ACCESS_DTYPE, ACCESS_RECORDS, CALL_RECORDS
 
 from .oracles import lackey_accesses
 from .test_data import _locked_rmw, sections
@@ -189,7 +189,7 @@ def add_accesses(directory: str, tid: int, seqs: list[int]) -> None:
     acc["size"] = 4
     acc["kind"] = 1
     acc["addr"] = 0x1000 + np.arange(len(seqs))
-    acc.tofile(os.path.join(directory, "data", f"{tid}.acc"))
+    ACCESS_RECORDS.write(os.path.join(directory, "data", f"{tid}.acc"), acc)
 
 
 def calls_of(directory: str, chunk_rows: int = 1 << 18) -> tuple[dict, list[int]]:
@@ -241,8 +241,8 @@ def test_unmatched_exit_and_open_frames(tmp_path):
 
 def test_threads_number_their_calls_one_after_the_other(tmp_path):
     directory = write_trace(tmp_path, [E(0, "a", 900), X(1, "a", 900)])
-    other = np.fromfile(os.path.join(directory, "calls", "100.rec"), dtype=RECORD_DTYPE)
-    np.concatenate([other, other]).tofile(os.path.join(directory, "calls", "200.rec"))
+    other = CALL_RECORDS.read(os.path.join(directory, "calls", "100.rec"))
+    CALL_RECORDS.write(os.path.join(directory, "calls", "200.rec"), np.concatenate([other, other]))
     add_accesses(directory, 300, [0, 0])           # a thread with accesses only
     calls, ids = calls_of(directory)
     assert sorted(calls) == [0, 1, 2]

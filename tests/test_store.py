@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from madtrace.trace import segmentation as sg
-from madtrace.trace.format import ACCESS_DTYPE, RECORD_DTYPE, read_store_meta, store_is_complete
+from madtrace.trace.format import (ACCESS_DTYPE, ACCESS_RECORDS, CALL_RECORDS, RECORD_DTYPE, read_store_meta,
+                                   store_is_complete)
 from madtrace.trace.query import connect
 from madtrace.trace.store_writer import RecordFollower
 
@@ -46,7 +47,7 @@ def query(directory: str, sql: str) -> list:
 def naive_merge(directory: str, tid: int) -> list[tuple[str, int]]:
     """(type, seq) of a thread's records and accesses in order, merged the
     plain way: the accesses with seq q go between records q-1 and q."""
-    records = np.fromfile(os.path.join(directory, "calls", f"{tid}.rec"), dtype=RECORD_DTYPE)
+    records = CALL_RECORDS.read(os.path.join(directory, "calls", f"{tid}.rec"))
     from madtrace.trace.reader import iter_access_chunks   # .acc, or .dat decoded
     chunks = [chunk for _, chunk in iter_access_chunks(directory, tid)]
     accesses = np.concatenate(chunks) if chunks else []
@@ -177,7 +178,7 @@ def test_records_are_written_while_the_target_runs(tmp_path):
     assert meta["complete"] and meta["records_written_live"] >= 1 << 18
     con = connect(str(directory))
     (tid, path), = sg.thread_files(str(directory))
-    records = np.fromfile(path, dtype=RECORD_DTYPE)
+    records = CALL_RECORDS.read(path)
     stored = con.execute("SELECT seq, pos, tsc, code, rsp FROM records ORDER BY seq").fetchnumpy()
     assert (stored["seq"] == np.arange(len(records))).all() and (stored["pos"] == stored["seq"]).all()
     for field in ("tsc", "code", "rsp"):
@@ -198,14 +199,17 @@ def test_record_positions_wait_for_the_accesses_before_them(tmp_path):
     accesses["seq"] = np.sort(rng.integers(0, 5001, len(accesses)))
     rec_path, acc_path = directory / "calls" / "7.rec", directory / "data" / "7.acc"
     follower = RecordFollower(str(directory), 7)
-    for step in range(1, 11):
-        records[: 500 * step].tofile(rec_path)
-        accesses[: 700 * step].tofile(acc_path)
+    rec_fd, acc_fd = CALL_RECORDS.create(str(rec_path)), ACCESS_RECORDS.create(str(acc_path))
+    for step in range(1, 11):         # the files grow as a recording appends to them
+        CALL_RECORDS.append(rec_fd, records[500 * (step - 1): 500 * step])
+        ACCESS_RECORDS.append(acc_fd, accesses[700 * (step - 1): 700 * step])
         follower.step(final=False, accesses_possible=lambda: True, min_rows=1)
         # nothing written beyond the accesses known: every record written so far
         # has all the accesses before it on disk
         assert follower.records <= max(int(accesses["seq"][700 * step - 1]), 0)
-    accesses.tofile(acc_path)
+    ACCESS_RECORDS.append(acc_fd, accesses[7000:])
+    os.close(rec_fd)
+    os.close(acc_fd)
     while follower.step(final=True, accesses_possible=lambda: True, min_rows=1):
         pass
     follower.close()

@@ -354,9 +354,12 @@ class DataEngine:
         self.rows[tid] = 0
         if chunks:
             path = ACCESS_RECORDS.path(self.out_dir, tid)
-            with writing(path), open(path, "ab") as f:
-                for chunk in chunks:
-                    f.write(chunk.tobytes())
+            with writing(path):
+                fd = ACCESS_RECORDS.create(path)     # chunks of the capture container
+                try:
+                    ACCESS_RECORDS.append(fd, np.concatenate(chunks))
+                finally:
+                    os.close(fd)
 
     # ------------------------------------------------------------------ faults
     def claim_signal(self, tracee: Tracee, event: SignalStop) -> bool:

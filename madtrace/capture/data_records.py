@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import TracerInternalError, writing
 from ..native import load
 from ..trace.compact import InstructionFile, encode_block
-from ..trace.format import ACCESS_RECORDS, COMPACT_DTYPE, INSTRUCTIONS_FILE
+from ..trace.format import ACCESS_RECORDS, COMPACT_DTYPE, COMPACT_RECORDS, INSTRUCTIONS_FILE
 from .instruction_table import KIND_LOAD
 
 
@@ -155,14 +155,10 @@ class RingRecords:
     def _write(self, tid: int, path: str, records: np.ndarray) -> None:
         fd = self.files.get(tid)
         if fd is None:
-            fd = self.files[tid] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                                           0o644)
-        block = encode_block(records)
-        view = memoryview(block)
-        while view:
-            view = view[os.write(fd, view):]
+            fd = self.files[tid] = COMPACT_RECORDS.create(path)
+        block = encode_block(records)       # one chunk of the capture container
+        self.bytes += COMPACT_RECORDS.container().append_payload(fd, block)
         self.written += len(records)
-        self.bytes += len(block)
 
     def _guarded(self, make):
         path = os.path.join(self.out_dir, INSTRUCTIONS_FILE)

@@ -24,11 +24,15 @@
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
+#include <xxhash.h>
 
+#include "capture_format.h"
 #include "layout.h"
 
-#define PIECE_RECORDS 65536   /* 1 MiB of records per write */
+#define PIECE_RECORDS 65536   /* 1 MiB of records per write (one chunk) */
+_Static_assert(PIECE_RECORDS * MT_RECORD_SIZE <= MT_CHUNK_MAX_BYTES, "a piece fits in a chunk");
 
 /* a data record handed to the tracer (hybrid data engine): the address, the
  * thread's call records before it (its seq) and the instruction id;
@@ -38,27 +42,43 @@ struct mt_data_out {
     uint32_t id, pad;
 };
 
-/* Writes size bytes; returns 0 or -errno.  *written: the bytes written (on an
- * error, whole records only: a partial record written last is cut off again). */
+/* Writes size bytes of records as one chunk of the capture container
+ * (build/native/capture_format.h, generated from madtrace/trace/format.py):
+ * the chunk header (magic, length, XXH3-64 of the records seeded with their
+ * length) and the records, in one writev.  Returns 0 or -errno.  *written:
+ * the records' bytes written: size, or 0 on an error (a chunk written in
+ * part is cut off again, so that the file holds whole chunks only). */
 static int write_records(int fd, const uint8_t *data, size_t size, size_t *written)
 {
-    size_t done = 0;
-    while (done < size) {
-        ssize_t w = write(fd, data + done, size - done);
+    uint8_t header[MT_CHUNK_HEADER_SIZE];
+    uint32_t magic = MT_CHUNK_MAGIC, length = (uint32_t)size;
+    uint64_t check = XXH3_64bits_withSeed(data, size, size);
+    memcpy(header + MT_CHUNK_MAGIC_OFFSET, &magic, 4);
+    memcpy(header + MT_CHUNK_LENGTH_OFFSET, &length, 4);
+    memcpy(header + MT_CHUNK_CHECK_OFFSET, &check, 8);
+    struct iovec iov[2] = {{header, sizeof header}, {(void *)data, size}};
+    size_t total = sizeof header + size, done = 0;
+    *written = 0;
+    while (done < total) {
+        ssize_t w = writev(fd, iov, 2);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
             int err = -errno;
-            size_t partial = done % MT_RECORD_SIZE;
             off_t end = lseek(fd, 0, SEEK_END);
-            if (partial && end >= (off_t)partial && ftruncate(fd, end - (off_t)partial) == 0)
-                done -= partial;
-            *written = done;
+            if (done && end >= (off_t)done && ftruncate(fd, end - (off_t)done) != 0)
+                err = -EIO;   /* a broken chunk stays: the reader names it */
             return err;
         }
         done += (size_t)w;
+        for (int i = 0; i < 2; i++) {   /* what is left of the two parts */
+            size_t part = (size_t)w < iov[i].iov_len ? (size_t)w : iov[i].iov_len;
+            iov[i].iov_base = (uint8_t *)iov[i].iov_base + part;
+            iov[i].iov_len -= part;
+            w -= (ssize_t)part;
+        }
     }
-    *written = done;
+    *written = size;
     return 0;
 }
 
@@ -85,6 +105,17 @@ uint64_t mt_drain_record_size(void)
 uint64_t mt_drain_ring_block(void)
 {
     return MT_RING_BLOCK;
+}
+
+/* the capture container's version and chunk header, to check the build against trace/format.py */
+uint64_t mt_drain_capture_version(void)
+{
+    return MT_CAPTURE_VERSION;
+}
+
+uint64_t mt_drain_chunk_header_size(void)
+{
+    return MT_CHUNK_HEADER_SIZE;
 }
 
 /*

@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import OutputError, TracerInternalError
 from ..inject.templates import Injector
 from ..native import load
-from ..trace.format import CALL_RECORDS, CALLS_DIR, RECORD_DTYPE
+from ..trace.format import CALL_RECORDS, CALLS_DIR, CAPTURE_FORMAT_VERSION, CHUNK_HEADER, RECORD_DTYPE
 
 # data records taken out of the rings (hybrid data engine): ring_drain.c struct mt_data_out
 DATA_OUT_DTYPE = np.dtype([("addr", "<u8"), ("seq", "<u8"), ("id", "<u4"), ("pad", "<u4")])
@@ -47,7 +47,8 @@ MADV_POPULATE_WRITE = 23   # Linux 5.14
 def _library() -> ctypes.CDLL:
     lib = load("libmtdrain.so", "the ring drain", use_errno=True)
     U64 = ctypes.c_uint64
-    for name in ("mt_drain_record_size", "mt_drain_ring_block", "mt_drain_data_out_size"):
+    for name in ("mt_drain_record_size", "mt_drain_ring_block", "mt_drain_data_out_size",
+                 "mt_drain_capture_version", "mt_drain_chunk_header_size"):
         getattr(lib, name).restype, getattr(lib, name).argtypes = U64, []
     lib.madvise.restype = ctypes.c_int
     lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -60,6 +61,10 @@ def _library() -> ctypes.CDLL:
     if lib.mt_drain_record_size() != RECORD_DTYPE.itemsize or \
             lib.mt_drain_data_out_size() != DATA_OUT_DTYPE.itemsize:
         raise TracerInternalError("libmtdrain.so does not match RECORD_DTYPE: rebuild it")
+    if lib.mt_drain_capture_version() != CAPTURE_FORMAT_VERSION or \
+            lib.mt_drain_chunk_header_size() != CHUNK_HEADER.itemsize:
+        raise TracerInternalError("libmtdrain.so does not match the capture container of "
+                                  "trace/format.py: run `make native`")
     return lib
 
 
@@ -381,9 +386,7 @@ class RingSet:
         if fd is None:
             if self._ring_u64(index, self.L.MT_RING_HEAD) == self._ring_u64(index, self.L.MT_RING_TAIL):
                 return 0
-            fd = self.files[tid] = os.open(CALL_RECORDS.path(self.out_dir, tid),
-                                           os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                                           0o644)
+            fd = self.files[tid] = self._create(CALL_RECORDS.path(self.out_dir, tid))
         counts = self.code_counts
         first = 2 * self.L.MT_COUNTED_SITES
         err = self._lib.mt_drain_ring(self.ring_local(index), fd, counts.ctypes.data, first,
@@ -397,6 +400,14 @@ class RingSet:
             raise OutputError(f"cannot write {os.path.join(self.out_dir, 'calls', f'{tid}.rec')}: "
                               f"{os.strerror(-err)}")
         return n
+
+    @staticmethod
+    def _create(path: str) -> int:
+        """calls/<tid>.rec opened for the drain's chunks, its header written."""
+        try:
+            return CALL_RECORDS.create(path)
+        except OSError as exc:
+            raise OutputError(f"cannot write {path}: {exc.strerror}") from None
 
     def _drain_split(self, tid: int) -> int:
         """_drain_one for rings with data records: those go to ``data_sink``."""
@@ -420,8 +431,7 @@ class RingSet:
                 n_out.value = 0
             path = CALL_RECORDS.path(self.out_dir, tid)
             if err == -errno.ENOENT:
-                self.files[tid] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                                          0o644)
+                self.files[tid] = self._create(path)
                 continue
             if err == 1:
                 continue

@@ -29,10 +29,11 @@ from ..capture.tsc import tsc_flags, tsc_hz
 from ..errors import TracerInternalError
 from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_READ,
                                       PROT_WRITE, RemoteSyscalls)
+from ..process.events import SignalStop, TrapStop
 from ..process.tracee import Tracee
 from ..trace.format import FUNCTIONS_FILE, RECORD_FORMAT
 from .areas import SharedArea, gap_for_module, page_round
-from .footprint import Footprint
+from .footprint import Footprint, step_until_out
 from .patchset import Patch, PatchConflict, PatchSet
 from .plan import Plan, Site, TracedFunction, make_plan
 from .templates import load_injector
@@ -296,6 +297,7 @@ class FunctionTracer:
             for sid in fn.site_ids:
                 site = self.plan.sites[sid]
                 patches.append(self._build_site(site, area))
+            rips = self._step_out_of(patches, rips)
             self.patches.apply(self.tracee.mem, patches, rips)
         except (PatchConflict, _Refused) as exc:
             self.report["skipped"].append({"what": fn.name, "why": str(exc)})
@@ -376,6 +378,23 @@ class FunctionTracer:
     def thread_exited(self, tid: int) -> None:
         if self.rings is not None:
             self.rings.unregister(tid)
+
+    def _step_out_of(self, patches: list[Patch], rips: list[int]) -> list[int]:
+        """A thread stopped strictly inside bytes about to be patched (the second
+        instruction of a prologue, caught there by the stop) is single-stepped
+        until it is out, so the function is patched rather than skipped; a
+        thread inside a system call is left alone (PatchSet refuses)."""
+        inside = _Ranges(patches)
+        if not any(inside.contains(rip) for rip in rips):
+            return rips
+        for tid, state in list(self.tracee.threads.items()):
+            if state.running or state.gone or \
+                    not isinstance(state.last_event, (TrapStop, SignalStop)):
+                continue
+            regs = self.tracee.get_regs(tid)
+            if inside.contains(regs.rip) and regs.orig_rax == 2 ** 64 - 1:
+                step_until_out(self.tracee, tid, inside)
+        return [self.tracee.get_regs(tid).rip for tid in self.tracee.threads]
 
     # ------------------------------------------------------------- restore
     def restore(self, names: set[str] | None = None) -> int:
@@ -503,6 +522,17 @@ class FunctionTracer:
             if site.sid < len(per_site) and site.function.name in counts:
                 counts[site.function.name] += int(per_site[site.sid])
         return counts
+
+
+class _Ranges:
+    """The bytes of some patches, their first byte excluded: a thread there would
+    resume in the middle of a patched instruction."""
+
+    def __init__(self, patches: list[Patch]):
+        self.spans = [(p.address, p.end) for p in patches]
+
+    def contains(self, address: int) -> bool:
+        return any(lo < address < hi for lo, hi in self.spans)
 
 
 class _Refused(Exception):

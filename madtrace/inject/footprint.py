@@ -171,7 +171,7 @@ def _step_out(tracee, areas, kept: dict[str, str]) -> int:
         if not area.steppable or not isinstance(state.last_event, (TrapStop, SignalStop)):
             kept.setdefault(area.group, f"thread {tid} is stopped inside {area.name}")
             continue
-        if _step_until_out(tracee, tid, area):
+        if step_until_out(tracee, tid, area):
             stepped += 1
         elif tid in tracee.threads:
             kept.setdefault(area.group, f"thread {tid} did not leave {area.name} "
@@ -179,7 +179,10 @@ def _step_out(tracee, areas, kept: dict[str, str]) -> int:
     return stepped
 
 
-def _step_until_out(tracee, tid: int, area) -> bool:
+def step_until_out(tracee, tid: int, area) -> bool:
+    """Single-steps a stopped thread until its rip leaves ``area`` (anything with
+    ``contains(address)``), or it exits; False after STEP_LIMIT instructions.
+    The target's own signals met meanwhile are delivered when it next runs."""
     state = tracee.threads[tid]
     extra: list[int] = []
     try:

@@ -25,7 +25,8 @@ import os
 
 import numpy as np
 
-from .format import ALLOCATOR_CALL_DTYPE, ALLOCATOR_CALL_OPEN, ALLOCATOR_CALLS_FILE, DATA_DIR
+from .format import (ALLOCATOR_CALL_DTYPE, ALLOCATOR_CALL_OPEN, ALLOCATOR_CALL_RECORDS,
+                     ALLOCATOR_CALLS_FILE, DATA_DIR)
 
 OPEN = ALLOCATOR_CALL_OPEN     # the end of a call still running when the recording ended
 
@@ -38,8 +39,8 @@ class AllocatorCallWriter:
 
     def __init__(self, directory: str):
         os.makedirs(os.path.join(directory, DATA_DIR), exist_ok=True)
-        self.fd = os.open(os.path.join(directory, ALLOCATOR_CALLS_FILE),
-                          os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self.fd = ALLOCATOR_CALL_RECORDS.create(os.path.join(directory, ALLOCATOR_CALLS_FILE),
+                                                truncate=True)
         self.buffer = np.zeros(self.BUFFER_ROWS, dtype=ALLOCATOR_CALL_DTYPE)
         self.buffered = 0
         self.rows = 0
@@ -53,7 +54,7 @@ class AllocatorCallWriter:
 
     def flush(self) -> None:
         if self.buffered and self.fd >= 0:
-            os.write(self.fd, self.buffer[:self.buffered].tobytes())
+            ALLOCATOR_CALL_RECORDS.append(self.fd, self.buffer[:self.buffered])
             self.buffered = 0
 
     def close(self) -> None:
@@ -87,9 +88,7 @@ class AllocatorCalls:
         path = os.path.join(directory, ALLOCATOR_CALLS_FILE)
         if not os.path.exists(path):
             return cls(np.zeros(0, dtype=ALLOCATOR_CALL_DTYPE))
-        raw = np.fromfile(path, dtype=np.uint8)
-        whole = len(raw) - len(raw) % ALLOCATOR_CALL_DTYPE.itemsize   # a killed tracer's last row
-        return cls(raw[:whole].view(ALLOCATOR_CALL_DTYPE))
+        return cls(ALLOCATOR_CALL_RECORDS.read(path))   # a killed tracer's: its complete chunks
 
     def inside(self, tid: int, orders: np.ndarray) -> np.ndarray:
         """Per order (accesses of thread ``tid``): made inside an allocator call."""

@@ -5,7 +5,9 @@ the allocation tracker saw, in block id order (id N is row N-1).
 Files (in ``data/``; their layouts and names: ``format``):
 * ``blocks.bin``: ``BLOCK_DTYPE`` rows.  The tracker appends a row when the
   block is allocated and writes its release fields in place when it is
-  freed: the file is complete whenever the tracker has flushed it;
+  freed: the file is complete whenever the tracker has flushed it; at the
+  end (format.write_meta of the final meta.json, a snapshot's copy) it is
+  sealed into the capture container (``seal_block_table``);
 * ``blocks.sites``: the call sites the rows' ``site`` column indexes, one
   JSON string a line, appended (and written through) when a site first
   comes, before any row that uses it: a recording whose tracer was killed
@@ -29,8 +31,9 @@ import numpy as np
 
 from ..errors import CorruptTraceError, writing
 from .format import (BLOCK_DTYPE, BLOCK_KINDS as KINDS, BLOCK_PART_OF_OFFSET as PART_OF_OFFSET,
-                     BLOCK_RELEASE_OFFSET as RELEASE_OFFSET, BLOCK_SITES_FILE, BLOCKS_FILE,
-                     DATA_DIR, load_allocations_json)
+                     BLOCK_RECORDS, BLOCK_RELEASE_OFFSET as RELEASE_OFFSET, BLOCK_SITES_FILE,
+                     BLOCKS_FILE, CAPTURE_MAGIC, DATA_DIR, load_allocations_json)
+from .partial import unfinished
 
 MAPPING_KINDS = ("memmap", "mremap")  # blocks the program mapped itself (mmap, mremap)
 NO_PART = 0                            # part_of of a block no operator new wrapped
@@ -119,6 +122,31 @@ class BlockTableWriter:
             self.fd = -1
 
 
+SEAL_ROWS = 1 << 14     # rows a chunk of a sealed blocks.bin
+
+
+def is_sealed(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(len(CAPTURE_MAGIC)) == CAPTURE_MAGIC
+
+
+def seal_block_table(path: str) -> None:
+    """blocks.bin as the recording left it (flat rows, updated in place) into
+    the capture container (chunks of checked rows), in bounded memory."""
+    if not os.path.exists(path) or is_sealed(path):
+        return
+    rows = os.path.getsize(path) // BLOCK_DTYPE.itemsize
+    fd = BLOCK_RECORDS.create(path + ".tmp", truncate=True)
+    try:
+        for start in range(0, rows, SEAL_ROWS):
+            count = min(SEAL_ROWS, rows - start)
+            BLOCK_RECORDS.append(fd, np.fromfile(path, dtype=BLOCK_DTYPE, count=count,
+                                                 offset=start * BLOCK_DTYPE.itemsize))
+    finally:
+        os.close(fd)
+    os.replace(path + ".tmp", path)
+
+
 def block_name(kind: str, block_id: int, site: str, freed: bool) -> str:
     if not freed:
         prefix = f"<{kind}"
@@ -196,9 +224,15 @@ def load_block_table(directory: str) -> BlockTable:
         raise CorruptTraceError(f"{sites_path}: missing or corrupt ({exc})") from None
     kinds = list(KINDS)
     size = os.path.getsize(path)
-    if size % BLOCK_DTYPE.itemsize:
-        raise CorruptTraceError(f"{path}: size {size} is not a multiple of {BLOCK_DTYPE.itemsize}")
-    rows = np.memmap(path, dtype=BLOCK_DTYPE, mode="r") if size else np.zeros(0, BLOCK_DTYPE)
+    if size and is_sealed(path):
+        rows = BLOCK_RECORDS.read(path)         # the container, every chunk checked
+    elif not unfinished(directory):
+        raise CorruptTraceError(f"{path}: no capture header at offset 0 (a trace made by an "
+                                f"older madtrace, or not a capture file)")
+    else:   # the recording runs, or its tracer was killed: the rows as they are
+        whole = size // BLOCK_DTYPE.itemsize
+        rows = np.memmap(path, dtype=BLOCK_DTYPE, mode="r", shape=(whole,)) if whole else \
+            np.zeros(0, BLOCK_DTYPE)
     if len(rows):
         last = rows[-1]
         if int(last["id"]) != len(rows) or int(last["kind"]) >= len(kinds) or \

@@ -8,7 +8,8 @@ tracer's drain), reads them back and decodes them to access rows.
 Each access record stands for one access row per kind it does among the
 kinds recorded (``kinds`` of data/instructions.jsonl): a read-modify-write is
 two rows, its load then its store, with consecutive orders.  A reader stops
-at an incomplete last block (the file is being written).
+at an incomplete last block (the file is being written, or its tracer was
+killed); each block is one chunk of the capture container (trace/capture_file.py).
 
 ``CompactReader(path, table).chunks(chunk_records)`` yields the rows as
 ACCESS_DTYPE arrays, as the fault engine writes them to data/<tid>.acc;
@@ -24,8 +25,9 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import CorruptTraceError
-from .format import (ACCESS_DTYPE, ACCESS_RECORDS, COMPACT_BLOCK_HEADER, COMPACT_CODEC,
-                     COMPACT_DTYPE, COMPACT_EXTENSION, COMPACT_FREED_BIT, COMPACT_MAGIC,
+from .format import (ACCESS_DTYPE, ACCESS_RECORDS, CHUNK_HEADER, COMPACT_BLOCK_HEADER,
+                     COMPACT_CODEC, COMPACT_DTYPE, COMPACT_EXTENSION, COMPACT_FREED_BIT,
+                     COMPACT_MAGIC, COMPACT_RECORDS,
                      COMPACT_MARK_ORDER, COMPACT_MARK_SEQ, INSTRUCTION_COLUMNS, INSTRUCTIONS_FILE,
                      INSTRUCTIONS_FILE_V1, INSTRUCTIONS_FORMAT)
 
@@ -84,25 +86,22 @@ def encode_block(records: np.ndarray) -> bytes:
 
 
 def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
-    """(offset after the block, its records) of each complete block from ``start``."""
+    """(offset after the block, its records) of each complete block from ``start``
+    (0: the first); each block is one chunk of the capture container, checked."""
     import pyarrow
-    with open(path, "rb") as f:
-        f.seek(start)
-        offset = start
-        while True:
-            head = f.read(BLOCK_HEADER.itemsize)
-            if len(head) < BLOCK_HEADER.itemsize:
-                return
-            h = np.frombuffer(head, dtype=BLOCK_HEADER)[0]
-            if int(h["magic"]) != MAGIC or int(h["raw"]) != int(h["records"]) * COMPACT_DTYPE.itemsize:
-                raise CorruptTraceError(f"{path}: no block header at offset {offset}")
-            packed = f.read(int(h["packed"]))
-            if len(packed) < int(h["packed"]):
-                return                       # being written
-            raw = pyarrow.decompress(packed, decompressed_size=int(h["raw"]), codec=CODEC,
-                                     asbytes=True)
-            offset += BLOCK_HEADER.itemsize + len(packed)
-            yield offset, np.frombuffer(raw, dtype=COMPACT_DTYPE)
+    for offset, payload in COMPACT_RECORDS.container().payloads(path, start):
+        if len(payload) < BLOCK_HEADER.itemsize:
+            raise CorruptTraceError(f"{path}: no block header in the chunk before offset {offset}")
+        h = np.frombuffer(payload, dtype=BLOCK_HEADER, count=1)[0]
+        if int(h["magic"]) != MAGIC or int(h["raw"]) != int(h["records"]) * COMPACT_DTYPE.itemsize \
+                or int(h["packed"]) != len(payload) - BLOCK_HEADER.itemsize:
+            raise CorruptTraceError(f"{path}: no block header in the chunk before offset {offset}")
+        try:
+            raw = pyarrow.decompress(memoryview(payload)[BLOCK_HEADER.itemsize:],
+                                     decompressed_size=int(h["raw"]), codec=CODEC, asbytes=True)
+        except (OSError, ValueError) as exc:
+            raise CorruptTraceError(f"{path}: the block before offset {offset}: {exc}") from None
+        yield offset, np.frombuffer(raw, dtype=COMPACT_DTYPE)
 
 
 class InstructionFile:
@@ -210,20 +209,20 @@ def compact_chunks(path: str, chunk_rows: int = 1 << 20) -> Iterator[np.ndarray]
 
 
 def record_count(path: str) -> int:
-    """Access records (compact) or rows (.acc) of a file, from its block headers
-    or size: a cheap estimate of its rows (a read-modify-write record is two)."""
+    """Access records (compact) or rows (.acc) of a file, from its chunk and
+    block headers: a cheap estimate of its rows (a read-modify-write record is two)."""
     if not path.endswith(DATA_SUFFIX):
-        return os.path.getsize(path) // ACCESS_DTYPE.itemsize
-    total, offset = 0, 0
+        return ACCESS_RECORDS.rows(path)
+    container = COMPACT_RECORDS.container()
+    index = container.index(path)
+    total = 0
     with open(path, "rb") as f:
-        while True:
-            f.seek(offset)
+        for offset in index.offsets:
+            f.seek(offset + CHUNK_HEADER.itemsize)
             head = f.read(BLOCK_HEADER.itemsize)
-            if len(head) < BLOCK_HEADER.itemsize:
-                return total
-            h = np.frombuffer(head, dtype=BLOCK_HEADER)[0]
-            total += int(h["records"])
-            offset += BLOCK_HEADER.itemsize + int(h["packed"])
+            if len(head) == BLOCK_HEADER.itemsize:
+                total += int(np.frombuffer(head, dtype=BLOCK_HEADER)[0]["records"])
+    return total
 
 
 class SeqFollower:
@@ -242,10 +241,7 @@ class SeqFollower:
 
     def count(self) -> int:
         if os.path.exists(self.acc):
-            try:
-                return os.path.getsize(self.acc) // ACCESS_DTYPE.itemsize
-            except OSError:
-                return 0
+            return ACCESS_RECORDS.rows(self.acc)
         if not os.path.exists(self.dat):
             return 0
         if self.reader is None:
@@ -258,11 +254,7 @@ class SeqFollower:
 
     def seqs(self, start: int, stop: int) -> np.ndarray:
         if os.path.exists(self.acc):
-            n = os.path.getsize(self.acc) // ACCESS_DTYPE.itemsize
-            mapped = np.memmap(self.acc, dtype=ACCESS_DTYPE, mode="r", shape=(n,))["seq"]
-            out = np.array(mapped[start:stop])
-            del mapped
-            return out
+            return ACCESS_RECORDS.read(self.acc, start, stop - start)["seq"]
         return self.pending[start - self.base:stop - self.base]
 
     def seq_at(self, index: int) -> int:

@@ -8,14 +8,15 @@ through them.  Nothing else defines a record layout, a file name of a trace
 directory or the page size; this module imports nothing but numpy and
 madtrace.errors, so that both sides can stand on it.
 
-A trace directory (``FORMAT_VERSION`` 1, in meta.json)::
+A trace directory (``FORMAT_VERSION`` 2, in meta.json)::
 
   meta.json               META_FILE         read_meta / write_meta
   maps.start.txt          MAPS_START_FILE   /proc/PID/maps when tracing began
   maps.end.txt            MAPS_END_FILE     ... when it ended (or at a snapshot);
                                             last_maps_text() reads the later one
   functions.json          FUNCTIONS_FILE    load_functions: sites, functions, clock
-  calls/<tid>.rec         CALL_RECORDS      RECORD_DTYPE, 16 bytes a record
+  calls/<tid>.rec         CALL_RECORDS      RECORD_DTYPE, 16 bytes a record (in the
+                                            capture container, as every raw file)
   data/<tid>.acc          ACCESS_RECORDS    ACCESS_DTYPE, 48 bytes an access (fault engine)
   data/<tid>.dat          ACCESS_RECORDS    compact access records in zstd blocks (hybrid
                                             engine: COMPACT_DTYPE, COMPACT_BLOCK_HEADER;
@@ -41,28 +42,40 @@ The README's "The trace directory" describes every field.
 Record files
 ------------
 Each per-thread binary file is described by one :class:`RecordFile` (its
-folder, extension and dtype), and every reader and writer goes through it:
-``files(directory)`` lists (tid, path), ``path(directory, tid)`` names one,
-``rows(path)``, ``chunks(path, n)``, ``read(path, start, count)`` and
-``map(path)`` read it.  Nobody else computes a record's offset or a file's
-row count.  That is what makes the format extensible in one place:
+folder, extension, dtype and capture kind), and every reader and writer goes
+through it: ``files(directory)`` lists (tid, path), ``path(directory, tid)``
+names one, ``rows(path)``, ``chunks(path, n)``, ``read(path, start, count)``
+and ``map(path)`` read it, ``create(path)`` opens it for appending (header
+written) and ``append(fd, rows)`` frames rows into chunks.  Nobody else
+computes a record's offset or a file's row count.
 
-* **A new record kind** (e.g. compact access records written by the target
-  into its ring): a dtype and a ``RecordFile`` here (a new folder or
-  extension), added to ``RECORD_FILES``; readers that should see it iterate
-  ``RECORD_FILES`` or ask for it by name.  If it replaces an existing kind,
-  ``RecordFile.chunks`` is where old files are converted on the fly.
-* **A header** (magic, format version, record size) at the start of each
-  record file: give ``RecordFile`` a ``header`` (a ``struct.Struct``) and a
-  ``create(path)`` that writes it; ``rows``/``chunks``/``read``/``map``
-  then skip it (one offset) and check it (one place raising
-  CorruptTraceError), and the writers (capture/rings.py opens
-  ``calls/<tid>.rec``, capture/data.py appends to ``data/<tid>.acc``) call
-  ``create`` when they open a new file.  A file without the header is a
-  version-1 file: bump ``FORMAT_VERSION``.
-* **Per-chunk checksums**: written by the same writers after each chunk
-  (the ring drain writes 1 MiB at a time); ``chunks`` verifies them, and
-  ``rows``/``read`` account for their bytes.  Both live in ``RecordFile``.
+The capture container
+---------------------
+Every raw capture file (calls/<tid>.rec, data/<tid>.acc, data/<tid>.dat,
+data/allocator_calls.bin, data/blocks.bin) is one container, defined here once
+(``CAPTURE_HEADER``, ``CHUNK_HEADER``) and read and written by
+trace/capture_file.py (the C drain gets the constants from
+``c_header()``, generated into build/native/capture_format.h):
+
+* a file header of 32 bytes: ``CAPTURE_MAGIC`` "MADTRACE", the container's
+  version ``CAPTURE_FORMAT_VERSION``, the kind (``CAPTURE_KINDS``), the
+  record size, the largest chunk payload, and an XXH3-64 of those 24 bytes;
+* then chunks, each a ``CHUNK_HEADER`` of 16 bytes (``CHUNK_MAGIC`` "MTCK",
+  the payload's bytes, XXH3-64 of the payload seeded with its length) and
+  the payload: whole records (.rec, .acc, allocator_calls.bin), or one
+  compact block (.dat).  data/blocks.bin, whose rows the tracker updates in
+  place while it records (a block's release), is a flat file of rows until
+  the recording ends and then sealed into chunks (trace/blocks.py); a flat
+  one is read only from an unfinished recording.  One chunk is one write of the writer (the ring
+  drain: up to 1 MiB a drain; the access spool: up to ``CHUNK_MAX_BYTES``).
+
+A reader checks every chunk it returns.  A bad file header or a complete
+chunk whose magic, length or checksum is wrong is corruption
+(CorruptTraceError, exit 18, naming the file and the byte offset).  A last
+chunk cut short is the tail of a recording whose tracer was killed (or that
+is still being written): its complete chunks are read, the rest is left
+out; in a trace whose meta.json says the recording ended, it is corruption.
+A file without the header was made by an older madtrace (exit 18).
 
 JSON files
 ----------
@@ -84,8 +97,9 @@ import numpy as np
 
 from ..errors import CorruptTraceError, writing
 
-FORMAT_VERSION = 1  # of the trace directory (meta.json format_version)
-STORE_FORMAT_VERSION = 2  # of the store (store/meta.json format_version); 2: accesses.allocator, block_events
+FORMAT_VERSION = 2  # of the trace directory (meta.json format_version); 2: the capture container
+STORE_FORMAT_VERSION = 3  # of the store (store/meta.json format_version); 2: accesses.allocator,
+# block_events; 3: sources (the capture files it was built from, capture_sources)
 
 PAGE_SHIFT = 12
 PAGE = 1 << PAGE_SHIFT  # the unit of protection, heat maps and page footprints
@@ -229,14 +243,53 @@ INSTRUCTIONS_FORMAT = 2
 INSTRUCTION_COLUMNS = ("rip", "size", "kind", "ilen", "first", "path")
 
 
+# The capture container (module docstring; trace/capture_file.py reads and writes it).
+CAPTURE_MAGIC = b"MADTRACE"
+CAPTURE_FORMAT_VERSION = 1
+CAPTURE_HEADER = np.dtype(
+    [
+        ("magic", "S8"),
+        ("version", "<u2"),
+        ("kind", "<u2"),
+        ("record_size", "<u4"),
+        ("max_chunk", "<u4"),
+        ("reserved", "<u4"),
+        ("check", "<u8"),  # XXH3-64 of the 24 bytes before it
+    ]
+)
+CHUNK_HEADER = np.dtype([("magic", "<u4"), ("length", "<u4"), ("check", "<u8")])
+CHUNK_MAGIC = 0x4B43544D  # "MTCK"
+CHUNK_MAX_BYTES = 4 << 20  # the largest payload a writer frames (a reader refuses more)
+CAPTURE_KINDS = {"calls": 1, "accesses": 2, "compact": 3, "allocator calls": 4, "blocks": 5}
+
+
+def c_header() -> str:
+    """The container's constants for the C writers (build/native/capture_format.h)."""
+    lines = ["/* generated from madtrace/trace/format.py by the Makefile: do not edit */"]
+    values = {
+        "MT_CAPTURE_MAGIC": int.from_bytes(CAPTURE_MAGIC, "little"),
+        "MT_CAPTURE_VERSION": CAPTURE_FORMAT_VERSION,
+        "MT_CAPTURE_HEADER_SIZE": CAPTURE_HEADER.itemsize,
+        "MT_CHUNK_HEADER_SIZE": CHUNK_HEADER.itemsize,
+        "MT_CHUNK_MAGIC": CHUNK_MAGIC,
+        "MT_CHUNK_MAX_BYTES": CHUNK_MAX_BYTES,
+    }
+    for field, offset in (("magic", 0), ("length", 4), ("check", 8)):
+        assert CHUNK_HEADER.fields is not None and CHUNK_HEADER.fields[field][1] == offset
+        values[f"MT_CHUNK_{field.upper()}_OFFSET"] = offset
+    lines += [f"#define {name} {hex(value)}ULL" for name, value in values.items()]
+    return "\n".join(lines) + "\n"
+
+
 @dataclass(frozen=True)
 class RecordFile:
-    """One kind of per-thread record file: ``<folder>/<tid><extension>``
-    holding ``dtype`` records back to back (see the module docstring)."""
+    """One kind of per-thread record file: ``<folder>/<tid><extension>``, a
+    capture container of ``dtype`` records (see the module docstring)."""
 
     folder: str
     extension: str
     dtype: np.dtype
+    kind: str = "calls"
 
     def path(self, directory: str, tid: int) -> str:
         return os.path.join(directory, self.folder, f"{tid}{self.extension}")
@@ -253,44 +306,50 @@ class RecordFile:
                 found.append((int(stem), os.path.join(folder, name)))
         return sorted(found)
 
-    def rows(self, path: str) -> int:
-        """Whole records in the file (0 if it does not exist)."""
+    def container(self):
+        from .capture_file import CaptureFormat
+
+        return CaptureFormat(self.kind, self.dtype.itemsize)
+
+    def create(self, path: str, truncate: bool = False) -> int:
+        """A descriptor appending to ``path``, its header written if it is new."""
+        return self.container().create(path, truncate)
+
+    def append(self, fd: int, rows: np.ndarray) -> int:
+        """Writes ``rows`` to a file opened by ``create``, framed; returns the bytes written."""
+        return self.container().append(fd, np.ascontiguousarray(rows, dtype=self.dtype))
+
+    def write(self, path: str, rows: np.ndarray) -> None:
+        """A new file holding ``rows`` (tests, conversions)."""
+        fd = self.create(path, truncate=True)
         try:
-            return os.path.getsize(path) // self.dtype.itemsize
-        except OSError:
+            self.append(fd, rows)
+        finally:
+            os.close(fd)
+
+    def rows(self, path: str) -> int:
+        """Records in the file's complete chunks (0 if it does not exist)."""
+        if not os.path.exists(path):
             return 0
+        return self.container().index(path).rows
 
     def total_rows(self, directory: str) -> int:
         return sum(self.rows(path) for _, path in self.files(directory))
 
     def chunks(self, path: str, chunk_rows: int) -> Iterator[np.ndarray]:
-        """The records in order, ``chunk_rows`` at a time; CorruptTraceError
-        if the file does not hold whole records."""
-        size = os.path.getsize(path)
-        if size % self.dtype.itemsize:
-            raise CorruptTraceError(f"{path}: size {size} is not a multiple of {self.dtype.itemsize}")
-        with open(path, "rb") as f:
-            while True:
-                chunk = np.fromfile(f, dtype=self.dtype, count=chunk_rows)
-                if not len(chunk):
-                    return
-                yield chunk
+        """The records in order, ``chunk_rows`` at a time, each chunk checked
+        (CorruptTraceError, exit 18, naming the file and offset)."""
+        from .capture_file import rebatch
+
+        yield from rebatch(self.container().record_chunks(path, self.dtype, chunk_rows), chunk_rows)
 
     def read(self, path: str, start: int = 0, count: int = -1) -> np.ndarray:
         """Records ``start`` .. ``start + count`` (all of them from ``start``: -1)."""
-        return np.fromfile(path, dtype=self.dtype, count=count, offset=start * self.dtype.itemsize)
+        return self.container().read_rows(path, self.dtype, start, count)
 
     def map(self, path: str, rows: int | None = None) -> np.ndarray:
-        """The file's first ``rows`` records mapped read-only; all of them
-        (None), then CorruptTraceError if the file does not hold whole records."""
-        if rows is None:
-            size = os.path.getsize(path)
-            if size % self.dtype.itemsize:
-                raise CorruptTraceError(f"{path}: size {size} is not a multiple of {self.dtype.itemsize}")
-            rows = size // self.dtype.itemsize
-        if not rows:
-            return np.zeros(0, dtype=self.dtype)
-        return np.memmap(path, dtype=self.dtype, mode="r", shape=(rows,))
+        """The file's first ``rows`` records (all of them: None), checked."""
+        return self.read(path, 0, -1 if rows is None else rows)
 
 
 class AccessRecordFile(RecordFile):
@@ -300,15 +359,14 @@ class AccessRecordFile(RecordFile):
     so ``rows``, ``read`` and ``map`` decode it whole (``chunks`` in bounded memory)."""
 
     def files(self, directory: str) -> list[tuple[int, str]]:
-        compact = RecordFile(self.folder, COMPACT_EXTENSION, COMPACT_DTYPE)
-        return sorted(super().files(directory) + compact.files(directory))
+        return sorted(super().files(directory) + COMPACT_RECORDS.files(directory))
 
     @staticmethod
     def is_compact(path: str) -> bool:
         return path.endswith(COMPACT_EXTENSION)
 
     def compact_path(self, directory: str, tid: int) -> str:
-        return os.path.join(directory, self.folder, f"{tid}{COMPACT_EXTENSION}")
+        return COMPACT_RECORDS.path(directory, tid)
 
     def thread_rows(self, directory: str, tid: int) -> int:
         """The access rows of one thread, whichever engine wrote them."""
@@ -332,26 +390,34 @@ class AccessRecordFile(RecordFile):
     def read(self, path: str, start: int = 0, count: int = -1) -> np.ndarray:
         if not self.is_compact(path):
             return super().read(path, start, count)
-        rows = self.map(path)
+        parts = list(self.chunks(path, 1 << 20))
+        rows = np.concatenate(parts) if parts else np.zeros(0, dtype=self.dtype)
         return rows[start:] if count < 0 else rows[start : start + count]
 
-    def map(self, path: str, rows: int | None = None) -> np.ndarray:
-        if not self.is_compact(path):
-            return super().map(path, rows)
-        parts = list(self.chunks(path, 1 << 20))
-        whole = np.concatenate(parts) if parts else np.zeros(0, dtype=self.dtype)
-        return whole if rows is None else whole[:rows]
 
-
-CALL_RECORDS = RecordFile(CALLS_DIR, ".rec", RECORD_DTYPE)
-ACCESS_RECORDS = AccessRecordFile(DATA_DIR, ".acc", ACCESS_DTYPE)
+CALL_RECORDS = RecordFile(CALLS_DIR, ".rec", RECORD_DTYPE, "calls")
+ACCESS_RECORDS = AccessRecordFile(DATA_DIR, ".acc", ACCESS_DTYPE, "accesses")
+# the compact files as containers (their chunks are blocks: trace/compact.py)
+COMPACT_RECORDS = RecordFile(DATA_DIR, COMPACT_EXTENSION, COMPACT_DTYPE, "compact")
 RECORD_FILES = (CALL_RECORDS, ACCESS_RECORDS)
+# data/allocator_calls.bin (one file, not per thread: read with the path ALLOCATOR_CALLS_FILE)
+ALLOCATOR_CALL_RECORDS = RecordFile(DATA_DIR, ".bin", ALLOCATOR_CALL_DTYPE, "allocator calls")
+# data/blocks.bin: rows written in place while recording (a flat file), sealed
+# into the container when the recording ends (trace/blocks.py)
+BLOCK_RECORDS = RecordFile(DATA_DIR, ".bin", BLOCK_DTYPE, "blocks")
 
 
 # ------------------------------------------------------------------ meta.json
 def write_meta(directory: str, meta: dict) -> None:
+    """meta.json; once the recording's outcome is known (not "running"), the
+    block table it wrote in place is sealed into the capture container first."""
     meta = dict(meta, format_version=FORMAT_VERSION)
     path = os.path.join(directory, META_FILE)
+    if meta.get("outcome") != "running":
+        from .blocks import seal_block_table
+
+        with writing(os.path.join(directory, BLOCKS_FILE)):
+            seal_block_table(os.path.join(directory, BLOCKS_FILE))
     with writing(path + ".tmp"):  # OutputError (exit 23), one line
         _write_json_atomically(path, meta)
 
@@ -369,7 +435,13 @@ def read_meta(directory: str) -> dict:
         raise CorruptTraceError(f"{directory}: not a madtrace trace directory (no {META_FILE})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CorruptTraceError(f"{meta_path}: corrupt ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+    version = meta.get("format_version") if isinstance(meta, dict) else None
+    if isinstance(version, int) and 0 < version < FORMAT_VERSION:
+        raise CorruptTraceError(
+            f"{directory}: a trace made by an older madtrace (format_version {version}, "
+            f"this madtrace reads {FORMAT_VERSION}): record it again"
+        )
+    if not isinstance(meta, dict) or version != FORMAT_VERSION:
         raise CorruptTraceError(
             f"{meta_path}: unsupported or missing format_version (expected {FORMAT_VERSION})"
         )
@@ -492,6 +564,32 @@ def write_store_meta(directory: str, meta: dict) -> None:
     _write_json_atomically(os.path.join(directory, STORE_META_FILE), meta)
 
 
+def capture_sources(directory: str) -> dict[str, list[int]]:
+    """{path in the directory: [bytes, mtime in ns]} of its raw capture files:
+    the store records what it was built from, and is rebuilt (the files read
+    and checked again) when one of them changed or a new one came; one that
+    is gone leaves the store as it is (it holds what the file held)."""
+    out = {}
+    names = [os.path.relpath(p, directory) for r in RECORD_FILES for _, p in r.files(directory)]
+    for name in {*names, ALLOCATOR_CALLS_FILE, BLOCKS_FILE}:
+        try:
+            st = os.stat(os.path.join(directory, name))
+        except OSError:
+            continue
+        out[name] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
 def store_is_complete(directory: str) -> bool:
     meta = read_store_meta(directory)
-    return bool(meta and meta.get("format_version") == STORE_FORMAT_VERSION and meta.get("complete"))
+    return bool(
+        meta
+        and meta.get("format_version") == STORE_FORMAT_VERSION
+        and meta.get("complete")
+        and isinstance(meta.get("sources"), dict)
+        and all(meta["sources"].get(name) == now for name, now in capture_sources(directory).items())
+    )
+
+
+if __name__ == "__main__":  # the Makefile: python -m madtrace.trace.format > capture_format.h
+    print(c_header(), end="")

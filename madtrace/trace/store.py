@@ -11,7 +11,7 @@ import os
 import shutil
 
 from ..errors import CorruptTraceError, OutputExistsError, writing
-from .format import CALL_RECORDS, CALLS_DIR, META_FILE, STORE_DIR
+from .format import BLOCKS_FILE, CALL_RECORDS, CALLS_DIR, META_FILE, STORE_DIR
 
 
 def create_trace_dir(path: str, force: bool) -> str:
@@ -77,6 +77,8 @@ def copy_trace_files(source: str, destination: str, record_sizes: dict[str, int]
     for name, size in record_sizes.items():
         _copy_prefix(os.path.join(source, CALLS_DIR, name),
                      os.path.join(destination, CALLS_DIR, name), size)
+    from .blocks import seal_block_table      # the copy of a table still written in place
+    seal_block_table(os.path.join(destination, BLOCKS_FILE))
 
 
 def write_text(path: str, name: str, text: str) -> None:

@@ -32,8 +32,9 @@ import numpy as np
 
 from .compact import SeqFollower, record_count
 from ..progress import Progress
-from .format import (ACCESS_RECORDS, CALL_RECORDS, STORE_FORMAT_VERSION, load_functions,
-                     read_store_meta, store_is_complete, store_path, write_store_meta)
+from .format import (ACCESS_RECORDS, CALL_RECORDS, STORE_FORMAT_VERSION, capture_sources,
+                     load_functions, read_store_meta, store_is_complete, store_path,
+                     write_store_meta)
 
 BATCH_ROWS = 1 << 19
 # events a recording converts before it ends; a longer conversion waits for first use
@@ -237,6 +238,7 @@ class StoreWriter:
                 "written_live": ["records"],
                 "written_at_end": ["calls", "accesses", "allocations", "sites"]}
         meta.update(_clock(self.directory))
+        meta["sources"] = capture_sources(self.directory)    # what it was built from
         write_store_meta(self.directory, meta)
         return read_store_meta(self.directory)
 
@@ -269,7 +271,8 @@ def ensure_store(directory: str, out=sys.stderr) -> None:
     if out is not None:
         why = "has none" if meta is None else (
             f"is of format {meta.get('format_version')}, not {STORE_FORMAT_VERSION}"
-            if meta.get("format_version") != STORE_FORMAT_VERSION else "is incomplete")
+            if meta.get("format_version") != STORE_FORMAT_VERSION else "is incomplete"
+            if not meta.get("complete") else "is older than the capture files it was built from")
         print(f"madtrace: building the store of {directory} (it {why})", file=out, flush=True)
     try:
         build_store(directory, out)
