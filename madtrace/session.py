@@ -376,7 +376,7 @@ class Recording(ImageChanges, Footprints, Results):
                 self.functions.detach()  # restores whatever was already patched
             raise
         engine.rings.on_failure = lambda exc: self.log(
-            f"{exc}: function tracing stops here; the program goes on")
+            f"{exc}: recording stops here (calls, and the hybrid engine's accesses); the program goes on")
         self._image_hook(self.tracee.on_new_thread, engine.register_thread)
         self._image_hook(self.hooks.on_thread_exit, lambda tracee, tid: engine.thread_exited(tid))
         self._image_hook(self.hooks.on_fork_child, lambda child, pid: engine.fork_child(child))
@@ -543,7 +543,7 @@ class Recording(ImageChanges, Footprints, Results):
                 self.meta["unmatched_functions"] = never
             if self._maps_end:
                 store.write_text(self.output, MAPS_END_FILE, self._maps_end)
-            failure = self.functions.rings.failure if self.functions and self.functions.rings else None
+            failure = self._output_failure()
             if failure is not None:
                 self.meta["output_error"] = str(failure)
             if self.images:

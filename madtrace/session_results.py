@@ -38,6 +38,15 @@ class Results:
                                      patch_report=engine.report),
         }
 
+    def _output_failure(self):
+        """The drain's write error (OutputError) that stopped recording, if any: the
+        function tracer's rings, or the hybrid data engine's own."""
+        for owner in (self.functions, self.data.paths if self.data is not None else None):
+            rings = getattr(owner, "rings", None)
+            if rings is not None and rings.failure is not None:
+                return rings.failure
+        return None
+
     def _data_results(self) -> dict:
         """Writes the data files (data/) into the trace directory; returns the counts."""
         engine = self.data
@@ -45,6 +54,10 @@ class Results:
             return {"accesses": {}}
         engine.write()
         loop = engine.loop_stats()
+        windows = engine.syscalls.open_windows + engine.blocks.open_windows
+        pages = engine.syscalls.window_pages + engine.blocks.window_pages
+        if windows:
+            self.log(open_windows_line(windows, pages))
         return {"accesses": engine.access_counts(),
                 "data_tracing": {"faults": engine.faults,
                                  "untraced_faults": loop["untraced"] + engine.untraced_faults,
@@ -63,7 +76,11 @@ class Results:
                                  "stubs": len(engine.area.stubs) if engine.area else 0,
                                  "syscalls_opened": engine.syscalls.opened,
                                  "syscalls_redirected": engine.syscalls.redirected_calls,
-                                 "open_windows": engine.syscalls.open_windows + engine.blocks.open_windows,
+                                 "block_calls_redirected": engine.blocks.redirected,
+                                 # system calls and memcpy/memset run with traced pages open
+                                 # while other threads ran: their accesses meanwhile are missed
+                                 "open_windows": windows,
+                                 "open_window_pages": {f"{p:#x}": n for p, n in pages.most_common(16)},
                                  "block_events": engine.blocks.counts(),
                                  "gate": {"functions": engine.gate.names,
                                           "entries": engine.gate.entries,
@@ -113,3 +130,13 @@ class Results:
         except Exception as exc:   # the trace itself is written: say so, go on
             self.log(f"the store was not written ({type(exc).__name__}: {exc}); "
                      "it is built when a query, export or report needs it")
+
+
+def open_windows_line(windows: int, pages: dict) -> str:
+    """What an open window costs, said (summary, the end of a recording)."""
+    top = sorted(pages.items(), key=lambda kv: -kv[1])[:3]
+    where = ", ".join(f"{int(p, 16) if isinstance(p, str) else p:#x} ({n}x)" for p, n in top)
+    return (f"{windows} times, traced pages ({where}{', ...' if len(pages) > 3 else ''}) were "
+            "open for a system call or memcpy/memset while other threads ran: accesses those "
+            "threads made to them meanwhile may be missing (the hybrid engine reaches that memory "
+            "through its alias instead: --data-engine hybrid)")

@@ -12,7 +12,9 @@ written at once, recorded as one event instead of a fault per access.
   recorded at the entry, those pages are opened for the call and closed at
   its return; the call's own loads and stores are not recorded one by one.
   Other threads run meanwhile: their accesses to those pages in that window
-  are missed and each such window is counted (``open_windows``).
+  are missed and each such window is counted (``open_windows``).  The hybrid
+  engine gives the call its buffers' alias instead (``redirected``), so no
+  page is opened; its result is put back to the destination it was given.
 
 Events go to data/block_events.json: order (shared with accesses and
 allocations), tid, seq (call records before it), kind, rip (the call site
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections import Counter
 
 from ..process.remote_syscall import RemoteSyscalls
 from ..trace.format import BLOCK_EVENTS_FILE, PAGE
@@ -78,6 +81,8 @@ class BlockEvents:
         self._spool = None                   # data/block_events.json, opened at the first event
         self.hooks: CallHooks | None = None
         self.open_windows = 0
+        self.window_pages: Counter = Counter()   # page -> windows it was open in
+        self.redirected = 0        # memcpy/memset calls made through the alias (hybrid)
         self._open: dict[int, list] = {}    # tid -> pages opened for its mem* call
 
     # ---------------------------------------------------------------- record
@@ -177,14 +182,37 @@ class BlockEvents:
         else:
             self.record(tid, "Y", name, rip, dst, n, source=src)
         engine = self.engine
+        if self._through_alias(regs, dst, src, n):
+            return dst
         with RemoteSyscalls(engine.tracee, tid) as rs:
             engine._unprotect(rs, pages)
         if len(engine.tracee.threads) > 1:
             self.open_windows += 1
+            self.window_pages.update(pages)
         return pages
 
+    def _through_alias(self, regs, dst: int, src: int | None, n: int) -> bool:
+        """Hybrid engine: the call's traced buffers reached through their alias (its
+        pointer arguments changed until it returns), so that no page is opened
+        while other threads run; False when a buffer is not wholly aliased."""
+        alias = self.engine.alias
+        if alias is None or not alias.active:
+            return False
+        changes = {}
+        for register, pointer in (("rdi", dst), ("rsi", src)):
+            if pointer is not None and self._pages(pointer, n):
+                if not alias.usable(pointer, pointer + min(n, 1 << 34)):
+                    return False
+                changes[register] = alias.image(pointer)
+        for register, value in changes.items():
+            setattr(regs, register, value)
+        self.redirected += 1
+        return True
+
     def _on_return(self, tid: int, name: str, pages, regs, return_address: int) -> None:
-        if pages:
+        if isinstance(pages, int):
+            regs.rax = pages       # through the alias: it returns its destination, as given
+        elif pages:
             with RemoteSyscalls(self.engine.tracee, tid) as rs:
                 self.engine._protect(rs, pages)
 

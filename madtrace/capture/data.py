@@ -220,8 +220,10 @@ class DataEngine:
             # the guard's table first: if the tracer dies between two mprotect calls,
             # the guard restores every page that may be protected
             self.tables_changed()
+        held = self.syscalls.held_open()     # open for another thread's running call
         runs = [(start, end) for start, end, prot in self.protected.runs() if prot] \
-            if pages is self.protected else page_runs(p for p in pages if self.protected.get(p))
+            if pages is self.protected else \
+            page_runs(p for p in pages if self.protected.get(p) and p not in held)
         for start, end in runs:
             rs.mprotect(start, end - start, PROT_NONE)
 

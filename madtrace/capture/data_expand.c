@@ -6,7 +6,7 @@
  *
  * A data record taken out of a ring (ring_drain.c struct mt_data_out:
  * address, seq, instruction id) becomes one 16-byte record: its address, its
- * instruction id (what it implies, written once: data/instructions.json) and
+ * instruction id (what it implies, written once: data/instructions.jsonl) and
  * the heap block it lies in and its freed bit (named by the allocation
  * tracker's block index beforehand: ``blocks`` and ``freed``, one each per
  * data record).  Seq

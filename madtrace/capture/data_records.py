@@ -25,10 +25,10 @@ import os
 
 import numpy as np
 
-from ..errors import TracerInternalError
+from ..errors import TracerInternalError, writing
 from ..native import load
-from ..trace.compact import encode_block, write_instructions
-from ..trace.format import ACCESS_RECORDS, COMPACT_DTYPE, COMPACT_RECORDS
+from ..trace.compact import InstructionFile, encode_block
+from ..trace.format import ACCESS_RECORDS, COMPACT_DTYPE, COMPACT_RECORDS, INSTRUCTIONS_FILE
 from .instruction_table import KIND_LOAD
 
 
@@ -105,6 +105,8 @@ class RingRecords:
         self._blocks = np.empty(0, dtype=np.uint32)
         self._freed = np.empty(0, dtype=np.uint8)
         self._planes = np.empty(0, dtype=np.uint8)
+        kinds = (1 if engine.loads else 0) | (2 if engine.stores else 0)
+        self.table = self._guarded(lambda: InstructionFile(out_dir, kinds))
 
     @property
     def outside(self) -> int:
@@ -156,12 +158,15 @@ class RingRecords:
         if freed:
             engine._count_freed(np.ones(freed, dtype=bool), np.full(freed, tid))
         if n:
-            self._write(tid, records[:n])
+            self.write_table()          # every id these records name is on disk before them
+            path = ACCESS_RECORDS.compact_path(self.out_dir, tid)
+            with writing(path):
+                self._write(tid, path, records[:n])
 
-    def _write(self, tid: int, records: np.ndarray) -> None:
+    def _write(self, tid: int, path: str, records: np.ndarray) -> None:
         fd = self.files.get(tid)
         if fd is None:
-            fd = self.files[tid] = COMPACT_RECORDS.create(ACCESS_RECORDS.compact_path(self.out_dir, tid))
+            fd = self.files[tid] = COMPACT_RECORDS.create(path)
         if len(self._planes) < records.nbytes:
             self._planes = np.empty(self._records.nbytes, dtype=np.uint8)
         planes = self._planes[:records.nbytes]
@@ -170,15 +175,22 @@ class RingRecords:
         self.bytes += COMPACT_RECORDS.container().append_payload(fd, block)
         self.written += len(records)
 
+    def _guarded(self, make):
+        path = os.path.join(self.out_dir, INSTRUCTIONS_FILE)
+        with writing(path):
+            return make()
+
     def write_table(self) -> None:
-        """data/instructions.json: what every instruction id stands for."""
-        kinds = (1 if self.engine.loads else 0) | (2 if self.engine.stores else 0)
-        write_instructions(self.out_dir, [list(map(int, row)) for row in self.ids.rows()], kinds)
+        """data/instructions.jsonl: the ids given since the last call appended
+        (the ring lock held, or the drain stopped)."""
+        if self.table.rows < len(self.ids):
+            self._guarded(lambda: self.table.append(self.ids.rows_from(self.table.rows)))
 
     def close(self) -> None:
         for fd in self.files.values():
             os.close(fd)
         self.files.clear()
+        self.table.close()
 
     def counts(self) -> dict[tuple[int, str], int]:
         """{(instruction, "L"/"S"): accesses} of everything recorded so far."""

@@ -18,6 +18,8 @@ The target runs under PTRACE_SYSCALL while data tracing is on.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ..binary.maps import read_maps
 from ..process import ptrace_raw as pr
 from ..process.events import SyscallStop
@@ -57,6 +59,7 @@ class SyscallGate:
         self.engine = engine
         self.opened = 0            # calls that ran with traced pages open
         self.open_windows = 0
+        self.window_pages: Counter = Counter()   # page -> windows it was open in
         self.mapped_regions = 0
         self._open: dict[int, set] = {}        # tid -> pages open for its running call
         self._skipping: dict[int, tuple] = {}  # tid -> (registers at entry, pages to open)
@@ -106,6 +109,12 @@ class SyscallGate:
         if op == 2:
             return self._exit_stop(tracee, tid, value)
         return False
+
+    def held_open(self) -> set[int]:
+        """Pages a running call of some thread has open: they stay open until its
+        exit (closing one under a blocked futex call made it fail with EFAULT:
+        glibc's "The futex facility returned an unexpected error code", abort)."""
+        return set().union(*self._open.values())
 
     def _entry_stop(self, tracee, tid: int, nr: int, args: list[int]) -> bool:
         engine = self.engine
@@ -198,6 +207,7 @@ class SyscallGate:
             self.opened += 1
             if len(tracee.threads) > 1:
                 self.open_windows += 1   # other threads run while the call has the pages
+                self.window_pages.update(pages)
             tracee.resume(tid, 0)
             return True
         opened = self._open.pop(tid, None)
@@ -291,6 +301,7 @@ class SyscallGate:
                 pages = engine.protected.pages_in(start, end)
                 if pages and len(tracee.threads) > 1:
                     self.open_windows += 1   # open from the call until now
+                    self.window_pages.update(pages)
                 for first, last in page_runs(pages):
                     engine.protected.set_range(first, last, args[2] & 7)
                 engine._protect(rs, pages)   # closed again (those still accessible)

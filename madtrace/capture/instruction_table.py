@@ -51,5 +51,6 @@ class InstructionTable:
                             "first": rows[:, 4].astype(np.uint8), "path": rows[:, 5].astype(np.uint8)}
         return self._arrays
 
-    def rows(self) -> list[tuple[int, int, int, int, int, int]]:
-        return list(self._rows)
+    def rows_from(self, start: int) -> list[tuple[int, int, int, int, int, int]]:
+        """The rows of ids ``start`` and after (another thread may be adding)."""
+        return self._rows[start:]

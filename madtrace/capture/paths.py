@@ -95,8 +95,7 @@ class AccessPaths:
     def calls_before(self, tid: int) -> int:
         """The call records the (stopped) thread wrote so far: the seq of an event now."""
         with self.rings.lock:
-            if tid in self.rings.thread_ring:
-                self.rings._drain_one(tid)
+            self.rings.drain_one(tid)
             return self.rings.records_per_thread.get(tid, 0)
 
     def next_order(self) -> int:

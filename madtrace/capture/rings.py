@@ -118,7 +118,7 @@ class RingSet:
         self._stop = threading.Event()
         # the drain's write error (OutputError): recording stopped there; on_failure(exc)
         # is called from the drain thread (say it at once; no ptrace from there)
-        self.failure: OutputError | None = None
+        self.failure: OutputError | TracerInternalError | None = None
         self.on_failure = None
         self._thread: threading.Thread | None = None
         # data_sink(tid, records): the data records of a drained ring (DATA_OUT_DTYPE),
@@ -310,7 +310,7 @@ class RingSet:
         with self.lock:
             if tid not in self.thread_ring or self.closed:
                 return
-            self._drain_one(tid)
+            self.drain_one(tid)
             index = self.thread_ring.pop(tid)
             key = self.thread_key.pop(tid)
             self._fold(index, clear=True)
@@ -443,22 +443,40 @@ class RingSet:
 
     def drain_all(self) -> int:
         with self.lock:
-            if self.closed:
-                return 0
             total = 0
             for tid in list(self.thread_ring):
-                total += self._drain_one(tid)
-            if self.mem[self.L.MT_CTL_NOWAIT]:  # writers may wait again: we are alive
-                self.mem[self.L.MT_CTL_NOWAIT] = 0
+                total += self.drain_one(tid)
+            if not self.closed and self.mem[self.L.MT_CTL_NOWAIT]:
+                self.mem[self.L.MT_CTL_NOWAIT] = 0  # writers may wait again: we are alive
             return total
+
+    def drain_one(self, tid: int) -> int:
+        """Drains the thread's ring; a write error (the disk is full, or gone)
+        stops recording instead of raising, in whichever thread meets it (the
+        tracer's main thread may be in the middle of a stop): ``failure``."""
+        with self.lock:
+            if self.closed or self.failure is not None or tid not in self.thread_ring:
+                return 0
+            try:
+                return self._drain_one(tid)
+            except OutputError as exc:
+                self._fail(exc)
+                return 0
+
+    def _fail(self, exc: OutputError | TracerInternalError) -> None:
+        """Recording stops, so no writer ever waits for a drain; the session
+        reports it (exit 23) at its end."""
+        self.failure = exc
+        self.set_enabled(False)
+        if self.on_failure is not None:
+            self.on_failure(exc)
 
     @contextlib.contextmanager
     def quiesced(self):
         """Drain every ring and flush the record files; nothing more is drained
         until the block ends (a consistent copy of calls/ and of the counts)."""
         with self.lock:
-            for tid in list(self.thread_ring):
-                self._drain_one(tid)
+            self.drain_all()
             yield self
 
     def start(self, interval: float = 0.0002, idle_max: float = 0.004) -> None:
@@ -472,13 +490,10 @@ class RingSet:
             while not self._stop.is_set():
                 try:
                     moved = self.drain_all()
-                except OutputError as exc:
-                    # the disk is full (or gone): recording stops, so no writer ever
-                    # waits for a drain; the session reports it (exit 23) at its end
-                    self.failure = exc
-                    self.set_enabled(False)
-                    if self.on_failure is not None:
-                        self.on_failure(exc)
+                except Exception as exc:    # a bug: said at the end, and no writer waits on
+                    with self.lock:
+                        self._fail(TracerInternalError(f"the ring drain failed: {exc!r}"))
+                if self.failure is not None:
                     return
                 if moved >= busy:
                     idle = interval
@@ -493,8 +508,7 @@ class RingSet:
         self._stop.set()
         if self._thread:
             self._thread.join()
-        if self.failure is None:
-            self.drain_all()
+        self.drain_all()
 
     def totals(self) -> dict:
         """Drop accounting of every ring still registered plus those already released;

@@ -137,6 +137,11 @@ def print_human_summary(meta: dict, directory: str, out, totals: dict | None = N
     dropped = s["dropped_events"]
     print(f"   dropped events: {'unknown (not counted yet)' if dropped is None else dropped}",
           file=out)
+    windows = (meta.get("data_tracing") or {}).get("open_windows", 0)
+    if windows:
+        from ..session_results import open_windows_line
+        print(f"   warning  : {open_windows_line(windows, meta['data_tracing'].get('open_window_pages', {}))}",
+              file=out)
     tracer = s.get("tracer") or {}
     if tracer:
         print(f"   tracer   : peak RSS {tracer['peak_rss_bytes'] / 2**20:.0f} MB, write-out "

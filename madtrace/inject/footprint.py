@@ -12,7 +12,8 @@ reverted, ``release``:
 2. gives every pending call its real return address back: a call that a
    call-site trampoline re-issued returns into that trampoline
    (``return_points``: the address after the re-issued call -> the site's
-   own return address, wherever a thread's stack holds it), a call of an
+   own return address, wherever a thread's stack or registers hold it:
+   vfork keeps it in %rdi while the child runs), a call of an
    entry-patched function returns through an exit stub (the shadow stacks:
    ``return_sources``, each giving (stack slot, addresses it may hold, real
    return address));
@@ -225,6 +226,29 @@ def _still_ours(maps, area) -> bool:
                for m in maps)
 
 
+GENERAL_REGISTERS = ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "r8", "r9", "r10", "r11",
+                     "r12", "r13", "r14", "r15")
+
+
+def _registers_back(tracee, tid: int, regs, code) -> int:
+    """Return points held in a register get their real address back: vfork
+    (glibc's __libc_vfork pops its return address into %rdi before the system
+    call, as the child may overwrite the stack, and pushes it back after), or
+    code that read its return address; a stale copy of one (%rcx after a
+    system call made in a copy) is as well served by the original."""
+    given = 0
+    for name in GENERAL_REGISTERS:
+        value = getattr(regs, name)
+        area = _inside(code, value)
+        original = area.return_points.get(value) if area is not None else None
+        if original is not None:
+            setattr(regs, name, original)
+            given += 1
+    if given:
+        tracee.set_regs(regs, tid)
+    return given
+
+
 def _scan_stacks(tracee, maps, areas, kept: dict[str, str]) -> int:
     """Return points found on the threads' stacks get their real address back;
     any other word inside a code area keeps that area's group."""
@@ -239,6 +263,7 @@ def _scan_stacks(tracee, maps, areas, kept: dict[str, str]) -> int:
         area = _inside(areas, regs.rip)
         if area is not None:
             kept.setdefault(area.group, f"thread {tid} is stopped inside {area.name}")
+        given += _registers_back(tracee, tid, regs, code)
         rsp = regs.rsp & ~7
         stack = next((m for m in maps if m.start <= rsp < m.end), None)
         if stack is None:

@@ -29,7 +29,7 @@ import struct
 
 import numpy as np
 
-from ..errors import CorruptTraceError
+from ..errors import CorruptTraceError, writing
 from .format import (BLOCK_DTYPE, BLOCK_KINDS as KINDS, BLOCK_PART_OF_OFFSET as PART_OF_OFFSET,
                      BLOCK_RECORDS, BLOCK_RELEASE_OFFSET as RELEASE_OFFSET, BLOCK_SITES_FILE,
                      BLOCKS_FILE, CAPTURE_MAGIC, DATA_DIR, load_allocations_json)
@@ -55,7 +55,8 @@ class BlockTableWriter:
         os.makedirs(os.path.join(directory, DATA_DIR), exist_ok=True)
         self.path = os.path.join(directory, BLOCKS_FILE)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        self.sites_fd = os.open(os.path.join(directory, BLOCK_SITES_FILE),
+        self.sites_path = os.path.join(directory, BLOCK_SITES_FILE)
+        self.sites_fd = os.open(self.sites_path,
                                 os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC,
                                 0o644)
         self.buffer = np.zeros(self.BUFFER_ROWS, dtype=BLOCK_DTYPE)
@@ -69,7 +70,8 @@ class BlockTableWriter:
         if code is None:
             code = self._site_codes[site] = len(self.sites)
             self.sites.append(site)
-            os.write(self.sites_fd, (json.dumps(site) + "\n").encode())
+            with writing(self.sites_path):
+                os.write(self.sites_fd, (json.dumps(site) + "\n").encode())
         return code
 
     def add(self, block_id: int, kind: str, address: int, size: int, site: int, tid: int,
@@ -102,8 +104,9 @@ class BlockTableWriter:
 
     def _write_rows(self) -> None:
         if self.buffered:
-            os.pwrite(self.fd, self.buffer[:self.buffered].tobytes(),
-                      self.written * BLOCK_DTYPE.itemsize)
+            with writing(self.path):
+                os.pwrite(self.fd, self.buffer[:self.buffered].tobytes(),
+                          self.written * BLOCK_DTYPE.itemsize)
             self.written += self.buffered
             self.buffered = 0
 

@@ -6,7 +6,7 @@ the markers); this module writes the blocks (``encode_block``, for the
 tracer's drain), reads them back and decodes them to access rows.
 
 Each access record stands for one access row per kind it does among the
-kinds recorded (``kinds`` of data/instructions.json): a read-modify-write is
+kinds recorded (``kinds`` of data/instructions.jsonl): a read-modify-write is
 two rows, its load then its store, with consecutive orders.  A reader stops
 at an incomplete last block (the file is being written, or its tracer was
 killed); each block is one chunk of the capture container (trace/capture_file.py).
@@ -29,7 +29,7 @@ from .format import (ACCESS_DTYPE, ACCESS_RECORDS, CHUNK_HEADER, COMPACT_BLOCK_H
                      COMPACT_CODEC, COMPACT_DTYPE, COMPACT_EXTENSION, COMPACT_FREED_BIT,
                      COMPACT_MAGIC, COMPACT_MAGIC_PLANES, COMPACT_RECORDS,
                      COMPACT_MARK_ORDER, COMPACT_MARK_SEQ, INSTRUCTION_COLUMNS, INSTRUCTIONS_FILE,
-                     INSTRUCTIONS_FORMAT)
+                     INSTRUCTIONS_FILE_V1, INSTRUCTIONS_FORMAT)
 
 # the names the tracer's side (capture/data_records.py) writes with
 DATA_SUFFIX = COMPACT_EXTENSION
@@ -42,7 +42,7 @@ _ROWS = np.array([0, 1, 1, 2], dtype=np.int64)       # rows of a record, by kind
 
 
 class InstructionColumns:
-    """data/instructions.json as numpy columns indexed by instruction id."""
+    """data/instructions.jsonl as numpy columns indexed by instruction id."""
 
     def __init__(self, rows: list, kinds: int):
         table = np.array(rows or [[0] * 6], dtype=np.uint64).reshape(-1, 6)
@@ -56,13 +56,23 @@ class InstructionColumns:
     @classmethod
     def load(cls, directory: str) -> "InstructionColumns":
         path = os.path.join(directory, INSTRUCTIONS_FILE)
+        older = os.path.join(directory, INSTRUCTIONS_FILE_V1)
+        if not os.path.exists(path) and os.path.exists(older):
+            path = older                   # format 1: one object, written at the end
         try:
-            with open(path) as f:
-                data = json.load(f)
-            if data.get("format") != FORMAT:
-                raise CorruptTraceError(f"{path}: format {data.get('format')}, expected {FORMAT}")
-            return cls(data["rows"], int(data["kinds"]))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            with open(path, "rb") as f:
+                text = f.read()
+            if path == older:
+                head = json.loads(text)
+                rows, expected = head["rows"], 1
+            else:
+                lines = text.split(b"\n")[:-1]      # the last: empty, or being written
+                head = json.loads(lines[0]) if lines else {}
+                rows, expected = [json.loads(line) for line in lines[1:]], FORMAT
+            if head.get("format") != expected:
+                raise CorruptTraceError(f"{path}: format {head.get('format')}, expected {expected}")
+            return cls(rows, int(head["kinds"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptTraceError(f"{path}: {exc}") from None
 
 
@@ -110,12 +120,33 @@ def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
                        else np.frombuffer(raw, dtype=COMPACT_DTYPE))
 
 
-def write_instructions(directory: str, rows: list, kinds: int) -> None:
-    path = os.path.join(directory, INSTRUCTIONS_FILE)
-    with open(path + ".part", "w") as f:
-        json.dump({"format": FORMAT, "kinds": kinds,
-                   "columns": list(INSTRUCTION_COLUMNS), "rows": rows}, f)
-    os.replace(path + ".part", path)
+class InstructionFile:
+    """data/instructions.jsonl as the tracer appends to it: ``append(rows)``
+    writes rows from the next id on, before any record naming them is written
+    (a recording cut short stays readable)."""
+
+    def __init__(self, directory: str, kinds: int):
+        self.path = os.path.join(directory, INSTRUCTIONS_FILE)
+        self.rows = 0
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                          0o644)
+        self._write(json.dumps({"format": FORMAT, "kinds": kinds,
+                                "columns": list(INSTRUCTION_COLUMNS)}) + "\n")
+
+    def append(self, rows: list) -> None:
+        if rows:
+            self._write("".join(json.dumps([int(v) for v in row]) + "\n" for row in rows))
+            self.rows += len(rows)
+
+    def _write(self, text: str) -> None:
+        view = memoryview(text.encode())
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class CompactReader:

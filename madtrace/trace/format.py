@@ -21,7 +21,9 @@ A trace directory (``FORMAT_VERSION`` 2, in meta.json)::
   data/<tid>.dat          ACCESS_RECORDS    compact access records in zstd blocks (hybrid
                                             engine: COMPACT_DTYPE, COMPACT_BLOCK_HEADER;
                                             trace/compact.py decodes them to ACCESS_DTYPE)
-  data/instructions.json  INSTRUCTIONS_FILE the instructions the compact records name
+  data/instructions.jsonl INSTRUCTIONS_FILE the instructions the compact records name,
+                                            one JSON line each, appended before any
+                                            record names them (trace/compact.py)
   data/blocks.bin         BLOCKS_FILE       BLOCK_DTYPE, 72 bytes a heap block
   data/blocks.sites       BLOCK_SITES_FILE  the blocks' call sites, one JSON string a line
                                             (trace/blocks.py reads and writes both)
@@ -116,7 +118,8 @@ ALLOCATIONS_FILE = f"{DATA_DIR}/allocations.json"  # the block list of older tra
 BLOCK_EVENTS_FILE = f"{DATA_DIR}/block_events.json"
 NUMA_FILE = f"{DATA_DIR}/numa.json"
 ALLOCATOR_CALLS_FILE = f"{DATA_DIR}/allocator_calls.bin"
-INSTRUCTIONS_FILE = f"{DATA_DIR}/instructions.json"  # of the compact access records
+INSTRUCTIONS_FILE = f"{DATA_DIR}/instructions.jsonl"  # of the compact access records
+INSTRUCTIONS_FILE_V1 = f"{DATA_DIR}/instructions.json"  # ... as traces of format 1 wrote it
 STORE_META_FILE = f"{STORE_DIR}/meta.json"
 EXEC_DIR_PREFIX = "exec."  # exec.<n>: the trace of the n-th image the process exec'd
 FORK_DIR_PREFIX = "fork."  # fork.<pid>: the trace of a fork child followed
@@ -221,7 +224,7 @@ ALLOCATOR_CALL_OPEN = np.iinfo(np.uint64).max
 # bytes, the block's bytes after the header, the records), then the records
 # compressed with COMPACT_CODEC (one frame).  A record: ``a`` (u64), ``id``
 # (u32), ``b`` (u32).  id != 0: an access: a = the address, id = a row of
-# data/instructions.json (rip, size, kind 1 load / 2 store / 3 both, ilen,
+# data/instructions.jsonl (rip, size, kind 1 load / 2 store / 3 both, ilen,
 # first, path), b = the heap block id, COMPACT_FREED_BIT set when it was
 # already freed.  id == 0: a marker: b = COMPACT_MARK_SEQ: the records that
 # follow have seq a; b = COMPACT_MARK_ORDER: the next access row has order a.
@@ -238,7 +241,11 @@ COMPACT_CODEC = "zstd"
 COMPACT_EXTENSION = ".dat"
 COMPACT_MARK_SEQ, COMPACT_MARK_ORDER = 1, 2
 COMPACT_FREED_BIT = 1 << 31
-INSTRUCTIONS_FORMAT = 1  # of data/instructions.json
+# data/instructions.jsonl: a first line {"format", "kinds", "columns"}, then one
+# JSON array a line (the rows, from id 0; each line ends in a newline), appended as
+# ids are given; an incomplete last line is being written (format 1: one JSON
+# object with "rows", data/instructions.json, written at the end)
+INSTRUCTIONS_FORMAT = 2
 INSTRUCTION_COLUMNS = ("rip", "size", "kind", "ilen", "first", "path")
 
 
