@@ -77,7 +77,7 @@ $(NATIVE_OUT): madtrace/process/fault_loop.c madtrace/capture/data_expand.c inje
 CAPTURE_HEADER_H := build/native/capture_format.h
 $(CAPTURE_HEADER_H): madtrace/trace/format.py $(STAMP)
 	@mkdir -p $(@D)
-	$(VPY) -m madtrace.trace.format > $@.tmp && mv $@.tmp $@
+	$(VPY) -m madtrace.trace.capture_file > $@.tmp && mv $@.tmp $@
 $(DRAIN_OUT): madtrace/capture/ring_drain.c injector/layout.h $(CAPTURE_HEADER_H) | $(APT_STAMP)
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -Ibuild/native -o $@ $< -lxxhash

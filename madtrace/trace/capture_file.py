@@ -336,3 +336,26 @@ def _write_all(fd: int, parts: list) -> int:
         if views and n:
             views[0] = views[0][n:]
     return total
+
+
+def c_header() -> str:
+    """The container's constants for the C writers (build/native/capture_format.h),
+    from the layout defined in trace/format.py."""
+    lines = ["/* generated from madtrace/trace/format.py by the Makefile: do not edit */"]
+    values = {
+        "MT_CAPTURE_MAGIC": int.from_bytes(CAPTURE_MAGIC, "little"),
+        "MT_CAPTURE_VERSION": CAPTURE_FORMAT_VERSION,
+        "MT_CAPTURE_HEADER_SIZE": CAPTURE_HEADER.itemsize,
+        "MT_CHUNK_HEADER_SIZE": CHUNK_HEADER.itemsize,
+        "MT_CHUNK_MAGIC": CHUNK_MAGIC,
+        "MT_CHUNK_MAX_BYTES": CHUNK_MAX_BYTES,
+    }
+    for name, offset in (("magic", 0), ("length", 4), ("check", 8)):
+        assert CHUNK_HEADER.fields is not None and CHUNK_HEADER.fields[name][1] == offset
+        values[f"MT_CHUNK_{name.upper()}_OFFSET"] = offset
+    lines += [f"#define {name} {hex(value)}ULL" for name, value in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # the Makefile: python -m madtrace.trace.capture_file > capture_format.h
+    print(c_header(), end="")

@@ -55,7 +55,7 @@ Every raw capture file (calls/<tid>.rec, data/<tid>.acc, data/<tid>.dat,
 data/allocator_calls.bin, data/blocks.bin) is one container, defined here once
 (``CAPTURE_HEADER``, ``CHUNK_HEADER``) and read and written by
 trace/capture_file.py (the C drain gets the constants from
-``c_header()``, generated into build/native/capture_format.h):
+capture_file's ``c_header()``, generated into build/native/capture_format.h):
 
 * a file header of 32 bytes: ``CAPTURE_MAGIC`` "MADTRACE", the container's
   version ``CAPTURE_FORMAT_VERSION``, the kind (``CAPTURE_KINDS``), the
@@ -267,24 +267,6 @@ CHUNK_HEADER = np.dtype([("magic", "<u4"), ("length", "<u4"), ("check", "<u8")])
 CHUNK_MAGIC = 0x4B43544D  # "MTCK"
 CHUNK_MAX_BYTES = 4 << 20  # the largest payload a writer frames (a reader refuses more)
 CAPTURE_KINDS = {"calls": 1, "accesses": 2, "compact": 3, "allocator calls": 4, "blocks": 5}
-
-
-def c_header() -> str:
-    """The container's constants for the C writers (build/native/capture_format.h)."""
-    lines = ["/* generated from madtrace/trace/format.py by the Makefile: do not edit */"]
-    values = {
-        "MT_CAPTURE_MAGIC": int.from_bytes(CAPTURE_MAGIC, "little"),
-        "MT_CAPTURE_VERSION": CAPTURE_FORMAT_VERSION,
-        "MT_CAPTURE_HEADER_SIZE": CAPTURE_HEADER.itemsize,
-        "MT_CHUNK_HEADER_SIZE": CHUNK_HEADER.itemsize,
-        "MT_CHUNK_MAGIC": CHUNK_MAGIC,
-        "MT_CHUNK_MAX_BYTES": CHUNK_MAX_BYTES,
-    }
-    for field, offset in (("magic", 0), ("length", 4), ("check", 8)):
-        assert CHUNK_HEADER.fields is not None and CHUNK_HEADER.fields[field][1] == offset
-        values[f"MT_CHUNK_{field.upper()}_OFFSET"] = offset
-    lines += [f"#define {name} {hex(value)}ULL" for name, value in values.items()]
-    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)
@@ -596,6 +578,3 @@ def store_is_complete(directory: str) -> bool:
         and all(meta["sources"].get(name) == now for name, now in capture_sources(directory).items())
     )
 
-
-if __name__ == "__main__":  # the Makefile: python -m madtrace.trace.format > capture_format.h
-    print(c_header(), end="")
