@@ -577,4 +577,3 @@ def store_is_complete(directory: str) -> bool:
         and isinstance(meta.get("sources"), dict)
         and all(meta["sources"].get(name) == now for name, now in capture_sources(directory).items())
     )
-
