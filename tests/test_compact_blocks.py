@@ -49,3 +49,35 @@ def test_blocks_read_back_in_both_encodings(tmp_path):
     assert len(got) == len(blocks)
     for want, have in zip(blocks, got):
         assert np.array_equal(want, have)
+
+
+def test_a_file_being_written_is_read_with_the_ids_appended_since(tmp_path):
+    """The live store writer follows data/<tid>.dat while the tracer appends to
+    it: a block naming an instruction id appended to data/instructions.jsonl
+    after the reader loaded the table is decoded (the table is read again), not
+    refused as an unknown id."""
+    from madtrace.trace.compact import InstructionFile, SeqFollower
+    from madtrace.trace.format import ACCESS_RECORDS
+    directory = str(tmp_path)
+    os.makedirs(tmp_path / "data")
+    table = InstructionFile(directory, 3)
+    table.append([[0, 0, 0, 0, 0, 0], [0x401000, 4, 1, 3, 1, 0]])   # id 0: markers; 1: a load
+    container = COMPACT_RECORDS.container()
+    fd = COMPACT_RECORDS.create(ACCESS_RECORDS.compact_path(directory, 7))
+    follower = SeqFollower(directory, 7)
+
+    def block(ident: int, n: int) -> None:
+        r = np.zeros(n, dtype=COMPACT_DTYPE)
+        r["a"], r["id"] = 0x404000 + 8 * np.arange(n), ident
+        container.append_payload(fd, encode_block(r))
+
+    try:
+        block(1, 5)
+        assert follower.count() == 5
+        table.append([[0x401010, 8, 2, 4, 1, 0]])                     # id 2: a store, later
+        block(2, 3)
+        assert follower.count() == 8
+        assert np.array_equal(follower.seqs(0, 8), np.zeros(8, dtype=np.uint64))
+    finally:
+        os.close(fd)
+        table.close()

@@ -153,9 +153,10 @@ class CompactReader:
     """Decodes one thread's file, block after block (``offset``: where the next
     block starts; the seq and order reached carry over from block to block)."""
 
-    def __init__(self, path: str, table: InstructionColumns):
+    def __init__(self, path: str, table: InstructionColumns, directory: str | None = None):
         self.path = path
         self.table = table
+        self.directory = directory   # given: a file still being written (its table grows)
         self.seq = 0
         self.next_order = 0
         self.offset = 0
@@ -166,8 +167,8 @@ class CompactReader:
         pending: list[np.ndarray] = []
         size = 0
         for offset, records in iter_blocks(self.path, self.offset):
-            self.offset = offset
             rows = self.decode(records)
+            self.offset = offset
             if len(rows):
                 pending.append(rows)
                 size += len(rows)
@@ -178,8 +179,12 @@ class CompactReader:
             yield np.concatenate(pending) if len(pending) > 1 else pending[0]
 
     def decode(self, r: np.ndarray) -> np.ndarray:
-        t = self.table
         ids = r["id"].astype(np.int64)
+        if len(ids) and int(ids.max()) >= len(self.table.rip) and self.directory is not None:
+            # appended to data/instructions.jsonl after this reader loaded it (the
+            # tracer writes every id before the first record naming it)
+            self.table = InstructionColumns.load(self.directory)
+        t = self.table
         if len(ids) and int(ids.max()) >= len(t.rip):
             raise CorruptTraceError(f"{self.path}: instruction id {int(ids.max())} unknown")
         a, b = r["a"], r["b"]
@@ -221,7 +226,7 @@ def compact_chunks(path: str, chunk_rows: int = 1 << 20) -> Iterator[np.ndarray]
     """The access rows (ACCESS_DTYPE) of one compact file data/<tid>.dat, in
     order, in chunks (format.ACCESS_RECORDS.chunks reads a .dat file with it)."""
     directory = os.path.dirname(os.path.dirname(os.path.abspath(path)))
-    yield from CompactReader(path, InstructionColumns.load(directory)).chunks(chunk_rows)
+    yield from CompactReader(path, InstructionColumns.load(directory), directory).chunks(chunk_rows)
 
 
 def record_count(path: str) -> int:
@@ -261,7 +266,8 @@ class SeqFollower:
         if not os.path.exists(self.dat):
             return 0
         if self.reader is None:
-            self.reader = CompactReader(self.dat, InstructionColumns.load(self.directory))
+            self.reader = CompactReader(self.dat, InstructionColumns.load(self.directory),
+                                        self.directory)
         fresh = [rows["seq"] for rows in self.reader.chunks()]
         if fresh:
             self.pending = np.concatenate([self.pending, *fresh])
