@@ -100,6 +100,19 @@ def tracer_of(tid: int) -> int | None:
     return None
 
 
+def is_exiting(tid: int) -> bool:
+    """Whether a thread is gone or dying (zombie or dead: PTRACE_SEIZE answers EPERM
+    for a thread whose exit has begun, as for one traced by another tracer)."""
+    try:
+        with open(f"/proc/{tid}/status") as f:
+            for line in f:
+                if line.startswith("State:"):
+                    return line.split()[1] in ("Z", "X")
+    except OSError:
+        return True
+    return False
+
+
 def thread_group_of(tid: int) -> int | None:
     try:
         with open(f"/proc/{tid}/status") as f:
@@ -270,6 +283,8 @@ class Tracee:
                         # its first stop still to come
                         self.threads[tid] = ThreadState(tid, running=True, fresh=True)
                         continue
+                    if tid != self.pid and is_exiting(tid):
+                        continue  # exiting (a thread joined meanwhile): nothing to trace
                     raise PermissionDeniedError(f"cannot attach to process {self.pid}: {exc}") from None
                 self.threads[tid] = ThreadState(tid, running=True)
 
