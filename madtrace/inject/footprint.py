@@ -43,6 +43,7 @@ from ..process import ptrace_raw as pr
 from ..process.events import SignalStop, ThreadExited, ThreadKilled, TrapStop
 from ..process.remote_syscall import RemoteSyscalls
 
+_FAULTS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
 STEP_LIMIT = 4096      # instructions a thread may take to leave a trampoline
 
 
@@ -192,6 +193,11 @@ def step_until_out(tracee, tid: int, area) -> bool:
             event = tracee.wait_event(block=True, tid=tid)
             if event is None or isinstance(event, (ThreadExited, ThreadKilled)):
                 return True
+            if isinstance(event, SignalStop) and event.signum in _FAULTS:
+                # the instruction faulted (a data-traced page, or a real fault): not
+                # carried out, it faults again when the thread runs, where the engines
+                # see it; stepping stops here
+                return False
             if isinstance(event, SignalStop) and event.signum != signal.SIGTRAP:
                 # the target's own signal: delivered when the thread is next resumed
                 if state.pending_signal and state.pending_signal != event.signum:
