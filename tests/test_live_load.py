@@ -105,6 +105,13 @@ def test_server_under_load_survives_instrument_cycles(tmp_path):
         server.wait()
 
 
+def check_churn_output(target, out: bytes) -> None:
+    """tests/progs/churn ended well: exit 0 and its own totals for the rounds it did."""
+    assert target.returncode == 0, out
+    rounds = int(re.match(rb"rounds (\d+)", out).group(1))
+    assert rounds > 0 and out == churn_expected(rounds)
+
+
 def churn_expected(rounds: int) -> bytes:
     squares = sum(i * i for i in range(rounds))
     byte_sum = sum(i & 0xFF for i in range(rounds))
@@ -134,9 +141,7 @@ def test_thread_churn_while_instrumented_and_data_traced(tmp_path, variant):
         out, _ = target.communicate(b"\n", timeout=120)
     finally:
         target.kill()
-    assert target.returncode == 0, out
-    rounds = int(re.match(rb"rounds (\d+)", out).group(1))
-    assert rounds > 0 and out == churn_expected(rounds)
+    check_churn_output(target, out)
 
 
 @pytest.mark.parametrize("variant", ["O0-pie", "O2-nopie"])
