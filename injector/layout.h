@@ -70,10 +70,13 @@
 #define MT_RING_BLOCK         4792320 /* MT_RING_COUNTS + 8 * (MT_COUNTED_SITES + 1), page-rounded */
 #define MT_SPIN_LIMIT         4000000 /* pause iterations a writer waits on a full ring (~0.1-0.5 s) */
 
-/* Unwind information registered with the target's unwinder (inject/unwind.py):
- * one memfd per registration: [state][.eh_frame object][libgcc's struct object].
- * The state tells a later session whether the unwinder still holds it. */
+/* Unwind information registered with the target's unwinder (inject/unwind.py,
+ * inject/unwind_registry.py): areas named madtrace-unwind, each a chain of objects
+ * [state][next][.eh_frame object][libgcc's struct object], the first at offset 0.
+ * The state tells a later session whether the unwinder still holds an object.
+ * Offsets are from the object's start. */
 #define MT_UNWIND_STATE       0      /* u64: 0 not registered, 1 being registered, 2 registered */
+#define MT_UNWIND_NEXT        8      /* u64: offset in the area of the next object (0: the last) */
 #define MT_UNWIND_FRAMES      16     /* the .eh_frame object (the registration's begin) */
 
 /* one record = 16 bytes:

@@ -130,6 +130,12 @@ def test_target_finishes_when_the_tracer_is_killed_in_a_probed_loop(tmp_path):
     program finishes with its normal output."""
     argv = [prog("bench_data_memory", "O2-nopie"), "40000", "4096"]
     native = subprocess.run(argv, capture_output=True, timeout=120)
+    assert output_when_killed(tmp_path, argv, after=1.0) == native.stdout
+
+
+def output_when_killed(tmp_path, argv: list[str], after: float) -> bytes:
+    """The program's output when madtrace recording it is SIGKILLed ``after``
+    seconds into data tracing."""
     env = dict(os.environ, PYTHONPATH=ROOT)
     tracer = subprocess.Popen([*MADTRACE, "record", "--data", "--no-functions", *HYBRID, "-o",
                                str(tmp_path / "t"), "--", *argv],
@@ -141,14 +147,13 @@ def test_target_finishes_when_the_tracer_is_killed_in_a_probed_loop(tmp_path):
         else:
             pytest.fail("madtrace never started data tracing")
         import time
-        time.sleep(1.0)
+        time.sleep(after)
         os.kill(tracer.pid, signal.SIGKILL)
         tracer.wait(timeout=30)
-        out = tracer.stdout.read()
+        return tracer.stdout.read()
     finally:
         if tracer.poll() is None:
             tracer.kill()
-    assert out == native.stdout
 
 
 def test_compact_records_are_small_and_read_back(tmp_path):

@@ -46,6 +46,36 @@ def sleb(data: bytes, pos: int) -> tuple[int, int]:
             return value, pos
 
 
+ENCODED_SIZES = {DW_EH_PE_absptr: (8, "<Q"), DW_EH_PE_udata2: (2, "<H"),
+                 DW_EH_PE_udata4: (4, "<I"), DW_EH_PE_udata8: (8, "<Q"),
+                 DW_EH_PE_sdata2: (2, "<h"), DW_EH_PE_sdata4: (4, "<i"),
+                 DW_EH_PE_sdata8: (8, "<q")}
+
+
+def read_encoded(data: bytes, pos: int, enc: int, field_addr: int, datarel: int = 0):
+    """A DW_EH_PE-encoded value at data[pos] -> (value, next pos); ``field_addr``:
+    the field's own address (pcrel), ``datarel``: the datarel base.  The
+    indirect bit is not followed (the value is the pointer's address); a value
+    of 0 stays 0, as the unwinder reads it (no base added)."""
+    if enc == DW_EH_PE_omit:
+        return None, pos
+    fmt = enc & 0x0F
+    if fmt == DW_EH_PE_uleb128:
+        value, pos = uleb(data, pos)
+    elif fmt == DW_EH_PE_sleb128:
+        value, pos = sleb(data, pos)
+    else:
+        size, code = ENCODED_SIZES[fmt]
+        value = struct.unpack_from(code, data, pos)[0]
+        pos += size
+    app = enc & 0x70
+    if app == DW_EH_PE_pcrel and value:
+        value += field_addr
+    elif app == DW_EH_PE_datarel and value:
+        value += datarel
+    return value, pos
+
+
 @dataclass(frozen=True)
 class Cie:
     code_align: int
@@ -54,9 +84,10 @@ class Cie:
     augmentation: str
     fde_encoding: int
     lsda_encoding: int
-    personality: int
+    personality: int            # its address; with personality_indirect: the address of a pointer to it
     signal_frame: bool
     instructions: bytes
+    personality_indirect: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,29 +125,10 @@ class EhFrame:
         self._starts = [s for s, _ in self.table]
 
     def _read(self, data: bytes, pos: int, enc: int, base: int, field_addr: int | None = None):
-        """An encoded pointer at data[pos] (``base``: for datarel; the field's address
-        for pcrel is ``field_addr``, default base + pos)."""
-        if enc == DW_EH_PE_omit:
-            return None, pos
-        fmt = enc & 0x0F
-        at = (base + pos) if field_addr is None else field_addr
-        if fmt == DW_EH_PE_uleb128:
-            value, pos = uleb(data, pos)
-        elif fmt == DW_EH_PE_sleb128:
-            value, pos = sleb(data, pos)
-        else:
-            size, code = {DW_EH_PE_absptr: (8, "<Q"), DW_EH_PE_udata2: (2, "<H"),
-                          DW_EH_PE_udata4: (4, "<I"), DW_EH_PE_udata8: (8, "<Q"),
-                          DW_EH_PE_sdata2: (2, "<h"), DW_EH_PE_sdata4: (4, "<i"),
-                          DW_EH_PE_sdata8: (8, "<q")}[fmt]
-            value = struct.unpack_from(code, data, pos)[0]
-            pos += size
-        app = enc & 0x70
-        if app == DW_EH_PE_pcrel:
-            value += at
-        elif app == DW_EH_PE_datarel:
-            value += base
-        return value, pos
+        """An encoded pointer at data[pos] (``base``: the address of data[0], also
+        the base of datarel; the field's address for pcrel is ``field_addr``,
+        default base + pos)."""
+        return read_encoded(data, pos, enc, (base + pos) if field_addr is None else field_addr, base)
 
     def fde_at(self, rel_addr: int) -> Fde | None:
         if not self.ok:
@@ -179,6 +191,7 @@ class EhFrame:
         else:
             ra, p = uleb(data, p)
         fde_enc, lsda_enc, personality, signal = DW_EH_PE_absptr, DW_EH_PE_omit, 0, False
+        indirect = False
         if augmentation.startswith("z"):
             aug_len, p = uleb(data, p)
             q, aug_stop = p, p + aug_len
@@ -189,9 +202,10 @@ class EhFrame:
                     lsda_enc, q = data[q], q + 1
                 elif ch == "P":
                     enc, q = data[q], q + 1
+                    indirect = bool(enc & DW_EH_PE_indirect)
                     personality, q = self._read(data, q, enc & ~DW_EH_PE_indirect, base)
                 elif ch == "S":
                     signal = True
             p = aug_stop
         return Cie(code_align, data_align, ra, augmentation, fde_enc, lsda_enc, personality or 0,
-                   signal, bytes(data[p:end]))
+                   signal, bytes(data[p:end]), indirect)

@@ -409,6 +409,8 @@ class DataEngine:
         insn = self._decode(regs.rip)
         if self._fast_fault(tid, insn, event.si_addr):
             tracee.threads[tid].running = True
+            if self.paths is not None:
+                self.paths.fault_path_taken(self.area.loop, regs.rip, insn.address)
             return True
         self.slow_path.fault(tid, regs, page)
         return True

@@ -36,6 +36,7 @@ from .instruction_table import FAULT, KIND_LOAD, KIND_STORE, InstructionTable
 from .rewriting import GROUP, Rewriter
 from .rings import RingSet
 
+ASK_AGAIN = 63          # mask: every 64th fault the loop meets of a waiting instruction
 SYNCHRONOUS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP}
 
 
@@ -62,7 +63,7 @@ class AccessPaths:
             self.rings.set_enabled(True)
         self.rings.data_sink = self.records
         self.rewriter = Rewriter(engine, self.rings.control_address, engine.alias.bitmap.address,
-                                 self.ids, L)
+                                 self.ids, L, rings=self.rings)
         engine.area.loop.set_ring_mode(True)
         engine.area.loop.set_kinds(True, True)      # loads/stores-only: at the drain
         engine.area.ids_of = self.ids_of
@@ -137,6 +138,14 @@ class AccessPaths:
             self.on_faults[original] = why
             self.fault_reasons[why] += 1
         return False
+
+    def fault_path_taken(self, loop, rip: int, address: int) -> None:
+        """The fault loop carries the instruction at ``rip`` (``address`` in the
+        original code) from now on.  If its function has a copy not in use yet,
+        the loop gives every ASK_AGAIN-th fault of it back, to move it over once
+        the copy is ready (rewriting.py ``waiting``)."""
+        if self.rewriter is not None and self.rewriter.waiting(self.original(rip)):
+            loop.ask_again(address, ASK_AGAIN)
 
     def settle(self, tid: int, signum: int) -> None:
         regs = self.engine.tracee.get_regs(tid)

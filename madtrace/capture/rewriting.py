@@ -35,6 +35,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import struct
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -47,6 +48,7 @@ from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
 from ..process.remote_syscall import RemoteSyscalls
 from .alias import ALIAS_BIT
+from .copy_frames import CopyFrames
 from .instruction_table import InstructionTable
 
 AREA_SIZE = 64 << 20
@@ -55,7 +57,7 @@ AREA_SIZE = 64 << 20
 GROUP = "madtrace-rewriting"
 ENTRY_SLOT = 16          # jmp [rip + 0]; 2 bytes of padding; .quad target
 PROBE_BYTES = 420        # room planned per memory instruction of a function
-UNWINDER = "_Unwind_RaiseException"
+RETRY_INTERVAL = 0.01    # seconds between tries of a registration the unwinder's lock held up
 
 
 @dataclass
@@ -69,6 +71,8 @@ class FunctionState:
     slot: int = 0                 # entry slot (0: entry not redirected) ...
     slot_area: "CodeArea | None" = None   # ... in this code area (a module may get several)
     frame_pointer: bool = False
+    fde: object = None            # its unwind information (binary/eh_frame.py Fde), if any
+    unregistered: FunctionCopy | None = None   # a copy waiting for its unwind information
 
     @property
     def latest(self) -> FunctionCopy | None:
@@ -89,7 +93,8 @@ class CodeArea:
 
 
 class Rewriter:
-    def __init__(self, engine, ctl: int, bitmap: int, ids: InstructionTable, injector):
+    def __init__(self, engine, ctl: int, bitmap: int, ids: InstructionTable, injector,
+                 rings=None):
         self.engine = engine
         self.tracee = engine.tracee
         self.space = engine.space
@@ -105,8 +110,9 @@ class Rewriter:
         self._copies: list[FunctionCopy] = []
         self._copy_starts: list[int] = []
         self._eh: dict[str, EhFrame] = {}
-        self.unwinder = any(self.space.find_functions(f"*:{UNWINDER}")) if \
-            hasattr(self.space, "find_functions") else False
+        self.frames = CopyFrames(engine, injector, rings)
+        self._unregistered: list[FunctionState] = []   # see _retry_unregistered
+        self._next_retry = 0.0
 
     # ---------------------------------------------------------------- lookups
     def copy_at(self, address: int) -> FunctionCopy | None:
@@ -123,19 +129,18 @@ class Rewriter:
         return address if original is None else original
 
     def _bounds(self, rip: int):
+        """(module, start, end, FDE or None) of the function holding ``rip``."""
         module = self.space.module_for(rip)
         if module is None:
             return None
         rel = rip - module.bias
         symbol = module.image.symbol_at(rel)
-        if symbol is not None and symbol.kind in ("FUNC", "IFUNC") and symbol.size:
-            fde = self._eh_of(module).fde_at(rel)
-            lsda = fde.lsda if fde is not None and fde.start == symbol.address else 0
-            return module, module.bias + symbol.address, module.bias + symbol.address + symbol.size, lsda
         fde = self._eh_of(module).fde_at(rel)
+        if symbol is not None and symbol.kind in ("FUNC", "IFUNC") and symbol.size:
+            return module, module.bias + symbol.address, module.bias + symbol.address + symbol.size, fde
         if fde is None:
             return None
-        return module, module.bias + fde.start, module.bias + fde.end, fde.lsda
+        return module, module.bias + fde.start, module.bias + fde.end, fde
 
     def _eh_of(self, module) -> EhFrame:
         eh = self._eh.get(module.name)
@@ -148,16 +153,10 @@ class Rewriter:
         if bounds is None:
             self.refused["outside any known function"] += 1
             return None
-        module, start, end, lsda = bounds
+        module, start, end, fde = bounds
         state = self.functions.get(start)
         if state is None:
-            state = self.functions[start] = FunctionState(start, end, module)
-            if lsda:
-                state.refused = "C++ exception tables (no unwind information for moved code yet)"
-            elif self.unwinder:
-                state.refused = "a C++ unwinder is loaded (no unwind information for moved code yet)"
-            if state.refused:
-                self.refused[state.refused] += 1
+            state = self.functions[start] = FunctionState(start, end, module, fde=fde)
         return state
 
     # -------------------------------------------------------------- discovery
@@ -178,6 +177,9 @@ class Rewriter:
         state = self._state(original)
         if state is None or state.refused:
             return False
+        self._retry_unregistered()
+        if state.unregistered is not None:
+            return False
         if not state.probed(original):
             if original in state.wanted:
                 return False               # wanted before, could not be probed
@@ -192,6 +194,13 @@ class Rewriter:
         self.tracee.resume(tid, 0)
         self.stats["moved"] += 1
         return True
+
+    def waiting(self, original: int) -> bool:
+        """Whether the function holding ``original`` has a copy waiting for its
+        unwind information (``_retry_unregistered``)."""
+        bounds = self._bounds(original)
+        state = self.functions.get(bounds[1]) if bounds else None
+        return state is not None and state.unregistered is not None
 
     def why_not(self, original: int) -> str:
         """Why the instruction at ``original`` has no probe."""
@@ -264,11 +273,42 @@ class Rewriter:
         area.cursor = at + len(copy.code)
         # a call made in the copy returns to the original code once the session ends
         area.area.return_points.update(copy.returns)
-        state.copies.append(copy)
         i = bisect.bisect_left(self._copy_starts, at)
         self._copy_starts.insert(i, at)
         self._copies.insert(i, copy)
         self.stats["copies"] += 1
+        return self._activate(state, copy)
+
+    def _retry_unregistered(self) -> None:
+        """Copies whose unwind information waits for the unwinder's lock: tried at
+        every fault (of any function: the thread that held the lock has likely
+        left it by then), at most every RETRY_INTERVAL seconds."""
+        if not self._unregistered or time.monotonic() < self._next_retry:
+            return
+        while self._unregistered:
+            state = self._unregistered[0]
+            if not self._activate(state, state.unregistered):
+                if state.unregistered is not None:     # still held: later
+                    self._next_retry = time.monotonic() + RETRY_INTERVAL
+                    return
+            self._unregistered.pop(0)
+
+    def _activate(self, state: FunctionState, copy: FunctionCopy) -> bool:
+        """The copy goes into use once the unwinder knows it (copy_frames.py)."""
+        state.unregistered = None
+        if self.frames.loaded():
+            built = self.frames.build(state, copy)
+            if isinstance(built, str):
+                state.refused = f"no unwind information for its copy: {built}"
+                self.refused[_reason_kind(state.refused)] += 1
+                return False
+            if built is not None and not self.frames.register(*built):
+                if state not in self._unregistered:
+                    self._unregistered.append(state)
+                state.unregistered = copy          # the unwinder's lock was held: later
+                self.stats["unwind registrations deferred"] += 1
+                return False
+        state.copies.append(copy)
         return True
 
     def _area(self, module, need: int) -> CodeArea:

@@ -106,6 +106,7 @@ class RingSet:
         self.released_counts = np.zeros(0, dtype=np.uint64)
         self.code_counts = np.zeros(1, dtype=np.uint64)
         self.enabled = False
+        self.muted: set[int] = set()      # threads whose records are off for a while (``mute``)
         self._lib = _library()
         _check_build(self._lib, injector)
         self._moved = ctypes.c_uint64()
@@ -197,10 +198,35 @@ class RingSet:
             for index in self.thread_ring.values():
                 self._set_limit(index)
 
-    def _set_limit(self, index: int) -> None:
+    def _set_limit(self, index: int, recording: bool | None = None) -> None:
         L = self.L
-        limit = self._ring_u64(index, L.MT_RING_TAIL) + L.MT_RING_RECORDS if self.enabled else 0
+        on = self.enabled if recording is None else recording
+        limit = self._ring_u64(index, L.MT_RING_TAIL) + L.MT_RING_RECORDS if on else 0
         self._ring_u64(index, L.MT_RING_LIMIT, limit)
+
+    def _recording(self, tid: int) -> bool:
+        return self.enabled and tid not in self.muted
+
+    @contextlib.contextmanager
+    def mute(self, tid: int):
+        """No record from ``tid`` while the block runs (its ring's LIMIT is 0, which
+        the writers read as recording off: nothing written, nothing dropped): the
+        tracer's own calls in the target (registering unwind information) are not
+        the program's."""
+        index = self.thread_ring.get(tid)
+        if index is None:
+            yield
+            return
+        with self.lock:
+            self.muted.add(tid)
+            self._set_limit(index, False)
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.muted.discard(tid)
+                if tid in self.thread_ring:
+                    self._set_limit(self.thread_ring[tid])
 
     def reserve_sites(self, n: int) -> None:
         """Room to count the calls of sites 0..n-1 (before they are patched)."""
@@ -390,7 +416,7 @@ class RingSet:
         counts = self.code_counts
         first = 2 * self.L.MT_COUNTED_SITES
         err = self._lib.mt_drain_ring(self.ring_local(index), fd, counts.ctypes.data, first,
-                                      first + len(counts) - 1, int(self.enabled), self._moved)
+                                      first + len(counts) - 1, int(self._recording(tid)), self._moved)
         n = self._moved.value
         self.records_per_thread[tid] = self.records_per_thread.get(tid, 0) + n
         if err == -errno.EPROTO:
@@ -422,7 +448,7 @@ class RingSet:
         while True:
             err = self._lib.mt_drain_ring_split(
                 self.ring_local(self.thread_ring[tid]), self.files.get(tid, -1), counts.ctypes.data,
-                first, first + len(counts) - 1, int(self.enabled), self._moved, ctypes.byref(calls),
+                first, first + len(counts) - 1, int(self._recording(tid)), self._moved, ctypes.byref(calls),
                 self._data_out.ctypes.data, DATA_OUT_ROWS, ctypes.byref(n_out))
             total += self._moved.value
             self.records_per_thread[tid] = calls.value

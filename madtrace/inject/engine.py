@@ -37,7 +37,8 @@ from .footprint import Footprint, step_until_out
 from .patchset import Patch, PatchConflict, PatchSet
 from .plan import Plan, Site, TracedFunction, make_plan
 from .templates import load_injector
-from .unwind import OBJECT_SIZE, eh_frame
+from .unwind import eh_frame
+from .unwind_registry import Unwinder, UnwindObjects
 
 GROUP = "madtrace-functions"     # the areas of function tracing stay or go together
 
@@ -77,8 +78,8 @@ class FunctionTracer:
         # (pc_begin, pc_end, return_to) of call-site trampolines in modules with C++
         # exceptions, registered with the target's unwinder after patching
         self.unwind_pending: list[tuple[int, int, int]] = []
-        self.unwind_registered = 0
-        self._frame_registrar: int | None = None    # see _register_frame_info
+        self.unwinder = Unwinder(space)
+        self.unwind = UnwindObjects(self.unwinder, self.injector, GROUP)
         # (address in a trampoline, original address, size) of each relocated
         # prologue instruction: its accesses are named by the original
         self.moved_code: list[tuple[int, int, int]] = []
@@ -88,7 +89,6 @@ class FunctionTracer:
         self.defer_tables = False
         self._tables_dirty = False
         self._tsc_hz: float | None = None
-        self._deregistrar: int | None = None         # __deregister_frame_info
 
     # --------------------------------------------------------------- install
     def install(self, patterns: list[str]) -> dict:
@@ -173,67 +173,20 @@ class FunctionTracer:
                          cxx_unwind=self._register_frame_info() is not None)
 
     def _register_frame_info(self) -> int | None:
-        """The address of __register_frame_info in the target's unwinder (the module
-        that also has _Unwind_RaiseException: libgcc_s; glibc exports a compat copy
-        whose registrations that unwinder never sees), if loaded.  Found once (a
-        search of every module's symbols); not found is asked again, since a
-        later ``add`` may see libgcc_s loaded by then."""
-        if self._frame_registrar is not None:
-            return self._frame_registrar
-
-        def exported(name: str):
-            return [ms for ms in self.space.find_functions(name)
-                    if ms.symbol.dynamic and ms.symbol.binding != "LOCAL" and ms.symbol.address]
-        unwinders = {ms.module.name for ms in exported("_Unwind_RaiseException")}
-        for ms in exported("__register_frame_info"):
-            if ms.module.name in unwinders:
-                self._frame_registrar = ms.address
-                return ms.address
-        return None
-
-    def _deregister_frame_info(self) -> int:
-        """__deregister_frame_info of the unwinder that got the registrations."""
-        if self._deregistrar is None:
-            registrar = self._register_frame_info()
-            found = [ms for ms in self.space.find_functions("__deregister_frame_info")
-                     if ms.symbol.dynamic and ms.symbol.binding != "LOCAL"
-                     and ms.module.start <= registrar < ms.module.end]
-            if not found:
-                raise TracerInternalError("the unwinder has no __deregister_frame_info")
-            self._deregistrar = found[0].address
-        return self._deregistrar
+        """The address of __register_frame_info in the target's unwinder, if loaded
+        (unwind_registry.py)."""
+        return self.unwinder.registrar()
 
     def _register_unwind(self) -> None:
         """Registers the pending call-site trampolines with the target's unwinder
-        (unwind.py): one .eh_frame object and libgcc's struct object for it, in
-        an area of their own (layout.h: MT_UNWIND_*), which goes with the
-        trampolines when the session ends (taken back from the unwinder first)."""
+        (unwind.py): one .eh_frame object (unwind_registry.py), taken back from
+        the unwinder when the session ends, before the trampolines go."""
         if not self.unwind_pending:
             return
-        L = self.injector
         blob = eh_frame(self.unwind_pending)
-        object_at = L.MT_UNWIND_FRAMES + ((len(blob) + 15) & ~15)
         with RemoteSyscalls(self.tracee) as rs:
-            area = SharedArea(rs, object_at + OBJECT_SIZE, "madtrace-unwind", executable=False,
-                              group=GROUP)
-            area.write(area.address + L.MT_UNWIND_FRAMES, blob)
-            state = area.address + L.MT_UNWIND_STATE
-            area.write(state, struct.pack("<Q", 1))
-            rs.call_function(self._register_frame_info(), area.address + L.MT_UNWIND_FRAMES,
-                             area.address + object_at)
-            area.write(state, struct.pack("<Q", 2))
-        area.before_unmap.append(lambda rs, area=area: self._deregister(rs, area))
-        self.unwind_registered += len(self.unwind_pending)
+            self.unwind.register(rs, lambda at: blob, len(blob))
         self.unwind_pending = []
-
-    def _deregister(self, rs: RemoteSyscalls, area: SharedArea) -> None:
-        """The unwinder lets go of an area's unwind information (before it is unmapped)."""
-        L = self.injector
-        state = area.address + L.MT_UNWIND_STATE
-        if struct.unpack_from("<Q", area.local, L.MT_UNWIND_STATE)[0] != 2:
-            return
-        rs.call_function(self._deregister_frame_info(), area.address + L.MT_UNWIND_FRAMES)
-        area.write(state, struct.pack("<Q", 0))
 
     def _new_code_area(self, rs: RemoteSyscalls, module, need: int) -> None:
         """A code area for ``need`` bytes of trampolines (and room to grow), within

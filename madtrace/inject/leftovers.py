@@ -45,6 +45,7 @@ from ..process.remote_syscall import RemoteSyscalls
 from .areas import MAPS_PREFIX, REL32_REACH, TargetArea
 from .footprint import Footprint, Release
 from .templates import Injector, load_injector
+from .unwind_registry import Unwinder, objects
 
 KNOWN_VERSIONS = (2, 3)        # ring layouts whose LIMIT and flag offsets are today's
 TRAMPOLINES = ("callsite", "tailsite", "entry", "exitstub")
@@ -325,18 +326,20 @@ def _undo_guard(tracee, area: TargetArea, L: Injector) -> str:
 
 
 def _unwind(tracee, area: TargetArea, L: Injector, space) -> str:
-    """Prepares an old unwind area to go; returns why it must stay ('' if not)."""
-    state = tracee.mem.read_u64(area.address + L.MT_UNWIND_STATE)
-    if state == 0:
-        return ""
-    if state != 2:
+    """Prepares an old unwind area to go (each of its objects still registered is
+    taken back from the unwinder first); returns why it must stay ('' if not)."""
+    offsets = objects(tracee.mem.read_u64, area.address, L)
+    states = {o: tracee.mem.read_u64(area.address + o + L.MT_UNWIND_STATE) for o in offsets}
+    if any(state not in (0, 2) for state in states.values()):
         return f"{area.name} may or may not be registered with the unwinder (it was being registered)"
-    unwinders = {ms.module.name for ms in space.find_functions("_Unwind_RaiseException")}
-    found = [ms for ms in space.find_functions("__deregister_frame_info")
-             if ms.module.name in unwinders and ms.symbol.dynamic and ms.symbol.address]
-    if not found:
+    registered = [o for o, state in states.items() if state == 2]
+    if not registered:
+        return ""
+    try:
+        deregister = Unwinder(space).deregistrar()
+    except MadtraceError:
         return f"{area.name} is registered with an unwinder madtrace cannot find"
-    deregister = found[0].address
-    area.before_unmap.append(
-        lambda rs: rs.call_function(deregister, area.address + L.MT_UNWIND_FRAMES))
+    for offset in registered:
+        area.before_unmap.append(lambda rs, at=area.address + offset + L.MT_UNWIND_FRAMES:
+                                 rs.call_function(deregister, at))
     return ""

@@ -55,7 +55,7 @@ def _library() -> ctypes.CDLL:
         "mt_set_kinds": (None, [P, U64]), "mt_set_alias": (None, [P, P, U64]),
         "mt_order": (U64, [P]), "mt_set_order": (None, [P, U64]),
         "mt_n_records": (SZ, [P]), "mt_clear_records": (None, [P]), "mt_n_insns": (SZ, [P]),
-        "mt_insn_resize": (I, [P, SZ]),
+        "mt_insn_resize": (I, [P, SZ]), "mt_insn_ask": (None, [P, U64, I]),
         "mt_stats": (None, [P, P]),
         "mt_thread_set": (I, [P, I, I, P]), "mt_thread_del": (None, [P, I]),
         "mt_thread_recording": (None, [P, I, I]),
@@ -187,6 +187,11 @@ class FaultLoop:
                 raise MemoryError("mt_insn_resize")
             if self.lib.mt_insn_add(self.ctx, *entry) < 0:
                 raise TracerInternalError("cannot add to the instruction table")
+
+    def ask_again(self, rip: int, mask: int) -> None:
+        """Every (mask + 1)-th fault of the instruction the loop meets comes to
+        Python again (``wait``); mask 0: none."""
+        self.lib.mt_insn_ask(self.ctx, rip, mask)
 
     # ------------------------------------------------------------- running
     def wait(self, block: bool) -> tuple[int, int] | None:

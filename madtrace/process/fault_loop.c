@@ -64,6 +64,9 @@ struct mt_insn {
     uint32_t id, id2, id3;             /* ring mode: instruction ids of its records (string
                                           moves: id2 the store after the load, id3 a store
                                           alone) */
+    uint16_t ask;                      /* nonzero (2^k - 1): every 2^k-th fault the loop meets
+                                          goes to Python (mt_insn_ask) */
+    uint16_t seen;
 };
 
 /* how an instruction's access is carried out */
@@ -497,7 +500,7 @@ static int string_op(struct mt_ctx *c, struct mt_thread *t, struct user_regs_str
 
 /* Handle a SIGSEGV stop of a known thread at a fault address; 1 if handled
  * (the thread was resumed), 0 if Python must handle it (nothing changed). */
-static int handle_fault(struct mt_ctx *c, struct mt_thread *t, uint64_t fault_addr) {
+static int handle_fault(struct mt_ctx *c, struct mt_thread *t, uint64_t fault_addr, int in_loop) {
     struct user_regs_struct regs;
     uint64_t page = fault_addr & ~(MT_PAGE - 1);
     int prot = prot_of(c->prot_runs, c->n_prot, page);
@@ -511,6 +514,7 @@ static int handle_fault(struct mt_ctx *c, struct mt_thread *t, uint64_t fault_ad
     struct mt_insn *e = find_insn(c, regs.rip, (uint32_t)t->slot);
     if (!e) e = find_insn(c, regs.rip, ANY_SLOT);
     if (!e || (e->atomic && c->n_threads > 1)) return 0;
+    if (in_loop && e->ask && !(++e->seen & e->ask)) return 0;   /* Python asks again */
     /* an access the page's own protection forbids is the target's own fault */
     if (((e->kinds & 1) && !(prot & 1)) || ((e->kinds & 2) && !(prot & 2))) return 0;
     if (e->op == OP_MOVS || e->op == OP_STOS) return string_op(c, t, &regs, e);
@@ -531,7 +535,14 @@ static int handle_fault(struct mt_ctx *c, struct mt_thread *t, uint64_t fault_ad
 
 int mt_handle_fault(struct mt_ctx *c, int tid, uint64_t fault_addr) {
     struct mt_thread *t = find_thread(c, tid);
-    return t ? handle_fault(c, t, fault_addr) : 0;
+    return t ? handle_fault(c, t, fault_addr, 0) : 0;
+}
+
+/* Every 2^k-th fault of the instruction at rip (each of its slots) that the loop
+ * meets goes to Python again (mask = 2^k - 1; 0: none). */
+void mt_insn_ask(struct mt_ctx *c, uint64_t rip, int mask) {
+    for (size_t i = 0; i < c->insn_cap; i++)
+        if (c->insns[i].rip == rip) c->insns[i].ask = (uint16_t)mask;
 }
 
 /* A system call stop (SIGTRAP | 0x80) of a call in the safe set: resumed. */
@@ -564,7 +575,7 @@ int mt_wait(struct mt_ctx *c, int block, int *tid_out, int *status_out) {
             if (sig == SIGSEGV) {
                 siginfo_t si;
                 if (ptrace(PTRACE_GETSIGINFO, tid, 0, &si) == 0 && si.si_code == SEGV_ACCERR &&
-                    handle_fault(c, t, (uint64_t)si.si_addr))
+                    handle_fault(c, t, (uint64_t)si.si_addr, 1))
                     continue;
             } else if (sig == (SIGTRAP | 0x80) && c->n_safe && handle_syscall(c, tid)) {
                 continue;

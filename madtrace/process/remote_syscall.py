@@ -33,14 +33,18 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 
 from ..errors import TargetMemoryError, TracerInternalError
 from . import ptrace_raw as pr
-from .events import EVENT_NAMES, GroupStop, PtraceEventStop, SignalStop, SyscallStop, ThreadExited, ThreadKilled
+from .events import (EVENT_NAMES, GroupStop, PtraceEventStop, SignalStop, SyscallStop, ThreadExited,
+                     ThreadKilled, TrapStop)
 from .tracee import Tracee
 
 GADGET = b"\x0f\x05\xcc"  # syscall; int3
 SIGTRAP = 5
+SYS_FUTEX = 202
+PATIENCE = 0.005           # seconds a patient call runs before the tracer looks why
 
 SYS = {  # x86-64 syscall numbers used by madtrace
     "read": 0, "write": 1, "close": 3, "mmap": 9, "mprotect": 10, "munmap": 11, "brk": 12,
@@ -65,6 +69,11 @@ class RemoteSyscallError(TargetMemoryError):
     def __init__(self, name: str, err: int):
         super().__init__(f"{name} in the target failed: {errno.errorcode.get(err, err)} ({os.strerror(err)})")
         self.errno = err
+
+
+class RemoteCallBlocked(TracerInternalError):
+    """A patient remote call waited on a lock (futex): abandoned, the thread's
+    registers back as they were (it held no lock: it was waiting for one)."""
 
 
 class RemoteSyscalls:
@@ -187,27 +196,48 @@ class RemoteSyscalls:
             raise RemoteSyscallError(str(name), -(result - (1 << 64)))
         return result
 
-    def _run_to_trap(self, state, regs: pr.UserRegs) -> pr.UserRegs:
-        """Continue to the gadget's int3; returns the registers there (in ``regs``)."""
+    def _run_to_trap(self, state, regs: pr.UserRegs, patient: bool = False) -> pr.UserRegs:
+        """Continue to the gadget's int3; returns the registers there (in ``regs``).
+        ``patient``: see ``call_function``."""
         trap_rip = self.gadget + len(GADGET)
         pr.cont(self.tid, 0)
         state.running = True
+        deadline = time.monotonic() + PATIENCE if patient else None
+        interrupted = False
         while True:
-            event = self.tracee.wait_event(block=True, tid=self.tid)
+            event = self.tracee.wait_event(block=deadline is None, tid=self.tid)
+            if event is None and deadline is not None and state.running:
+                if time.monotonic() < deadline:
+                    time.sleep(0.0002)
+                    continue
+                pr.interrupt(self.tid)        # running long: why?
+                interrupted, deadline = True, None
+                continue
             if isinstance(event, (ThreadExited, ThreadKilled)) or event is None:
                 raise TracerInternalError(f"thread {self.tid} died during a remote syscall")
             if isinstance(event, SignalStop) and event.signum == SIGTRAP and \
                     pr.get_regs(self.tid, regs).rip == trap_rip:
                 return regs
-            if isinstance(event, SignalStop):
+            if patient and isinstance(event, TrapStop) and interrupted:
+                if pr.get_regs(self.tid, regs).orig_rax == SYS_FUTEX:
+                    raise RemoteCallBlocked(f"thread {self.tid} waits on a lock in a remote call")
+                interrupted, deadline = False, time.monotonic() + PATIENCE
+            elif patient and isinstance(event, SignalStop) and event.signum in (7, 11):
+                raise TracerInternalError(f"a remote call faulted (signal {event.signum}) at "
+                                          f"{pr.get_regs(self.tid, regs).rip:#x} on "
+                                          f"{pr.get_siginfo(self.tid).si_addr:#x}")
+            elif isinstance(event, SignalStop):
                 self._keep_signal(state, event.signum)
             pr.cont(self.tid, 0)
             state.running = True
 
-    def call_function(self, address: int, *args: int) -> int:
+    def call_function(self, address: int, *args: int, patient: bool = False) -> int:
         """Call a function of the target (SysV ABI, up to 6 integer arguments) and
         return rax.  Its return address is the gadget's int3; its stack frame goes
-        well below the thread's red zone, 16-byte aligned as at any call."""
+        well below the thread's red zone, 16-byte aligned as at any call.
+        ``patient``: a call that waits on a lock (a futex system call, looked at
+        after PATIENCE seconds) is abandoned (RemoteCallBlocked): the lock may be
+        held by a thread the tracer keeps stopped; a fault is an error."""
         regs = self._saved_regs.copy()
         regs.orig_rax = NO_SYSCALL
         regs.rax = 0
@@ -218,7 +248,15 @@ class RemoteSyscalls:
         for reg, value in zip(("rdi", "rsi", "rdx", "rcx", "r8", "r9"), args):
             setattr(regs, reg, value & 0xFFFFFFFFFFFFFFFF)
         pr.set_regs(self.tid, regs)
-        return self._run_to_trap(self.tracee.threads[self.tid], regs).rax
+        state = self.tracee.threads[self.tid]
+        if not patient:
+            return self._run_to_trap(state, regs).rax
+        last = state.last_event
+        try:
+            return self._run_to_trap(state, regs, patient).rax
+        except RemoteCallBlocked:
+            state.last_event = last        # the interrupt's stop is not the scope's
+            raise
 
     # convenience wrappers -------------------------------------------------
     def mmap(self, addr: int, length: int, prot: int, flags: int, fd: int = -1, offset: int = 0) -> int:
