@@ -39,7 +39,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..arch.x86_64.function_copy import FRAME as STUB_FRAME
-from ..arch.x86_64.function_copy import FunctionCopy, Probe, copy_function
+from ..arch.x86_64.function_copy import FunctionAnalysis, FunctionCopy, Probe, analyse, copy_function
+from ..arch.x86_64.relocate import Refusal
 from ..binary.eh_frame import EhFrame
 from ..inject.areas import SharedArea, gap_for_module
 from ..inject.patchset import Patch, PatchConflict, PatchSet
@@ -69,6 +70,7 @@ class FunctionState:
     slot: int = 0                 # entry slot (0: entry not redirected) ...
     slot_area: "CodeArea | None" = None   # ... in this code area (a module may get several)
     frame_pointer: bool = False
+    analysis: FunctionAnalysis | None = None  # kept for the next copy (function_copy.py)
 
     @property
     def latest(self) -> FunctionCopy | None:
@@ -76,7 +78,7 @@ class FunctionState:
 
     def probed(self, address: int) -> bool:
         latest = self.latest
-        return latest is not None and any(p.original == address for p in latest.probes)
+        return latest is not None and latest.probe_of(address) is not None
 
 
 class CodeArea:
@@ -251,8 +253,10 @@ class Rewriter:
             return self.ids.add(mem.address, op.size, (1 if op.load else 0) | (2 if op.store else 0),
                                 mem.size)
 
-        copy = copy_function(code, state.start, state.end, at, self.L, self._want(state), new_id,
-                             self.ctl, self.bitmap)
+        analysis = self._analysis(state, code)
+        copy = analysis if isinstance(analysis, Refusal) else \
+            copy_function(code, state.start, state.end, at, self.L, self._want(state), new_id,
+                          self.ctl, self.bitmap, analysis=analysis)
         if not copy:
             state.refused = copy.reason
             self.refused[_reason_kind(copy.reason)] += 1
@@ -270,6 +274,16 @@ class Rewriter:
         self._copies.insert(i, copy)
         self.stats["copies"] += 1
         return True
+
+    @staticmethod
+    def _analysis(state: FunctionState, code: bytes) -> FunctionAnalysis | Refusal:
+        """The function's analysis: made once, kept while its bytes stay the same."""
+        if state.analysis is None or state.analysis.code != code:
+            made = analyse(code, state.start, state.end)
+            if isinstance(made, Refusal):
+                return made
+            state.analysis = made
+        return state.analysis
 
     def _area(self, module, need: int) -> CodeArea:
         area = self.areas.get(module.name)

@@ -16,8 +16,13 @@ RIP-relative form for code placed at ``at`` (None when out of reach);
 ``address`` (its bytes in ``code``) with its one ModRM memory operand replaced
 by ``[reg]`` (no index, no displacement); prefixes, opcode, other operands and
 immediates are kept, segment and address-size prefixes dropped.  Checked by
-decoding the result again.
+decoding the result again.  In two steps, for a caller that checks many at
+once: ``rebased(insn, raw, reg)`` then ``rebase_check(old, new, reg)``.
+``operand_parts`` / ``operand_immediate`` / ``same_operation``: the pieces
+of that re-encoding that redirect.py's ``redirect_operand`` (the operand on
+``[rip + disp32]``) shares.
 
+``rip_operand(insn, raw) -> (disp offset, target) | str`` and
 ``rip_displaced(insn, raw, at) -> bytes | str``: an instruction with a
 RIP-relative operand re-encoded for address ``at`` (its target unchanged),
 or why not.
@@ -30,7 +35,6 @@ import struct
 from capstone import x86_const as X
 
 from .decode import decode_one
-from .redirect import DROPPED_PREFIXES, LEGACY_PREFIXES, _modrm_tail
 from .relocate import Refusal
 
 NAMES64 = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
@@ -131,14 +135,36 @@ def lea_rsp(delta: int) -> bytes:
     return lea(REG["rsp"], REG["rsp"], None, 1, delta)
 
 
-def rebase_operand(code: bytes, address: int, reg: int) -> bytes | Refusal:
-    insn = decode_one(code, address)
-    if insn is None:
-        return Refusal(f"undecodable instruction at {address:#x}")
-    raw = bytes(code[:insn.size])
-    modrm_at = insn.modrm_offset
-    if modrm_at <= 0:
-        return Refusal(f"'{insn.mnemonic} {insn.op_str}' has no ModRM memory operand")
+# ------------------------------------------------ memory operands re-encoded
+# The one re-encoder of an instruction's ModRM memory operand: the function
+# copier puts it on [reg] (``rebase_operand``), the data stubs on
+# [rip + disp32] (redirect.py: ``redirect_operand``).
+LEGACY_PREFIXES = frozenset({0xF0, 0xF2, 0xF3, 0x2E, 0x36, 0x3E, 0x26, 0x64, 0x65, 0x66, 0x67})
+DROPPED_PREFIXES = frozenset({0x64, 0x65, 0x67})
+
+
+def modrm_tail(raw: bytes, modrm_at: int) -> tuple[int, int] | None:
+    """(length of SIB + displacement after the ModRM byte, mod) or None."""
+    modrm = raw[modrm_at]
+    mod, rm = modrm >> 6, modrm & 7
+    if mod == 3:
+        return None
+    length = 0
+    if rm == 4:
+        length += 1
+        base = raw[modrm_at + 1] & 7
+        if mod == 0 and base == 5:
+            length += 4
+    elif mod == 0 and rm == 5:
+        length += 4
+    length += {0: 0, 1: 1, 2: 4}[mod]
+    return length, mod
+
+
+def operand_parts(raw: bytes, modrm_at: int) -> tuple[bytearray, bytearray] | str:
+    """(the legacy prefixes kept, REX/VEX/EVEX and the opcode) of an instruction
+    whose ModRM byte is at ``modrm_at``; segment and address-size prefixes are
+    dropped (the new operand is a plain address).  Or why not."""
     pos = 0
     prefixes = bytearray()
     while pos < modrm_at and raw[pos] in LEGACY_PREFIXES:
@@ -147,7 +173,51 @@ def rebase_operand(code: bytes, address: int, reg: int) -> bytes | Refusal:
         pos += 1
     head = bytearray(raw[pos:modrm_at])
     if not head:
-        return Refusal("no opcode before the ModRM byte")
+        return "no opcode before the ModRM byte"
+    return prefixes, head
+
+
+def operand_immediate(raw: bytes, modrm_at: int) -> bytes | None:
+    """The bytes after the memory operand (an immediate), None when the ModRM
+    byte names a register."""
+    tail = modrm_tail(raw, modrm_at)
+    if tail is None:
+        return None
+    return raw[modrm_at + 1 + tail[0]:]
+
+
+def same_operation(old, new, memory_ok, not_ok: str) -> str | None:
+    """Why ``new`` (re-encoded, decoded again) is not ``old`` with its memory
+    operand replaced (``memory_ok(new, operand)`` judges the new operand;
+    ``not_ok`` says what is wrong otherwise), or None."""
+    if new is None:
+        return "re-encoding is undecodable"
+    if new.mnemonic != old.mnemonic or len(new.operands) != len(old.operands):
+        return f"re-encoded as '{new.mnemonic} {new.op_str}'"
+    for a, b in zip(old.operands, new.operands):
+        if a.type != b.type or a.size != b.size:
+            return "operands differ after re-encoding"
+        if a.type == X.X86_OP_MEM:
+            if not memory_ok(new, b):
+                return not_ok
+        elif a.type == X.X86_OP_REG and a.reg != b.reg:
+            return "register operand changed"
+        elif a.type == X.X86_OP_IMM and a.imm != b.imm:
+            return "immediate changed"
+    return None
+
+
+def rebased(raw: bytes, modrm_at: int, text: str, reg: int) -> bytes | Refusal:
+    """The instruction ``raw`` (its ModRM byte at ``modrm_at``, capstone's
+    ``modrm_offset``; ``text`` its disassembly) with its one ModRM memory
+    operand replaced by ``[reg]`` (no index, no displacement); not checked
+    yet (``rebase_check``)."""
+    if modrm_at <= 0:
+        return Refusal(f"'{text}' has no ModRM memory operand")
+    parts = operand_parts(raw, modrm_at)
+    if isinstance(parts, str):
+        return Refusal(parts)
+    prefixes, head = parts
     b = reg >> 3
     if 0x40 <= head[0] <= 0x4F:
         head[0] = (head[0] & ~0x03) | b
@@ -162,52 +232,77 @@ def rebase_operand(code: bytes, address: int, reg: int) -> bytes | Refusal:
         return Refusal("XOP encodings are not rewritten")
     elif b:
         head.insert(0, 0x41)                            # REX.B
-    tail = _modrm_tail(raw, modrm_at)
-    if tail is None:
+    immediate = operand_immediate(raw, modrm_at)
+    if immediate is None:
         return Refusal("register operand, not memory")
-    extra, _mod = tail
-    immediate = raw[modrm_at + 1 + extra:]
     if reg & 7 in (4, 5):
         return Refusal("rsp/rbp/r12/r13 need a SIB byte or a displacement")
     modrm = (raw[modrm_at] & 0x38) | (reg & 7)
     out = bytes(prefixes) + bytes(head) + bytes([modrm]) + immediate
     if len(out) > 15:
         return Refusal("re-encoded instruction would exceed 15 bytes")
-    new = decode_one(out, address)
-    problem = _same_on(insn, new, reg)
-    if problem:
-        return Refusal(f"'{insn.mnemonic} {insn.op_str}' at {address:#x}: {problem}")
     return out
 
 
-def _same_on(old, new, reg: int) -> str | None:
-    if new is None:
-        return "re-encoding is undecodable"
-    if new.mnemonic != old.mnemonic or len(new.operands) != len(old.operands):
-        return f"re-encoded as '{new.mnemonic} {new.op_str}'"
-    for a, b in zip(old.operands, new.operands):
-        if a.type != b.type or a.size != b.size:
-            return "operands differ after re-encoding"
-        if a.type == X.X86_OP_MEM:
-            if new.reg_name(b.mem.base) != NAMES64[reg] or b.mem.index != X.X86_REG_INVALID \
-                    or b.mem.disp != 0 or b.mem.segment != X.X86_REG_INVALID:
-                return "memory operand not rebased"
-        elif a.type == X.X86_OP_REG and a.reg != b.reg:
-            return "register operand changed"
-        elif a.type == X.X86_OP_IMM and a.imm != b.imm:
-            return "immediate changed"
+def rebase_problem(old, new, reg: int) -> str | None:
+    """Why ``new`` (``rebased``'s bytes, decoded again) is not ``old`` on [reg]."""
+    def on_reg(insn, op) -> bool:
+        return insn.reg_name(op.mem.base) == NAMES64[reg] and op.mem.index == X.X86_REG_INVALID \
+            and op.mem.disp == 0 and op.mem.segment == X.X86_REG_INVALID
+
+    return same_operation(old, new, on_reg, "memory operand not rebased")
+
+
+def rebase_check(old, new, reg: int) -> Refusal | None:
+    problem = rebase_problem(old, new, reg)
+    if problem:
+        return Refusal(f"'{old.mnemonic} {old.op_str}' at {old.address:#x}: {problem}")
     return None
+
+
+def rebase_operand(code: bytes, address: int, reg: int) -> bytes | Refusal:
+    """The instruction at ``address`` (its bytes in ``code``) on ``[reg]``, checked
+    by decoding the result again (see the module docstring)."""
+    insn = decode_one(code, address)
+    if insn is None:
+        return Refusal(f"undecodable instruction at {address:#x}")
+    out = rebased(bytes(code[:insn.size]), insn.modrm_offset, f"{insn.mnemonic} {insn.op_str}", reg)
+    if isinstance(out, Refusal):
+        return out
+    return rebase_check(insn, decode_one(out, address), reg) or out
+
+
+# ------------------------------------------------------ RIP-relative operands
+def rip_field(raw: bytes, disp_offset: int, disp: int | None) -> tuple[int, int] | str:
+    """(offset of the disp32 in ``raw``, its value) of an instruction with a
+    RIP-relative operand (capstone's ``disp_offset``; ``disp``: the first
+    RIP-relative operand's displacement, None if there is none), or why it is
+    not found (capstone's ``disp_size`` is wrong with a 66 prefix: the bytes
+    are checked)."""
+    d = disp_offset
+    old = int.from_bytes(raw[d:d + 4], "little", signed=True) if d >= 1 else None
+    if d < 1 or d + 4 > len(raw) or raw[d - 1] & 0xC7 != 0x05 or disp is None or old != disp:
+        return "RIP-relative displacement not found"
+    return d, old
+
+
+def rip_operand(insn, raw: bytes) -> tuple[int, int] | str:
+    """(offset of the disp32 in ``raw``, the address it reaches) of an instruction
+    with a RIP-relative operand, or why it is not found."""
+    ops = [op for op in insn.operands if op.type == X.X86_OP_MEM and op.mem.base == X.X86_REG_RIP]
+    found = rip_field(raw, insn.disp_offset, ops[0].mem.disp if ops else None)
+    if isinstance(found, str):
+        return found
+    return found[0], insn.address + insn.size + found[1]
 
 
 def rip_displaced(insn, raw: bytes, at: int) -> bytes | str:
     """``insn`` (capstone, detail on; ``raw`` its bytes) with its RIP-relative
     operand's displacement changed so that it runs at ``at`` with the same target."""
-    d = insn.disp_offset
-    old = int.from_bytes(raw[d:d + 4], "little", signed=True) if d >= 1 else None
-    ops = [op for op in insn.operands if op.type == X.X86_OP_MEM and op.mem.base == X.X86_REG_RIP]
-    if d < 1 or d + 4 > len(raw) or raw[d - 1] & 0xC7 != 0x05 or not ops or old != ops[0].mem.disp:
-        return "RIP-relative displacement not found"
-    target = insn.address + insn.size + old
+    found = rip_operand(insn, raw)
+    if isinstance(found, str):
+        return found
+    d, target = found
     disp = target - (at + insn.size)
     if not _i32(disp):
         return f"{target:#x} out of reach from {at:#x}"
