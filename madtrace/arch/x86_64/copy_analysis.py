@@ -44,7 +44,8 @@ import numpy as np
 
 from .copy_encode import LEGACY_PREFIXES
 from .decode import as_buffer, decode_one, sweep
-from .insn_entries import BRANCH, COPY, REFUSE, RIP, STUB, Entry, ProbePlan, entries
+from .insn_entries import BRANCH, ERROR, HEAD_WHY, MEM, REFUSE, RIP, RIP_WHY, SIZE_WHY, STUB, Entry, \
+    ProbePlan, entries
 from .jump_stubs import stub_template
 from .memops import MemInstruction
 from .relocate import Refusal
@@ -60,101 +61,104 @@ class FunctionAnalysis:
         self.refusal: Refusal | None = None
         self.offset = offsets
         self.insn_size = sizes
-        self.address: list[int] = (offsets + start).tolist()
+        addresses = offsets + start
+        self.address: list[int] = addresses.tolist()
         self.size: list[int] = sizes.tolist()
         raws = [code[o:o + z] for o, z in zip(offsets.tolist(), self.size)]
-        ents = entries(raws)
-        self.kind = np.array([e.kind for e in ents], dtype=np.int8)
-        self.planned = np.array([e.planned for e in ents], dtype=np.int64)
-        self.calls = np.array([i for i, e in enumerate(ents) if e.call], dtype=np.int64)
+        self.entries = ents = entries(raws)
+        rows = np.array([e.row for e in ents], dtype=np.int64).reshape(-1, 6)
+        kind, flags = rows[:, 0], rows[:, 4]
+        self.kind = kind.astype(np.int8)
+        self.planned = rows[:, 1].copy()
+        self.calls = np.nonzero(rows[:, 2])[0]
+        self.has_stub = bool((kind == STUB).any())
+        # direct branches
+        self.branch_index = bi = np.nonzero(kind == BRANCH)[0]
+        self.branch_target = target = addresses[bi] + rows[bi, 5]
+        self.branch_field = rows[bi, 3]
+        inside = (target >= start) & (target < end)
+        self.targets = set(target[inside].tolist())
+        at = np.minimum(np.searchsorted(offsets, target - start), max(self.n - 1, 0))
+        middle = inside & (offsets[at] != target - start)
         self.sides: dict[int, int] = {}
-        self.targets: set[int] = set()
-        self.has_stub = bool((self.kind == STUB).any())
-        self.branch_index: list[int] = []
-        self.branch_target: list[int] = []
-        self.branch_field: list[int] = []
-        self.branch_fails: dict[int, str] = {}
-        self.size_fails: dict[int, str] = {}
-        self.rip_index: list[int] = []
-        self.rip_field: list[int] = []
-        self.rip_target: list[int] = []
-        self.rip_fails: dict[int, str] = {}
-        self.rip_text: list[str] = []
-        self.stub_index: list[int] = []
-        self.stub_fields: list[tuple[int, int, int, int]] = []   # load, rip disp, table, base
-        self.stub_rip_target: list[int] = []
+        refusals = self._refusals(ents, kind, bi, target, middle, addresses + sizes)
+        if refusals:
+            i, why = min(refusals)
+            errors = [j for j in np.nonzero(flags & ERROR)[0].tolist() if j < i]
+            if errors:
+                raise ents[errors[0]].error or ValueError
+            self.refusal = Refusal(why)
+            return
+        for j in np.nonzero(flags & ERROR)[0].tolist():
+            raise ents[j].error or ValueError
+        self.branch_fails = {i: self._head_why(i) for i in np.nonzero(flags & HEAD_WHY)[0].tolist()}
+        self.size_fails = {i: f"internal: branch at {self.address[i]:#x} {ents[i].size_why}"
+                           for i in np.nonzero(flags & SIZE_WHY)[0].tolist()}
+        # RIP-relative operands
+        self.rip_index = ri = np.nonzero(kind == RIP)[0]
+        self.rip_field = rows[ri, 3]
+        self.rip_target = addresses[ri] + sizes[ri] + rows[ri, 5]
+        self.rip_fails = {i: f"'{ents[i].text}' at {self.address[i]:#x}: {ents[i].rip_why}"
+                          for i in np.nonzero(flags & RIP_WHY)[0].tolist()}
+        # memory instructions
+        self.mem_index: list[int] = np.nonzero(flags & MEM)[0].tolist()
         self.mems: list[MemInstruction] = []
-        self.mem_index: list[int] = []
         self.plans: list[ProbePlan] = []
         self.whys: list[str | None] = []
         self.rip_targets: list[int] = []
-        self.pieces: dict[int, bytes] = {}      # pieces that are not the instruction's bytes
-        self._special(ents, raws)
-        if self.refusal is None:
-            self._lay_blob()
-
-    def _special(self, ents: list[Entry], raws: list[bytes]) -> None:
-        starts = set(self.address)
-        for i, e in enumerate(ents):
-            kind = e.kind
-            if kind == COPY and e.mem is None:
-                continue
+        for i in self.mem_index:
+            e = ents[i]
             address = self.address[i]
-            if kind == REFUSE:
-                self.refusal = Refusal(f"'{e.mnemonic}' at {address:#x}")
-                return
-            if kind == BRANCH:
-                if not self._branch(e, i, address, raws[i], starts):
-                    return
-                continue
-            if kind == STUB:
-                if not self._stub(e, i, address):
-                    return
-                continue
-            if e.mem is not None and e.plan is not None:
-                mem = e.mem.at(address)
-                plan = e.plan
-                self.mems.append(mem)
-                self.mem_index.append(i)
-                self.plans.append(plan)
-                self.whys.append(plan.why_at(e.text, address))
-                self.rip_targets.append(mem.end + plan.disp if plan.rip else 0)
-            if kind == RIP:
-                self.rip_index.append(i)
-                self.rip_text.append(f"'{e.text}'")
-                self.rip_field.append(e.rip_field)
-                self.rip_target.append(address + e.size + e.rip_disp)
-                if e.rip_why is not None:
-                    self.rip_fails[i] = f"'{e.text}' at {address:#x}: {e.rip_why}"
+            plan = e.plan
+            assert e.mem is not None and plan is not None
+            mem = e.mem.at(address)
+            self.mems.append(mem)
+            self.plans.append(plan)
+            self.whys.append(plan.why_at(e.text, address))
+            self.rip_targets.append(mem.end + plan.disp if plan.rip else 0)
+        # indirect jumps
+        self.stub_index: list[int] = np.nonzero(kind == STUB)[0].tolist()
+        self.stub_fields: list[tuple[int, int, int, int]] = []   # load, rip disp, table, base
+        self.stub_rip_target: list[int] = []
+        pieces = {int(i): ents[i].piece for i in bi.tolist()}
+        for i in self.stub_index:
+            pieces[i] = self._stub(ents[i], i)
+        self._lay_blob(pieces)
 
-    def _branch(self, e: Entry, i: int, address: int, raw: bytes, starts: set[int]) -> bool:
-        start, end = self.start, self.end
-        target = address + e.rel
-        if start < target < end and target not in starts:
-            host = self._prefixed_host(target, starts)
+    def text(self, i: int) -> str:
+        """Instruction ``i``'s disassembly (for a reason)."""
+        return self.entries[i].text
+
+    def _refusals(self, ents: list[Entry], kind: np.ndarray, bi: np.ndarray, target: np.ndarray,
+                  middle: np.ndarray, ends: np.ndarray) -> list[tuple[int, str]]:
+        """(instruction index, why) of each instruction that refuses the function."""
+        found = [(i, f"'{ents[i].mnemonic}' at {self.address[i]:#x}")
+                 for i in np.nonzero(kind == REFUSE)[0].tolist()]
+        starts = None
+        for k in np.nonzero(middle)[0].tolist():
+            i, t = int(bi[k]), int(target[k])
+            if starts is None:
+                starts = set(self.address)
+            host = self._prefixed_host(t, starts)
             if host is None:
-                self.refusal = Refusal(f"branch at {address:#x} into the middle of an instruction")
-                return False
-            self.sides[target] = host
-        if start <= target < end:
-            self.targets.add(target)
-        if e.call and target == address + e.size:
-            self.refusal = Refusal(f"call of the next instruction at {address:#x}")
-            return False
-        if e.head_why is not None:
-            why = e.head_why
-            if why.startswith("unsupported relative branch"):     # its target, as printed here
-                insn = decode_one(raw, address)
-                why = f"unsupported relative branch {insn.mnemonic} {insn.op_str}"
-            self.branch_fails[i] = f"branch at {address:#x}: {why}"
-        elif e.size_why is not None:
-            self.size_fails[i] = f"internal: branch at {address:#x} {e.size_why}"
-        planned = e.planned
-        self.pieces[i] = (e.head + bytes(4))[:planned].ljust(planned, b"\0")
-        self.branch_index.append(i)
-        self.branch_target.append(target)
-        self.branch_field.append(len(e.head))
-        return True
+                found.append((i, f"branch at {self.address[i]:#x} into the middle of an instruction"))
+            else:
+                self.sides[t] = host
+        calls = np.nonzero(np.isin(bi, self.calls) & (target == ends[bi]))[0]
+        found += [(int(bi[k]), f"call of the next instruction at {self.address[int(bi[k])]:#x}")
+                  for k in calls.tolist()]
+        for i in np.nonzero(kind == STUB)[0].tolist():
+            if ents[i].stub_why:
+                found.append((i, f"indirect jump '{ents[i].text}' at {self.address[i]:#x}: "
+                                 f"{ents[i].stub_why}"))
+        return found
+
+    def _head_why(self, i: int) -> str:
+        why = self.entries[i].head_why or ""
+        if why.startswith("unsupported relative branch"):     # its target, as printed here
+            insn = decode_one(self.code[self.offset[i]:self.offset[i] + self.size[i]], self.address[i])
+            why = f"unsupported relative branch {insn.mnemonic} {insn.op_str}"
+        return f"branch at {self.address[i]:#x}: {why}"
 
     def _prefixed_host(self, target: int, starts: set[int]) -> int | None:
         """The instruction ``target`` lies in when only legacy prefixes precede it
@@ -169,39 +173,32 @@ class FunctionAnalysis:
                 return None
         return None
 
-    def _stub(self, e: Entry, i: int, address: int) -> bool:
-        if e.stub_why:
-            self.refusal = Refusal(f"indirect jump '{e.text}' at {address:#x}: {e.stub_why}")
-            return False
-        if e.error is not None:
-            raise e.error
+    def _stub(self, e: Entry, i: int) -> bytes:
+        assert e.view is not None
         piece, fields, rip_target = stub_template(e.view, self.start, self.end)
         if len(piece) != e.planned:
-            self.size_fails[i] = f"internal: stub at {address:#x} is {len(piece)} bytes, " \
+            self.size_fails[i] = f"internal: stub at {self.address[i]:#x} is {len(piece)} bytes, " \
                 f"planned {e.planned}"
-        self.pieces[i] = piece.ljust(e.planned, b"\0")[:e.planned]
-        self.stub_index.append(i)
         self.stub_fields.append(fields)
-        self.stub_rip_target.append(address + rip_target if rip_target else 0)
-        return True
+        self.stub_rip_target.append(self.address[i] + rip_target if rip_target else 0)
+        return piece.ljust(e.planned, b"\0")[:e.planned]
 
-    def _lay_blob(self) -> None:
+    def _lay_blob(self, pieces: dict[int, bytes]) -> None:
         self.blob_at = np.zeros(self.n + 1, np.int64)
         np.cumsum(self.planned, out=self.blob_at[1:])
-        if not self.pieces:
+        if not pieces:
             self.blob = self.code
             return
         parts = []
         code, start = self.code, self.start
         at = 0             # offset in code of the first instruction not in parts yet
-        for i in sorted(self.pieces):
+        for i in sorted(pieces):
             offset = self.address[i] - start
             parts.append(code[at:offset])
-            parts.append(self.pieces[i])
+            parts.append(pieces[i])
             at = offset + self.size[i]
         parts.append(code[at:])
         self.blob = b"".join(parts)
-        self.pieces = {}
 
 
 def analyse(code: bytes, start: int, end: int) -> FunctionAnalysis | Refusal:

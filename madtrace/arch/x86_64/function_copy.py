@@ -156,6 +156,10 @@ class _ProbeParts:
             self.pre, self.post = bytes(made[:at]), bytes(made[at + 4:])
         self.save = {r: store_rsp(L.MT_PF_SAVED, REG[r]) + load_rsp(REG[r], L.MT_PF_ADDR) for r in REG}
         self.restore = {r: load_rsp(REG[r], L.MT_PF_SAVED) + lea_rsp(L.MT_PROBE_FRAME) for r in REG}
+        # the size function_copy.py always planned for a probe, but the instruction's own bytes
+        self.base = self.head_size + self.template_size + 5 + 5 + 5 + 8
+        self.exact = self.fixed and self.head_size == len(self.head) and \
+            all(len(self.save[r]) + len(self.restore[r]) == 5 + 5 + 5 + 8 for r in REG)
 
     @classmethod
     def of(cls, injector, ctl: int, bitmap: int) -> "_ProbeParts":
@@ -168,8 +172,17 @@ class _ProbeParts:
         return parts
 
     def planned(self, plan: ProbePlan) -> int:
-        """The size function_copy.py always planned for a probe."""
-        return self.head_size + len(plan.lead) + self.template_size + 5 + 5 + len(plan.rebased) + 5 + 8
+        return self.base + plan.extra
+
+    def prepare(self, plan: ProbePlan) -> None:
+        """``plan.pieces``: the probe's bytes before its code (but a RIP-relative
+        address computation) and after it, and where its parts begin."""
+        lead = self.head + (b"" if plan.rip else plan.lead) + self.pre
+        tail = self.post + self.save[plan.reg] + plan.rebased + self.restore[plan.reg]
+        body = len(self.head) + len(plan.lead)
+        insn = body + self.template_size + len(self.save[plan.reg])
+        plan.pieces = (lead, tail, body, insn, insn + len(plan.rebased), self.actual(plan))
+        plan.made_for = self
 
     def actual(self, plan: ProbePlan) -> int:
         return len(self.head) + len(plan.lead) + self.template_size + len(self.save[plan.reg]) + \
@@ -178,11 +191,33 @@ class _ProbeParts:
     def code(self, ident: int) -> bytes:
         return struct.pack("<i", (self.data_code | ident) - (1 << 32))
 
-    def template_at(self, body: int, ident: int) -> list:
+    def probe(self, pieces: list, plan: ProbePlan, original: int, at: int, ident: int,
+              rip_target: int) -> Probe:
+        """The probe of ``plan``'s instruction (at ``original``) placed at ``at``,
+        its pieces appended to ``pieces``."""
+        if self.exact:
+            if plan.made_for is not self:
+                self.prepare(plan)
+            lead, tail, body, insn, insn_end, end = plan.pieces
+            if plan.rip:
+                pieces += [self.head, lea_rip(REG["rcx"], at + len(self.head), rip_target), self.pre]
+            else:
+                pieces.append(lead)
+            pieces += [self.code(ident), tail]
+            return Probe(original, at, at + body, at + insn, at + insn_end, at + end, plan.reg, ident)
+        head = self.head
+        ea = lea_rip(REG["rcx"], at + len(head), rip_target) if plan.rip else plan.lead
+        start = at + len(head) + len(ea)
+        save, restore = self.save[plan.reg], self.restore[plan.reg]
         if self.fixed:
-            return [self.pre, self.code(ident), self.post]
-        return [bytes(self.template.instantiate(body, bitmap=self.bitmap, ctl=self.ctl,
-                                                code=(self.data_code | ident) - (1 << 32)))]
+            made = [self.pre, self.code(ident), self.post]
+        else:
+            made = [bytes(self.template.instantiate(start, bitmap=self.bitmap, ctl=self.ctl,
+                                                    code=(self.data_code | ident) - (1 << 32)))]
+        pieces += [head, ea, *made, save, plan.rebased, restore]
+        insn = start + self.template_size + len(save)
+        end = insn + len(plan.rebased) + len(restore)
+        return Probe(original, at, start, insn, insn + len(plan.rebased), end, plan.reg, ident)
 
 
 def copy_function(code: bytes, start: int, end: int, address: int, injector, want_probe,
@@ -226,7 +261,9 @@ class _Layout:
         if chosen:
             index = np.array(self.probe_index, dtype=np.int64)
             self.kind[index] = PROBE
-            size[index] = [parts.planned(a.plans[j]) for j in chosen]
+            plans = a.plans
+            size[index] = [plans[j].extra for j in chosen]
+            size[index] += parts.base
         self.sizes = size
         new = np.empty(a.n, np.int64)
         new[0] = address
@@ -286,26 +323,16 @@ class _Layout:
         """The pieces of the copy up to its last instruction: the analysis's blob
         with the probes put in."""
         a, parts = self.a, self.parts
-        blob, blob_at = memoryview(a.blob), a.blob_at
-        new = self.new
+        blob, blob_at = memoryview(a.blob), a.blob_at.tolist()
+        new = self.new.tolist()
         prev = 0
         probes = []
-        head = parts.head
+        plans, mems, rip_targets = a.plans, a.mems, a.rip_targets
         for j, i, ident in zip(self.chosen, self.probe_index, ids):
-            plan = a.plans[j]
-            pieces.append(blob[prev:int(blob_at[i])])
-            at = int(new[i])
-            lead = plan.lead
-            if plan.rip:
-                lead = lea_rip(REG["rcx"], at + len(head), a.rip_targets[j])
-            body = at + len(head) + len(lead)
-            save, restore = parts.save[plan.reg], parts.restore[plan.reg]
-            pieces += [head, lead, *parts.template_at(body, ident), save, plan.rebased, restore]
-            insn = body + parts.template_size + len(save)
-            end = insn + len(plan.rebased) + len(restore)
-            probes.append(Probe(a.mems[j].address, at, body, insn, insn + len(plan.rebased), end,
-                                plan.reg, ident))
-            prev = int(blob_at[i + 1])
+            pieces.append(blob[prev:blob_at[i]])
+            probes.append(parts.probe(pieces, plans[j], mems[j].address, new[i], ident,
+                                      rip_targets[j]))
+            prev = blob_at[i + 1]
         pieces.append(blob[prev:])
         return probes
 
@@ -313,7 +340,7 @@ class _Layout:
     def _targets(self) -> np.ndarray:
         """Where each direct branch of the function goes in this copy."""
         a = self.a
-        target = np.array(a.branch_target, dtype=np.int64)
+        target = a.branch_target
         inside = (target >= a.start) & (target < a.end)
         index = np.minimum(np.searchsorted(a.offset, target - a.start), a.n - 1)
         start = inside & (a.offset[index] == target - a.start)
@@ -331,22 +358,22 @@ class _Layout:
         found += [(i, 2, why) for i, why in a.size_fails.items()]
         found += [(i, 0, why) for i, why in a.rip_fails.items() if kind[i] == RIP]
         self.branch_values = None
-        if a.branch_index:
-            index = np.array(a.branch_index, dtype=np.int64)
-            values = self._targets() - (new[index] + np.array(a.branch_field) + 4)
+        if len(a.branch_index):
+            index = a.branch_index
+            values = self._targets() - (new[index] + a.branch_field + 4)
             self.branch_values = values
             for k in np.nonzero(_out_of_range(values))[0].tolist():
-                i = a.branch_index[k]
+                i = int(a.branch_index[k])
                 found.append((i, 1, f"branch at {a.address[i]:#x}: target out of reach"))
-        if a.rip_index:
-            index = np.array(a.rip_index, dtype=np.int64)
-            target = np.array(a.rip_target, dtype=np.int64)
+        if len(a.rip_index):
+            index = a.rip_index
+            target = a.rip_target
             at = new[index]
             values = target - (at + a.insn_size[index])
             for k in np.nonzero(_out_of_range(values) & (kind[index] == RIP))[0].tolist():
-                i = a.rip_index[k]
+                i = int(a.rip_index[k])
                 if i not in a.rip_fails:
-                    found.append((i, 1, f"{a.rip_text[k]} at {a.address[i]:#x}: "
+                    found.append((i, 1, f"'{a.text(i)}' at {a.address[i]:#x}: "
                                         f"{int(target[k]):#x} out of reach from {int(at[k]):#x}"))
         for i, fields, target in zip(a.stub_index, a.stub_fields, a.stub_rip_target):
             if fields[1] >= 0 and _out_of_range(target - (int(new[i]) + fields[0] + 7)):
@@ -356,10 +383,11 @@ class _Layout:
             plan = a.plans[j]
             if plan.rip and _out_of_range(a.rip_targets[j] - (int(new[i]) + head + 7)):
                 found.append((i, 1, f"operand of {a.address[i]:#x} out of reach"))
-            planned, actual = parts.planned(plan), parts.actual(plan)
-            if planned != actual:
-                found.append((i, 2, f"internal: probe at {a.address[i]:#x} is {actual} bytes, "
-                                    f"planned {planned}"))
+            if not parts.exact:
+                planned, actual = parts.planned(plan), parts.actual(plan)
+                if planned != actual:
+                    found.append((i, 2, f"internal: probe at {a.address[i]:#x} is {actual} bytes, "
+                                        f"planned {planned}"))
         if not found:
             return None
         i, _rank, why = min(found)
@@ -369,16 +397,14 @@ class _Layout:
         """The fields of the pieces that depend on addresses."""
         a, new, base = self.a, self.new, self.address
         code = np.frombuffer(out, dtype=np.uint8)
-        if a.branch_index:
-            index = np.array(a.branch_index, dtype=np.int64)
-            _put(code, new[index] - base + np.array(a.branch_field), self.branch_values, 4)
-        if a.rip_index:
-            index = np.array(a.rip_index, dtype=np.int64)
-            keep = self.kind[index] == RIP
-            index = index[keep]
+        if len(a.branch_index):
+            index = a.branch_index
+            _put(code, new[index] - base + a.branch_field, self.branch_values, 4)
+        if len(a.rip_index):
+            keep = self.kind[a.rip_index] == RIP
+            index = a.rip_index[keep]
             at = new[index]
-            _put(code, at - base + np.array(a.rip_field)[keep],
-                 np.array(a.rip_target, dtype=np.int64)[keep] - (at + a.insn_size[index]), 4)
+            _put(code, at - base + a.rip_field[keep], a.rip_target[keep] - (at + a.insn_size[index]), 4)
         for i, (load, rip, table, stub_base), target in zip(a.stub_index, a.stub_fields,
                                                              a.stub_rip_target):
             at = int(new[i])

@@ -27,7 +27,7 @@ An ``Entry`` (address-independent; an address below is the instruction's):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from capstone import CS_GRP_BRANCH_RELATIVE, CS_GRP_CALL, CS_GRP_JUMP, CS_GRP_RET
@@ -61,6 +61,14 @@ class ProbePlan:
     disp: int = 0                   # ... at this displacement from the instruction's end
     rebased: bytes = b""            # the instruction on [rA]
     check: str | None = None        # why its re-encoding is not the instruction (see ``why_at``)
+    # the probe's pieces for one set of probe templates (function_copy.py's _ProbeParts)
+    made_for: object = field(default=None, compare=False, repr=False)
+    pieces: tuple = field(default=(), compare=False, repr=False)
+
+    @property
+    def extra(self) -> int:
+        """The bytes of the probe that are the instruction's own."""
+        return len(self.lead) + len(self.rebased)
 
     def why_at(self, text: str, address: int) -> str | None:
         if self.check is not None:
@@ -68,10 +76,13 @@ class ProbePlan:
         return self.why
 
 
+HEAD_WHY, SIZE_WHY, RIP_WHY, MEM, ERROR = 1, 2, 4, 8, 16     # Entry.row's flags
+
+
 class Entry:
     __slots__ = ("size", "kind", "call", "mnemonic", "text", "planned", "rel", "head", "head_why",
                  "size_why", "view", "stub_why", "error", "rip_field", "rip_disp", "rip_why",
-                 "mem", "plan")
+                 "mem", "plan", "piece", "row")
 
     def __init__(self, size: int, kind: int, call: bool, mnemonic: str, text: str):
         self.size, self.kind, self.call, self.mnemonic, self.text = size, kind, call, mnemonic, text
@@ -87,6 +98,26 @@ class Entry:
         self.mem: MemInstruction | None = None
         self.plan: ProbePlan | None = None
         self.rip_field = self.rip_disp = 0
+        self.piece = b""
+        self.row: tuple[int, int, int, int, int, int] = (0, 0, 0, 0, 0, 0)
+
+    def finish(self) -> "Entry":
+        """``row``: (kind, planned, call, field, flags, value), what a function's
+        analysis reads of every instruction, in one numpy array: ``field`` is the
+        offset of a branch's rel32 or of a RIP-relative disp32 in the piece,
+        ``value`` the branch's target or the RIP-relative operand's address from
+        the instruction's address (less its size)."""
+        flags = (HEAD_WHY if self.head_why is not None else 0) | \
+            (SIZE_WHY if self.size_why is not None else 0) | \
+            (RIP_WHY if self.rip_why is not None else 0) | \
+            (MEM if self.mem is not None else 0) | (ERROR if self.error is not None else 0)
+        if self.kind == BRANCH:
+            field, value = len(self.head), self.rel
+            self.piece = (self.head + bytes(4))[:self.planned].ljust(self.planned, b"\0")
+        else:
+            field, value = self.rip_field, self.rip_disp
+        self.row = (self.kind, self.planned, int(self.call), field, flags, value)
+        return self
 
 
 _index: dict[bytes, Entry] = {}
@@ -135,9 +166,32 @@ class _Rows:
         for name in ("op_type", "op_reg", "op_imm", "op_size", "op_access", "mem_segment",
                      "mem_base", "mem_index", "mem_scale", "mem_disp"):
             setattr(self, name, getattr(d, name)[rows].tolist())
+        self._regs: list | None = None
+        self._rows = rows
 
     def registers(self, k: int) -> set[int]:
-        return self.d.registers(k)
+        """What ``cs_regs_access`` reports of instruction ``k`` (a memory
+        instruction): its implicit registers, its register operands read or
+        written, its memory operands' segment, base and index."""
+        if self._regs is None:
+            detail = self.d._detail[self._rows]
+            self._regs = [detail["regs_read"].tolist(), detail["regs_read_count"].tolist(),
+                          detail["regs_write"].tolist(), detail["regs_write_count"].tolist()]
+        read, nread, written, nwritten = self._regs
+        row = self.mem_row[k]
+        regs = set(read[row][:nread[row]])
+        regs.update(written[row][:nwritten[row]])
+        access, reg = self.op_access[row], self.op_reg[row]
+        for slot, kind in enumerate(self.op_type[row][:self.count[k]]):
+            if kind == X.X86_OP_REG:
+                if access[slot] & 3:
+                    regs.add(reg[slot])
+            elif kind == X.X86_OP_MEM:
+                for r in (self.mem_segment[row][slot], self.mem_base[row][slot],
+                          self.mem_index[row][slot]):
+                    if r != X.X86_REG_INVALID:
+                        regs.add(r)
+        return regs
 
 
 def _add(missing: list[bytes]) -> None:
@@ -155,9 +209,10 @@ def _add(missing: list[bytes]) -> None:
             made.append((raw, _Rows(decode(raw, at)), 0, at))
         at += len(raw)
     checks: list[tuple[ProbePlan, _Rows, int, bytes, int]] = []
-    for raw, r, k, address in made:
-        _index[raw] = _entry(raw, r, k, address, checks)
+    made_entries = [(raw, _entry(raw, r, k, address, checks)) for raw, r, k, address in made]
     _check(checks)
+    for raw, e in made_entries:
+        _index[raw] = e.finish()
 
 
 def _entry(raw: bytes, r: _Rows, k: int, address: int, checks: list) -> Entry:
