@@ -20,7 +20,15 @@
    (``analyse`` + ``copy_function``) and of a second copy with more probes
    (the analysis kept), on every ``--stride``-th function of python3 and libc.
 
-Usage: bench/bench_copier.py [--compare] [--time] [--main DIR] [--repeat N] [--stride N]
+3. A whole run (``--record N``): ``madtrace record --data --data-engine hybrid``
+   of the machine's python3 running a short script (a dict of 10000 string
+   keys), main's tree and this one in turn, N runs each: wall and CPU seconds
+   of the run, and the seconds in the rewriter's ``copy_function`` and
+   ``analyse`` (bench/copy_timer.py), per copy; the script's output must be
+   the native one.
+
+Usage: bench/bench_copier.py [--compare] [--time] [--record N] [--main DIR] [--repeat N]
+       [--stride N]
 """
 
 from __future__ import annotations
@@ -30,6 +38,9 @@ import importlib
 import importlib.util
 import json
 import os
+import resource
+import shutil
+import tempfile
 import statistics
 import subprocess
 import sys
@@ -217,6 +228,62 @@ def timing(main_dir: str, repeat: int, stride: int) -> None:
         print(f"{cls:>12} {n:>7} {m:>9.3f} {f:>9.3f} {a:>9.3f} {m / f:>10.1f}x")
 
 
+SCRIPT = ("d = {}\n"
+          "for i in range(10000): d[str(i)] = i * i\n"
+          "print(sum(len(k) + v % 7 for k, v in d.items()))\n")
+
+
+def record(main_dir: str, runs: int) -> int:
+    work = tempfile.mkdtemp(prefix="bench-copier-")
+    script = os.path.join(work, "script.py")
+    with open(script, "w") as f:
+        f.write(SCRIPT)
+    native = subprocess.run(["/usr/bin/python3", "-S", script], capture_output=True).stdout
+    trees = (("main", main_dir), ("this", ROOT))
+    results: dict[str, list[dict]] = {name: [] for name, _ in trees}
+    status = 0
+    try:
+        for _ in range(runs):
+            for name, tree in trees:
+                spent = os.path.join(work, f"{name}.json")
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t0 = time.perf_counter()
+                done = subprocess.run(
+                    [os.path.join(tree, ".venv", "bin", "python"), os.path.join(ROOT, "bench", "copy_timer.py"),
+                     spent, "record", "--data", "--data-engine", "hybrid", "-o", os.path.join(work, "t"),
+                     "--", "/usr/bin/python3", "-S", script], capture_output=True)
+                wall = time.perf_counter() - t0
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                shutil.rmtree(os.path.join(work, "t"), ignore_errors=True)
+                if done.returncode != 0 or done.stdout != native:
+                    print(f"{name}: exit {done.returncode}, output {'equal' if done.stdout == native else 'DIFFERENT'}: "
+                          f"{done.stderr.decode(errors='replace')[-500:]}")
+                    status = 1
+                    continue
+                with open(spent) as f:
+                    row = json.load(f)
+                row["wall"] = wall
+                row["cpu"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+                results[name].append(row)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    load = os.getloadavg()
+    print(f"== madtrace record --data --data-engine hybrid -- python3 -S (dict of 10000 keys): "
+          f"median of {runs} runs, in turn; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"{'tree':>5} {'wall s':>8} {'cpu s':>8} {'copies':>7} {'copy s':>8} {'analyse s':>10} "
+          f"{'ms/copy':>8}   (min wall, min copy)")
+    for name, rows in results.items():
+        if not rows:
+            continue
+        med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+        copy_time = [r["copy_function"] + r["analyse"] for r in rows]
+        print(f"{name:>5} {med['wall']:>8.1f} {med['cpu']:>8.1f} {med['copies']:>7.0f} "
+              f"{med['copy_function']:>8.2f} {med['analyse']:>10.2f} "
+              f"{statistics.median(copy_time) / max(med['copies'], 1) * 1e3:>8.2f}   "
+              f"({min(r['wall'] for r in rows):.1f}, {min(copy_time):.2f})")
+    return status
+
+
 def main() -> int:
     args = sys.argv[1:]
     main_dir = args[args.index("--main") + 1] if "--main" in args else "/work/main"
@@ -226,6 +293,8 @@ def main() -> int:
         print(json.dumps(time_once(main_dir, stride)))
         return 0
     status = 0
+    if "--record" in args:
+        return record(main_dir, int(args[args.index("--record") + 1]))
     if "--compare" in args or "--time" not in args:
         status = compare(main_dir)
     if "--time" in args:

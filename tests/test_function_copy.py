@@ -280,3 +280,42 @@ def test_checker_finds_wrong_copies(injector):
     shifted = dict(copy.old_to_new)
     shifted[insns[-1].address] += 1
     assert check_copy(dataclasses.replace(copy, old_to_new=shifted), code, start, end, injector)
+
+
+@pytest.mark.parametrize("path", [prog("data_kernels", "O2-pie"), "/lib/x86_64-linux-gnu/libc.so.6"])
+def test_detail_columns_are_capstones(path):
+    """What the copier reads of capstone's C structures (detail.py, insn_entries.py)
+    is what capstone's Python API gives: size, id, mnemonic, text, groups,
+    operands (type, register, immediate, memory operand, size, access),
+    ModRM/displacement offsets, immediate size, registers read or written."""
+    from madtrace.arch.x86_64.detail import decode
+    from madtrace.arch.x86_64.insn_entries import _Rows
+
+    checked = 0
+    found = list(functions(path))
+    for start, _end, code in found[::20] if len(found) > 1000 else found:
+        d = decode(code, start)
+        rows = _Rows(d)
+        insns = list(capstone_detail().disasm(code, start))
+        assert d.n == len(insns)
+        for k, insn in enumerate(insns):
+            v = d.view(k)
+            assert (v.address, v.size, v.id, v.mnemonic, v.op_str, v.groups, v.modrm_offset,
+                    v.disp_offset, v.imm_size) == \
+                (insn.address, insn.size, insn.id, insn.mnemonic, insn.op_str, list(insn.groups),
+                 insn.modrm_offset, insn.disp_offset, insn.imm_size)
+            assert len(v.operands) == len(insn.operands)
+            for a, b in zip(v.operands, insn.operands):
+                assert (a.type, a.size, a.access) == (b.type, b.size, b.access)
+                if b.type == X.X86_OP_REG:
+                    assert a.reg == b.reg
+                elif b.type == X.X86_OP_IMM:
+                    assert a.imm == b.imm
+                elif b.type == X.X86_OP_MEM:
+                    assert (a.mem.segment, a.mem.base, a.mem.index, a.mem.scale, a.mem.disp) == \
+                        (b.mem.segment, b.mem.base, b.mem.index, b.mem.scale, b.mem.disp)
+            if k in rows.mem_row:
+                read, written = insn.regs_access()
+                assert rows.registers(k) == set(read) | set(written)
+            checked += 1
+    assert checked > 100

@@ -12,12 +12,12 @@ RIP-relative form for code placed at ``at`` (None when out of reach);
 ``movabs(dst, value)``; ``store_rsp(disp, reg)`` / ``load_rsp(reg, disp)``:
 ``mov [rsp + disp], reg`` / ``mov reg, [rsp + disp]``; ``lea_rsp(delta)``.
 
-``rebase_operand(code, address, reg) -> bytes | Refusal``: the instruction at
-``address`` (its bytes in ``code``) with its one ModRM memory operand replaced
-by ``[reg]`` (no index, no displacement); prefixes, opcode, other operands and
-immediates are kept, segment and address-size prefixes dropped.  Checked by
-decoding the result again.  In two steps, for a caller that checks many at
-once: ``rebased(insn, raw, reg)`` then ``rebase_check(old, new, reg)``.
+``rebased(raw, modrm_at, text, reg) -> bytes | Refusal``: an instruction
+with its one ModRM memory operand replaced by ``[reg]`` (no index, no
+displacement); prefixes, opcode, other operands and immediates are kept,
+segment and address-size prefixes dropped.  The caller decodes the result
+again and checks it with ``rebase_problem(old, new, reg)`` (insn_entries.py
+does it for many at once).
 ``operand_parts`` / ``operand_immediate`` / ``same_operation``: the pieces
 of that re-encoding that redirect.py's ``redirect_operand`` (the operand on
 ``[rip + disp32]``) shares.
@@ -34,7 +34,6 @@ import struct
 
 from capstone import x86_const as X
 
-from .decode import decode_one
 from .relocate import Refusal
 
 NAMES64 = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
@@ -137,7 +136,7 @@ def lea_rsp(delta: int) -> bytes:
 
 # ------------------------------------------------ memory operands re-encoded
 # The one re-encoder of an instruction's ModRM memory operand: the function
-# copier puts it on [reg] (``rebase_operand``), the data stubs on
+# copier puts it on [reg] (``rebased``), the data stubs on
 # [rip + disp32] (redirect.py: ``redirect_operand``).
 LEGACY_PREFIXES = frozenset({0xF0, 0xF2, 0xF3, 0x2E, 0x36, 0x3E, 0x26, 0x64, 0x65, 0x66, 0x67})
 DROPPED_PREFIXES = frozenset({0x64, 0x65, 0x67})
@@ -251,25 +250,6 @@ def rebase_problem(old, new, reg: int) -> str | None:
             and op.mem.disp == 0 and op.mem.segment == X.X86_REG_INVALID
 
     return same_operation(old, new, on_reg, "memory operand not rebased")
-
-
-def rebase_check(old, new, reg: int) -> Refusal | None:
-    problem = rebase_problem(old, new, reg)
-    if problem:
-        return Refusal(f"'{old.mnemonic} {old.op_str}' at {old.address:#x}: {problem}")
-    return None
-
-
-def rebase_operand(code: bytes, address: int, reg: int) -> bytes | Refusal:
-    """The instruction at ``address`` (its bytes in ``code``) on ``[reg]``, checked
-    by decoding the result again (see the module docstring)."""
-    insn = decode_one(code, address)
-    if insn is None:
-        return Refusal(f"undecodable instruction at {address:#x}")
-    out = rebased(bytes(code[:insn.size]), insn.modrm_offset, f"{insn.mnemonic} {insn.op_str}", reg)
-    if isinstance(out, Refusal):
-        return out
-    return rebase_check(insn, decode_one(out, address), reg) or out
 
 
 # ------------------------------------------------------ RIP-relative operands

@@ -17,9 +17,8 @@ instruction.  ``Decoded`` holds the columns:
   ``mem_index``, ``mem_scale``, ``mem_disp``;
 * ``modrm_offset``, ``disp_offset``, ``imm_size``;
 * ``mnemonic(i)`` / ``op_str(i)``: text, decoded on demand;
-* ``registers(i)``: the register ids the instruction reads or writes,
-  what ``cs_regs_access`` reports (implicit ones, register operands read or
-  written, and a memory operand's segment, base and index);
+* ``regs_read``, ``regs_write`` (and their ``_count``): the implicit
+  registers, in the ``cs_detail`` array ``detail``;
 * ``view(i)``: instruction ``i`` with the attributes of capstone's
   ``CsInsn`` that madtrace reads (``address``, ``size``, ``id``,
   ``mnemonic``, ``op_str``, ``groups``, ``operands`` with ``type``, ``reg``,
@@ -127,7 +126,7 @@ class InsnView:
     """One decoded instruction seen as capstone's ``CsInsn`` (see the module)."""
 
     __slots__ = ("address", "size", "id", "mnemonic", "op_str", "groups", "operands",
-                 "modrm_offset", "disp_offset", "imm_size", "_decoded", "_index")
+                 "modrm_offset", "disp_offset", "imm_size")
     address: int
     size: int
     id: int
@@ -138,16 +137,9 @@ class InsnView:
     modrm_offset: int
     disp_offset: int
     imm_size: int
-    _decoded: "Decoded | None"
-    _index: int
 
     def reg_name(self, reg: int, default=None):
         return REG_NAMES[reg] or default
-
-    def regs_access(self):
-        """(registers read or written, []): ``cs_regs_access``'s two lists, merged."""
-        assert self._decoded is not None, "a view kept without its columns"
-        return sorted(self._decoded.registers(self._index)), []
 
 
 class Decoded:
@@ -166,14 +158,14 @@ class Decoded:
         self.modrm_offset = detail["modrm_offset"]
         self.disp_offset = detail["disp_offset"]
         self.imm_size = detail["imm_size"]
-        self._detail = detail
+        self.detail = detail
 
     def __getattr__(self, name: str):
         """An operand column (``op_type`` ...), read on first use; operands past
         ``op_count`` are left as capstone wrote them: their type reads 0."""
         if name not in _OPERAND_COLUMNS:
             raise AttributeError(name)
-        column = self._detail[name]["v"]
+        column = self.detail[name]["v"]
         if name == "op_type":
             column = np.where(np.arange(8)[None, :] < self.op_count[:, None], column, 0)
         setattr(self, name, column)
@@ -188,22 +180,6 @@ class Decoded:
 
     def op_str(self, i: int) -> str:
         return self._op_str[i].split(b"\0", 1)[0].decode()
-
-    def registers(self, i: int) -> set[int]:
-        d = self._detail[i]
-        regs = set(d["regs_read"][:d["regs_read_count"]].tolist())
-        regs.update(d["regs_write"][:d["regs_write_count"]].tolist())
-        for k in range(int(self.op_count[i])):
-            kind = self.op_type[i, k]
-            if kind == X.X86_OP_REG:
-                if self.op_access[i, k] & 3:
-                    regs.add(int(self.op_reg[i, k]))
-            elif kind == X.X86_OP_MEM:
-                for reg in (self.mem_segment[i, k], self.mem_base[i, k], self.mem_index[i, k]):
-                    if reg != X.X86_REG_INVALID:
-                        regs.add(int(reg))
-        return regs
-
 
     def view(self, i: int) -> InsnView:
         v = InsnView()
@@ -225,7 +201,6 @@ class Decoded:
         v.modrm_offset = int(self.modrm_offset[i])
         v.disp_offset = int(self.disp_offset[i])
         v.imm_size = int(self.imm_size[i])
-        v._decoded, v._index = self, i
         return v
 
 def decode(code: bytes, address: int, count: int = 0) -> Decoded:

@@ -2,8 +2,8 @@
 """Whole-function relocation with data probes (the hybrid data engine's rewriter).
 
 ``copy_function(code, start, end, address, injector, want_probe, new_id, ctl,
-bitmap) -> FunctionCopy | Refusal`` re-encodes the function [start, end)
-(``code``: its bytes) to run at ``address``:
+bitmap, analysis=None) -> FunctionCopy | Refusal`` re-encodes the function
+[start, end) (``code``: its bytes) to run at ``address``:
 
 * relative branches become rel32 branches (``jrcxz``/``loop``: ``jrcxz +2;
   jmp +5; jmp rel32``) to the copy of their target when it lies in the
@@ -33,11 +33,21 @@ out of reach.
 ``FunctionCopy``: the copy's bytes, ``old_to_new`` (every original
 instruction start -> its copy), ``probes`` (``Probe``: where each part of a
 probe is, for the tracer's on-stack replacement and signal fix-ups) and
-``unprobed`` (memory instructions left as they are, and why).
+``unprobed`` (memory instructions left as they are, and why);
+``original_of``, ``probe_at``, ``probe_of``: sorted look-ups, made once.
+
+How: ``analyse(code, start, end)`` (copy_analysis.py) works out, once per
+function, everything that depends neither on ``address`` nor on the probes
+chosen: the pieces of every instruction, end to end, with their
+address-dependent fields left empty.  A copy asks ``want_probe`` about each
+memory instruction (in address order), lays the pieces out (a cumulative
+sum), finds the first piece that cannot be made (the refusal the pieces, made
+in order, would meet first; ``new_id`` is called for the probes up to it,
+in order), then joins the analysis's bytes with the probes put in and fills
+branch, RIP-relative and stub fields with numpy.  The rewriter passes the
+``analysis`` it kept for the function; without one (or of other bytes) the
+function is analysed first.
 """
-
-from __future__ import annotations
-
 
 from __future__ import annotations
 

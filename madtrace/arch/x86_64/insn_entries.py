@@ -174,7 +174,7 @@ class _Rows:
         instruction): its implicit registers, its register operands read or
         written, its memory operands' segment, base and index."""
         if self._regs is None:
-            detail = self.d._detail[self._rows]
+            detail = self.d.detail[self._rows]
             self._regs = [detail["regs_read"].tolist(), detail["regs_read_count"].tolist(),
                           detail["regs_write"].tolist(), detail["regs_write_count"].tolist()]
         read, nread, written, nwritten = self._regs
@@ -242,7 +242,6 @@ def _entry(raw: bytes, r: _Rows, k: int, address: int, checks: list) -> Entry:
     if r.jump[k]:
         e = Entry(len(raw), STUB, call, mnemonic, text)
         view = e.view = d.view(k)
-        view._decoded = None
         e.stub_why = stub_refusal(view)
         if e.stub_why is None:
             try:
@@ -360,7 +359,7 @@ def _plan(raw: bytes, r: _Rows, k: int, mem: MemInstruction, text: str, checks: 
 
 def _check(checks: list) -> None:
     """Each re-encoding decoded again (all in one sweep) and compared with its
-    instruction, as ``rebase_operand`` does: the plan of one that differs gets
+    instruction (``rebase_problem``): the plan of one that differs gets
     the reason (``ProbePlan.check``)."""
     if not checks:
         return
