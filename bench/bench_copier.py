@@ -11,8 +11,11 @@
    ``probes``, ``stubs``, ``unprobed``, ``returns``, ``targets``,
    ``code_size``, refusals (their reason) and the sequence of ``new_id``
    calls must be equal.  This tree's copies of one function share one
-   analysis (as the rewriter's copies of a function do).  Prints the number
-   of copies compared and of differences (and the first few).
+   analysis (as the rewriter's copies of a function do).  The data stubs'
+   ``redirect_operand`` (which now shares the copier's operand re-encoder)
+   is compared too, on every instruction with a memory operand.  Prints the
+   number of copies and instructions compared and of differences (and the
+   first few).
 
 2. Time (``--time``): ms per copy by function size, median of ``--repeat``
    fresh processes (each one cold: no analysis, no per-instruction entries),
@@ -133,15 +136,39 @@ def copy_with(module, injector, function, address, want, analysis=None):
     return outcome(copy), calls
 
 
+def compare_redirect(old_redirect, function, address) -> tuple[int, int]:
+    """(instructions compared, differences) of redirect_operand on ``function``."""
+    from madtrace.arch.x86_64.decode import capstone_lite
+    from madtrace.arch.x86_64.redirect import redirect_operand
+    start, _end, code = function
+    n = different = 0
+    for at, size, mnemonic, op_str in capstone_lite().disasm_lite(code, start):
+        if "[" not in op_str:
+            continue
+        raw = code[at - start:at - start + size]
+        a, b = (f(raw, at, address, address + 0x1000 + at % 4096)
+                for f in (old_redirect, redirect_operand))
+        n += 1
+        if (a if isinstance(a, bytes) else a.reason) != (b if isinstance(b, bytes) else b.reason):
+            different += 1
+            if different <= 3:
+                print(f"DIFFERENT redirect_operand: {at:#x} '{mnemonic} {op_str}': {a} | {b}")
+    return n, different
+
+
 def compare(main_dir: str) -> int:
     old = main_copier(main_dir)
+    old_redirect = importlib.import_module("madtrace_main.arch.x86_64.redirect").redirect_operand
     injector = load_injector()
-    total = differences = 0
+    total = differences = redirected = redirect_differences = 0
     per_binary = []
     for path in binaries():
         found, address = functions(path)
         n = 0
         for function in found:
+            r, rd = compare_redirect(old_redirect, function, address)
+            redirected += r
+            redirect_differences += rd
             analysis = this.analyse(function[2], function[0], function[1])
             reuse = analysis if isinstance(analysis, this.FunctionAnalysis) else None
             for name, want in WANTS.items():
@@ -159,7 +186,9 @@ def compare(main_dir: str) -> int:
     print(f"compared {total} copies of {sum(r[1] for r in per_binary)} functions in "
           f"{len(per_binary)} binaries ({', '.join(f'{b}: {f} functions' for b, f, _ in big)}, "
           f"the rest under build/tests): {differences} differences")
-    return 1 if differences else 0
+    print(f"redirect_operand: {redirected} instructions with a memory operand compared, "
+          f"{redirect_differences} differences")
+    return 1 if differences or redirect_differences else 0
 
 
 def _difference(a, b) -> str:

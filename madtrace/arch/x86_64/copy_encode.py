@@ -18,9 +18,9 @@ displacement); prefixes, opcode, other operands and immediates are kept,
 segment and address-size prefixes dropped.  The caller decodes the result
 again and checks it with ``rebase_problem(old, new, reg)`` (insn_entries.py
 does it for many at once).
-``operand_parts`` / ``operand_immediate`` / ``same_operation``: the pieces
-of that re-encoding that redirect.py's ``redirect_operand`` (the operand on
-``[rip + disp32]``) shares.
+``operand_parts`` and ``same_operation``: the re-encoding and its check,
+which redirect.py's ``redirect_operand`` (the operand on ``[rip + disp32]``)
+shares.
 
 ``rip_operand(insn, raw) -> (disp offset, target) | str`` and
 ``rip_displaced(insn, raw, at) -> bytes | str``: an instruction with a
@@ -160,10 +160,17 @@ def modrm_tail(raw: bytes, modrm_at: int) -> tuple[int, int] | None:
     return length, mod
 
 
-def operand_parts(raw: bytes, modrm_at: int) -> tuple[bytearray, bytearray] | str:
-    """(the legacy prefixes kept, REX/VEX/EVEX and the opcode) of an instruction
-    whose ModRM byte is at ``modrm_at``; segment and address-size prefixes are
-    dropped (the new operand is a plain address).  Or why not."""
+def operand_parts(raw: bytes, modrm_at: int, text: str, b: int,
+                  verb: str) -> tuple[bytes, bytes, bytes] | Refusal:
+    """(legacy prefixes, REX/VEX/EVEX and opcode, immediate) of the instruction
+    ``raw`` (``text``: its disassembly; its ModRM byte at ``modrm_at``,
+    capstone's ``modrm_offset``) made ready for a new memory operand: segment
+    and address-size prefixes dropped (the new operand is a plain address),
+    the X bit cleared and the B bit set to ``b`` (the base register's high bit;
+    a REX prefix added for it), the immediate that follows the operand kept.
+    Or why not (``verb``: what is done to the instruction, for the reason)."""
+    if modrm_at <= 0:
+        return Refusal(f"'{text}' has no ModRM memory operand")
     pos = 0
     prefixes = bytearray()
     while pos < modrm_at and raw[pos] in LEGACY_PREFIXES:
@@ -172,17 +179,24 @@ def operand_parts(raw: bytes, modrm_at: int) -> tuple[bytearray, bytearray] | st
         pos += 1
     head = bytearray(raw[pos:modrm_at])
     if not head:
-        return "no opcode before the ModRM byte"
-    return prefixes, head
-
-
-def operand_immediate(raw: bytes, modrm_at: int) -> bytes | None:
-    """The bytes after the memory operand (an immediate), None when the ModRM
-    byte names a register."""
+        return Refusal("no opcode before the ModRM byte")
+    if 0x40 <= head[0] <= 0x4F:
+        head[0] = (head[0] & ~0x03) | b
+    elif head[0] == 0xC4 and len(head) >= 3:
+        head[1] = (head[1] | 0x60) & ~(b << 5)        # VEX: X and B stored inverted
+    elif head[0] == 0x62 and len(head) >= 5:
+        head[1] = (head[1] | 0x60) & ~(b << 5)        # EVEX: as in VEX
+    elif head[0] == 0xC5:
+        if b:
+            return Refusal("2-byte VEX has no B bit")
+    elif head[0] == 0x8F:
+        return Refusal(f"XOP encodings are not {verb}")
+    elif b:
+        head.insert(0, 0x41)                            # REX.B
     tail = modrm_tail(raw, modrm_at)
     if tail is None:
-        return None
-    return raw[modrm_at + 1 + tail[0]:]
+        return Refusal("register operand, not memory")
+    return bytes(prefixes), bytes(head), raw[modrm_at + 1 + tail[0]:]
 
 
 def same_operation(old, new, memory_ok, not_ok: str) -> str | None:
@@ -207,37 +221,16 @@ def same_operation(old, new, memory_ok, not_ok: str) -> str | None:
 
 
 def rebased(raw: bytes, modrm_at: int, text: str, reg: int) -> bytes | Refusal:
-    """The instruction ``raw`` (its ModRM byte at ``modrm_at``, capstone's
-    ``modrm_offset``; ``text`` its disassembly) with its one ModRM memory
-    operand replaced by ``[reg]`` (no index, no displacement); not checked
-    yet (``rebase_check``)."""
-    if modrm_at <= 0:
-        return Refusal(f"'{text}' has no ModRM memory operand")
-    parts = operand_parts(raw, modrm_at)
-    if isinstance(parts, str):
-        return Refusal(parts)
-    prefixes, head = parts
-    b = reg >> 3
-    if 0x40 <= head[0] <= 0x4F:
-        head[0] = (head[0] & ~0x03) | b
-    elif head[0] == 0xC4 and len(head) >= 3:
-        head[1] = (head[1] | 0x60) & ~(b << 5)        # X, B stored inverted
-    elif head[0] == 0x62 and len(head) >= 5:
-        head[1] = (head[1] | 0x60) & ~(b << 5)
-    elif head[0] == 0xC5:
-        if b:
-            return Refusal("2-byte VEX has no B bit")
-    elif head[0] == 0x8F:
-        return Refusal("XOP encodings are not rewritten")
-    elif b:
-        head.insert(0, 0x41)                            # REX.B
-    immediate = operand_immediate(raw, modrm_at)
-    if immediate is None:
-        return Refusal("register operand, not memory")
+    """The instruction ``raw`` (see ``operand_parts``) with its one ModRM memory
+    operand replaced by ``[reg]`` (no index, no displacement); not checked yet
+    (``rebase_problem``)."""
+    parts = operand_parts(raw, modrm_at, text, reg >> 3, "rewritten")
+    if isinstance(parts, Refusal):
+        return parts
+    prefixes, head, immediate = parts
     if reg & 7 in (4, 5):
         return Refusal("rsp/rbp/r12/r13 need a SIB byte or a displacement")
-    modrm = (raw[modrm_at] & 0x38) | (reg & 7)
-    out = bytes(prefixes) + bytes(head) + bytes([modrm]) + immediate
+    out = prefixes + head + bytes([(raw[modrm_at] & 0x38) | (reg & 7)]) + immediate
     if len(out) > 15:
         return Refusal("re-encoded instruction would exceed 15 bytes")
     return out

@@ -108,11 +108,15 @@ class FunctionCopy:
     _probe_starts: list | None = field(default=None, init=False, repr=False, compare=False)
     _new_sorted: tuple | None = field(default=None, init=False, repr=False, compare=False)
     _by_original: dict | None = field(default=None, init=False, repr=False, compare=False)
+    _stub_starts: list | None = field(default=None, init=False, repr=False, compare=False)
 
     def stub_at(self, address: int) -> Stub | None:
-        for stub in self.stubs:
-            if stub.start <= address < stub.end:
-                return stub
+        """The indirect jump stub whose code holds ``address``."""
+        if self._stub_starts is None or len(self._stub_starts) != len(self.stubs):
+            self._stub_starts = [s.start for s in self.stubs]
+        i = bisect.bisect_right(self._stub_starts, address) - 1
+        if i >= 0 and address < self.stubs[i].end:
+            return self.stubs[i]
         return None
 
     @property

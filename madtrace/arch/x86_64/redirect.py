@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from capstone import x86_const as X
 
-from .copy_encode import operand_immediate, operand_parts, same_operation
+from .copy_encode import operand_parts, same_operation
 from .decode import decode_one
 from .memops import MemInstruction
 from .relocate import Refusal
@@ -97,33 +97,18 @@ def redirect_operand(code: bytes, address: int, new_address: int, target: int) -
     if insn is None:
         return Refusal(f"undecodable instruction at {address:#x}")
     raw = bytes(code[:insn.size])
-    modrm_at = insn.modrm_offset
-    if modrm_at <= 0:
-        return Refusal(f"'{insn.mnemonic} {insn.op_str}' has no ModRM memory operand")
-    parts = operand_parts(raw, modrm_at)
-    if isinstance(parts, str):
-        return Refusal(parts)
-    prefixes, head = parts                  # REX / VEX and the opcode
-    if 0x40 <= head[0] <= 0x4F:
-        head[0] &= ~0x03                    # REX.X, REX.B
-    elif head[0] == 0xC4 and len(head) >= 3:
-        head[1] |= 0x60                     # VEX: X and B are stored inverted
-    elif head[0] == 0x62 and len(head) >= 5:
-        head[1] |= 0x60                     # EVEX: X and B, inverted as in VEX
-    elif head[0] == 0x8F:
-        return Refusal("XOP encodings are not redirected")
-    immediate = operand_immediate(raw, modrm_at)
-    if immediate is None:
-        return Refusal("register operand, not memory")
-    modrm = (raw[modrm_at] & 0x38) | 0x05   # mod 00, rm 101: [rip + disp32]
+    parts = operand_parts(raw, insn.modrm_offset, f"{insn.mnemonic} {insn.op_str}", 0, "redirected")
+    if isinstance(parts, Refusal):
+        return parts
+    prefixes, head, immediate = parts
+    modrm = (raw[insn.modrm_offset] & 0x38) | 0x05     # mod 00, rm 101: [rip + disp32]
     length = len(prefixes) + len(head) + 1 + 4 + len(immediate)
     if length > 15:
         return Refusal("re-encoded instruction would exceed 15 bytes")
     disp = target - (new_address + length)
     if not -(1 << 31) <= disp < (1 << 31):
         return Refusal(f"slot {target:#x} out of disp32 range of {new_address:#x}")
-    out = bytes(prefixes) + bytes(head) + bytes([modrm]) + disp.to_bytes(4, "little", signed=True) \
-        + immediate
+    out = prefixes + head + bytes([modrm]) + disp.to_bytes(4, "little", signed=True) + immediate
     problem = _check(insn, decode_one(out, new_address), target)
     if problem:
         return Refusal(f"'{insn.mnemonic} {insn.op_str}' at {address:#x}: {problem}")
