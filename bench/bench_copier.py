@@ -156,6 +156,36 @@ def compare_redirect(old_redirect, function, address) -> tuple[int, int]:
     return n, different
 
 
+# hand-made functions: refusals, side entries, loops, stubs of every operand kind, VEX, moffs...
+HAND_MADE = (
+    "67e300c3", "66e90000c3", "c7f800000000c3", "e800000000c3", "7401f0480fb10ac3", "eb014889c8c3",
+    "e2fee302c3c3c3", "ffe0", "ff2500000000", "ff642408", "64ff242510000000", "41ffe1", "ffe0c3",
+    "67ff20", "ff20", "a01122334455667788c3", "8b0500000000c3", "", "e8fb0f0000", "e9fb0f0000",
+    "480fb10a4801084883000141ff0c24c3", "c5f8100783c001c4c17a1001c3", "62f17c48100107c3",
+    "8a2788e7c3", "48890c244889e0c3", "480fa3075fc3", "f348a5f3aac3", "660f6f07660fd60fc3",
+    "0f8400000000c3", "f2e900000000", "3effe0", "648b042510000000658b0425c3000000c3",
+    "8fe97890c0c3", "6767676767488b840000000000c3", "ff37ff30c3", "ff5008ff15000000003effd0c3")
+
+
+def compare_hand_made(old, injector) -> tuple[int, int]:
+    """(copies compared, differences) of HAND_MADE, copied near and far (2**46 away)."""
+    n = different = 0
+    start = 0x400000
+    for text in HAND_MADE:
+        code = bytes.fromhex(text)
+        function = (start, start + len(code), code)
+        analysis = this.analyse(code, start, start + len(code))
+        reuse = analysis if isinstance(analysis, this.FunctionAnalysis) else None
+        for address in (0x500000, 0x7F0000000000):
+            for want in WANTS.values():
+                n += 1
+                if copy_with(old, injector, function, address, want) != \
+                        copy_with(this, injector, function, address, want, reuse):
+                    different += 1
+                    print(f"DIFFERENT: hand-made {text} at {address:#x}")
+    return n, different
+
+
 def compare(main_dir: str) -> int:
     old = main_copier(main_dir)
     old_redirect = importlib.import_module("madtrace_main.arch.x86_64.redirect").redirect_operand
@@ -188,7 +218,9 @@ def compare(main_dir: str) -> int:
           f"the rest under build/tests): {differences} differences")
     print(f"redirect_operand: {redirected} instructions with a memory operand compared, "
           f"{redirect_differences} differences")
-    return 1 if differences or redirect_differences else 0
+    hand, hand_differences = compare_hand_made(old, injector)
+    print(f"hand-made functions: {hand} copies compared, {hand_differences} differences")
+    return 1 if differences or redirect_differences or hand_differences else 0
 
 
 def _difference(a, b) -> str:

@@ -319,3 +319,38 @@ def test_detail_columns_are_capstones(path):
                 assert rows.registers(k) == set(read) | set(written)
             checked += 1
     assert checked > 100
+
+
+SMALL = {   # hand-made functions: (bytes, the refusal expected or None)
+    "side entry past a lock prefix": ("7401f0480fb10ac3", None),
+    "loop and jrcxz": ("e2fee302c3c3c3", None),
+    "jmp rax": ("ffe0", None),
+    "jmp [rip]": ("ff2500000000", None),
+    "jmp [rsp + 8]": ("ff642408", None),
+    "jmp fs:[0x10]": ("64ff242510000000", None),
+    "notrack jmp r9": ("3e41ffe1", None),
+    "read-modify-writes": ("480fb10a4801084883000141ff0c24c3", None),
+    "VEX loads": ("c5f8100783c001c4c17a1001c3", None),
+    "ah and a load": ("8a2788e7c3", None),
+    "SSE moves": ("660f6f07660fd60fc3", None),
+    "a RIP-relative load": ("8b0500000000c3", None),
+    "xbegin": ("c7f800000000c3", "'xbegin' at 0x400000"),
+    "call of the next instruction": ("e800000000c3", "call of the next instruction at 0x400000"),
+    "into an instruction": ("eb014889c8c3", "branch at 0x400000 into the middle of an instruction"),
+    "jmp [eax]": ("67ff20", "indirect jump 'jmp qword ptr [eax]' at 0x400000: 32-bit address"),
+    "jecxz": ("67e300c3", "internal: branch at 0x400000 is 10 bytes, planned 9"),
+}
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_small_functions(name, injector):
+    """Hand-made functions: copies decode back, refusals say why."""
+    code, refusal = bytes.fromhex(SMALL[name][0]), SMALL[name][1]
+    start = 0x400000
+    copy = copy_function(code, start, start + len(code), 0x500000, injector, lambda mem: True,
+                         lambda mem: 3, CTL, BITMAP)
+    if refusal is not None:
+        assert not isinstance(copy, FunctionCopy) and copy.reason == refusal
+        return
+    assert isinstance(copy, FunctionCopy), copy
+    assert check_copy(copy, code, start, start + len(code), injector) == []

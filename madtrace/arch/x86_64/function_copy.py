@@ -279,10 +279,8 @@ class _Layout:
             size[index] = [plans[j].extra for j in chosen]
             size[index] += parts.base
         self.sizes = size
-        new = np.empty(a.n, np.int64)
-        new[0] = address
-        np.cumsum(size[:-1], out=new[1:])
-        new[1:] += address
+        new = np.full(a.n, address, dtype=np.int64)
+        new[1:] += np.cumsum(size[:-1])
         self.new = new
         self.after = address + int(size.sum())
         at = self.after + 5
