@@ -20,7 +20,7 @@ import glob
 import os
 
 import pytest
-from capstone import CS_GRP_BRANCH_RELATIVE, CS_GRP_JUMP, CS_GRP_RET
+from capstone import CS_GRP_BRANCH_RELATIVE, CS_GRP_CALL, CS_GRP_JUMP, CS_GRP_RET
 from capstone import x86_const as X
 
 from madtrace.arch.x86_64.decode import capstone_detail, decode_one
@@ -109,7 +109,14 @@ def check_copy(copy: FunctionCopy, code: bytes, start: int, end: int, injector) 
             p = probes[insn.address]
             problems += [f"{where}: {x}" for x in _check_probe(p, insn, at, out, base, head, template,
                                                               injector)]
-            ends.append((new, p.end))
+            piece_end = p.end
+            if CS_GRP_CALL in groups:            # then the call, on the target the probe loaded
+                call = at(p.end)
+                if call is None or (call.mnemonic, call.op_str) != ("call", "r11"):
+                    problems.append(f"{where}: the probe is not followed by 'call r11'")
+                else:
+                    piece_end = p.end + call.size
+            ends.append((new, piece_end))
         elif insn.address in stubs:
             s = stubs[insn.address]
             problems += [f"{where}: {x}" for x in _check_stub(s, insn, at)]
@@ -183,6 +190,13 @@ def _check_probe(p, insn, at, out, base, head, template, injector) -> list[str]:
     if out[p.body - base:p.body - base + template.size] != made:
         problems.append("the probe template is not the one for this instruction id")
     moved = at(p.insn)
+    if CS_GRP_CALL in set(insn.groups):
+        # a call through memory: the probe loads its target into r11
+        if moved is None or (moved.mnemonic, moved.address + moved.size) != ("mov", p.insn_end) or \
+                moved.op_str != f"r11, qword ptr [{p.reg}]" or p.reg == "r11":
+            problems.append(f"the call's target load in the probe is "
+                            f"'{moved.mnemonic + ' ' + moved.op_str if moved else None}'")
+        return problems
     if moved is None or moved.mnemonic != insn.mnemonic or moved.address + moved.size != p.insn_end \
             or len(moved.operands) != len(insn.operands):
         problems.append(f"the instruction in the probe is '{moved.mnemonic if moved else None}'")

@@ -14,7 +14,9 @@ bitmap, analysis=None) -> FunctionCopy | Refusal`` re-encodes the function
   [operand]``, probe (injector/trampolines.S), then the instruction itself
   on ``[rA]``, rA a register it does not use, saved in the probe's frame:
   it records its access into the thread's ring and reaches the data through
-  the alias when the page is aliased;
+  the alias when the page is aliased; a call through memory (``call [m]``:
+  CPython's type slots, calls through the GOT) is ``mov r11, [rA]`` in the
+  probe, then ``call r11`` after it (insn_entries.py ``_call_plan``);
 * an indirect jump (a switch table, a computed goto) becomes a stub that
   looks its target up in the copy's table (original offset -> copy offset,
   after the code): a target among the function's instructions is reached in
@@ -192,7 +194,7 @@ class _ProbeParts:
         """``plan.pieces``: the probe's bytes before its code (but a RIP-relative
         address computation) and after it, and where its parts begin."""
         lead = self.head + (b"" if plan.rip else plan.lead) + self.pre
-        tail = self.post + self.save[plan.reg] + plan.rebased + self.restore[plan.reg]
+        tail = self.post + self.save[plan.reg] + plan.rebased + self.restore[plan.reg] + plan.after
         body = len(self.head) + len(plan.lead)
         insn = body + self.template_size + len(self.save[plan.reg])
         plan.pieces = (lead, tail, body, insn, insn + len(plan.rebased), self.actual(plan))
@@ -228,7 +230,7 @@ class _ProbeParts:
         else:
             made = [bytes(self.template.instantiate(start, bitmap=self.bitmap, ctl=self.ctl,
                                                     code=(self.data_code | ident) - (1 << 32)))]
-        pieces += [head, ea, *made, save, plan.rebased, restore]
+        pieces += [head, ea, *made, save, plan.rebased, restore, plan.after]
         insn = start + self.template_size + len(save)
         end = insn + len(plan.rebased) + len(restore)
         return Probe(original, at, start, insn, insn + len(plan.rebased), end, plan.reg, ident)

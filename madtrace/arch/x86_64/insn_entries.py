@@ -61,6 +61,7 @@ class ProbePlan:
     disp: int = 0                   # ... at this displacement from the instruction's end
     rebased: bytes = b""            # the instruction on [rA]
     check: str | None = None        # why its re-encoding is not the instruction (see ``why_at``)
+    after: bytes = b""              # after the probe's frame is gone: a call through memory's call
     # the probe's pieces for one set of probe templates (function_copy.py's _ProbeParts)
     made_for: object = field(default=None, compare=False, repr=False)
     pieces: tuple = field(default=(), compare=False, repr=False)
@@ -68,7 +69,7 @@ class ProbePlan:
     @property
     def extra(self) -> int:
         """The bytes of the probe that are the instruction's own."""
-        return len(self.lead) + len(self.rebased)
+        return len(self.lead) + len(self.rebased) + len(self.after)
 
     def why_at(self, text: str, address: int) -> str | None:
         if self.check is not None:
@@ -292,7 +293,14 @@ def probe_refusal(mem: MemInstruction | None, registers) -> str | None:
     why = redirectable(mem)
     if why is not None or mem is None:
         return why
-    op = mem.operands[0]
+    why = operand_refusal(mem.operands[0])
+    if why is None and "rsp" in registers():
+        return "uses the stack pointer"
+    return why
+
+
+def operand_refusal(op) -> str | None:
+    """Why a probe cannot compute the address of the memory operand ``op``."""
     if op.segment is not None:
         return "segment override"
     if op.base in ("rsp", "esp") or op.index in ("rsp", "esp"):
@@ -303,8 +311,6 @@ def probe_refusal(mem: MemInstruction | None, registers) -> str | None:
     if (op.base and op.base != "rip" and parent64(op.base) != op.base) or \
             (op.index and parent64(op.index) != op.index):
         return "32-bit address"
-    if "rsp" in registers():
-        return "uses the stack pointer"
     return None
 
 
@@ -331,7 +337,34 @@ def operand_lea(op) -> bytes:
                op.scale or 1, op.disp)
 
 
+CALL_TARGET = "r11"       # holds a call's target between the probe and the call
+CALL_R11 = b"\x41\xff\xd3"   # call r11
+
+
+def _call_plan(mem: MemInstruction) -> ProbePlan:
+    """``call [m]`` becomes ``mov r11, [m]`` in the probe (the load recorded, made
+    through the alias), then ``call r11`` once the probe's frame is gone: the
+    callee gets the stack and every register as the call gave them, but r11,
+    which the SysV ABI leaves to the caller and no argument is passed in."""
+    if len(mem.operands) != 1 or mem.operands[0].size != 8:
+        return ProbePlan("'call' through an unusual operand")
+    op = mem.operands[0]
+    why = operand_refusal(op)
+    if why is not None:
+        return ProbePlan(why)
+    reg = address_reg({CALL_TARGET, *(r for r in (op.base, op.index) if r and r != "rip")}, b"")
+    if reg is None:
+        return ProbePlan("no free register")
+    r = REG[reg]
+    load = bytes([0x4C | (r >> 3), 0x8B, (REG[CALL_TARGET] & 7) << 3 | (r & 7)])  # mov r11, [rA]
+    if op.base == "rip":
+        return ProbePlan(None, reg, bytes(7), True, op.disp, load, after=CALL_R11)
+    return ProbePlan(None, reg, operand_lea(op), False, 0, load, after=CALL_R11)
+
+
 def _plan(raw: bytes, r: _Rows, k: int, mem: MemInstruction, text: str, checks: list) -> ProbePlan:
+    if r.call[k]:
+        return _call_plan(mem)
     used: list[set[str]] = []
 
     def registers() -> set[str]:
