@@ -436,7 +436,7 @@ def test_indirect_jump_stub_loads_the_target_register(reg):
     """The stub of a relocated ``jmp REG`` starts with ``mov rax, REG`` (checked
     by decoding): with r8-r15 the register is ModRM.reg, which REX.R extends (a
     REX.B there once made ``jmp r9`` in CPython's PyObject_Call jump to rax)."""
-    from madtrace.arch.x86_64.function_copy import _target_load
+    from madtrace.arch.x86_64.jump_stubs import target_load as _target_load
     n = REGS64.index(reg)
     jump = bytes([0x41] if n >= 8 else []) + bytes([0xFF, 0xE0 | (n & 7)])   # jmp reg
     insn = decode_one(jump, 0x1000)

@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 from madtrace.binary.elf import ElfImage
+from madtrace.capture.instruction_table import PROBE
+from madtrace.trace.compact import InstructionColumns
 from madtrace.trace.reader import iter_access_chunks
 
 from .test_data import _ranges_from_stderr, compare_with_lackey, sections
@@ -183,3 +185,26 @@ def test_fault_engine_is_still_there(tmp_path):
     meta = json.loads((out / "meta.json").read_text())["data_tracing"]
     assert meta["engine"] == "fault" and meta["paths"] is None and meta["alias"] is None
     assert sections(argv[0], ".data")
+
+
+@pytest.mark.parametrize("variant", ["O0-nopie", "O2-nopie"])
+def test_calls_through_memory_take_probes(tmp_path, variant):
+    """Calls through a table of pointers in .data and through a struct on the
+    heap, in a hot loop: per instruction equal to lackey, every call's load on
+    the probe path, and the faults do not grow with the calls (two run lengths)."""
+    def ranges(static, stderr):
+        return _ranges_from_stderr(static, stderr)
+
+    compare_with_lackey(tmp_path, "data_calls_mem", variant, ranges, args=("3000",),
+                        options=HYBRID)
+    path = prog("data_calls_mem", variant)
+    image = ElfImage.load(path)
+    run = next(s for s in image.functions() if s.name == "run")
+    table = InstructionColumns.load(str(tmp_path / "t"))
+    ids = (table.rip >= run.address) & (table.rip < run.address + run.size)
+    assert ids.any() and (table.path[ids] == PROBE).all(), table.path[ids]
+    faults = []
+    for n in ("2000", "20000"):
+        meta, _, _ = record(tmp_path / n, [path, n])
+        faults.append(meta["data_tracing"]["faults"])
+    assert faults[1] <= faults[0] + 8, faults

@@ -40,7 +40,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..arch.x86_64.function_copy import FRAME as STUB_FRAME
-from ..arch.x86_64.function_copy import FunctionCopy, Probe, copy_function
+from ..arch.x86_64.function_copy import FunctionAnalysis, FunctionCopy, Probe, analyse, copy_function
+from ..arch.x86_64.relocate import Refusal
 from ..binary.eh_frame import EhFrame
 from ..inject.areas import SharedArea, gap_for_module
 from ..inject.patchset import Patch, PatchConflict, PatchSet
@@ -73,6 +74,7 @@ class FunctionState:
     frame_pointer: bool = False
     fde: object = None            # its unwind information (binary/eh_frame.py Fde), if any
     unregistered: FunctionCopy | None = None   # a copy waiting for its unwind information
+    analysis: FunctionAnalysis | None = None  # kept for the next copy (function_copy.py)
 
     @property
     def latest(self) -> FunctionCopy | None:
@@ -80,7 +82,7 @@ class FunctionState:
 
     def probed(self, address: int) -> bool:
         latest = self.latest
-        return latest is not None and any(p.original == address for p in latest.probes)
+        return latest is not None and latest.probe_of(address) is not None
 
 
 class CodeArea:
@@ -260,8 +262,10 @@ class Rewriter:
             return self.ids.add(mem.address, op.size, (1 if op.load else 0) | (2 if op.store else 0),
                                 mem.size)
 
-        copy = copy_function(code, state.start, state.end, at, self.L, self._want(state), new_id,
-                             self.ctl, self.bitmap)
+        analysis = self._analysis(state, code)
+        copy = analysis if isinstance(analysis, Refusal) else \
+            copy_function(code, state.start, state.end, at, self.L, self._want(state), new_id,
+                          self.ctl, self.bitmap, analysis=analysis)
         if not copy:
             state.refused = copy.reason
             self.refused[_reason_kind(copy.reason)] += 1
@@ -310,6 +314,16 @@ class Rewriter:
                 return False
         state.copies.append(copy)
         return True
+
+    @staticmethod
+    def _analysis(state: FunctionState, code: bytes) -> FunctionAnalysis | Refusal:
+        """The function's analysis: made once, kept while its bytes stay the same."""
+        if state.analysis is None or state.analysis.code != code:
+            made = analyse(code, state.start, state.end)
+            if isinstance(made, Refusal):
+                return made
+            state.analysis = made
+        return state.analysis
 
     def _area(self, module, need: int) -> CodeArea:
         area = self.areas.get(module.name)

@@ -12,12 +12,17 @@ RIP-relative form for code placed at ``at`` (None when out of reach);
 ``movabs(dst, value)``; ``store_rsp(disp, reg)`` / ``load_rsp(reg, disp)``:
 ``mov [rsp + disp], reg`` / ``mov reg, [rsp + disp]``; ``lea_rsp(delta)``.
 
-``rebase_operand(code, address, reg) -> bytes | Refusal``: the instruction at
-``address`` (its bytes in ``code``) with its one ModRM memory operand replaced
-by ``[reg]`` (no index, no displacement); prefixes, opcode, other operands and
-immediates are kept, segment and address-size prefixes dropped.  Checked by
-decoding the result again.
+``rebased(raw, modrm_at, text, reg) -> bytes | Refusal``: an instruction
+with its one ModRM memory operand replaced by ``[reg]`` (no index, no
+displacement); prefixes, opcode, other operands and immediates are kept,
+segment and address-size prefixes dropped.  The caller decodes the result
+again and checks it with ``rebase_problem(old, new, reg)`` (insn_entries.py
+does it for many at once).
+``operand_parts`` and ``same_operation``: the re-encoding and its check,
+which redirect.py's ``redirect_operand`` (the operand on ``[rip + disp32]``)
+shares.
 
+``rip_operand(insn, raw) -> (disp offset, target) | str`` and
 ``rip_displaced(insn, raw, at) -> bytes | str``: an instruction with a
 RIP-relative operand re-encoded for address ``at`` (its target unchanged),
 or why not.
@@ -29,8 +34,6 @@ import struct
 
 from capstone import x86_const as X
 
-from .decode import decode_one
-from .redirect import DROPPED_PREFIXES, LEGACY_PREFIXES, _modrm_tail
 from .relocate import Refusal
 
 NAMES64 = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
@@ -131,14 +134,43 @@ def lea_rsp(delta: int) -> bytes:
     return lea(REG["rsp"], REG["rsp"], None, 1, delta)
 
 
-def rebase_operand(code: bytes, address: int, reg: int) -> bytes | Refusal:
-    insn = decode_one(code, address)
-    if insn is None:
-        return Refusal(f"undecodable instruction at {address:#x}")
-    raw = bytes(code[:insn.size])
-    modrm_at = insn.modrm_offset
+# ------------------------------------------------ memory operands re-encoded
+# The one re-encoder of an instruction's ModRM memory operand: the function
+# copier puts it on [reg] (``rebased``), the data stubs on
+# [rip + disp32] (redirect.py: ``redirect_operand``).
+LEGACY_PREFIXES = frozenset({0xF0, 0xF2, 0xF3, 0x2E, 0x36, 0x3E, 0x26, 0x64, 0x65, 0x66, 0x67})
+DROPPED_PREFIXES = frozenset({0x64, 0x65, 0x67})
+
+
+def modrm_tail(raw: bytes, modrm_at: int) -> tuple[int, int] | None:
+    """(length of SIB + displacement after the ModRM byte, mod) or None."""
+    modrm = raw[modrm_at]
+    mod, rm = modrm >> 6, modrm & 7
+    if mod == 3:
+        return None
+    length = 0
+    if rm == 4:
+        length += 1
+        base = raw[modrm_at + 1] & 7
+        if mod == 0 and base == 5:
+            length += 4
+    elif mod == 0 and rm == 5:
+        length += 4
+    length += {0: 0, 1: 1, 2: 4}[mod]
+    return length, mod
+
+
+def operand_parts(raw: bytes, modrm_at: int, text: str, b: int,
+                  verb: str) -> tuple[bytes, bytes, bytes] | Refusal:
+    """(legacy prefixes, REX/VEX/EVEX and opcode, immediate) of the instruction
+    ``raw`` (``text``: its disassembly; its ModRM byte at ``modrm_at``,
+    capstone's ``modrm_offset``) made ready for a new memory operand: segment
+    and address-size prefixes dropped (the new operand is a plain address),
+    the X bit cleared and the B bit set to ``b`` (the base register's high bit;
+    a REX prefix added for it), the immediate that follows the operand kept.
+    Or why not (``verb``: what is done to the instruction, for the reason)."""
     if modrm_at <= 0:
-        return Refusal(f"'{insn.mnemonic} {insn.op_str}' has no ModRM memory operand")
+        return Refusal(f"'{text}' has no ModRM memory operand")
     pos = 0
     prefixes = bytearray()
     while pos < modrm_at and raw[pos] in LEGACY_PREFIXES:
@@ -148,39 +180,29 @@ def rebase_operand(code: bytes, address: int, reg: int) -> bytes | Refusal:
     head = bytearray(raw[pos:modrm_at])
     if not head:
         return Refusal("no opcode before the ModRM byte")
-    b = reg >> 3
     if 0x40 <= head[0] <= 0x4F:
         head[0] = (head[0] & ~0x03) | b
     elif head[0] == 0xC4 and len(head) >= 3:
-        head[1] = (head[1] | 0x60) & ~(b << 5)        # X, B stored inverted
+        head[1] = (head[1] | 0x60) & ~(b << 5)        # VEX: X and B stored inverted
     elif head[0] == 0x62 and len(head) >= 5:
-        head[1] = (head[1] | 0x60) & ~(b << 5)
+        head[1] = (head[1] | 0x60) & ~(b << 5)        # EVEX: as in VEX
     elif head[0] == 0xC5:
         if b:
             return Refusal("2-byte VEX has no B bit")
     elif head[0] == 0x8F:
-        return Refusal("XOP encodings are not rewritten")
+        return Refusal(f"XOP encodings are not {verb}")
     elif b:
         head.insert(0, 0x41)                            # REX.B
-    tail = _modrm_tail(raw, modrm_at)
+    tail = modrm_tail(raw, modrm_at)
     if tail is None:
         return Refusal("register operand, not memory")
-    extra, _mod = tail
-    immediate = raw[modrm_at + 1 + extra:]
-    if reg & 7 in (4, 5):
-        return Refusal("rsp/rbp/r12/r13 need a SIB byte or a displacement")
-    modrm = (raw[modrm_at] & 0x38) | (reg & 7)
-    out = bytes(prefixes) + bytes(head) + bytes([modrm]) + immediate
-    if len(out) > 15:
-        return Refusal("re-encoded instruction would exceed 15 bytes")
-    new = decode_one(out, address)
-    problem = _same_on(insn, new, reg)
-    if problem:
-        return Refusal(f"'{insn.mnemonic} {insn.op_str}' at {address:#x}: {problem}")
-    return out
+    return bytes(prefixes), bytes(head), raw[modrm_at + 1 + tail[0]:]
 
 
-def _same_on(old, new, reg: int) -> str | None:
+def same_operation(old, new, memory_ok, not_ok: str) -> str | None:
+    """Why ``new`` (re-encoded, decoded again) is not ``old`` with its memory
+    operand replaced (``memory_ok(new, operand)`` judges the new operand;
+    ``not_ok`` says what is wrong otherwise), or None."""
     if new is None:
         return "re-encoding is undecodable"
     if new.mnemonic != old.mnemonic or len(new.operands) != len(old.operands):
@@ -189,9 +211,8 @@ def _same_on(old, new, reg: int) -> str | None:
         if a.type != b.type or a.size != b.size:
             return "operands differ after re-encoding"
         if a.type == X.X86_OP_MEM:
-            if new.reg_name(b.mem.base) != NAMES64[reg] or b.mem.index != X.X86_REG_INVALID \
-                    or b.mem.disp != 0 or b.mem.segment != X.X86_REG_INVALID:
-                return "memory operand not rebased"
+            if not memory_ok(new, b):
+                return not_ok
         elif a.type == X.X86_OP_REG and a.reg != b.reg:
             return "register operand changed"
         elif a.type == X.X86_OP_IMM and a.imm != b.imm:
@@ -199,15 +220,62 @@ def _same_on(old, new, reg: int) -> str | None:
     return None
 
 
+def rebased(raw: bytes, modrm_at: int, text: str, reg: int) -> bytes | Refusal:
+    """The instruction ``raw`` (see ``operand_parts``) with its one ModRM memory
+    operand replaced by ``[reg]`` (no index, no displacement); not checked yet
+    (``rebase_problem``)."""
+    parts = operand_parts(raw, modrm_at, text, reg >> 3, "rewritten")
+    if isinstance(parts, Refusal):
+        return parts
+    prefixes, head, immediate = parts
+    if reg & 7 in (4, 5):
+        return Refusal("rsp/rbp/r12/r13 need a SIB byte or a displacement")
+    out = prefixes + head + bytes([(raw[modrm_at] & 0x38) | (reg & 7)]) + immediate
+    if len(out) > 15:
+        return Refusal("re-encoded instruction would exceed 15 bytes")
+    return out
+
+
+def rebase_problem(old, new, reg: int) -> str | None:
+    """Why ``new`` (``rebased``'s bytes, decoded again) is not ``old`` on [reg]."""
+    def on_reg(insn, op) -> bool:
+        return insn.reg_name(op.mem.base) == NAMES64[reg] and op.mem.index == X.X86_REG_INVALID \
+            and op.mem.disp == 0 and op.mem.segment == X.X86_REG_INVALID
+
+    return same_operation(old, new, on_reg, "memory operand not rebased")
+
+
+# ------------------------------------------------------ RIP-relative operands
+def rip_field(raw: bytes, disp_offset: int, disp: int | None) -> tuple[int, int] | str:
+    """(offset of the disp32 in ``raw``, its value) of an instruction with a
+    RIP-relative operand (capstone's ``disp_offset``; ``disp``: the first
+    RIP-relative operand's displacement, None if there is none), or why it is
+    not found (capstone's ``disp_size`` is wrong with a 66 prefix: the bytes
+    are checked)."""
+    d = disp_offset
+    old = int.from_bytes(raw[d:d + 4], "little", signed=True) if d >= 1 else None
+    if d < 1 or d + 4 > len(raw) or raw[d - 1] & 0xC7 != 0x05 or disp is None or old != disp:
+        return "RIP-relative displacement not found"
+    return d, old
+
+
+def rip_operand(insn, raw: bytes) -> tuple[int, int] | str:
+    """(offset of the disp32 in ``raw``, the address it reaches) of an instruction
+    with a RIP-relative operand, or why it is not found."""
+    ops = [op for op in insn.operands if op.type == X.X86_OP_MEM and op.mem.base == X.X86_REG_RIP]
+    found = rip_field(raw, insn.disp_offset, ops[0].mem.disp if ops else None)
+    if isinstance(found, str):
+        return found
+    return found[0], insn.address + insn.size + found[1]
+
+
 def rip_displaced(insn, raw: bytes, at: int) -> bytes | str:
     """``insn`` (capstone, detail on; ``raw`` its bytes) with its RIP-relative
     operand's displacement changed so that it runs at ``at`` with the same target."""
-    d = insn.disp_offset
-    old = int.from_bytes(raw[d:d + 4], "little", signed=True) if d >= 1 else None
-    ops = [op for op in insn.operands if op.type == X.X86_OP_MEM and op.mem.base == X.X86_REG_RIP]
-    if d < 1 or d + 4 > len(raw) or raw[d - 1] & 0xC7 != 0x05 or not ops or old != ops[0].mem.disp:
-        return "RIP-relative displacement not found"
-    target = insn.address + insn.size + old
+    found = rip_operand(insn, raw)
+    if isinstance(found, str):
+        return found
+    d, target = found
     disp = target - (at + insn.size)
     if not _i32(disp):
         return f"{target:#x} out of reach from {at:#x}"

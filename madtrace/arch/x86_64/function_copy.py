@@ -2,8 +2,8 @@
 """Whole-function relocation with data probes (the hybrid data engine's rewriter).
 
 ``copy_function(code, start, end, address, injector, want_probe, new_id, ctl,
-bitmap) -> FunctionCopy | Refusal`` re-encodes the function [start, end)
-(``code``: its bytes) to run at ``address``:
+bitmap, analysis=None) -> FunctionCopy | Refusal`` re-encodes the function
+[start, end) (``code``: its bytes) to run at ``address``:
 
 * relative branches become rel32 branches (``jrcxz``/``loop``: ``jrcxz +2;
   jmp +5; jmp rel32``) to the copy of their target when it lies in the
@@ -14,7 +14,9 @@ bitmap) -> FunctionCopy | Refusal`` re-encodes the function [start, end)
   [operand]``, probe (injector/trampolines.S), then the instruction itself
   on ``[rA]``, rA a register it does not use, saved in the probe's frame:
   it records its access into the thread's ring and reaches the data through
-  the alias when the page is aliased;
+  the alias when the page is aliased; a call through memory (``call [m]``:
+  CPython's type slots, calls through the GOT) is ``mov r11, [rA]`` in the
+  probe, then ``call r11`` after it (insn_entries.py ``_call_plan``);
 * an indirect jump (a switch table, a computed goto) becomes a stub that
   looks its target up in the copy's table (original offset -> copy offset,
   after the code): a target among the function's instructions is reached in
@@ -33,30 +35,41 @@ out of reach.
 ``FunctionCopy``: the copy's bytes, ``old_to_new`` (every original
 instruction start -> its copy), ``probes`` (``Probe``: where each part of a
 probe is, for the tracer's on-stack replacement and signal fix-ups) and
-``unprobed`` (memory instructions left as they are, and why).
+``unprobed`` (memory instructions left as they are, and why);
+``original_of``, ``probe_at``, ``probe_of``: sorted look-ups, made once.
+
+How: ``analyse(code, start, end)`` (copy_analysis.py) works out, once per
+function, everything that depends neither on ``address`` nor on the probes
+chosen: the pieces of every instruction, end to end, with their
+address-dependent fields left empty.  A copy asks ``want_probe`` about each
+memory instruction (in address order), lays the pieces out (a cumulative
+sum), finds the first piece that cannot be made (the refusal the pieces, made
+in order, would meet first; ``new_id`` is called for the probes up to it,
+in order), then joins the analysis's bytes with the probes put in and fills
+branch, RIP-relative and stub fields with numpy.  The rewriter passes the
+``analysis`` it kept for the function; without one (or of other bytes) the
+function is analysed first.
 """
 
 from __future__ import annotations
 
 import bisect
+import struct
 from dataclasses import dataclass, field
 
-from capstone import CS_GRP_BRANCH_RELATIVE, CS_GRP_CALL, CS_GRP_JUMP, CS_GRP_RET
+import numpy as np
 from capstone import x86_const as X
 
+from .copy_analysis import PROBE, FunctionAnalysis, analyse
+from .copy_encode import REG, lea_rip, lea_rsp, load_rsp, rip_displaced, store_rsp
 from .decode import capstone_detail
-from .copy_encode import HIGH_BYTE, REG, lea, lea_rip, lea_rsp, load, load_rip, load_rsp, movabs, \
-    parent64, rebase_operand, rip_displaced, store_rsp
-from .memops import MemInstruction, memory_accesses_of
-from .redirect import redirectable
-from .relocate import Refusal, _relocate_branch, encode_jmp
+from .insn_entries import RIP, ProbePlan, probe_refusal
+from .jump_stubs import FRAME
+from .relocate import Refusal, encode_jmp
 
-# registers a probe may hold the address in (not rax/rcx/rdx: the probe's own;
-# not rsp/rbp/r12/r13: [reg] would need a SIB byte or a displacement)
-ADDRESS_REGS = ("rsi", "rdi", "rbx", "r8", "r9", "r10", "r11", "r14", "r15")
-LOW_ADDRESS_REGS = ("rsi", "rdi", "rbx")
-LOOPS = {X.X86_INS_JRCXZ, X.X86_INS_JECXZ, X.X86_INS_LOOP, X.X86_INS_LOOPE, X.X86_INS_LOOPNE}
-REFUSED = {X.X86_INS_XBEGIN: "xbegin", X.X86_INS_XABORT: "xabort"}
+__all__ = ["Probe", "Stub", "FunctionCopy", "FunctionAnalysis", "copy_function", "analyse",
+           "probe_refusal", "FRAME"]
+_I32 = (-(1 << 31), 1 << 31)
 
 
 @dataclass
@@ -73,7 +86,7 @@ class Probe:
 
 @dataclass
 class Stub:
-    """An indirect jump's translation stub (see ``_stub``)."""
+    """An indirect jump's translation stub (jump_stubs.py)."""
     original: int       # the jump, in the original code
     start: int
     load: int           # the instruction that loads the target (may fault)
@@ -93,11 +106,19 @@ class FunctionCopy:
     stubs: list[Stub] = field(default_factory=list)
     code_size: int = 0                   # the code, before the jump table
     returns: dict = field(default_factory=dict)   # return address in the copy -> original
+    # sorted lookups, made on first use (the copy does not change once made)
+    _probe_starts: list | None = field(default=None, init=False, repr=False, compare=False)
+    _new_sorted: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    _by_original: dict | None = field(default=None, init=False, repr=False, compare=False)
+    _stub_starts: list | None = field(default=None, init=False, repr=False, compare=False)
 
     def stub_at(self, address: int) -> Stub | None:
-        for stub in self.stubs:
-            if stub.start <= address < stub.end:
-                return stub
+        """The indirect jump stub whose code holds ``address``."""
+        if self._stub_starts is None or len(self._stub_starts) != len(self.stubs):
+            self._stub_starts = [s.start for s in self.stubs]
+        i = bisect.bisect_right(self._stub_starts, address) - 1
+        if i >= 0 and address < self.stubs[i].end:
+            return self.stubs[i]
         return None
 
     @property
@@ -106,270 +127,334 @@ class FunctionCopy:
 
     def probe_at(self, address: int) -> Probe | None:
         """The probe whose code holds ``address`` (an address in the copy)."""
-        i = bisect.bisect_right([p.start for p in self.probes], address) - 1
+        if self._probe_starts is None or len(self._probe_starts) != len(self.probes):
+            self._probe_starts = [p.start for p in self.probes]
+        i = bisect.bisect_right(self._probe_starts, address) - 1
         if i >= 0 and address < self.probes[i].end:
             return self.probes[i]
         return None
 
+    def probe_of(self, original: int) -> Probe | None:
+        """The probe of the original instruction at ``original``."""
+        if self._by_original is None or len(self._by_original) != len(self.probes):
+            self._by_original = {p.original: p for p in self.probes}
+        return self._by_original.get(original)
+
     def original_of(self, address: int) -> int | None:
         """The original instruction whose copy holds ``address``."""
-        pairs = sorted((new, old) for old, new in self.old_to_new.items())
-        i = bisect.bisect_right([n for n, _ in pairs], address) - 1
-        return pairs[i][1] if i >= 0 else None
+        if self._new_sorted is None or len(self._new_sorted[0]) != len(self.old_to_new):
+            pairs = sorted((new, old) for old, new in self.old_to_new.items())
+            self._new_sorted = ([n for n, _ in pairs], [o for _, o in pairs])
+        news, olds = self._new_sorted
+        i = bisect.bisect_right(news, address) - 1
+        return olds[i] if i >= 0 else None
 
 
-def probe_refusal(mem: MemInstruction | None, insn) -> str | None:
-    """Why the instruction cannot take a probe (None: it can)."""
-    why = redirectable(mem)
-    if why is not None:
-        return why
-    op = mem.operands[0]
-    if op.segment is not None:
-        return "segment override"
-    if op.base in ("rsp", "esp") or op.index in ("rsp", "esp"):
-        return "stack-relative operand"
-    if (op.base and parent64(op.base) is None and op.base != "rip") or \
-            (op.index and parent64(op.index) is None):
-        return "unusual address register"
-    if (op.base and op.base != "rip" and parent64(op.base) != op.base) or \
-            (op.index and parent64(op.index) != op.index):
-        return "32-bit address"
-    if "rsp" in _registers(insn):
-        return "uses the stack pointer"
-    return None
+class _ProbeParts:
+    """The parts of a probe that do not depend on the instruction, for one
+    injector, control area and alias bitmap."""
 
+    _made: dict = {}
 
-def _registers(insn) -> set[str]:
-    try:
-        read, written = insn.regs_access()
-    except Exception:   # capstone cannot tell: assume the worst
-        return set(REG)
-    names = {insn.reg_name(r) for r in (*read, *written)}
-    return {parent64(n) for n in names if parent64(n)} | {n for n in names if n in HIGH_BYTE}
+    def __init__(self, injector, ctl: int, bitmap: int):
+        L = injector
+        self.injector = injector
+        head, probe = L.templates["probe_head"], L.templates["probe"]
+        self.head, self.head_size, self.template = head.code, head.size, probe
+        self.template_size = probe.size
+        self.ctl, self.bitmap, self.data_code = ctl, bitmap, L.MT_DATA_CODE
+        points = probe.patch_points
+        self.fixed = all(kind != "rel32" for pts in points.values() for _o, kind in pts) and \
+            [kind for _o, kind in points.get("code", ())] == ["imm32"]
+        if self.fixed:
+            made = probe.instantiate(0, bitmap=bitmap, ctl=ctl, code=0)
+            at = points["code"][0][0]
+            self.pre, self.post = bytes(made[:at]), bytes(made[at + 4:])
+        self.save = {r: store_rsp(L.MT_PF_SAVED, REG[r]) + load_rsp(REG[r], L.MT_PF_ADDR) for r in REG}
+        self.restore = {r: load_rsp(REG[r], L.MT_PF_SAVED) + lea_rsp(L.MT_PROBE_FRAME) for r in REG}
+        # the size function_copy.py always planned for a probe, but the instruction's own bytes
+        self.base = self.head_size + self.template_size + 5 + 5 + 5 + 8
+        self.exact = self.fixed and self.head_size == len(self.head) and \
+            all(len(self.save[r]) + len(self.restore[r]) == 5 + 5 + 5 + 8 for r in REG)
 
+    @classmethod
+    def of(cls, injector, ctl: int, bitmap: int) -> "_ProbeParts":
+        key = (id(injector), ctl, bitmap)
+        parts = cls._made.get(key)
+        if parts is None or parts.injector is not injector:
+            if len(cls._made) > 16:
+                cls._made.clear()
+            parts = cls._made[key] = cls(injector, ctl, bitmap)
+        return parts
 
-def _address_reg(insn, raw: bytes) -> str | None:
-    used = _registers(insn)
-    choices = ADDRESS_REGS
-    if used & HIGH_BYTE or raw[:1] == b"\xc5" or any(b == 0xC5 for b in raw[:4]):
-        choices = LOW_ADDRESS_REGS        # no REX (ah..dh), or a 2-byte VEX: no B bit
-    for reg in choices:
-        if reg not in used:
-            return reg
-    return None
+    def planned(self, plan: ProbePlan) -> int:
+        return self.base + plan.extra
+
+    def prepare(self, plan: ProbePlan) -> None:
+        """``plan.pieces``: the probe's bytes before its code (but a RIP-relative
+        address computation) and after it, and where its parts begin."""
+        lead = self.head + (b"" if plan.rip else plan.lead) + self.pre
+        tail = self.post + self.save[plan.reg] + plan.rebased + self.restore[plan.reg] + plan.after
+        body = len(self.head) + len(plan.lead)
+        insn = body + self.template_size + len(self.save[plan.reg])
+        plan.pieces = (lead, tail, body, insn, insn + len(plan.rebased), self.actual(plan))
+        plan.made_for = self
+
+    def actual(self, plan: ProbePlan) -> int:
+        return len(self.head) + len(plan.lead) + self.template_size + len(self.save[plan.reg]) + \
+            len(plan.rebased) + len(self.restore[plan.reg])
+
+    def code(self, ident: int) -> bytes:
+        return struct.pack("<i", (self.data_code | ident) - (1 << 32))
+
+    def probe(self, pieces: list, plan: ProbePlan, original: int, at: int, ident: int,
+              rip_target: int) -> Probe:
+        """The probe of ``plan``'s instruction (at ``original``) placed at ``at``,
+        its pieces appended to ``pieces``."""
+        if self.exact:
+            if plan.made_for is not self:
+                self.prepare(plan)
+            lead, tail, body, insn, insn_end, end = plan.pieces
+            if plan.rip:
+                pieces += [self.head, lea_rip(REG["rcx"], at + len(self.head), rip_target), self.pre]
+            else:
+                pieces.append(lead)
+            pieces += [self.code(ident), tail]
+            return Probe(original, at, at + body, at + insn, at + insn_end, at + end, plan.reg, ident)
+        head = self.head
+        ea = lea_rip(REG["rcx"], at + len(head), rip_target) if plan.rip else plan.lead
+        start = at + len(head) + len(ea)
+        save, restore = self.save[plan.reg], self.restore[plan.reg]
+        if self.fixed:
+            made = [self.pre, self.code(ident), self.post]
+        else:
+            made = [bytes(self.template.instantiate(start, bitmap=self.bitmap, ctl=self.ctl,
+                                                    code=(self.data_code | ident) - (1 << 32)))]
+        pieces += [head, ea, *made, save, plan.rebased, restore, plan.after]
+        insn = start + self.template_size + len(save)
+        end = insn + len(plan.rebased) + len(restore)
+        return Probe(original, at, start, insn, insn + len(plan.rebased), end, plan.reg, ident)
 
 
 def copy_function(code: bytes, start: int, end: int, address: int, injector, want_probe,
-                  new_id, ctl: int, bitmap: int) -> FunctionCopy | Refusal:
-    insns = []
-    pos = 0
-    size = end - start
-    for insn in capstone_detail().disasm(bytes(code[:size]), start):   # one sweep, stops at bad bytes
-        insns.append(insn)
-        pos += insn.size
-    if pos != size:
-        return Refusal(f"undecodable instruction at {start + pos:#x}")
-    starts = {i.address for i in insns}
-    by_address = {i.address: i for i in insns}
-    sides = {}          # branch target past an instruction's prefixes -> that instruction
-    head = injector.templates["probe_head"]
-    probe = injector.templates["probe"]
-    plans = []            # (insn, kind, size, extra)
+                  new_id, ctl: int, bitmap: int,
+                  analysis: FunctionAnalysis | None = None) -> FunctionCopy | Refusal:
+    """See the module docstring; ``analysis``: ``analyse(code, start, end)`` made
+    before (for a function copied again), used when it is of these bytes."""
+    if analysis is None or (analysis.start, analysis.end) != (start, end) or \
+            analysis.code != bytes(code[:end - start]):
+        made = analyse(code, start, end)
+        if isinstance(made, Refusal):
+            return made
+        analysis = made
+    a = analysis
+    if a.refusal is not None:
+        return a.refusal
+    parts = _ProbeParts.of(injector, ctl, bitmap)
     unprobed: dict[int, str] = {}
-    targets = set()
-    for insn in insns:
-        raw = bytes(code[insn.address - start:insn.address - start + insn.size])
-        groups = set(insn.groups)
-        if insn.id in REFUSED:
-            return Refusal(f"'{insn.mnemonic}' at {insn.address:#x}")
-        if CS_GRP_BRANCH_RELATIVE in groups:
-            target = insn.operands[0].imm
-            if start < target < end and target not in starts:
-                host = _prefixed_host(by_address, code, start, target)
-                if host is None:
-                    return Refusal(f"branch at {insn.address:#x} into the middle of an instruction")
-                sides[target] = host
-            if start <= target < end:
-                targets.add(target)
-            if CS_GRP_CALL in groups and target == insn.address + insn.size:
-                return Refusal(f"call of the next instruction at {insn.address:#x}")
-            plans.append((insn, "branch", 9 if insn.id in LOOPS else _branch_size(insn, raw), raw))
-            continue
-        if CS_GRP_JUMP in groups and CS_GRP_RET not in groups:
-            why = _stub_refusal(insn)
-            if why:
-                return Refusal(f"indirect jump '{insn.mnemonic} {insn.op_str}' at "
-                               f"{insn.address:#x}: {why}")
-            plans.append((insn, "stub", STUB_SIZE + _target_load_size(insn), raw))
-            continue
-        mem = memory_accesses_of(insn)
-        if mem is not None and mem.operands and want_probe(mem):
-            why = probe_refusal(mem, insn)
-            reg = _address_reg(insn, raw) if why is None else None
-            if why is None and reg is None:
-                why = "no free register"
-            rebased = rebase_operand(raw, insn.address, REG[reg]) if why is None else None
-            if why is None and not isinstance(rebased, bytes):
-                why = str(rebased)
+    chosen: list[int] = []
+    whys = a.whys
+    for j, mem in enumerate(a.mems):
+        if want_probe(mem):
+            why = whys[j]
             if why is None:
-                op = mem.operands[0]
-                ea = 7 if op.base == "rip" else len(_lea(op))
-                suffix = 5 + 5 + len(rebased) + 5 + 8
-                plans.append((insn, "probe", head.size + ea + probe.size + suffix,
-                              (mem, reg, rebased)))
-                continue
-            unprobed[insn.address] = why
-        elif mem is not None and mem.operands:
-            unprobed[insn.address] = "not selected"
-        if any(op.type == X.X86_OP_MEM and op.mem.base == X.X86_REG_RIP for op in insn.operands):
-            plans.append((insn, "rip", insn.size, raw))
+                chosen.append(j)
+            else:
+                unprobed[mem.address] = why
         else:
-            plans.append((insn, "copy", insn.size, raw))
-    # layout: the function, its closing jump, the side entries, the jump table
-    old_to_new = {}
-    at = address
-    for insn, _kind, psize, _extra in plans:
-        old_to_new[insn.address] = at
-        at += psize
-    at += 5
-    side_at = {}
-    for target, host in sorted(sides.items()):
-        side_at[target] = at
-        old_to_new[target] = at
-        at += host.size - (target - host.address) + 5
-    code_size = at - address
-    table_at = (at + 7) & ~7 if any(kind == "stub" for _i, kind, _s, _e in plans) else 0
-    out = bytearray()
-    probes = []
-    stubs: list[Stub] = []
-    for insn, kind, psize, extra in plans:
-        here = address + len(out)
-        if kind == "branch":
-            piece = _branch(insn, extra, here, old_to_new, start, end)
-            if isinstance(piece, str):
-                return Refusal(piece)
-        elif kind == "rip":
-            piece = rip_displaced(insn, extra, here)
-            if isinstance(piece, str):
-                return Refusal(f"'{insn.mnemonic} {insn.op_str}' at {insn.address:#x}: {piece}")
-        elif kind == "stub":
-            piece, entry = _stub(insn, extra, here, start, end, address, table_at)
-            if isinstance(piece, str):
-                return Refusal(piece)
-            stubs.append(entry)
-        elif kind == "probe":
-            mem, reg, rebased = extra
-            piece, entry = _probe(insn, mem, reg, rebased, here, head, probe, injector,
-                                  new_id(mem), ctl, bitmap)
-            if isinstance(piece, str):
-                return Refusal(piece)
-            probes.append(entry)
-        else:
-            piece = extra
-        if len(piece) != psize:
-            return Refusal(f"internal: {kind} at {insn.address:#x} is {len(piece)} bytes, "
-                           f"planned {psize}")
-        out += piece
-    tail = encode_jmp(address + len(out), end)
-    if tail is None:
-        return Refusal(f"the end of the function {end:#x} is out of reach")
-    out += tail
-    for target, host in sorted(sides.items()):
-        piece = _side(host, code, start, target, address + len(out), old_to_new)
-        if isinstance(piece, str):
-            return Refusal(piece)
-        out += piece
-    if len(out) != code_size:
-        return Refusal(f"internal: the copy is {len(out)} bytes, planned {code_size}")
-    if table_at:
-        out += bytes(table_at - address - len(out)) + _jump_table(old_to_new, start, end, address)
-    returns = {old_to_new[i.address] + psize: i.address + i.size
-               for i, _kind, psize, _extra in plans if CS_GRP_CALL in set(i.groups)}
-    return FunctionCopy(start, end, address, bytes(out), old_to_new, probes, unprobed,
-                        frozenset(targets), stubs, code_size, returns)
+            unprobed[mem.address] = "not selected"
+    return _Layout(a, parts, address, chosen).emit(new_id, unprobed)
 
 
-def _branch_size(insn, raw: bytes) -> int:
-    piece = _relocate_branch(insn, raw, insn.operands[0].imm)   # as if next to its target
-    return len(piece) if isinstance(piece, bytes) else 0       # 0: refused when emitted
+class _Layout:
+    """Where each piece of one copy goes, and the copy made from it."""
+
+    def __init__(self, a: FunctionAnalysis, parts: _ProbeParts, address: int, chosen: list[int]):
+        self.a, self.parts, self.address, self.chosen = a, parts, address, chosen
+        self.kind = a.kind.copy()
+        size = a.planned.copy()
+        self.probe_index = [a.mem_index[j] for j in chosen]
+        if chosen:
+            index = np.array(self.probe_index, dtype=np.int64)
+            self.kind[index] = PROBE
+            plans = a.plans
+            size[index] = [plans[j].extra for j in chosen]
+            size[index] += parts.base
+        self.sizes = size
+        new = np.full(a.n, address, dtype=np.int64)
+        new[1:] += np.cumsum(size[:-1])
+        self.new = new
+        self.after = address + int(size.sum())
+        at = self.after + 5
+        self.side_at: dict[int, int] = {}
+        for target, host in sorted(a.sides.items()):
+            self.side_at[target] = at
+            at += a.size[host] - (target - a.address[host]) + 5
+        self.code_size = at - address
+        self.table_at = (at + 7) & ~7 if a.has_stub else 0
+
+    def emit(self, new_id, unprobed: dict[int, str]) -> FunctionCopy | Refusal:
+        a = self.a
+        failed = self._first_failure()
+        ids = []
+        for j, i in zip(self.chosen, self.probe_index):
+            if failed is not None and i > failed[0]:
+                break
+            ids.append(new_id(a.mems[j]))
+        if failed is not None:
+            return Refusal(failed[1])
+        old_to_new = dict(zip(a.address, self.new.tolist()))
+        tail = encode_jmp(self.after, a.end)
+        if tail is None:
+            return Refusal(f"the end of the function {a.end:#x} is out of reach")
+        pieces: list = []
+        probes = self._probes(pieces, ids)
+        pieces.append(tail)
+        old_to_new.update(self.side_at)
+        for target, host in sorted(a.sides.items()):
+            side = _side(a.address[host], a.size[host], a.code, a.start, target, self.side_at[target],
+                         old_to_new)
+            if isinstance(side, str):
+                return Refusal(side)
+            pieces.append(side)
+        out = bytearray(b"".join(pieces))
+        if len(out) != self.code_size:
+            return Refusal(f"internal: the copy is {len(out)} bytes, planned {self.code_size}")
+        self._fill(out)
+        if self.table_at:
+            out += bytes(self.table_at - self.address - len(out)) + self._jump_table()
+        new, size = self.new, self.sizes
+        calls = a.calls
+        returns = dict(zip((new[calls] + size[calls]).tolist(),
+                           (a.offset[calls] + a.start + a.insn_size[calls]).tolist())) \
+            if len(calls) else {}
+        stubs = [Stub(a.address[i], int(new[i]), int(new[i]) + fields[0], int(new[i] + size[i]))
+                 for i, fields in zip(a.stub_index, a.stub_fields)]
+        return FunctionCopy(a.start, a.end, self.address, bytes(out), old_to_new, probes, unprobed,
+                            frozenset(a.targets), stubs, self.code_size, returns)
+
+    def _probes(self, pieces: list, ids: list[int]) -> list[Probe]:
+        """The pieces of the copy up to its last instruction: the analysis's blob
+        with the probes put in."""
+        a, parts = self.a, self.parts
+        blob, blob_at = memoryview(a.blob), a.blob_at.tolist()
+        new = self.new.tolist()
+        prev = 0
+        probes = []
+        plans, mems, rip_targets = a.plans, a.mems, a.rip_targets
+        for j, i, ident in zip(self.chosen, self.probe_index, ids):
+            pieces.append(blob[prev:blob_at[i]])
+            probes.append(parts.probe(pieces, plans[j], mems[j].address, new[i], ident,
+                                      rip_targets[j]))
+            prev = blob_at[i + 1]
+        pieces.append(blob[prev:])
+        return probes
+
+    # ---------------------------------------------------------- addresses
+    def _targets(self) -> np.ndarray:
+        """Where each direct branch of the function goes in this copy."""
+        a = self.a
+        target = a.branch_target
+        inside = (target >= a.start) & (target < a.end)
+        index = np.minimum(np.searchsorted(a.offset, target - a.start), a.n - 1)
+        start = inside & (a.offset[index] == target - a.start)
+        out = np.where(start, self.new[index], target)
+        for k in np.nonzero(inside & ~start)[0].tolist():
+            out[k] = self.side_at[int(target[k])]
+        return out
+
+    def _first_failure(self) -> tuple[int, str] | None:
+        """(instruction index, refusal) of the first piece of the copy that cannot be
+        made, as the pieces are made in order: a piece that cannot be made anywhere
+        first, then one out of reach, then one whose size is not the planned one."""
+        a, kind, new, parts = self.a, self.kind, self.new, self.parts
+        found = [(i, 0, why) for i, why in a.branch_fails.items()]
+        found += [(i, 2, why) for i, why in a.size_fails.items()]
+        found += [(i, 0, why) for i, why in a.rip_fails.items() if kind[i] == RIP]
+        self.branch_values = None
+        if len(a.branch_index):
+            index = a.branch_index
+            values = self._targets() - (new[index] + a.branch_field + 4)
+            self.branch_values = values
+            for k in np.nonzero(_out_of_range(values))[0].tolist():
+                i = int(a.branch_index[k])
+                found.append((i, 1, f"branch at {a.address[i]:#x}: target out of reach"))
+        if len(a.rip_index):
+            index = a.rip_index
+            target = a.rip_target
+            at = new[index]
+            values = target - (at + a.insn_size[index])
+            for k in np.nonzero(_out_of_range(values) & (kind[index] == RIP))[0].tolist():
+                i = int(a.rip_index[k])
+                if i not in a.rip_fails:
+                    found.append((i, 1, f"'{a.text(i)}' at {a.address[i]:#x}: "
+                                        f"{int(target[k]):#x} out of reach from {int(at[k]):#x}"))
+        for i, fields, target in zip(a.stub_index, a.stub_fields, a.stub_rip_target):
+            if fields[1] >= 0 and _out_of_range(target - (int(new[i]) + fields[0] + 7)):
+                found.append((i, 1, f"indirect jump at {a.address[i]:#x}: its operand is out of reach"))
+        head = len(parts.head)
+        for j, i in zip(self.chosen, self.probe_index):
+            plan = a.plans[j]
+            if plan.rip and _out_of_range(a.rip_targets[j] - (int(new[i]) + head + 7)):
+                found.append((i, 1, f"operand of {a.address[i]:#x} out of reach"))
+            if not parts.exact:
+                planned, actual = parts.planned(plan), parts.actual(plan)
+                if planned != actual:
+                    found.append((i, 2, f"internal: probe at {a.address[i]:#x} is {actual} bytes, "
+                                        f"planned {planned}"))
+        if not found:
+            return None
+        i, _rank, why = min(found)
+        return i, why
+
+    def _fill(self, out: bytearray) -> None:
+        """The fields of the pieces that depend on addresses."""
+        a, new, base = self.a, self.new, self.address
+        code = np.frombuffer(out, dtype=np.uint8)
+        if len(a.branch_index):
+            index = a.branch_index
+            _put(code, new[index] - base + a.branch_field, self.branch_values, 4)
+        if len(a.rip_index):
+            keep = self.kind[a.rip_index] == RIP
+            index = a.rip_index[keep]
+            at = new[index]
+            _put(code, at - base + a.rip_field[keep], a.rip_target[keep] - (at + a.insn_size[index]), 4)
+        for i, (load, rip, table, stub_base), target in zip(a.stub_index, a.stub_fields,
+                                                             a.stub_rip_target):
+            at = int(new[i])
+            if rip >= 0:
+                struct.pack_into("<i", out, at - base + rip, target - (at + load + 7))
+            struct.pack_into("<Q", out, at - base + table, self.table_at)
+            struct.pack_into("<Q", out, at - base + stub_base, base)
+        del code
+
+    def _jump_table(self) -> bytes:
+        a = self.a
+        table = np.full(a.end - a.start, -1, dtype=np.int32)
+        table[a.offset] = self.new - self.address
+        for target, at in self.side_at.items():
+            table[target - a.start] = at - self.address
+        return table.tobytes()
 
 
-def _branch(insn, raw: bytes, at: int, old_to_new: dict[int, int], start: int, end: int):
-    target = insn.operands[0].imm
-    if start <= target < end:
-        target = old_to_new[target]
-    moved = _Retarget(insn, target)
-    piece = _relocate_branch(moved, raw, at)
-    if piece is None:
-        return f"branch at {insn.address:#x}: target out of reach"
-    if isinstance(piece, str):
-        return f"branch at {insn.address:#x}: {piece}"
-    return piece
+def _out_of_range(values):
+    return (values < _I32[0]) | (values >= _I32[1])
 
 
-class _Retarget:
-    """A capstone instruction seen with another branch target."""
-
-    def __init__(self, insn, target: int):
-        self._insn = insn
-        self.operands = [_Imm(target)]
-
-    def __getattr__(self, name):
-        return getattr(self._insn, name)
-
-
-class _Imm:
-    def __init__(self, imm: int):
-        self.imm = imm
-
-
-def _lea(op) -> bytes:
-    return lea(REG["rcx"], REG[op.base] if op.base else None, REG[op.index] if op.index else None,
-               op.scale or 1, op.disp)
-
-
-def _probe(insn, mem: MemInstruction, reg: str, rebased: bytes, at: int, head, probe, L,
-           ident: int, ctl: int, bitmap: int):
-    op = mem.operands[0]
-    out = bytearray(head.code)
-    if op.base == "rip":
-        ea = lea_rip(REG["rcx"], at + len(out), mem.end + op.disp)
-        if ea is None:
-            return f"operand of {insn.address:#x} out of reach", None
-    else:
-        ea = _lea(op)
-    out += ea
-    body = at + len(out)
-    out += probe.instantiate(body, bitmap=bitmap, ctl=ctl,
-                             code=(L.MT_DATA_CODE | ident) - (1 << 32))
-    r = REG[reg]
-    out += store_rsp(L.MT_PF_SAVED, r) + load_rsp(r, L.MT_PF_ADDR)
-    start_insn = at + len(out)
-    out += rebased
-    end_insn = at + len(out)
-    out += load_rsp(r, L.MT_PF_SAVED) + lea_rsp(L.MT_PROBE_FRAME)
-    return bytes(out), Probe(insn.address, at, body, start_insn, end_insn, at + len(out), reg, ident)
+def _put(code: np.ndarray, at: np.ndarray, values: np.ndarray, size: int) -> None:
+    """Little-endian ``size``-byte ``values`` written at offsets ``at`` of ``code``."""
+    if not len(at):
+        return
+    data = values.astype("<i4" if size == 4 else "<u8").view(np.uint8).reshape(-1, size)
+    code[at[:, None] + np.arange(size)] = data
 
 
 # ------------------------------------------------------------ side entries
-def _prefixed_host(by_address: dict, code: bytes, start: int, target: int):
-    """The instruction ``target`` lies in when only legacy prefixes precede it
-    there (a branch that skips a ``lock``), else None."""
-    from .redirect import LEGACY_PREFIXES
-    for back in range(1, 15):
-        host = by_address.get(target - back)
-        if host is not None:
-            raw = code[host.address - start:target - start]
-            if target < host.address + host.size and all(b in LEGACY_PREFIXES for b in raw):
-                return host
-            return None
-    return None
-
-
-def _side(host, code: bytes, start: int, target: int, at: int, old_to_new: dict):
+def _side(host: int, host_size: int, code: bytes, start: int, target: int, at: int,
+          old_to_new: dict):
     """The instruction without the prefixes the branch skips, then a jump back
     to the copy of the next instruction."""
-    raw = bytes(code[target - start:host.address + host.size - start])
+    raw = bytes(code[target - start:host + host_size - start])
     insn = next(capstone_detail().disasm(raw, target, 1), None)
     if insn is None or insn.size != len(raw):
         return f"side entry at {target:#x}: undecodable"
@@ -377,89 +462,7 @@ def _side(host, code: bytes, start: int, target: int, at: int, old_to_new: dict)
         raw = rip_displaced(insn, raw, at)
         if isinstance(raw, str):
             return f"side entry at {target:#x}: {raw}"
-    back = encode_jmp(at + len(raw), old_to_new[host.address + host.size])
+    back = encode_jmp(at + len(raw), old_to_new[host + host_size])
     if back is None:
         return f"side entry at {target:#x}: out of reach"
     return raw + back
-
-
-# ------------------------------------------------------------ indirect jumps
-FRAME = 128 + 24          # the red zone, then rax, rcx, the target
-STUB_SIZE = 8 + 4 + 5 + 5 + 1 + 10 + 3 + 6 + 2 + 10 + 4 + 4 + 2 + 10 + 3 + 5 + 1 + 5 + 4 + 8 + 7
-
-
-def _stub_refusal(insn) -> str | None:
-    op = insn.operands[0] if insn.operands else None
-    if op is None:
-        return "no target operand"
-    if op.type == X.X86_OP_REG:
-        return None if parent64(insn.reg_name(op.reg)) == insn.reg_name(op.reg) else "32-bit target"
-    if op.type != X.X86_OP_MEM or op.size != 8:
-        return "unusual target operand"
-    base = insn.reg_name(op.mem.base) if op.mem.base else None
-    index = insn.reg_name(op.mem.index) if op.mem.index else None
-    if (base and base != "rip" and base not in REG) or (index and index not in REG):
-        return "32-bit address"
-    return None
-
-
-def _target_load_size(insn) -> int:
-    op = insn.operands[0]
-    if op.type == X.X86_OP_REG:
-        return 3
-    if op.mem.base == X.X86_REG_RIP:
-        return 7
-    return len(_target_load(insn, 0))
-
-
-def _target_load(insn, at: int) -> bytes:
-    """``mov rax, <the jump's target>`` placed at ``at`` (rsp lowered by FRAME)."""
-    op = insn.operands[0]
-    if op.type == X.X86_OP_REG:
-        reg = REG[insn.reg_name(op.reg)]        # the source is ModRM.reg: REX.R extends it
-        return bytes([0x48 | (reg >> 3) << 2, 0x89, 0xC0 | (reg & 7) << 3])   # mov rax, reg
-    if op.mem.base == X.X86_REG_RIP:
-        return load_rip(REG["rax"], at, insn.address + insn.size + op.mem.disp)
-    base = insn.reg_name(op.mem.base) if op.mem.base else None
-    index = insn.reg_name(op.mem.index) if op.mem.index else None
-    disp = op.mem.disp + (FRAME if base == "rsp" else 0)
-    segment = {X.X86_REG_FS: "fs", X.X86_REG_GS: "gs"}.get(op.mem.segment)
-    return load(REG["rax"], REG[base] if base else None, REG[index] if index else None,
-                op.mem.scale or 1, disp, segment)
-
-
-def _stub(insn, raw: bytes, at: int, start: int, end: int, base: int, table: int):
-    """The jump's target, translated: a target inside the function that its
-    table maps goes to the copy, any other stays.  Every register and flag is
-    as before when it jumps."""
-    import struct
-    out = bytearray(lea_rsp(-FRAME) + store_rsp(0, REG["rax"]) + store_rsp(8, REG["rcx"]))
-    load_at = at + len(out)
-    target_load = _target_load(insn, load_at)
-    if target_load is None:
-        return f"indirect jump at {insn.address:#x}: its operand is out of reach", None
-    out += target_load
-    out += store_rsp(16, REG["rax"]) + b"\x9c"                        # pushfq
-    out += movabs(REG["rcx"], -start) + b"\x48\x01\xc8"               # add rax, rcx
-    out += b"\x48\x3d" + struct.pack("<i", end - start) + b"\x73"     # cmp rax, size; jae
-    skip = len(out)
-    out += b"\x00"
-    out += movabs(REG["rcx"], table) + b"\x48\x63\x04\x81"            # movsxd rax, [rcx+rax*4]
-    out += b"\x48\x83\xf8\xff\x74"                                    # cmp rax, -1; je
-    skip2 = len(out)
-    out += b"\x00"
-    out += movabs(REG["rcx"], base) + b"\x48\x01\xc8" + store_rsp(24, REG["rax"])
-    out[skip] = len(out) - skip - 1
-    out[skip2] = len(out) - skip2 - 1
-    out += b"\x9d" + load_rsp(REG["rcx"], 8) + load_rsp(REG["rax"], 0) + lea_rsp(FRAME)
-    out += b"\xff\xa4\x24" + struct.pack("<i", 16 - FRAME)            # jmp [rsp - FRAME + 16]
-    return bytes(out), Stub(insn.address, at, load_at, at + len(out))
-
-
-def _jump_table(old_to_new: dict, start: int, end: int, base: int) -> bytes:
-    import numpy as np
-    table = np.full(end - start, -1, dtype=np.int32)
-    for old, new in old_to_new.items():
-        if start <= old < end:
-            table[old - start] = new - base
-    return table.tobytes()

@@ -68,6 +68,11 @@ class MemInstruction:
     def end(self) -> int:
         return self.address + self.size
 
+    def at(self, address: int) -> "MemInstruction":
+        """The same instruction at ``address``."""
+        return MemInstruction(address, self.size, self.mnemonic, self.text, self.operands,
+                              self.rep, self.atomic)
+
 
 def memory_accesses(code: bytes, address: int) -> MemInstruction | None:
     insn = next(capstone_detail().disasm(code, address, 1), None)
@@ -76,19 +81,37 @@ def memory_accesses(code: bytes, address: int) -> MemInstruction | None:
 
 def memory_accesses_of(insn) -> MemInstruction:
     """``memory_accesses`` of an instruction capstone decoded already (detail on)."""
-    mnemonic = insn.mnemonic
-    operands: list[MemOperand] = []
+    operands = []
+    for op in insn.operands:
+        if op.type != X86_OP_MEM:
+            operands.append((op.type, 0, 0, None, None, 0, 0, 0))
+            continue
+        mem = op.mem
+        base = insn.reg_name(mem.base) if mem.base != X86_REG_INVALID else None
+        if mem.base == X86_REG_RIP:
+            base = "rip"
+        index = insn.reg_name(mem.index) if mem.index != X86_REG_INVALID else None
+        operands.append((X86_OP_MEM, op.access, mem.segment, base, index, mem.scale, mem.disp,
+                         op.size))
+    return memory_instruction(insn.address, insn.size, insn.mnemonic, insn.op_str, operands)
+
+
+def memory_instruction(address: int, size: int, mnemonic: str, op_str: str,
+                       operands: list) -> MemInstruction:
+    """The one reading of an instruction's memory operands: ``operands`` are
+    capstone's, each ``(type, access, segment, base name, index name, scale,
+    disp, size)`` (only the type of one that is not in memory counts)."""
+    found: list[MemOperand] = []
     if not mnemonic.startswith(NO_ACCESS_MNEMONICS):
         # capstone 5 marks some SSE moves' destination (movups [m], xmm) as read: for a
         # plain two-operand move the first operand is written, the second read
         # (string moves, movs[bwdq] [rdi], [rsi], have two memory operands and are left alone)
-        raw = insn.operands
-        plain_move = mnemonic.startswith(("mov", "vmov")) and len(raw) == 2 and \
-            sum(op.type == X86_OP_MEM for op in raw) == 1
-        for position, op in enumerate(insn.operands):
-            if op.type != X86_OP_MEM:
+        plain_move = mnemonic.startswith(("mov", "vmov")) and len(operands) == 2 and \
+            sum(op[0] == X86_OP_MEM for op in operands) == 1
+        for position, (kind, access, segment, base, index, scale, disp, op_size) in \
+                enumerate(operands):
+            if kind != X86_OP_MEM:
                 continue
-            access = op.access
             name = mnemonic.split()[-1]
             if plain_move:
                 access = CS_AC_WRITE if position == 0 else CS_AC_READ
@@ -96,19 +119,27 @@ def memory_accesses_of(insn) -> MemInstruction:
                 access = CS_AC_READ | CS_AC_WRITE
             elif name in WRITE_ONLY or (position == 0 and name.startswith(MASKED_STORES)):
                 access = CS_AC_WRITE
-            mem = op.mem
-            segment = {X86_REG_FS: "fs", X86_REG_GS: "gs"}.get(mem.segment)
-            base = insn.reg_name(mem.base) if mem.base != X86_REG_INVALID else None
-            if mem.base == X86_REG_RIP:
-                base = "rip"
-            index = insn.reg_name(mem.index) if mem.index != X86_REG_INVALID else None
-            operands.append(MemOperand(base, index, mem.scale, mem.disp, segment, op.size,
-                                       bool(access & CS_AC_READ), bool(access & CS_AC_WRITE)))
+            found.append(_operand(base, index, scale, disp, _SEGMENTS.get(segment), op_size,
+                                  bool(access & CS_AC_READ), bool(access & CS_AC_WRITE)))
     rep = mnemonic.startswith(("rep", "repe", "repne")) and any(
         s in mnemonic for s in STRING_MNEMONICS)
-    atomic = mnemonic.startswith("lock") or (mnemonic == "xchg" and bool(operands))
-    return MemInstruction(insn.address, insn.size, mnemonic, f"{mnemonic} {insn.op_str}",
-                          tuple(operands), rep, atomic)
+    atomic = mnemonic.startswith("lock") or (mnemonic == "xchg" and bool(found))
+    return MemInstruction(address, size, mnemonic, f"{mnemonic} {op_str}", tuple(found), rep,
+                          atomic)
+
+
+_SEGMENTS = {X86_REG_FS: "fs", X86_REG_GS: "gs"}
+_OPERANDS: dict[tuple, MemOperand] = {}
+
+
+def _operand(*fields) -> MemOperand:
+    """A MemOperand (immutable: one object for equal operands)."""
+    op = _OPERANDS.get(fields)
+    if op is None:
+        if len(_OPERANDS) > 1 << 16:
+            _OPERANDS.clear()
+        op = _OPERANDS[fields] = MemOperand(*fields)
+    return op
 
 
 def _reg(regs, name: str) -> int:

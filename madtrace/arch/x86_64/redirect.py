@@ -26,12 +26,11 @@ from __future__ import annotations
 
 from capstone import x86_const as X
 
+from .copy_encode import operand_parts, same_operation
 from .decode import decode_one
 from .memops import MemInstruction
 from .relocate import Refusal
 
-LEGACY_PREFIXES = frozenset({0xF0, 0xF2, 0xF3, 0x2E, 0x36, 0x3E, 0x26, 0x64, 0x65, 0x66, 0x67})
-DROPPED_PREFIXES = frozenset({0x64, 0x65, 0x67})
 # control transfers (the return address or target would be the stub's), stack pops
 # whose address depends on the popped rsp, bit strings addressed beyond the operand by a
 # register, and state saves whose size is not the operand's
@@ -93,63 +92,23 @@ _REG32 = frozenset({"eax", "ebx", "ecx", "edx", "esi", "edi", "ebp", "esp",
                     *(f"r{i}d" for i in range(8, 16))})
 
 
-def _modrm_tail(raw: bytes, modrm_at: int) -> tuple[int, int] | None:
-    """(length of SIB + displacement after the ModRM byte, mod) or None."""
-    modrm = raw[modrm_at]
-    mod, rm = modrm >> 6, modrm & 7
-    if mod == 3:
-        return None
-    length = 0
-    if rm == 4:
-        length += 1
-        base = raw[modrm_at + 1] & 7
-        if mod == 0 and base == 5:
-            length += 4
-    elif mod == 0 and rm == 5:
-        length += 4
-    length += {0: 0, 1: 1, 2: 4}[mod]
-    return length, mod
-
-
 def redirect_operand(code: bytes, address: int, new_address: int, target: int) -> bytes | Refusal:
     insn = decode_one(code, address)
     if insn is None:
         return Refusal(f"undecodable instruction at {address:#x}")
     raw = bytes(code[:insn.size])
-    modrm_at = insn.modrm_offset
-    if modrm_at <= 0:
-        return Refusal(f"'{insn.mnemonic} {insn.op_str}' has no ModRM memory operand")
-    pos = 0
-    prefixes = bytearray()
-    while pos < modrm_at and raw[pos] in LEGACY_PREFIXES:
-        if raw[pos] not in DROPPED_PREFIXES:
-            prefixes.append(raw[pos])
-        pos += 1
-    head = bytearray(raw[pos:modrm_at])     # REX / VEX and the opcode
-    if not head:
-        return Refusal("no opcode before the ModRM byte")
-    if 0x40 <= head[0] <= 0x4F:
-        head[0] &= ~0x03                    # REX.X, REX.B
-    elif head[0] == 0xC4 and len(head) >= 3:
-        head[1] |= 0x60                     # VEX: X and B are stored inverted
-    elif head[0] == 0x62 and len(head) >= 5:
-        head[1] |= 0x60                     # EVEX: X and B, inverted as in VEX
-    elif head[0] == 0x8F:
-        return Refusal("XOP encodings are not redirected")
-    tail = _modrm_tail(raw, modrm_at)
-    if tail is None:
-        return Refusal("register operand, not memory")
-    extra, _mod = tail
-    immediate = raw[modrm_at + 1 + extra:]
-    modrm = (raw[modrm_at] & 0x38) | 0x05   # mod 00, rm 101: [rip + disp32]
+    parts = operand_parts(raw, insn.modrm_offset, f"{insn.mnemonic} {insn.op_str}", 0, "redirected")
+    if isinstance(parts, Refusal):
+        return parts
+    prefixes, head, immediate = parts
+    modrm = (raw[insn.modrm_offset] & 0x38) | 0x05     # mod 00, rm 101: [rip + disp32]
     length = len(prefixes) + len(head) + 1 + 4 + len(immediate)
     if length > 15:
         return Refusal("re-encoded instruction would exceed 15 bytes")
     disp = target - (new_address + length)
     if not -(1 << 31) <= disp < (1 << 31):
         return Refusal(f"slot {target:#x} out of disp32 range of {new_address:#x}")
-    out = bytes(prefixes) + bytes(head) + bytes([modrm]) + disp.to_bytes(4, "little", signed=True) \
-        + immediate
+    out = prefixes + head + bytes([modrm]) + disp.to_bytes(4, "little", signed=True) + immediate
     problem = _check(insn, decode_one(out, new_address), target)
     if problem:
         return Refusal(f"'{insn.mnemonic} {insn.op_str}' at {address:#x}: {problem}")
@@ -158,19 +117,8 @@ def redirect_operand(code: bytes, address: int, new_address: int, target: int) -
 
 def _check(old, new, target: int) -> str | None:
     """The re-encoded instruction must be the same operation on the slot."""
-    if new is None:
-        return "re-encoding is undecodable"
-    if new.mnemonic != old.mnemonic or len(new.operands) != len(old.operands):
-        return f"re-encoded as '{new.mnemonic} {new.op_str}'"
-    for a, b in zip(old.operands, new.operands):
-        if a.type != b.type or a.size != b.size:
-            return "operands differ after re-encoding"
-        if a.type == X.X86_OP_MEM:
-            if b.mem.base != X.X86_REG_RIP or b.mem.index != X.X86_REG_INVALID or \
-                    new.address + new.size + b.mem.disp != target:
-                return "memory operand not redirected"
-        elif a.type == X.X86_OP_REG and a.reg != b.reg:
-            return "register operand changed"
-        elif a.type == X.X86_OP_IMM and a.imm != b.imm:
-            return "immediate changed"
-    return None
+    def on_slot(insn, op) -> bool:
+        return op.mem.base == X.X86_REG_RIP and op.mem.index == X.X86_REG_INVALID and \
+            insn.address + insn.size + op.mem.disp == target
+
+    return same_operation(old, new, on_slot, "memory operand not redirected")

@@ -84,9 +84,11 @@ class Refusal:
 
 
 
-def _relocate_branch(insn, raw: bytes, at: int):
-    """Re-encode a relative branch for address *at*: bytes or a refusal reason."""
-    imm_size = insn.imm_size
+def branch_head(raw: bytes, imm_size: int, loop: bool, text: str) -> bytes | str:
+    """A relative branch (``raw``, its ``imm_size``, a ``loop``/``jrcxz`` or not;
+    ``text``: its disassembly) re-encoded up to the rel32 that ends it: a rel32
+    ``jmp``/``call``/``jcc``, or ``loop``/``jrcxz +2; jmp +5; jmp`` (then the
+    rel32); or why it cannot be."""
     op_pos = len(raw) - imm_size - 1
     opcode = raw[op_pos]
     if imm_size == 4 and op_pos >= 1 and raw[op_pos - 1] == 0x0F and 0x80 <= opcode <= 0x8F:
@@ -94,23 +96,26 @@ def _relocate_branch(insn, raw: bytes, at: int):
     prefixes = raw[:op_pos]
     if 0x66 in prefixes:
         return "66-prefixed relative branch (operand size differs between CPUs)"
-    target = insn.operands[0].imm
-    if insn.id in _LOOPS:
-        out = prefixes + bytes([opcode, 0x02, 0xEB, 0x05, 0xE9])
-        r = _rel32(at + len(out) + 4, target)
-        return r and out + r
+    if loop:
+        return prefixes + bytes([opcode, 0x02, 0xEB, 0x05, 0xE9])
     if raw[op_pos] == 0x0F:                       # jcc rel32
-        out = prefixes + bytes([0x0F, raw[op_pos + 1]])
-    elif 0x70 <= opcode <= 0x7F:                  # jcc rel8
-        out = prefixes + bytes([0x0F, 0x80 | (opcode & 0xF)])
-    elif opcode in (0xE9, 0xEB):                  # jmp
-        out = prefixes + b"\xE9"
-    elif opcode == 0xE8:                          # call
-        out = prefixes + b"\xE8"
-    else:
-        return f"unsupported relative branch {insn.mnemonic} {insn.op_str}"
-    r = _rel32(at + len(out) + 4, target)
-    return r and out + r
+        return prefixes + bytes([0x0F, raw[op_pos + 1]])
+    if 0x70 <= opcode <= 0x7F:                    # jcc rel8
+        return prefixes + bytes([0x0F, 0x80 | (opcode & 0xF)])
+    if opcode in (0xE9, 0xEB):                    # jmp
+        return prefixes + b"\xE9"
+    if opcode == 0xE8:                            # call
+        return prefixes + b"\xE8"
+    return f"unsupported relative branch {text}"
+
+
+def _relocate_branch(insn, raw: bytes, at: int):
+    """Re-encode a relative branch for address *at*: bytes or a refusal reason."""
+    head = branch_head(raw, insn.imm_size, insn.id in _LOOPS, f"{insn.mnemonic} {insn.op_str}")
+    if isinstance(head, str):
+        return head
+    r = _rel32(at + len(head) + 4, insn.operands[0].imm)
+    return r and head + r
 
 
 def relocate_entry(code: bytes, func_addr: int, func_size: int, new_addr: int,
