@@ -115,8 +115,13 @@ def outcome(copy) -> tuple:
     if not hasattr(copy, "code"):
         return ("refused", copy.reason)
     return (copy.start, copy.end, copy.address, copy.code, copy.old_to_new,
-            [dataclasses.astuple(p) for p in copy.probes], copy.unprobed, copy.targets,
-            [dataclasses.astuple(s) for s in copy.stubs], copy.code_size, copy.returns)
+            [_fields(p) for p in copy.probes], copy.unprobed, copy.targets,
+            [_fields(s) for s in copy.stubs], copy.code_size, copy.returns)
+
+
+def _fields(record) -> tuple:
+    """A Probe's or Stub's fields (main's are dataclasses, this tree's named tuples)."""
+    return dataclasses.astuple(record) if dataclasses.is_dataclass(record) else tuple(record)
 
 
 FIELDS = ("start", "end", "address", "code", "old_to_new", "probes", "unprobed", "targets",
@@ -332,16 +337,19 @@ def record(main_dir: str, runs: int) -> int:
     print(f"== madtrace record --data --data-engine hybrid -- python3 -S (dict of 10000 keys): "
           f"median of {runs} runs, in turn; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"{'tree':>5} {'wall s':>8} {'cpu s':>8} {'copies':>7} {'copy s':>8} {'analyse s':>10} "
-          f"{'ms/copy':>8}   (min wall, min copy)")
+          f"{'of it cpu':>10} {'of it gc':>9} {'ms/copy':>8} {'cpu ms/copy':>12}   (min wall, min copy)")
     for name, rows in results.items():
         if not rows:
             continue
         med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-        copy_time = [r["copy_function"] + r["analyse"] for r in rows]
+        spent = [r["copy_function"] + r["analyse"] for r in rows]
+        cpu = [r["copy_function_cpu"] + r["analyse_cpu"] for r in rows]
+        copies = max(med["copies"], 1)
         print(f"{name:>5} {med['wall']:>8.1f} {med['cpu']:>8.1f} {med['copies']:>7.0f} "
-              f"{med['copy_function']:>8.2f} {med['analyse']:>10.2f} "
-              f"{statistics.median(copy_time) / max(med['copies'], 1) * 1e3:>8.2f}   "
-              f"({min(r['wall'] for r in rows):.1f}, {min(copy_time):.2f})")
+              f"{med['copy_function']:>8.2f} {med['analyse']:>10.2f} {statistics.median(cpu):>10.2f} "
+              f"{med['gc']:>9.2f} {statistics.median(spent) / copies * 1e3:>8.2f} "
+              f"{statistics.median(cpu) / copies * 1e3:>12.2f}   "
+              f"({min(r['wall'] for r in rows):.1f}, {min(spent):.2f})")
     return status
 
 

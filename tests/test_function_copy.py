@@ -288,8 +288,9 @@ def test_checker_finds_wrong_copies(injector):
                check_copy(dataclasses.replace(copy, code=bytes(wrong)), code, start, end, injector))
     probe = copy.probes[0]
     other = dataclasses.replace(probe, reg="r15" if probe.reg != "r15" else "r14")
-    wrong_probes = [other if p is probe else p for p in copy.probes]
-    assert any("not on [" in p for p in check_copy(dataclasses.replace(copy, probes=wrong_probes),
+    wrong_probes = [dataclasses.astuple(other) if p == probe else dataclasses.astuple(p)
+                    for p in copy.probes]
+    assert any("not on [" in p for p in check_copy(dataclasses.replace(copy, probe_rows=wrong_probes),
                                                    code, start, end, injector))
     shifted = dict(copy.old_to_new)
     shifted[insns[-1].address] += 1

@@ -100,10 +100,13 @@ class FunctionCopy:
     address: int
     code: bytes
     old_to_new: dict[int, int]
-    probes: list[Probe] = field(default_factory=list)
+    # probes and stubs as plain tuples of their fields (``probes``, ``stubs`` make the
+    # objects): the garbage collector stops tracking such tuples, and a run keeps
+    # hundreds of thousands (its full collections then cost less)
+    probe_rows: list[tuple] = field(default_factory=list)
     unprobed: dict[int, str] = field(default_factory=dict)
     targets: frozenset = frozenset()     # the function's own direct branch targets
-    stubs: list[Stub] = field(default_factory=list)
+    stub_rows: list[tuple] = field(default_factory=list)
     code_size: int = 0                   # the code, before the jump table
     returns: dict = field(default_factory=dict)   # return address in the copy -> original
     # sorted lookups, made on first use (the copy does not change once made)
@@ -112,13 +115,24 @@ class FunctionCopy:
     _by_original: dict | None = field(default=None, init=False, repr=False, compare=False)
     _stub_starts: list | None = field(default=None, init=False, repr=False, compare=False)
 
+    @property
+    def probes(self) -> list[Probe]:
+        """The probes, in address order."""
+        return [Probe(*row) for row in self.probe_rows]
+
+    @property
+    def stubs(self) -> list[Stub]:
+        """The indirect jumps' stubs, in address order."""
+        return [Stub(*row) for row in self.stub_rows]
+
     def stub_at(self, address: int) -> Stub | None:
         """The indirect jump stub whose code holds ``address``."""
-        if self._stub_starts is None or len(self._stub_starts) != len(self.stubs):
-            self._stub_starts = [s.start for s in self.stubs]
+        rows = self.stub_rows
+        if self._stub_starts is None or len(self._stub_starts) != len(rows):
+            self._stub_starts = [row[1] for row in rows]
         i = bisect.bisect_right(self._stub_starts, address) - 1
-        if i >= 0 and address < self.stubs[i].end:
-            return self.stubs[i]
+        if i >= 0 and address < rows[i][3]:
+            return Stub(*rows[i])
         return None
 
     @property
@@ -127,18 +141,21 @@ class FunctionCopy:
 
     def probe_at(self, address: int) -> Probe | None:
         """The probe whose code holds ``address`` (an address in the copy)."""
-        if self._probe_starts is None or len(self._probe_starts) != len(self.probes):
-            self._probe_starts = [p.start for p in self.probes]
+        rows = self.probe_rows
+        if self._probe_starts is None or len(self._probe_starts) != len(rows):
+            self._probe_starts = [row[1] for row in rows]
         i = bisect.bisect_right(self._probe_starts, address) - 1
-        if i >= 0 and address < self.probes[i].end:
-            return self.probes[i]
+        if i >= 0 and address < rows[i][5]:
+            return Probe(*rows[i])
         return None
 
     def probe_of(self, original: int) -> Probe | None:
         """The probe of the original instruction at ``original``."""
-        if self._by_original is None or len(self._by_original) != len(self.probes):
-            self._by_original = {p.original: p for p in self.probes}
-        return self._by_original.get(original)
+        rows = self.probe_rows
+        if self._by_original is None or len(self._by_original) != len(rows):
+            self._by_original = {row[0]: k for k, row in enumerate(rows)}
+        k = self._by_original.get(original)
+        return None if k is None else Probe(*rows[k])
 
     def original_of(self, address: int) -> int | None:
         """The original instruction whose copy holds ``address``."""
@@ -208,9 +225,9 @@ class _ProbeParts:
         return struct.pack("<i", (self.data_code | ident) - (1 << 32))
 
     def probe(self, pieces: list, plan: ProbePlan, original: int, at: int, ident: int,
-              rip_target: int) -> Probe:
-        """The probe of ``plan``'s instruction (at ``original``) placed at ``at``,
-        its pieces appended to ``pieces``."""
+              rip_target: int) -> tuple:
+        """The probe (``Probe``'s fields) of ``plan``'s instruction (at
+        ``original``) placed at ``at``, its pieces appended to ``pieces``."""
         if self.exact:
             if plan.made_for is not self:
                 self.prepare(plan)
@@ -220,7 +237,7 @@ class _ProbeParts:
             else:
                 pieces.append(lead)
             pieces += [self.code(ident), tail]
-            return Probe(original, at, at + body, at + insn, at + insn_end, at + end, plan.reg, ident)
+            return (original, at, at + body, at + insn, at + insn_end, at + end, plan.reg, ident)
         head = self.head
         ea = lea_rip(REG["rcx"], at + len(head), rip_target) if plan.rip else plan.lead
         start = at + len(head) + len(ea)
@@ -233,7 +250,7 @@ class _ProbeParts:
         pieces += [head, ea, *made, save, plan.rebased, restore, plan.after]
         insn = start + self.template_size + len(save)
         end = insn + len(plan.rebased) + len(restore)
-        return Probe(original, at, start, insn, insn + len(plan.rebased), end, plan.reg, ident)
+        return (original, at, start, insn, insn + len(plan.rebased), end, plan.reg, ident)
 
 
 def copy_function(code: bytes, start: int, end: int, address: int, injector, want_probe,
@@ -328,12 +345,12 @@ class _Layout:
         returns = dict(zip((new[calls] + size[calls]).tolist(),
                            (a.offset[calls] + a.start + a.insn_size[calls]).tolist())) \
             if len(calls) else {}
-        stubs = [Stub(a.address[i], int(new[i]), int(new[i]) + fields[0], int(new[i] + size[i]))
+        stubs = [(a.address[i], int(new[i]), int(new[i]) + fields[0], int(new[i] + size[i]))
                  for i, fields in zip(a.stub_index, a.stub_fields)]
         return FunctionCopy(a.start, a.end, self.address, bytes(out), old_to_new, probes, unprobed,
                             frozenset(a.targets), stubs, self.code_size, returns)
 
-    def _probes(self, pieces: list, ids: list[int]) -> list[Probe]:
+    def _probes(self, pieces: list, ids: list[int]) -> list[tuple]:
         """The pieces of the copy up to its last instruction: the analysis's blob
         with the probes put in."""
         a, parts = self.a, self.parts
