@@ -22,7 +22,12 @@ functions with C++ exception tables or in a process with a C++ unwinder
 refuses.  The entry is not redirected (threads reach the copy by on-stack
 replacement only) when the function is shorter than 5 bytes, a branch of it
 targets its first 5 bytes, or madtrace already patched it (a breakpoint,
-function tracing).
+function tracing).  A function whose entry function tracing patched is
+copied from its own bytes (that patch undone), and its entry trampoline
+jumps to the copy after the entry record (inject/entry_links.py), so that
+its calls run the probes with no fault; unless a branch of the function
+targets its entry (a call, for function tracing): such a copy keeps the
+jump to the trampoline and is entered by on-stack replacement only.
 
 ``settle(tid, regs)`` moves a stopped thread out of a probe before a signal
 is delivered to it (or before detach): back to the original instruction
@@ -42,12 +47,14 @@ from ..arch.x86_64.function_copy import FRAME as STUB_FRAME
 from ..arch.x86_64.function_copy import FunctionCopy, Probe, copy_function
 from ..binary.eh_frame import EhFrame
 from ..inject.areas import SharedArea, gap_for_module
+from ..inject.entry_links import EntryLinks
 from ..inject.patchset import Patch, PatchConflict, PatchSet
 from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
 from ..process.remote_syscall import RemoteSyscalls
 from .alias import ALIAS_BIT
 from .instruction_table import InstructionTable
+from .plt_copies import PltCopies
 
 AREA_SIZE = 64 << 20
 # the copies, the alias bitmap their probes read and the rings of a data-only session
@@ -69,6 +76,7 @@ class FunctionState:
     slot: int = 0                 # entry slot (0: entry not redirected) ...
     slot_area: "CodeArea | None" = None   # ... in this code area (a module may get several)
     frame_pointer: bool = False
+    baked: bool = False           # the latest copy keeps function tracing's entry jump
 
     @property
     def latest(self) -> FunctionCopy | None:
@@ -107,6 +115,10 @@ class Rewriter:
         self._eh: dict[str, EhFrame] = {}
         self.unwinder = any(self.space.find_functions(f"*:{UNWINDER}")) if \
             hasattr(self.space, "find_functions") else False
+        self.links: EntryLinks = getattr(engine, "entry_links", None) or EntryLinks()
+        self.links.step_aside = self._step_aside
+        self.links.copy_address = self.copy_address
+        self.plt = PltCopies(self)
 
     # ---------------------------------------------------------------- lookups
     def copy_at(self, address: int) -> FunctionCopy | None:
@@ -114,6 +126,19 @@ class Rewriter:
         if i >= 0 and address < self._copies[i].copy_end:
             return self._copies[i]
         return None
+
+    def copy_address(self, original: int) -> int | None:
+        """Where the instruction at ``original`` runs in its function's latest copy
+        (None: no copy, or not there).  For a breakpoint's owner that has stepped
+        a thread over the function's first instruction: resuming there instead of
+        in the original code saves the fault that would move the thread."""
+        bounds = self._bounds(original)
+        state = self.functions.get(bounds[1]) if bounds else None
+        if state is None or state.latest is None or state.refused:
+            return None
+        if state.baked and self.links.patched(original, original + 1):
+            return None       # the copy holds function tracing's jump there
+        return state.latest.old_to_new.get(original)
 
     def original_address(self, address: int) -> int:
         copy = self.copy_at(address)
@@ -174,10 +199,16 @@ class Rewriter:
             if original is None:
                 return False
         else:
-            original = rip
+            if self.plt.discover(tid, regs):
+                return True                # a PLT stub's jump through the GOT
+            original = self.engine.code_address(rip)   # a trampoline's relocated prologue
         state = self._state(original)
         if state is None or state.refused:
             return False
+        if state.copies and self._stale(state):
+            state.wanted.add(original)
+            if not self._relocate(state):
+                return False
         if not state.probed(original):
             if original in state.wanted:
                 return False               # wanted before, could not be probed
@@ -195,6 +226,8 @@ class Rewriter:
 
     def why_not(self, original: int) -> str:
         """Why the instruction at ``original`` has no probe."""
+        if self.plt.tried.get(original):
+            return f"PLT stub: {self.plt.tried[original]}"
         bounds = self._bounds(original)
         state = self.functions.get(bounds[1]) if bounds else None
         if state is None:
@@ -220,12 +253,24 @@ class Rewriter:
             return True
         return want
 
-    def _code(self, state: FunctionState) -> bytes:
-        """The function's bytes as the program has them (madtrace's own patches undone)."""
+    def _stale(self, state: FunctionState) -> bool:
+        """The latest copy no longer fits function tracing's patch at the entry:
+        it keeps the jump to a trampoline that is gone, or a branch of it to its
+        entry (a call, for function tracing) would skip the entry record."""
+        traced = self.links.traced(state.start)
+        return state.baked != (traced and state.start in state.latest.targets)
+
+    def _code(self, state: FunctionState, entry: bool = True) -> bytes:
+        """The function's bytes as the program has them (madtrace's own patches
+        undone; function tracing's at the entry too, with ``entry``)."""
         code = bytearray(self.tracee.mem.read(state.start, state.end - state.start))
         for patch in self.patches.applied.values():
             if state.start <= patch.address < state.end:
                 code[patch.address - state.start:patch.end - state.start] = patch.original
+        if entry and self.links.traced(state.start):
+            for address, original in self.links.original(state.start, state.start + 1):
+                if address == state.start:
+                    code[:len(original)] = original
         for address, byte in self._breakpoints().items():
             if state.start <= address < state.end:
                 code[address - state.start] = byte[0]
@@ -243,6 +288,35 @@ class Rewriter:
         if not state.copies:
             state.frame_pointer = code[:8].replace(b"\xf3\x0f\x1e\xfa", b"")[:4] in \
                 (b"\x55\x48\x89\xe5", b"\x55\x48\x8b\xec")
+        copy = self._copy(state, code)
+        baked = bool(copy) and self.links.traced(state.start) and state.start in copy.targets
+        if baked:       # a branch to the entry: function tracing's jump stays in the copy
+            copy = self._copy(state, self._code(state, entry=False))
+        if not copy:
+            state.refused = copy.reason
+            self.refused[_reason_kind(copy.reason)] += 1
+            return False
+        area = self.areas[state.module.name]
+        if copy.address != (area.cursor + 15) & ~15 or copy.address + len(copy.code) > area.area.end:
+            state.refused = "the code area is full"
+            return False
+        area.area.write(copy.address, copy.code)
+        area.cursor = copy.address + len(copy.code)
+        # a call made in the copy returns to the original code once the session ends
+        area.area.return_points.update(copy.returns)
+        state.copies.append(copy)
+        state.baked = baked
+        # call-site trampolines return into the copy from now on (entry_links.py)
+        self.stats["call sites returning into copies"] += \
+            self.links.point_returns(state.start, state.end, copy.old_to_new)
+        i = bisect.bisect_left(self._copy_starts, copy.address)
+        self._copy_starts.insert(i, copy.address)
+        self._copies.insert(i, copy)
+        self.stats["copies"] += 1
+        return True
+
+    def _copy(self, state: FunctionState, code: bytes):
+        """``code`` copied with probes, for the code area's next free address."""
         area = self._area(state.module, len(code) * 3 + PROBE_BYTES * len(code) // 3 + 64)
         at = (area.cursor + 15) & ~15
 
@@ -251,25 +325,8 @@ class Rewriter:
             return self.ids.add(mem.address, op.size, (1 if op.load else 0) | (2 if op.store else 0),
                                 mem.size)
 
-        copy = copy_function(code, state.start, state.end, at, self.L, self._want(state), new_id,
+        return copy_function(code, state.start, state.end, at, self.L, self._want(state), new_id,
                              self.ctl, self.bitmap)
-        if not copy:
-            state.refused = copy.reason
-            self.refused[_reason_kind(copy.reason)] += 1
-            return False
-        if at + len(copy.code) > area.area.end:
-            state.refused = "the code area is full"
-            return False
-        area.area.write(at, copy.code)
-        area.cursor = at + len(copy.code)
-        # a call made in the copy returns to the original code once the session ends
-        area.area.return_points.update(copy.returns)
-        state.copies.append(copy)
-        i = bisect.bisect_left(self._copy_starts, at)
-        self._copy_starts.insert(i, at)
-        self._copies.insert(i, copy)
-        self.stats["copies"] += 1
-        return True
 
     def _area(self, module, need: int) -> CodeArea:
         area = self.areas.get(module.name)
@@ -286,6 +343,14 @@ class Rewriter:
         return next((t for t, s in self.tracee.threads.items() if not s.running), None)
 
     def _redirect_entry(self, state: FunctionState, copy: FunctionCopy) -> None:
+        if state.baked:
+            return             # entered by on-stack replacement only (see the module)
+        # function tracing's entry trampolines go on to the copy after their record
+        # (also one written later: a function instrumented live)
+        self.links.point(state.start, copy.address)
+        if self.links.traced(state.start):
+            self.stats["entries linked"] += 1
+            return
         if state.slot:
             # a newer copy: one aligned 8-byte store, seen whole by a thread jumping through it
             offset = state.slot + 8 - state.slot_area.area.address
@@ -317,15 +382,33 @@ class Rewriter:
             self.engine._resume(held)
 
     def _entry_unpatchable(self, state: FunctionState, copy: FunctionCopy) -> str | None:
-        if state.end - state.start < 5:
+        """Why the entry cannot take the jump to the copy (a few lookups, whatever
+        the number of patches and breakpoints)."""
+        start = state.start
+        if state.end - start < 5:
             return "shorter than 5 bytes"
-        if any(state.start <= a < state.start + 5 for a in self._breakpoints()):
+        if any(hooks.active and any(a in hooks.saved_byte for a in range(start, start + 5))
+               for hooks in self.engine._all_hooks()):
             return "a breakpoint of madtrace's"
-        if any(state.start <= a < state.start + 5 for a in self.engine.patched_addresses):
+        if self.links.watching:
+            patched = self.links.patched(start, start + 5)
+        else:       # function tracing's patches when data tracing began (no links)
+            patched = any(a in self.engine.patched_addresses for a in range(start - 4, start + 5))
+        if patched:
             return "patched by function tracing"
-        if any(state.start < t < state.start + 5 for t in copy.targets):
+        if any(t in copy.targets for t in range(start + 1, start + 5)):
             return "a branch targets its first bytes"
         return None
+
+    def _step_aside(self, start: int) -> None:
+        """Function tracing patches the entry at ``start`` (every thread stopped):
+        the jump to the copy goes, so that it relocates the function's own bytes;
+        its trampoline goes on to the copy instead (inject/entry_links.py)."""
+        state = self.functions.get(start)
+        if state is not None and state.slot:
+            self.patches.revert(self.tracee.mem, [start])
+            state.slot, state.slot_area = 0, None
+            self.stats["entries given to function tracing"] += 1
 
     # ----------------------------------------------------------- fix-ups
     def settle(self, tid: int, regs, synchronous: bool = False):
@@ -387,10 +470,13 @@ class Rewriter:
 
     def _original_or_copy(self, original: int, copied: int) -> int:
         """Where a thread moved back goes: the original instruction, unless it lies
-        in the five bytes the entry jump took."""
+        in the bytes an entry jump took (the copy's or function tracing's: back
+        there, a call would be recorded twice)."""
         bounds = self._bounds(original)
         state = self.functions.get(bounds[1]) if bounds else None
         if state is not None and state.slot and state.start < original < state.start + 5:
+            return copied
+        if self.links.patched(original, original + 1):
             return copied
         return original
 
@@ -435,6 +521,7 @@ class Rewriter:
                 continue
             self._to_original(self.tracee, tid, self.settle(tid, self.tracee.get_regs(tid)))
         self.patches.revert(self.tracee.mem)
+        self.links.reset()          # entry trampolines back to the function's own code
 
     def fork_child(self, child) -> None:
         """A fork child (stopped at its first stop, not traced further): the
@@ -445,12 +532,16 @@ class Rewriter:
             self._to_original(child, tid, child.get_regs(tid))
 
     def _to_original(self, tracee, tid: int, regs) -> None:
-        """A thread at the start of a translated instruction goes to the original."""
+        """A thread at the start of a translated instruction goes to the original
+        (or, where function tracing's entry patch still is, to the trampoline's
+        relocated copy of that instruction: its call is recorded already)."""
+        if self.plt.to_original(tracee, tid, regs):
+            return
         copy = self.copy_at(regs.rip)
         if copy is not None and regs.rip < copy.address + copy.code_size:
             original = copy.original_of(regs.rip)
             if original is not None and copy.old_to_new.get(original) == regs.rip:
-                regs.rip = original
+                regs.rip = self.links.resume_at(original) if tracee is self.tracee else original
                 tracee.set_regs(regs, tid)
 
     def report(self) -> dict:
