@@ -521,7 +521,10 @@ class Rewriter:
                 continue
             self._to_original(self.tracee, tid, self.settle(tid, self.tracee.get_regs(tid)))
         self.patches.revert(self.tracee.mem)
-        self.links.reset()          # entry trampolines back to the function's own code
+        # trampolines back to the original code, and written so from now on (function
+        # tracing may go on: REPL `trace data off`)
+        self.links.reset()
+        self.links.step_aside = self.links.copy_address = None
 
     def fork_child(self, child) -> None:
         """A fork child (stopped at its first stop, not traced further): the
