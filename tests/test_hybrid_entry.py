@@ -122,3 +122,65 @@ def test_instrument_a_moved_function_live(tmp_path, monkeypatch, data_off_first)
     assert rewriter["entries given to function tracing"] == 1
     # while instrumented, bump's calls ran its copy: few moves for many calls
     assert rewriter["moved"] < 50 < counted["bump"]
+
+
+def test_instrument_and_restore_live_while_the_caller_runs_its_copy(tmp_path, monkeypatch):
+    """main() of live_calls is moved into a copy (it touches `rounds`) and
+    runs its loop there; then `instrument tick` patches tick()'s call site in
+    main(): the copy's call changes with it, so tick's calls are counted;
+    `restore tick` takes both out again, and the count stops.  (Before,
+    calls made from the copy were never counted after a live instrument.)"""
+    monkeypatch.setenv("MADTRACE_DATA_ENGINE", "hybrid")
+    target = start_ready([prog("live_calls", "O2-nopie")])
+    batch = tmp_path / "commands.txt"
+    batch.write_text("trace data on\nsleep 0.5\ninstrument tick\nsleep 0.5\ncalls --json\n"
+                     "restore tick\ncalls --json\nsleep 0.5\ncalls --json\n")
+    try:
+        result = madtrace("repl", str(target.pid), "-q", "-o", str(tmp_path / "t"),
+                          "--batch", str(batch), timeout=300)
+        out = finish_live(target)
+    finally:
+        target.kill()
+    assert result.returncode == 0, result.stderr
+    assert target.returncode == 0
+    check_live_output(target.args[0], out)
+    lines = result.stdout.decode().splitlines()
+    assert "  tick (callsite, 1 sites)" in lines
+    counted, restored, final = (json.loads(line) for line in lines if line.startswith("{"))
+    assert counted["tick"] > 100
+    assert restored["tick"] <= final["tick"] <= restored["tick"] + 1
+    rewriter = json.loads((tmp_path / "t" / "meta.json").read_text())["data_tracing"]["paths"]["rewriter"]
+    assert rewriter["call sites mirrored into copies"] >= 2
+
+
+def test_target_finishes_when_the_tracer_is_killed_while_calls_run_the_copies(tmp_path):
+    """madtrace is SIGKILLed while bump()'s calls go from its entry trampoline
+    to its copy: the guard turns the probes back into plain instructions and
+    gives the pages back, the trampolines write into rings nobody reads (and
+    drop), and the program finishes with its native output."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from .util import MADTRACE, ROOT
+    argv = [prog("data_calls", "O2-nopie"), "3000000"]
+    native = run_untraced(argv, timeout=120)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    tracer = subprocess.Popen([*MADTRACE, "record", "--data", *HYBRID, "--method", "entry", "-f",
+                               "bump", "-f", "scale", "-o", str(tmp_path / "t"), "--", *argv],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        for line in tracer.stderr:
+            if b"tracing data accesses" in line:
+                break
+        else:
+            pytest.fail("madtrace never started data tracing")
+        time.sleep(1.5)
+        os.kill(tracer.pid, signal.SIGKILL)
+        tracer.wait(timeout=30)
+        out = tracer.stdout.read()
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+    assert out == native.stdout

@@ -53,6 +53,7 @@ from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
 from ..process.remote_syscall import RemoteSyscalls
 from .alias import ALIAS_BIT
+from .copy_sites import mirror
 from .instruction_table import InstructionTable
 from .plt_copies import PltCopies
 
@@ -118,9 +119,14 @@ class Rewriter:
         self.links: EntryLinks = getattr(engine, "entry_links", None) or EntryLinks()
         self.links.step_aside = self._step_aside
         self.links.copy_address = self.copy_address
+        self.links.mirror = lambda patches, on: mirror(self, patches, on)
+        self._all_areas: list[CodeArea] = []     # every code area made (``areas``: the newest)
         self.plt = PltCopies(self)
 
     # ---------------------------------------------------------------- lookups
+    def area_of(self, address: int) -> CodeArea | None:
+        return next((a for a in self._all_areas if a.area.contains(address)), None)
+
     def copy_at(self, address: int) -> FunctionCopy | None:
         i = bisect.bisect_right(self._copy_starts, address) - 1
         if i >= 0 and address < self._copies[i].copy_end:
@@ -337,6 +343,7 @@ class Rewriter:
                 area = self.areas[module.name] = CodeArea(SharedArea(
                     rs, size, f"madtrace-copies-{module.name}", executable=True, address=address,
                     group=GROUP))
+                self._all_areas.append(area)
         return area
 
     def _stopped_thread(self) -> int | None:
@@ -346,8 +353,10 @@ class Rewriter:
         if state.baked:
             return             # entered by on-stack replacement only (see the module)
         # function tracing's entry trampolines go on to the copy after their record
-        # (also one written later: a function instrumented live)
-        self.links.point(state.start, copy.address)
+        # (also one written later: a function instrumented live); not for a function
+        # with a branch to its own entry, which function tracing counts as a call
+        if state.start not in copy.targets:
+            self.links.point(state.start, copy.address)
         if self.links.traced(state.start):
             self.stats["entries linked"] += 1
             return
@@ -522,7 +531,8 @@ class Rewriter:
             self._to_original(self.tracee, tid, self.settle(tid, self.tracee.get_regs(tid)))
         self.patches.revert(self.tracee.mem)
         # trampolines back to the original code, and written so from now on (function
-        # tracing may go on: REPL `trace data off`)
+        # tracing may go on: REPL `trace data off`; its patches are still mirrored into
+        # the copies, which a thread returning into one may run until the session ends)
         self.links.reset()
         self.links.step_aside = self.links.copy_address = None
 

@@ -317,6 +317,7 @@ class FunctionTracer:
             self.links.add(start, slot_area, slot, moved)
         for back, slot_area, slot in self._new_returns:
             self.links.add_return(back, slot_area, slot)
+        self.links.applied(patches)         # the sites in the data engine's copies too
         self.patches_of[fn.fid] = [p.address for p in patches]
         entry = {"function": fn.name, "module": fn.module.name, "method": fn.method,
                  "reason": fn.reason, "sites": len(patches)}
@@ -429,7 +430,9 @@ class FunctionTracer:
             if names is not None and fn.name not in names:
                 continue
             addresses = self.patches_of.pop(fn.fid, [])
+            gone = [self.patches.applied[a] for a in addresses if a in self.patches.applied]
             restored += self.patches.revert(self.tracee.mem, addresses)
+            self.links.reverted(gone)       # and in the data engine's copies
         return restored
 
     def detach(self) -> None:

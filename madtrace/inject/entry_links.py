@@ -28,6 +28,12 @@ one, so that a loop calling a traced function keeps running its copy (before,
 every such call returned into the original code, which faulted at its next
 traced access and was moved back into the copy by a ptrace stop).
 
+Function tracing's call-site patches are mirrored into the copies
+(``applied``, ``reverted``: the rewriter's ``mirror``), so that a function
+instrumented or restored live is counted, or not, whether its caller runs
+its original code or a copy (before, calls made from a copy went uncounted
+after a live ``instrument``, and were still counted after ``restore``).
+
 ``EntryLinks`` is shared by the two engines of one image (the session makes
 it): function tracing ``add``s the slot of each entry trampoline it writes
 and registers its patch set (``patched``, ``original``: what covers a
@@ -73,6 +79,9 @@ class EntryLinks:
         self._return_keys: list[int] | None = []      # sorted keys of _returns (None: stale)
         # the rewriter's: an original instruction's address in its function's latest copy
         self.copy_address: Callable[[int], int | None] | None = None
+        # the rewriter's: function tracing's call-site patches applied (True) or
+        # reverted (False) in the original code: the same in every copy
+        self.mirror: Callable[[list, bool], None] | None = None
         self._patch_sets: list[PatchSet] = []         # function tracing's
         # the rewriter's: take its own jump at a function's entry out (start -> None)
         self.step_aside: Callable[[int], None] | None = None
@@ -106,6 +115,18 @@ class EntryLinks:
         target = self.copy_address(back) if self.copy_address is not None else None
         if target is not None:
             entry.write(target)
+
+    def applied(self, patches: list) -> None:
+        """Function tracing applied ``patches`` (every thread stopped)."""
+        sites = [p for p in patches if p.address not in self._slots]   # not the entry patches
+        if sites and self.mirror is not None:
+            self.mirror(sites, True)
+
+    def reverted(self, patches: list) -> None:
+        """Function tracing reverted ``patches`` (every thread stopped)."""
+        sites = [p for p in patches if p.address not in self._slots]
+        if sites and self.mirror is not None:
+            self.mirror(sites, False)
 
     def before_patching(self, start: int) -> None:
         """Function tracing is about to patch the entry at ``start``."""
