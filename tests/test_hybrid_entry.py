@@ -52,22 +52,30 @@ def steady(meta: dict) -> dict:
                                              ("auto", "O2-nopie")])
 def test_calls_through_trampolines_run_the_copies(tmp_path, method, variant):
     """bump() is patched at its entry (its address is taken); scale(), called
-    by bump(), at its entry too (--method entry) or at its call site (auto)."""
+    by bump(), at its entry too (--method entry) or at its call site (auto).
+    countdown() branches back to its own entry: with its entry patched, each
+    such branch is a call for function tracing, so its copy keeps the jump to
+    the trampoline; it must count what function tracing alone counts."""
     path = prog("data_calls", variant)
     metas = {}
     for n in (SHORT, LONG):
         argv = [path, str(n)]
         native = run_untraced(argv)
         metas[n], out = record(tmp_path, f"t{n}", argv, "--method", method, "-f", "bump",
-                               "-f", "scale", "-f", "main")
+                               "-f", "scale", "-f", "main", "-f", "countdown")
         assert out == native.stdout
     meta = metas[LONG]
     functions = json.loads((tmp_path / f"t{LONG}" / "functions.json").read_text())["functions"]
     methods = {f["name"]: f["method"] for f in functions}
     assert methods["bump"] == "entry" and methods["scale"] == ("callsite" if method == "auto" else "entry")
-    # calls: callgrind's
+    # calls: callgrind's; countdown's: function tracing's without data tracing
     assert {k: meta["calls"][k] for k in ("bump", "scale")} == \
         callgrind_calls(argv, ["bump", "scale"])
+    alone = madtrace("record", "-q", "--no-store", "-o", str(tmp_path / "alone"), "--method", method,
+                     "-f", "countdown", "--", *argv, timeout=300)
+    assert alone.returncode == 0, alone.stderr
+    alone_calls = json.loads((tmp_path / "alone" / "meta.json").read_text())["calls"]
+    assert meta["calls"]["countdown"] == alone_calls["countdown"] >= 1
     # accesses per instruction of the executable: lackey's
     image = ElfImage.load(path)
     text = image.section(".text")

@@ -25,9 +25,11 @@ targets its first 5 bytes, or madtrace already patched it (a breakpoint,
 function tracing).  A function whose entry function tracing patched is
 copied from its own bytes (that patch undone), and its entry trampoline
 jumps to the copy after the entry record (inject/entry_links.py), so that
-its calls run the probes with no fault; unless a branch of the function
-targets its entry (a call, for function tracing): such a copy keeps the
-jump to the trampoline and is entered by on-stack replacement only.
+its calls run the probes with no fault.  A branch of the function to its
+own entry (a call, for function tracing) is aimed at the original entry in
+the copy (entry_branches.py); where that cannot be done, a copy made while
+function tracing patches the entry keeps the jump to its trampoline and is
+entered by on-stack replacement only.
 
 ``settle(tid, regs)`` moves a stopped thread out of a probe before a signal
 is delivered to it (or before detach): back to the original instruction
@@ -54,6 +56,7 @@ from ..process.events import SignalStop
 from ..process.remote_syscall import RemoteSyscalls
 from .alias import ALIAS_BIT
 from .copy_sites import mirror
+from .entry_branches import to_original_entry
 from .instruction_table import InstructionTable
 from .plt_copies import PltCopies
 
@@ -77,7 +80,11 @@ class FunctionState:
     slot: int = 0                 # entry slot (0: entry not redirected) ...
     slot_area: "CodeArea | None" = None   # ... in this code area (a module may get several)
     frame_pointer: bool = False
-    baked: bool = False           # the latest copy keeps function tracing's entry jump
+    # the latest copy's branches to the function's own entry: "" none, or aimed at the
+    # original entry (entry_branches.py); "baked": it keeps function tracing's entry jump
+    # (right while function tracing patches the entry); "internal": they reach the
+    # copy's start (right while it does not)
+    self_entry: str = ""
 
     @property
     def latest(self) -> FunctionCopy | None:
@@ -142,7 +149,7 @@ class Rewriter:
         state = self.functions.get(bounds[1]) if bounds else None
         if state is None or state.latest is None or state.refused:
             return None
-        if state.baked and self.links.patched(original, original + 1):
+        if state.self_entry == "baked" and self.links.patched(original, original + 1):
             return None       # the copy holds function tracing's jump there
         return state.latest.old_to_new.get(original)
 
@@ -263,8 +270,9 @@ class Rewriter:
         """The latest copy no longer fits function tracing's patch at the entry:
         it keeps the jump to a trampoline that is gone, or a branch of it to its
         entry (a call, for function tracing) would skip the entry record."""
-        traced = self.links.traced(state.start)
-        return state.baked != (traced and state.start in state.latest.targets)
+        if not state.self_entry:
+            return False
+        return (state.self_entry == "baked") != self.links.traced(state.start)
 
     def _code(self, state: FunctionState, entry: bool = True) -> bytes:
         """The function's bytes as the program has them (madtrace's own patches
@@ -295,9 +303,11 @@ class Rewriter:
             state.frame_pointer = code[:8].replace(b"\xf3\x0f\x1e\xfa", b"")[:4] in \
                 (b"\x55\x48\x89\xe5", b"\x55\x48\x8b\xec")
         copy = self._copy(state, code)
-        baked = bool(copy) and self.links.traced(state.start) and state.start in copy.targets
-        if baked:       # a branch to the entry: function tracing's jump stays in the copy
-            copy = self._copy(state, self._code(state, entry=False))
+        self_entry = ""
+        if copy and state.start in copy.targets and not to_original_entry(code, state.start, copy):
+            self_entry = "internal"
+            if self.links.traced(state.start):   # a branch to the entry is a call for it
+                copy, self_entry = self._copy(state, self._code(state, entry=False)), "baked"
         if not copy:
             state.refused = copy.reason
             self.refused[_reason_kind(copy.reason)] += 1
@@ -311,7 +321,7 @@ class Rewriter:
         # a call made in the copy returns to the original code once the session ends
         area.area.return_points.update(copy.returns)
         state.copies.append(copy)
-        state.baked = baked
+        state.self_entry = self_entry
         # call-site trampolines return into the copy from now on (entry_links.py)
         self.stats["call sites returning into copies"] += \
             self.links.point_returns(state.start, state.end, copy.old_to_new)
@@ -350,12 +360,12 @@ class Rewriter:
         return next((t for t, s in self.tracee.threads.items() if not s.running), None)
 
     def _redirect_entry(self, state: FunctionState, copy: FunctionCopy) -> None:
-        if state.baked:
+        if state.self_entry == "baked":
             return             # entered by on-stack replacement only (see the module)
         # function tracing's entry trampolines go on to the copy after their record
-        # (also one written later: a function instrumented live); not for a function
-        # with a branch to its own entry, which function tracing counts as a call
-        if state.start not in copy.targets:
+        # (also one written later: a function instrumented live); not one whose
+        # branches to its own entry (a call, for function tracing) reach its start
+        if not state.self_entry:
             self.links.point(state.start, copy.address)
         if self.links.traced(state.start):
             self.stats["entries linked"] += 1

@@ -4,7 +4,10 @@
  * scale(), whose first instruction reads a global.  bump() is called directly
  * and through a pointer (its address is taken: function tracing patches its
  * entry); scale() only directly.  The loop also calls strlen() on a global
- * through the PLT (whose GOT may share a page with .data).  Deterministic output: the totals on
+ * through the PLT (whose GOT may share a page with .data).  countdown(), in
+ * assembly, branches back to its own first instruction (which a function
+ * tracer patching its entry counts as a call) and adds to a global each time;
+ * main() calls it once, the same in every run.  Deterministic output: the totals on
  * stdout; the brk heap range on stderr ("heap LO HI", for an oracle). */
 #define _DEFAULT_SOURCE
 #include <stdio.h>
@@ -15,6 +18,20 @@
 long counters[64];                    /* .bss */
 long weight = 3;                      /* .data */
 char word[16] = "madtrace";           /* .data */
+long steps;                           /* .bss, countdown()'s */
+
+/* countdown(n): steps += 1, n -= 1, again from its entry while n > 0 */
+__asm__(".pushsection .text\n"
+        ".globl countdown\n"
+        ".type countdown, @function\n"
+        "countdown:\n"
+        "    addq $1, steps(%rip)\n"
+        "    subq $1, %rdi\n"
+        "    jnz countdown\n"
+        "    ret\n"
+        ".size countdown, .-countdown\n"
+        ".popsection\n");
+void countdown(long n);
 struct tally { long n, sum; } *tally; /* heap */
 
 __attribute__((noinline)) long scale(long v) {
@@ -45,10 +62,11 @@ int main(int argc, char **argv) {
             bump(i);
         letters += (long)strlen(word);
     }
+    countdown(40);
     long s = 0;
     for (int i = 0; i < 64; i++) s += counters[i];
-    printf("calls %d: n %ld sum %ld counters %ld letters %ld\n", calls, tally->n, tally->sum, s,
-           letters);
+    printf("calls %d: n %ld sum %ld counters %ld letters %ld steps %ld\n", calls, tally->n,
+           tally->sum, s, letters, steps);
     free(tally);
     fprintf(stderr, "heap %p %p\n", (void *)lo, sbrk(0));
     return 0;
