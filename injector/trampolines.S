@@ -204,10 +204,16 @@ mt_\name\()_pp_count\tag\()_imm32:
 
 /* ---------------------------------------------------------------------------
  * Call-site trampoline: the site's `call f` became `jmp mt_callsite`.
- * entry record, call f (rsp as at the original call), exit record, jmp back.
+ * entry record, call f (rsp as at the original call), exit record, jmp back
+ * through an 8-byte slot (8-aligned: the template starts 16-aligned, as the
+ * tracer places it): the site's return address, or its equivalent in the data
+ * engine's copy of the calling function (inject/entry_links.py).  The jmp
+ * rel32 after the slot also reaches the return address (it names it for a
+ * later session cleaning up after a killed one: leftovers.py).
  * Record rsp = callee entry rsp = call-site rsp - 8 = [rsp + 24 - 8].
  */
 .macro CALLSITE name, ts
+        .balign 16, 0xcc
         .globl mt_\name\()_start
 mt_\name\()_start:
         TAG \name, _entry, \ts, 16
@@ -215,6 +221,11 @@ mt_\name\()_start:
         .long 0
 mt_\name\()_pp_target_rel32:
         TAG \name, _exit, \ts, 16
+        jmp qword ptr [rip + .Lresume_\name]
+        .balign 8, 0xcc
+.Lresume_\name:
+        .quad 0
+mt_\name\()_pp_resume_abs64:
         .byte 0xe9
         .long 0
 mt_\name\()_pp_return_rel32:

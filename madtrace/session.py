@@ -20,6 +20,7 @@ from .binary.maps import image_mappings, read_maps
 from .capture.data import DataEngine
 from .capture.regions import Region, region_matcher
 from .inject.engine import FunctionTracer
+from .inject.entry_links import EntryLinks
 from .inject.loader_watch import LoaderWatch
 from .inject.plan import prepare_plan, split_patterns
 from .session_footprint import Footprints
@@ -120,6 +121,8 @@ class Recording(ImageChanges, Footprints, Results):
         self._warned_stripped = False
         self.functions: FunctionTracer | None = None
         self.data: DataEngine | None = None
+        # shared by the two engines of the image traced now (inject/entry_links.py)
+        self.entry_links = EntryLinks()
         self.store_writer = None             # trace.store_writer.StoreWriter
         # the directory of the image traced now: options.output, then DIR/exec.N after
         # the Nth exec (each image of the process gets a whole trace directory)
@@ -365,7 +368,8 @@ class Recording(ImageChanges, Footprints, Results):
             return
         try:
             engine = FunctionTracer(self.tracee, self.address_space, self.output,
-                                    timestamps=self.options.timestamps, method=self.options.method)
+                                    timestamps=self.options.timestamps, method=self.options.method,
+                                    links=self.entry_links)
             engine.defer_tables = self.defer_while_stopped
             self.functions = engine
             started = time.perf_counter()
@@ -410,7 +414,7 @@ class Recording(ImageChanges, Footprints, Results):
                             track_allocations=self.options.track_allocations,
                             loads=self.options.loads, stores=self.options.stores,
                             original_address=self._original_addresses,
-                            engine=kind,
+                            engine=kind, entry_links=self.entry_links,
                             rings=functions.rings if functions else None, **selection)
         self.data = engine
         # the accesses are named with DWARF: the binaries seen for the first time are

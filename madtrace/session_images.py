@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 
+from .inject.entry_links import EntryLinks
 from .inject.loader_watch import LoaderWatch
 from .inject.plan import split_patterns
 from .process.entry_start import EntryStart
@@ -102,6 +103,7 @@ class ImageChanges:
                                        self.meta))
         self.functions = None
         self.data = None
+        self.entry_links = EntryLinks()
 
     def _watch_loader(self) -> None:
         """Pending -f patterns: learn of each dlopen as it happens (loader_watch.py)."""

@@ -72,7 +72,7 @@ class DataEngine:
                  defer=None, only_regions: list[Region] | None = None, region_filter=None,
                  loads: bool = True, stores: bool = True, data_in: list[str] | None = None,
                  only_blocks: set[int] | None = None, block_events: bool = True,
-                 original_address=None, engine: str = "fault", rings=None):
+                 original_address=None, engine: str = "fault", rings=None, entry_links=None):
         """``only_regions``: trace these ranges (watched variables), and no default
         region unless ``region_filter`` also keeps some (--regions);
         ``only_blocks``: record only accesses to these heap blocks (--only malloc0014);
@@ -83,10 +83,10 @@ class DataEngine:
         ``original_address(rips)``: the addresses recorded for instructions
         (function tracing relocates prologues into trampolines: an access made
         there is recorded at the original instruction's address);
-        ``engine``: "fault" (every access a fault) or "hybrid" (traced memory
-        aliased, alias.py; instructions rewritten to record their own accesses,
-        paths.py); ``rings``: the function tracer's (the hybrid engine's data
-        records go there too; None: it makes its own)."""
+        ``engine``: "fault" (every access a fault) or "hybrid" (alias.py: memory
+        aliased; paths.py: instructions record their own accesses); ``rings``: the function tracer's (the hybrid engine's data
+        records go there too; None: it makes its own); ``entry_links``: where
+        function tracing's entry trampolines go on to (inject/entry_links.py)."""
         self.only_regions = only_regions
         self.region_filter = region_filter
         self.exact_threads = exact_threads
@@ -116,7 +116,7 @@ class DataEngine:
         self.engine_kind = engine
         self.alias: AliasMap | None = None
         self.paths: AccessPaths | None = None
-        self._rings = rings
+        self._rings, self.entry_links = rings, entry_links
         self.death_signal = False     # the target gets SIGSEGV (the guard) if madtrace dies
         self.guard: SegvGuard | None = None
         self.gate: DataGate | None = DataGate(self, data_in) if data_in else None

@@ -22,7 +22,14 @@ functions with C++ exception tables or in a process with a C++ unwinder
 refuses.  The entry is not redirected (threads reach the copy by on-stack
 replacement only) when the function is shorter than 5 bytes, a branch of it
 targets its first 5 bytes, or madtrace already patched it (a breakpoint,
-function tracing).
+function tracing).  A function whose entry function tracing patched is
+copied from its own bytes (that patch undone), and its entry trampoline
+jumps to the copy after the entry record (inject/entry_links.py), so that
+its calls run the probes with no fault.  A branch of the function to its
+own entry (a call, for function tracing) is aimed at the original entry in
+the copy (entry_branches.py); where that cannot be done, a copy made while
+function tracing patches the entry keeps the jump to its trampoline and is
+entered by on-stack replacement only.
 
 ``settle(tid, regs)`` moves a stopped thread out of a probe before a signal
 is delivered to it (or before detach): back to the original instruction
@@ -33,8 +40,6 @@ frame), forward past the instruction otherwise (single steps).
 from __future__ import annotations
 
 import bisect
-import ctypes
-import struct
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -44,19 +49,23 @@ from ..arch.x86_64.function_copy import FunctionAnalysis, FunctionCopy, Probe, a
 from ..arch.x86_64.relocate import Refusal
 from ..binary.eh_frame import EhFrame
 from ..inject.areas import SharedArea, gap_for_module
-from ..inject.patchset import Patch, PatchConflict, PatchSet
+from ..inject.entry_links import EntryLinks
+from ..inject.patchset import PatchSet
 from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
 from ..process.remote_syscall import RemoteSyscalls
 from .alias import ALIAS_BIT
 from .copy_frames import CopyFrames
+from .copy_sites import mirror
+from .entry_branches import to_original_entry
+from .entry_redirect import redirect_entry
 from .instruction_table import InstructionTable
+from .plt_copies import PltCopies
 
 AREA_SIZE = 64 << 20
 # the copies, the alias bitmap their probes read and the rings of a data-only session
 # stay or go together (inject/footprint.py)
 GROUP = "madtrace-rewriting"
-ENTRY_SLOT = 16          # jmp [rip + 0]; 2 bytes of padding; .quad target
 PROBE_BYTES = 420        # room planned per memory instruction of a function
 RETRY_INTERVAL = 0.01    # seconds between tries of a registration the unwinder's lock held up
 
@@ -73,8 +82,14 @@ class FunctionState:
     slot_area: "CodeArea | None" = None   # ... in this code area (a module may get several)
     frame_pointer: bool = False
     fde: object = None            # its unwind information (binary/eh_frame.py Fde), if any
-    unregistered: FunctionCopy | None = None   # a copy waiting for its unwind information
+    unregistered: tuple[FunctionCopy, str] | None = None   # a copy (and its self_entry)
+    # waiting for its unwind information
     analysis: FunctionAnalysis | None = None  # kept for the next copy (function_copy.py)
+    # the latest copy's branches to the function's own entry: "" none, or aimed at the
+    # original entry (entry_branches.py); "baked": it keeps function tracing's entry jump
+    # (right while function tracing patches the entry); "internal": they reach the
+    # copy's start (right while it does not)
+    self_entry: str = ""
 
     @property
     def latest(self) -> FunctionCopy | None:
@@ -115,13 +130,35 @@ class Rewriter:
         self.frames = CopyFrames(engine, injector, rings)
         self._unregistered: list[FunctionState] = []   # see _retry_unregistered
         self._next_retry = 0.0
+        self.links: EntryLinks = getattr(engine, "entry_links", None) or EntryLinks()
+        self.links.step_aside = self._step_aside
+        self.links.copy_address = self.copy_address
+        self.links.mirror = lambda patches, on: mirror(self, patches, on)
+        self._all_areas: list[CodeArea] = []     # every code area made (``areas``: the newest)
+        self.plt = PltCopies(self)
 
     # ---------------------------------------------------------------- lookups
+    def area_of(self, address: int) -> CodeArea | None:
+        return next((a for a in self._all_areas if a.area.contains(address)), None)
+
     def copy_at(self, address: int) -> FunctionCopy | None:
         i = bisect.bisect_right(self._copy_starts, address) - 1
         if i >= 0 and address < self._copies[i].copy_end:
             return self._copies[i]
         return None
+
+    def copy_address(self, original: int) -> int | None:
+        """Where the instruction at ``original`` runs in its function's latest copy
+        (None: no copy, or not there).  For a breakpoint's owner that has stepped
+        a thread over the function's first instruction: resuming there instead of
+        in the original code saves the fault that would move the thread."""
+        bounds = self._bounds(original)
+        state = self.functions.get(bounds[1]) if bounds else None
+        if state is None or state.latest is None or state.refused:
+            return None
+        if state.self_entry == "baked" and self.links.patched(original, original + 1):
+            return None       # the copy holds function tracing's jump there
+        return state.latest.old_to_new.get(original)
 
     def original_address(self, address: int) -> int:
         copy = self.copy_at(address)
@@ -175,13 +212,19 @@ class Rewriter:
             if original is None:
                 return False
         else:
-            original = rip
+            if self.plt.discover(tid, regs):
+                return True                # a PLT stub's jump through the GOT
+            original = self.engine.code_address(rip)   # a trampoline's relocated prologue
         state = self._state(original)
         if state is None or state.refused:
             return False
         self._retry_unregistered()
         if state.unregistered is not None:
             return False
+        if state.copies and self._stale(state):
+            state.wanted.add(original)
+            if not self._relocate(state):
+                return False
         if not state.probed(original):
             if original in state.wanted:
                 return False               # wanted before, could not be probed
@@ -192,7 +235,7 @@ class Rewriter:
                 return False
         regs.rip = state.latest.old_to_new[original]
         self.tracee.set_regs(regs, tid)
-        self._redirect_entry(state, state.latest)   # the thread is out of the old code now
+        redirect_entry(self, state, state.latest)   # the thread is out of the old code now
         self.tracee.resume(tid, 0)
         self.stats["moved"] += 1
         return True
@@ -206,6 +249,8 @@ class Rewriter:
 
     def why_not(self, original: int) -> str:
         """Why the instruction at ``original`` has no probe."""
+        if self.plt.tried.get(original):
+            return f"PLT stub: {self.plt.tried[original]}"
         bounds = self._bounds(original)
         state = self.functions.get(bounds[1]) if bounds else None
         if state is None:
@@ -231,12 +276,25 @@ class Rewriter:
             return True
         return want
 
-    def _code(self, state: FunctionState) -> bytes:
-        """The function's bytes as the program has them (madtrace's own patches undone)."""
+    def _stale(self, state: FunctionState) -> bool:
+        """The latest copy no longer fits function tracing's patch at the entry:
+        it keeps the jump to a trampoline that is gone, or a branch of it to its
+        entry (a call, for function tracing) would skip the entry record."""
+        if not state.self_entry:
+            return False
+        return (state.self_entry == "baked") != self.links.traced(state.start)
+
+    def _code(self, state: FunctionState, entry: bool = True) -> bytes:
+        """The function's bytes as the program has them (madtrace's own patches
+        undone; function tracing's at the entry too, with ``entry``)."""
         code = bytearray(self.tracee.mem.read(state.start, state.end - state.start))
         for patch in self.patches.applied.values():
             if state.start <= patch.address < state.end:
                 code[patch.address - state.start:patch.end - state.start] = patch.original
+        if entry and self.links.traced(state.start):
+            for address, original in self.links.original(state.start, state.start + 1):
+                if address == state.start:
+                    code[:len(original)] = original
         for address, byte in self._breakpoints().items():
             if state.start <= address < state.end:
                 code[address - state.start] = byte[0]
@@ -254,6 +312,32 @@ class Rewriter:
         if not state.copies:
             state.frame_pointer = code[:8].replace(b"\xf3\x0f\x1e\xfa", b"")[:4] in \
                 (b"\x55\x48\x89\xe5", b"\x55\x48\x8b\xec")
+        copy = self._copy(state, code)
+        self_entry = ""
+        if copy and state.start in copy.targets and not to_original_entry(code, state.start, copy):
+            self_entry = "internal"
+            if self.links.traced(state.start):   # a branch to the entry is a call for it
+                copy, self_entry = self._copy(state, self._code(state, entry=False)), "baked"
+        if not copy:
+            state.refused = copy.reason
+            self.refused[_reason_kind(copy.reason)] += 1
+            return False
+        area = self.areas[state.module.name]
+        if copy.address != (area.cursor + 15) & ~15 or copy.address + len(copy.code) > area.area.end:
+            state.refused = "the code area is full"
+            return False
+        area.area.write(copy.address, copy.code)
+        area.cursor = copy.address + len(copy.code)
+        # a call made in the copy returns to the original code once the session ends
+        area.area.return_points.update(copy.returns)
+        i = bisect.bisect_left(self._copy_starts, copy.address)
+        self._copy_starts.insert(i, copy.address)
+        self._copies.insert(i, copy)
+        self.stats["copies"] += 1
+        return self._activate(state, copy, self_entry)
+
+    def _copy(self, state: FunctionState, code: bytes):
+        """``code`` copied with probes, for the code area's next free address."""
         area = self._area(state.module, len(code) * 3 + PROBE_BYTES * len(code) // 3 + 64)
         at = (area.cursor + 15) & ~15
 
@@ -263,25 +347,10 @@ class Rewriter:
                                 mem.size)
 
         analysis = self._analysis(state, code)
-        copy = analysis if isinstance(analysis, Refusal) else \
-            copy_function(code, state.start, state.end, at, self.L, self._want(state), new_id,
-                          self.ctl, self.bitmap, analysis=analysis)
-        if not copy:
-            state.refused = copy.reason
-            self.refused[_reason_kind(copy.reason)] += 1
-            return False
-        if at + len(copy.code) > area.area.end:
-            state.refused = "the code area is full"
-            return False
-        area.area.write(at, copy.code)
-        area.cursor = at + len(copy.code)
-        # a call made in the copy returns to the original code once the session ends
-        area.area.return_points.update(copy.returns)
-        i = bisect.bisect_left(self._copy_starts, at)
-        self._copy_starts.insert(i, at)
-        self._copies.insert(i, copy)
-        self.stats["copies"] += 1
-        return self._activate(state, copy)
+        if isinstance(analysis, Refusal):
+            return analysis
+        return copy_function(code, state.start, state.end, at, self.L, self._want(state), new_id,
+                             self.ctl, self.bitmap, analysis=analysis)
 
     def _retry_unregistered(self) -> None:
         """Copies whose unwind information waits for the unwinder's lock: tried at
@@ -291,13 +360,13 @@ class Rewriter:
             return
         while self._unregistered:
             state = self._unregistered[0]
-            if not self._activate(state, state.unregistered):
+            if not self._activate(state, *state.unregistered):
                 if state.unregistered is not None:     # still held: later
                     self._next_retry = time.monotonic() + RETRY_INTERVAL
                     return
             self._unregistered.pop(0)
 
-    def _activate(self, state: FunctionState, copy: FunctionCopy) -> bool:
+    def _activate(self, state: FunctionState, copy: FunctionCopy, self_entry: str) -> bool:
         """The copy goes into use once the unwinder knows it (copy_frames.py)."""
         state.unregistered = None
         if self.frames.loaded():
@@ -309,10 +378,14 @@ class Rewriter:
             if built is not None and not self.frames.register(*built):
                 if state not in self._unregistered:
                     self._unregistered.append(state)
-                state.unregistered = copy          # the unwinder's lock was held: later
+                state.unregistered = (copy, self_entry)   # the unwinder's lock was held: later
                 self.stats["unwind registrations deferred"] += 1
                 return False
         state.copies.append(copy)
+        state.self_entry = self_entry
+        # call-site trampolines return into the copy from now on (entry_links.py)
+        self.stats["call sites returning into copies"] += \
+            self.links.point_returns(state.start, state.end, copy.old_to_new)
         return True
 
     @staticmethod
@@ -334,52 +407,21 @@ class Rewriter:
                 area = self.areas[module.name] = CodeArea(SharedArea(
                     rs, size, f"madtrace-copies-{module.name}", executable=True, address=address,
                     group=GROUP))
+                self._all_areas.append(area)
         return area
 
     def _stopped_thread(self) -> int | None:
         return next((t for t, s in self.tracee.threads.items() if not s.running), None)
 
-    def _redirect_entry(self, state: FunctionState, copy: FunctionCopy) -> None:
-        if state.slot:
-            # a newer copy: one aligned 8-byte store, seen whole by a thread jumping through it
-            offset = state.slot + 8 - state.slot_area.area.address
-            ctypes.c_uint64.from_buffer(state.slot_area.area.local, offset).value = copy.address
-            return
-        area = self.areas[state.module.name]
-        why = self._entry_unpatchable(state, copy)
-        if why:
-            self.stats[f"entry not redirected: {why}"] += 1
-            return
-        slot = (area.cursor + 15) & ~15
-        if slot + ENTRY_SLOT > area.area.end:
-            return
-        area.area.write(slot, b"\xff\x25\x02\x00\x00\x00\xcc\xcc" + struct.pack("<Q", copy.address))
-        area.cursor = slot + ENTRY_SLOT
-        original = self.tracee.mem.read(state.start, 5)
-        patch = Patch(state.start, original, b"\xe9" + struct.pack("<i", slot - state.start - 5),
-                      f"entry of the relocated {state.start:#x}")
-        held = self.engine._hold_all()
-        try:
-            rips = [self.tracee.get_regs(t).rip for t, s in self.tracee.threads.items()
-                    if not s.running]
-            self.patches.apply(self.tracee.mem, [patch], rips)
-            state.slot, state.slot_area = slot, area
-            self.stats["entries redirected"] += 1
-        except PatchConflict as exc:
-            self.stats[f"entry not redirected: {exc}"] += 1
-        finally:
-            self.engine._resume(held)
-
-    def _entry_unpatchable(self, state: FunctionState, copy: FunctionCopy) -> str | None:
-        if state.end - state.start < 5:
-            return "shorter than 5 bytes"
-        if any(state.start <= a < state.start + 5 for a in self._breakpoints()):
-            return "a breakpoint of madtrace's"
-        if any(state.start <= a < state.start + 5 for a in self.engine.patched_addresses):
-            return "patched by function tracing"
-        if any(state.start < t < state.start + 5 for t in copy.targets):
-            return "a branch targets its first bytes"
-        return None
+    def _step_aside(self, start: int) -> None:
+        """Function tracing patches the entry at ``start`` (every thread stopped):
+        the jump to the copy goes, so that it relocates the function's own bytes;
+        its trampoline goes on to the copy instead (inject/entry_links.py)."""
+        state = self.functions.get(start)
+        if state is not None and state.slot:
+            self.patches.revert(self.tracee.mem, [start])
+            state.slot, state.slot_area = 0, None
+            self.stats["entries given to function tracing"] += 1
 
     # ----------------------------------------------------------- fix-ups
     def settle(self, tid: int, regs, synchronous: bool = False):
@@ -441,10 +483,13 @@ class Rewriter:
 
     def _original_or_copy(self, original: int, copied: int) -> int:
         """Where a thread moved back goes: the original instruction, unless it lies
-        in the five bytes the entry jump took."""
+        in the bytes an entry jump took (the copy's or function tracing's: back
+        there, a call would be recorded twice)."""
         bounds = self._bounds(original)
         state = self.functions.get(bounds[1]) if bounds else None
         if state is not None and state.slot and state.start < original < state.start + 5:
+            return copied
+        if self.links.patched(original, original + 1):
             return copied
         return original
 
@@ -489,6 +534,11 @@ class Rewriter:
                 continue
             self._to_original(self.tracee, tid, self.settle(tid, self.tracee.get_regs(tid)))
         self.patches.revert(self.tracee.mem)
+        # trampolines back to the original code, and written so from now on (function
+        # tracing may go on: REPL `trace data off`; its patches are still mirrored into
+        # the copies, which a thread returning into one may run until the session ends)
+        self.links.reset()
+        self.links.step_aside = self.links.copy_address = None
 
     def fork_child(self, child) -> None:
         """A fork child (stopped at its first stop, not traced further): the
@@ -499,12 +549,16 @@ class Rewriter:
             self._to_original(child, tid, child.get_regs(tid))
 
     def _to_original(self, tracee, tid: int, regs) -> None:
-        """A thread at the start of a translated instruction goes to the original."""
+        """A thread at the start of a translated instruction goes to the original
+        (or, where function tracing's entry patch still is, to the trampoline's
+        relocated copy of that instruction: its call is recorded already)."""
+        if self.plt.to_original(tracee, tid, regs):
+            return
         copy = self.copy_at(regs.rip)
         if copy is not None and regs.rip < copy.address + copy.code_size:
             original = copy.original_of(regs.rip)
             if original is not None and copy.old_to_new.get(original) == regs.rip:
-                regs.rip = original
+                regs.rip = self.links.resume_at(original) if tracee is self.tracee else original
                 tracee.set_regs(regs, tid)
 
     def report(self) -> dict:

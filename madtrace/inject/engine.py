@@ -33,6 +33,7 @@ from ..process.events import SignalStop, TrapStop
 from ..process.tracee import Tracee
 from ..trace.format import FUNCTIONS_FILE, RECORD_FORMAT
 from .areas import SharedArea, gap_for_module, page_round
+from .entry_links import EntryLinks
 from .footprint import Footprint, step_until_out
 from .patchset import Patch, PatchConflict, PatchSet
 from .plan import Plan, Site, TracedFunction, make_plan
@@ -41,6 +42,7 @@ from .unwind import eh_frame
 from .unwind_registry import Unwinder, UnwindObjects
 
 GROUP = "madtrace-functions"     # the areas of function tracing stay or go together
+ENTRY_SLOT = 6 + 7 + 8           # an entry trampoline's jmp [slot], padding, the slot
 
 
 class CodeArea:
@@ -60,7 +62,8 @@ class CodeArea:
 
 class FunctionTracer:
     def __init__(self, tracee: Tracee, space: AddressSpace, out_dir: str, timestamps: bool = True,
-                 method: str = "auto"):
+                 method: str = "auto", links: EntryLinks | None = None):
+        """``links``: shared with the data engine of the same image (entry_links.py)."""
         self.method = method
         self.tracee = tracee
         self.space = space
@@ -73,6 +76,11 @@ class FunctionTracer:
         self.retired_code_areas: list[CodeArea] = []   # full areas replaced by ``add``
         self.patches = PatchSet()
         self.patches_of: dict[int, list[int]] = {}   # function id -> patch addresses
+        # where each entry trampoline goes after its entry record (entry_links.py)
+        self.links = links if links is not None else EntryLinks()
+        self.links.watch(self.patches)
+        self._new_slots: list[tuple[int, SharedArea, int, tuple]] = []
+        self._new_returns: list[tuple[int, SharedArea, int]] = []
         self.report: dict = {"patched": [], "skipped": [], "inexact": []}
         self.active = False
         # (pc_begin, pc_end, return_to) of call-site trampolines in modules with C++
@@ -237,7 +245,8 @@ class FunctionTracer:
                 kind = plan.sites[sid].kind
                 if kind == "entry":
                     total += (self.injector.template("entry", self.timestamps).size
-                              + self.injector.template("exitstub", self.timestamps).size + 96)
+                              + self.injector.template("exitstub", self.timestamps).size + 96
+                              + ENTRY_SLOT)
                 else:
                     total += self.injector.template("callsite" if kind == "call" else "tailsite",
                                                     self.timestamps).size + 16
@@ -246,6 +255,7 @@ class FunctionTracer:
     def _patch_function(self, fn: TracedFunction, rips: list[int]) -> None:
         area = self.code_areas[fn.module.name]
         patches: list[Patch] = []
+        self._new_slots, self._new_returns = [], []
         try:
             for sid in fn.site_ids:
                 site = self.plan.sites[sid]
@@ -256,6 +266,11 @@ class FunctionTracer:
             self.report["skipped"].append({"what": fn.name, "why": str(exc)})
             fn.method = "skipped"
             return
+        for start, slot_area, slot, moved in self._new_slots:
+            self.links.add(start, slot_area, slot, moved)
+        for back, slot_area, slot in self._new_returns:
+            self.links.add_return(back, slot_area, slot)
+        self.links.applied(patches)         # the sites in the data engine's copies too
         self.patches_of[fn.fid] = [p.address for p in patches]
         entry = {"function": fn.name, "module": fn.module.name, "method": fn.method,
                  "reason": fn.reason, "sites": len(patches)}
@@ -275,25 +290,33 @@ class FunctionTracer:
             fields = dict(ctl_entry=ctl, code_entry=site.sid << 1, target=target,
                           count_entry=self.rings.counter_offset(site.sid))
             if site.kind == "call":
-                fields.update(ctl_exit=ctl, code_exit=(site.sid << 1) | 1, **{"return": site.address + 5})
+                fields.update(ctl_exit=ctl, code_exit=(site.sid << 1) | 1, resume=site.address + 5,
+                              **{"return": site.address + 5})
                 (call_field, _), = tpl.patch_points["target"]   # the re-issued call's rel32
                 area.area.return_points[at + call_field + 4] = site.address + 5
+                (slot, _), = tpl.patch_points["resume"]         # where it goes on (entry_links.py)
+                self._new_returns.append((site.address + 5, area.area, at + slot))
                 if self.plan.scans[site.function.module.name].cxx:
                     self.unwind_pending.append((at + call_field - 1, at + call_field + 4,
                                                 site.address + 5))
             area.area.write(at, bytes(tpl.instantiate(at, **fields)))
             return Patch(site.address, original, jmp_rel32(site.address, at),
                          f"{site.kind} site of {site.function.name} at {site.address:#x}")
-        # function entry
+        # function entry: the template, jmp [slot], the slot, the relocated first
+        # instructions, jmp back into the body (entry_links.py)
         fn = site.function
+        self.links.before_patching(fn.address)     # the data engine's own entry jump out
         code = mem.read(fn.address, fn.size)
         entry_tpl = self.injector.template("entry", ts)
         exit_tpl = self.injector.template("exitstub", ts)
         exit_at = area.allocate(exit_tpl.size)
         self.exit_stubs.add(exit_at)
-        entry_at = area.allocate(entry_tpl.size + 64 + 5)
+        entry_at = area.allocate(entry_tpl.size + ENTRY_SLOT + 64 + 5)
+        jump_at = entry_at + entry_tpl.size
+        slot = (jump_at + 6 + 7) & ~7
+        relocated_at = slot + 8
         scan, bias = self.plan.scans[fn.module.name].scan, fn.module.bias
-        reloc = relocate_entry(code, fn.address, fn.size, entry_at + entry_tpl.size,
+        reloc = relocate_entry(code, fn.address, fn.size, relocated_at,
                                branches_into=lambda lo, hi: scan.branches_into(lo - bias, hi - bias))
         if not reloc:
             raise _Refused(f"entry of {fn.name} cannot be relocated: {reloc.reason}")
@@ -301,9 +324,12 @@ class FunctionTracer:
             exit_at, ctl_exit=ctl, code_exit=(site.sid << 1) | 1)))
         body = bytes(entry_tpl.instantiate(entry_at, ctl_entry=ctl, code_entry=site.sid << 1,
                                            count_entry=self.rings.counter_offset(site.sid),
-                                           exitstub=exit_at)) + reloc.code
+                                           exitstub=exit_at))
+        body += b"\xff\x25" + struct.pack("<i", slot - jump_at - 6) + \
+            b"\xcc" * (slot - jump_at - 6) + struct.pack("<Q", relocated_at) + reloc.code
         body += jmp_rel32(entry_at + len(body), fn.address + reloc.consumed)
         area.area.write(entry_at, body)
+        self._new_slots.append((fn.address, area.area, slot, reloc.moved))
         self.moved_code.extend(reloc.moved)
         self._moved_arrays = None
         patched = jmp_rel32(fn.address, entry_at) + b"\xcc" * (reloc.consumed - 5)
@@ -357,7 +383,9 @@ class FunctionTracer:
             if names is not None and fn.name not in names:
                 continue
             addresses = self.patches_of.pop(fn.fid, [])
+            gone = [self.patches.applied[a] for a in addresses if a in self.patches.applied]
             restored += self.patches.revert(self.tracee.mem, addresses)
+            self.links.reverted(gone)       # and in the data engine's copies
         return restored
 
     def detach(self) -> None:
@@ -380,6 +408,7 @@ class FunctionTracer:
     def forget_range(self, lo: int, hi: int) -> int:
         """A module was unmapped (dlclose): its patches went with it. Returns how many."""
         gone = [a for a in self.patches.applied if lo <= a < hi]
+        self.links.forget_range(lo, hi)
         for address in gone:
             del self.patches.applied[address]
         for fid, addresses in list(self.patches_of.items()):

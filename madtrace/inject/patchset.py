@@ -37,6 +37,7 @@ class PatchConflict(TracerInternalError):
 class PatchSet:
     def __init__(self):
         self.applied: dict[int, Patch] = {}
+        self.longest = 0        # bytes of the longest patch ever applied (``covering``)
 
     def __len__(self) -> int:
         return len(self.applied)
@@ -64,6 +65,20 @@ class PatchSet:
             raise
         for p in patches:
             self.applied[p.address] = p
+            self.longest = max(self.longest, len(p.original))
+
+    def covering(self, lo: int, hi: int) -> list[Patch]:
+        """The applied patches with a byte in [lo, hi): a few dictionary lookups
+        (as many as the longest patch has bytes, plus hi - lo), not a walk."""
+        applied = self.applied
+        if not applied:
+            return []
+        out = []
+        for address in range(lo - self.longest + 1, hi):
+            patch = applied.get(address)
+            if patch is not None and patch.end > lo:
+                out.append(patch)
+        return out
 
     def revert(self, mem: ProcessMemory, addresses=None) -> int:
         """Restore the original bytes (of ``addresses``, default all). Returns how many."""
