@@ -102,17 +102,18 @@ class Rewriter:
         self.refused: Counter = Counter()        # why functions were not relocated
         self.patches = PatchSet()
         self.stats: Counter = Counter()
-        self._copies: list[FunctionCopy] = []
-        self._copy_starts: list[int] = []
+        # (starts, copies) by address, replaced whole: the drain thread looks copies up
+        self._copy_index: tuple[list[int], list[FunctionCopy]] = ([], [])
         self._eh: dict[str, EhFrame] = {}
         self.unwinder = any(self.space.find_functions(f"*:{UNWINDER}")) if \
             hasattr(self.space, "find_functions") else False
 
     # ---------------------------------------------------------------- lookups
     def copy_at(self, address: int) -> FunctionCopy | None:
-        i = bisect.bisect_right(self._copy_starts, address) - 1
-        if i >= 0 and address < self._copies[i].copy_end:
-            return self._copies[i]
+        starts, copies = self._copy_index
+        i = bisect.bisect_right(starts, address) - 1
+        if i >= 0 and address < copies[i].copy_end:
+            return copies[i]
         return None
 
     def original_address(self, address: int) -> int:
@@ -229,6 +230,8 @@ class Rewriter:
         for address, byte in self._breakpoints().items():
             if state.start <= address < state.end:
                 code[address - state.start] = byte[0]
+        for address, original in self.engine.entry_hooks.original_code(state.start, state.end).items():
+            code[address - state.start:address - state.start + len(original)] = original
         return bytes(code)
 
     def _breakpoints(self) -> dict[int, bytes]:
@@ -265,9 +268,9 @@ class Rewriter:
         # a call made in the copy returns to the original code once the session ends
         area.area.return_points.update(copy.returns)
         state.copies.append(copy)
-        i = bisect.bisect_left(self._copy_starts, at)
-        self._copy_starts.insert(i, at)
-        self._copies.insert(i, copy)
+        starts, copies = self._copy_index
+        i = bisect.bisect_left(starts, at)
+        self._copy_index = (starts[:i] + [at] + starts[i:], copies[:i] + [copy] + copies[i:])
         self.stats["copies"] += 1
         return True
 
@@ -286,6 +289,8 @@ class Rewriter:
         return next((t for t, s in self.tracee.threads.items() if not s.running), None)
 
     def _redirect_entry(self, state: FunctionState, copy: FunctionCopy) -> None:
+        if self.engine.entry_hooks.continue_at(state.start, copy.address):
+            return     # a hook stub's function (inline_hooks.py): the stub goes on in the copy
         if state.slot:
             # a newer copy: one aligned 8-byte store, seen whole by a thread jumping through it
             offset = state.slot + 8 - state.slot_area.area.address
@@ -390,7 +395,9 @@ class Rewriter:
         in the five bytes the entry jump took."""
         bounds = self._bounds(original)
         state = self.functions.get(bounds[1]) if bounds else None
-        if state is not None and state.slot and state.start < original < state.start + 5:
+        patched = max(state.start + 5 if state.slot else 0,
+                      self.engine.entry_hooks.patched_end(state.start)) if state else 0
+        if state is not None and state.start < original < patched:
             return copied
         return original
 
