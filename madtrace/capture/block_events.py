@@ -87,6 +87,7 @@ class BlockEvents:
         self._spool = None                   # data/block_events.json, opened at the first event
         self.hooks: CallHooks | None = None
         self.inline = None         # the hybrid engine's hook stubs (inline_hooks.py)
+        self._calls: dict[int, int] = {}    # return address -> the call (its original)
         self.open_windows = 0
         self.window_pages: Counter = Counter()   # page -> windows it was open in
         self.redirected = 0        # memcpy/memset calls made through the alias (hybrid)
@@ -184,7 +185,9 @@ class BlockEvents:
                   seq, order) -> None:
         """A hook stub's memcpy/memmove/memset on traced pages, made through the alias
         (``seq()``, ``order()``: the event's, hook_events.py)."""
-        rip = self.engine.code_address(return_address) - 5   # the call
+        rip = self._calls.get(return_address)
+        if rip is None:
+            rip = self._calls[return_address] = self.engine.code_address(return_address) - 5
         if name == "memset":
             self.record(tid, "W", name, rip, dst, n, seq=lambda _tid: seq(), order=order)
         else:

@@ -84,6 +84,11 @@ class BlockIndex:
         lookup(self._bi, addresses.ctypes.data, len(addresses), ids.ctypes.data, flags.ctypes.data,
                flag)
 
+    def fill_at(self, addresses: int, n: int, ids: int, flags: int, flag: int) -> None:
+        """``fill`` (cached) on raw pointers: ``n`` uint64 addresses, uint32 ids,
+        uint8 flags (the hybrid drain's buffers, named a segment at a time)."""
+        self._lib.bi_lookup_cached(self._bi, addresses, n, ids, flags, flag)
+
     def in_range(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
         """(start, end, id) of the intervals starting in [lo, hi), by start."""
         n = self._lib.bi_range(self._bi, lo, hi, None, None, None, 0)

@@ -54,6 +54,7 @@ class CallHooks:
         self.pending: dict[int, list] = {}
         self.leftover: dict[int, list] = {}       # pending calls when the breakpoints were removed
         self.trap = 0
+        self.stops = 0             # ptrace stops taken here (entries and returns)
         self.missed_windows = 0
         self.active = False
 
@@ -136,9 +137,11 @@ class CallHooks:
             tracee.resume(tid, 0)
             return True
         if regs.rip - 1 in self.entries:
+            self.stops += 1
             self._entry(tid, regs)
             return True
         if 0 <= regs.rip - 1 - self.trap < TRAPS:
+            self.stops += 1
             self._return(tid, regs)
             return True
         return False

@@ -85,6 +85,7 @@ class _Ranges(ctypes.Structure):
                 ("n", ctypes.c_uint64)]
 
 
+DATA_BEFORE = 5          # ring_split.HOOK_OUT_DTYPE's field: data records before the group
 SPOOL_ROWS = 1 << 18     # accesses a thread buffers before they go to its file
 STAT_OUTSIDE, STAT_PROBE, STAT_FAULT, STAT_FREED, STAT_UNKNOWN_ID = range(5)
 
@@ -134,8 +135,12 @@ class RingRecords:
         kinds = (1 if engine.loads else 0) | (2 if engine.stores else 0)
         self.table = self._guarded(lambda: InstructionFile(out_dir, kinds))
         # hook_sink(tid, group): the hook groups (hook_events.py)
-        self.hook_sink: Callable[[int, np.void], None] | None = None
+        self.hook_sink: Callable[[int, tuple], None] | None = None
         self._id_table: tuple | None = None   # (rows, _IdTable, arrays it points into)
+        self._traced: tuple | None = None     # (starts, _Ranges, arrays it points into)
+        self._only: tuple | None = None       # (--only blocks, their array)
+        self._args: dict = {}
+        self._order_ref = ctypes.byref(self._order)
 
     @property
     def outside(self) -> int:
@@ -155,11 +160,12 @@ class RingRecords:
         if len(self._blocks) < len(out):
             self._blocks = np.empty(len(out), dtype=np.uint32)
             self._freed = np.empty(len(out), dtype=np.uint8)
+        self._args = self._batch_args(out)
         written, start = 0, 0
         if hooks is not None and len(hooks) and self.hook_sink is None:
             raise TracerInternalError("hook groups drained without a hook sink")
-        for group in hooks if hooks is not None else ():
-            end = int(group["data_before"])
+        for group in hooks.tolist() if hooks is not None else ():
+            end = group[DATA_BEFORE]
             if end > start:
                 written += self._segment(tid, out, start, end, written)
             self.hook_sink(tid, group)   # type: ignore[misc]
@@ -188,36 +194,59 @@ class RingRecords:
 
     def _segment(self, tid: int, out: np.ndarray, start: int, end: int, at: int) -> int:
         """Data records [start, end) of the batch into compact records from ``at`` on,
-        named with the heap as it is now; returns how many were written."""
+        named with the heap as it is now; returns how many were written.  Raw
+        pointers into the batch's buffers: a segment can be a few records long."""
         engine = self.engine
-        part = out[start:end]
-        ids = self._ids()
-        keep: list = []
-        starts, ends = engine.regions.arrays()
-        traced = _ranges(starts, ends, None, keep)
+        args = self._args
+        n = end - start
+        data = args["out"] + start * out.itemsize
         blocks = freed_flags = None
         if engine.alloc is not None and engine.alloc.count:
-            blocks, freed_flags = self._blocks[start:end], self._freed[start:end]
-            engine.alloc.blocks_into(part["addr"], blocks, freed_flags)
-        only = np.array(sorted(engine.only_blocks or ()), dtype=np.uint32)
-        kinds = (1 if engine.loads else 0) | (2 if engine.stores else 0)
-        records = self._records[at:]
-        seq = self.last_seq.setdefault(tid, ctypes.c_uint64(2**64 - 1))
+            blocks, freed_flags = args["blocks"] + 4 * start, args["freed"] + start
+            ctypes.memset(blocks, 0, 4 * n)
+            ctypes.memset(freed_flags, 0, n)
+            engine.alloc.blocks_at(data, n, blocks, freed_flags)
+        seq = self.last_seq.get(tid)
+        if seq is None:
+            seq = self.last_seq[tid] = ctypes.c_uint64(2**64 - 1)
         before = int(self.stats[STAT_FREED])
         self._order.value = engine._order
-        n = self.lib.mt_compact_data(part.ctypes.data, len(part), ctypes.byref(ids),
-                                     ctypes.byref(traced), kinds, ctypes.byref(self._order),
-                                     blocks.ctypes.data if blocks is not None else None,
-                                     freed_flags.ctypes.data if freed_flags is not None else None,
-                                     only.ctypes.data, len(only),
-                                     int(engine.only_blocks is not None), records.ctypes.data,
-                                     ctypes.byref(seq), self.id_counts.ctypes.data,
-                                     self.stats.ctypes.data)
+        written = self.lib.mt_compact_data(
+            data, n, args["ids"], args["traced"], args["kinds"], self._order_ref, blocks,
+            freed_flags, args["only"], args["n_only"], args["only_on"],
+            args["records"] + at * COMPACT_DTYPE.itemsize, ctypes.byref(seq), args["id_counts"],
+            args["stats"])
         engine._order = self._order.value
         freed = int(self.stats[STAT_FREED]) - before     # all of thread tid: program / allocator
-        if freed:
-            engine._count_freed(np.ones(freed, dtype=bool), np.full(freed, tid))
-        return int(n)
+        if freed and engine.alloc is not None:
+            program, allocator = engine.alloc.split_thread_freed(tid, freed)
+            engine.freed_accesses += program
+            engine.allocator_freed_accesses += allocator
+        return int(written)
+
+    def _batch_args(self, out: np.ndarray) -> dict:
+        """What every segment of a batch passes to C: pointers taken once a batch."""
+        engine = self.engine
+        ids = self._ids()
+        starts, ends = engine.regions.arrays()
+        if self._traced is None or self._traced[0] is not starts:
+            keep: list = []
+            self._traced = (starts, _ranges(starts, ends, None, keep), keep)
+        only = self._only_array()
+        return {"out": out.ctypes.data, "blocks": self._blocks.ctypes.data,
+                "freed": self._freed.ctypes.data, "records": self._records.ctypes.data,
+                "ids": ctypes.byref(ids), "traced": ctypes.byref(self._traced[1]),
+                "kinds": (1 if engine.loads else 0) | (2 if engine.stores else 0),
+                "only": only.ctypes.data, "n_only": len(only),
+                "only_on": int(engine.only_blocks is not None),
+                "id_counts": self.id_counts.ctypes.data, "stats": self.stats.ctypes.data}
+
+    def _only_array(self) -> np.ndarray:
+        only = self.engine.only_blocks
+        if self._only is None or self._only[0] != only:
+            self._only = (set(only) if only is not None else None,
+                          np.array(sorted(only or ()), dtype=np.uint32))
+        return self._only[1]
 
     def _write(self, tid: int, path: str, records: np.ndarray) -> None:
         fd = self.files.get(tid)

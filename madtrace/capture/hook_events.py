@@ -45,6 +45,7 @@ class HookEvents:
         self.engine = engine
         self.hooks = hooks
         self.L = load_injector()
+        self.entry_kind = self.L.MT_HOOK_ENTRY
         # tid -> [(hook, state of alloc.call_entered, entry rsp low 32, return address)]
         self.calls: dict[int, list] = {}
         self.counts: Counter = Counter()     # groups applied, by kind
@@ -57,16 +58,15 @@ class HookEvents:
         return self.engine._order
 
     # -------------------------------------------------------------- groups
-    def take(self, tid: int, group) -> None:
-        """One group (ring_split.HOOK_OUT_DTYPE row) of thread ``tid``, in order."""
-        code = int(group["code"])
+    def take(self, tid: int, group: tuple) -> None:
+        """One group of thread ``tid`` (a ring_split.HOOK_OUT_DTYPE row as a tuple:
+        a0, a1, a2, ret, seq, data_before, position, code, stamp, rsp, flags), in order."""
+        a0, a1, a2, ret, seq, _, _, code, _, rsp, _ = group
         hook = self.hooks.by_index[(code >> 2) & 0x3FF]
-        seq = int(group["seq"])
-        if code & 3 == self.L.MT_HOOK_ENTRY:
-            self.entered(tid, hook, int(group["a0"]), int(group["a1"]), int(group["a2"]),
-                         int(group["ret"]), int(group["rsp"]), seq)
+        if code & 3 == self.entry_kind:
+            self.entered(tid, hook, a0, a1, a2, ret, rsp, seq)
         else:
-            self.returned(tid, hook, int(group["a0"]), int(group["rsp"]), seq)
+            self.returned(tid, hook, a0, rsp, seq)
 
     def entered(self, tid: int, hook, a0: int, a1: int, a2: int, return_address: int,
                 rsp: int, seq: int) -> None:

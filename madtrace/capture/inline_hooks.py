@@ -435,6 +435,11 @@ class InlineHooks:
                     self.tracee, tid, [r for r, h in returns.items() if h in found],
                     self._area_of(found[0].stub))
 
+    @property
+    def trap_stops(self) -> int:
+        """ptrace stops taken at the stubs' int3s (their slow paths)."""
+        return self.stats["traps"] + (self.slow.stops if self.slow is not None else 0)
+
     def report(self) -> dict:
         return {"hooked": sorted(h.name for h in self.hooks), "breakpoints": dict(self.left),
                 "events": dict(self.events.counts), **dict(self.stats),
@@ -505,6 +510,7 @@ class NoEntryHooks:
     """The engine's ``entry_hooks`` when there are no hook stubs (the fault engine,
     --data-in): nothing is hooked in the target."""
     active = stubs = False
+    trap_stops = 0
 
     def protected_changed(self, runs) -> None:
         pass

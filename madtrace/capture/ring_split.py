@@ -169,7 +169,7 @@ class RingSplitter:
                                            calls, self._group.ctypes.data):
                 self.state.next_stamp += 1
                 self.out_of_order += 1
-                self.sink(tid, self._data[:0], self._group)
+                self.sink(tid, self._data[:0], self._group)   # before the records it unblocks
                 return True
         return False
 
