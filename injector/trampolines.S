@@ -489,7 +489,7 @@ mt_probe_end:
 .endm
 
 /* HWAIT n, room, off, trap: the ring had no room for n records: recording off
- * (LIMIT 0): \off; else wait for the drain (MT_SPIN_LIMIT pauses) and go to
+ * (LIMIT 0): \off; else wait for the drain (MT_PROBE_SPIN_LIMIT pauses) and go to
  * \room with r11 = HEAD, or to \trap (r9 = control block; clobbers rax, r10) */
 .macro HWAIT n, room, off, trap
         cmp qword ptr [rcx + MT_RING_LIMIT], 0
@@ -497,7 +497,7 @@ mt_probe_end:
         cmp byte ptr [r9 + MT_CTL_NOWAIT], 0
         jne \trap
         inc qword ptr [rcx + MT_RING_WAITS]
-        mov r10d, MT_SPIN_LIMIT
+        mov r10d, MT_PROBE_SPIN_LIMIT           /* as long as a probe waits */
 1:      pause
         cmp qword ptr [rcx + MT_RING_LIMIT], 0
         je \off

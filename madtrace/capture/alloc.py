@@ -22,6 +22,8 @@ grow with the blocks that were freed.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..binary.address_space import AddressSpace
@@ -66,6 +68,9 @@ class AllocTracker:
         self.freed = BlockIndex()                 # the last block freed at each address
         self.live_mappings: dict[int, int] = {}   # address -> id of live memmap/mremap blocks
         self._sites: dict[int, int] = {}          # return address -> site code
+        # held while the indexes change outside the hybrid engine's drain (which names
+        # accesses with them in its own thread): the drain's lock there (data.py)
+        self.lock = threading.RLock()
         self.count = 0           # blocks so far (the last id)
         self.events = 0          # allocator calls seen
 
@@ -131,13 +136,14 @@ class AllocTracker:
         return self.call_entered(regs.rdi, regs.rsi, self.next_order())
 
     def _on_return(self, tid: int, name: str, args, regs, return_address: int) -> None:
-        self._returning = tid
-        try:
-            end = self.next_order()     # the accesses made inside drained: the allocator's
-        finally:
-            self._returning = None
-        self.call_returned(tid, name, args, regs.rax, return_address, end,
-                           lambda: self.sequence_of(tid), self.next_order)
+        with self.lock:
+            self._returning = tid
+            try:
+                end = self.next_order()     # the accesses made inside drained: the allocator's
+            finally:
+                self._returning = None
+            self.call_returned(tid, name, args, regs.rax, return_address, end,
+                               lambda: self.sequence_of(tid), self.next_order)
 
     # ------------------------------------------------ allocator calls, either hook
     @staticmethod
@@ -165,18 +171,20 @@ class AllocTracker:
 
     def mapped(self, tid: int, kind: str, address: int, size: int, return_address: int) -> None:
         """The program mapped memory itself (mmap, mremap: ``kind``)."""
-        self.events += 1
-        block_id = self._add(tid, kind, address, size, return_address, self.sequence_of(tid),
-                             self.next_order)
-        self.live_mappings[address] = block_id
+        with self.lock:
+            self.events += 1
+            block_id = self._add(tid, kind, address, size, return_address, self.sequence_of(tid),
+                                 self.next_order)
+            self.live_mappings[address] = block_id
 
     def unmapped(self, tid: int, start: int, end: int) -> None:
         """munmap (or the old range of an mremap): the mapped blocks inside are released."""
-        self.events += 1
-        seq = self.sequence_of(tid)
-        for address, _end, block_id in self.live.in_range(start, end):
-            if self.live_mappings.get(address) == block_id:
-                self._release(address, tid, seq, self.next_order)
+        with self.lock:
+            self.events += 1
+            seq = self.sequence_of(tid)
+            for address, _end, block_id in self.live.in_range(start, end):
+                if self.live_mappings.get(address) == block_id:
+                    self._release(address, tid, seq, self.next_order)
 
     def is_mapping(self, address: int) -> bool:
         """A live block the program mapped itself starts at ``address``."""

@@ -178,13 +178,14 @@ class DataEngine:
             inline = self.entry_hooks if self.entry_hooks.stubs else None
             if self.block_events:
                 self.warnings += self.blocks.install(rs, self.patched_addresses, inline)
-            self._protect(rs, self.protected)
             if self.gate is not None:
                 self.gate.install(rs, self.patched_addresses)
             if self.track_allocations:
                 self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of, self._next_order,
                                           self.guard, self.out_dir, self.code_address)
+                self.alloc.lock = self.paths.rings.lock if self.paths else self.alloc.lock
                 self.warnings += self.alloc.install(rs, self.patched_addresses, inline)
+            self._protect(rs, self.protected)   # last: the hooks may call into the target
         self.numa.initial_threads(list(self.tracee.threads))
         for tid in self.tracee.threads:
             self.add_thread(tid)

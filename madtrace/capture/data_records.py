@@ -131,6 +131,7 @@ class RingRecords:
         self._records = np.empty(0, dtype=COMPACT_DTYPE)
         self._blocks = np.empty(0, dtype=np.uint32)
         self._freed = np.empty(0, dtype=np.uint8)
+        self._addresses = np.empty(0, dtype=np.uint64)
         self._planes = np.empty(0, dtype=np.uint8)
         kinds = (1 if engine.loads else 0) | (2 if engine.stores else 0)
         self.table = self._guarded(lambda: InstructionFile(out_dir, kinds))
@@ -160,6 +161,8 @@ class RingRecords:
         if len(self._blocks) < len(out):
             self._blocks = np.empty(len(out), dtype=np.uint32)
             self._freed = np.empty(len(out), dtype=np.uint8)
+            self._addresses = np.empty(len(out), dtype=np.uint64)
+        self._addresses[:len(out)] = out["addr"]      # contiguous, for the block lookups
         self._args = self._batch_args(out)
         written, start = 0, 0
         if hooks is not None and len(hooks) and self.hook_sink is None:
@@ -205,7 +208,7 @@ class RingRecords:
             blocks, freed_flags = args["blocks"] + 4 * start, args["freed"] + start
             ctypes.memset(blocks, 0, 4 * n)
             ctypes.memset(freed_flags, 0, n)
-            engine.alloc.blocks_at(data, n, blocks, freed_flags)
+            engine.alloc.blocks_at(args["addresses"] + 8 * start, n, blocks, freed_flags)
         seq = self.last_seq.get(tid)
         if seq is None:
             seq = self.last_seq[tid] = ctypes.c_uint64(2**64 - 1)
@@ -233,7 +236,8 @@ class RingRecords:
             keep: list = []
             self._traced = (starts, _ranges(starts, ends, None, keep), keep)
         only = self._only_array()
-        return {"out": out.ctypes.data, "blocks": self._blocks.ctypes.data,
+        return {"out": out.ctypes.data, "addresses": self._addresses.ctypes.data,
+                "blocks": self._blocks.ctypes.data,
                 "freed": self._freed.ctypes.data, "records": self._records.ctypes.data,
                 "ids": ctypes.byref(ids), "traced": ctypes.byref(self._traced[1]),
                 "kinds": (1 if engine.loads else 0) | (2 if engine.stores else 0),

@@ -39,6 +39,7 @@ that address too: it returns on to the caller), so the stubs can be unmapped.
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
 from collections import Counter
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ from ..inject.areas import SharedArea, gap_for_module
 from ..inject.patchset import Patch, PatchConflict, PatchSet
 from ..inject.plan import module_scan
 from ..inject.templates import load_injector
+from ..inject.unwind import OBJECT_SIZE, frames_eh_frame, registrar
 from ..process.remote_syscall import RemoteSyscalls
 from ..trace.format import PAGE
 from .call_hooks import CallHooks
@@ -65,6 +67,7 @@ TEMPLATES = {"alloc": "hook_alloc", "memset": "hook_set"}   # other mem function
 PROLOGUE_ROOM = 64
 PAD_SEARCH = 24                  # bytes before an entry searched for padding (rel8 reach)
 INT3, RET = 0xCC, 0xC3
+CALL_BYTES = 6                   # call qword ptr [rip + rel32]
 
 
 @dataclass
@@ -151,6 +154,8 @@ class InlineHooks:
         guard = self.engine.guard
         for trap in self.traps:
             guard.add_breakpoint(trap, b"\x90", 5)
+        self._register_unwind(rs, [h for h in self.hooks if h.role == "alloc"
+                                   and h.address in functions])
         slows = {h.stub + self.L.templates[h.template].marks["slow"]: h.name
                  for h in self.hooks if h.role == "mem" and h.address in functions}
         if slows and slow is not None:
@@ -160,6 +165,33 @@ class InlineHooks:
             guard.install_traps(rs)
         self.active = True
         return left
+
+    def _register_unwind(self, rs: RemoteSyscalls, hooks: list[Hook]) -> None:
+        """Unwind information for the allocator stubs' return points, so that an
+        exception thrown by operator new (bad_alloc) passes through its stub: given
+        to the target's C++ unwinder, if one is loaded (inject/unwind.py)."""
+        functions = registrar(self.engine.space)
+        if not hooks or functions is None:
+            return
+        L, register, deregister = self.L, functions[0], functions[1]
+        returned = L.templates["hook_alloc"].marks["returned"]
+        # the call into the function (6 bytes) and the return point: CFA = rsp + 16
+        blob = frames_eh_frame([(h.stub + returned - CALL_BYTES, h.stub + returned + 1, 16)
+                                for h in hooks])
+        object_at = L.MT_UNWIND_FRAMES + ((len(blob) + 15) & ~15)
+        area = SharedArea(rs, object_at + OBJECT_SIZE, "madtrace-hooks-unwind", executable=False,
+                          group=GROUP)
+        area.write(area.address + L.MT_UNWIND_FRAMES, blob)
+        area.write(area.address + L.MT_UNWIND_STATE, struct.pack("<Q", 1))
+        rs.call_function(register, area.address + L.MT_UNWIND_FRAMES, area.address + object_at)
+        area.write(area.address + L.MT_UNWIND_STATE, struct.pack("<Q", 2))
+
+        def take_back(rs: RemoteSyscalls, area=area) -> None:
+            if struct.unpack_from("<Q", area.local, L.MT_UNWIND_STATE)[0] == 2:
+                rs.call_function(deregister, area.address + L.MT_UNWIND_FRAMES)
+                area.write(area.address + L.MT_UNWIND_STATE, struct.pack("<Q", 0))
+        area.before_unmap.append(take_back)
+        self.stats["unwind entries"] += len(hooks)
 
     def _code(self, address: int) -> bytes:
         module = self.engine.space.module_for(address)
@@ -233,7 +265,7 @@ class InlineHooks:
         if role == "alloc" and self.gadget:
             area.area.return_points[stub + marks["returned"]] = self.gadget
         self._moved.extend(reloc.moved)
-        self.stats["hooked"] += 1
+        self.stats["stubs"] += 1
         return None
 
     def _relocate(self, module, address: int, code: bytes, at: int):
@@ -545,7 +577,9 @@ class NoEntryHooks:
 
 def entry_hooks_for(engine, rs: RemoteSyscalls):
     """Hook stubs for the hybrid engine (without --data-in, whose gate needs the
-    breakpoint hooks' stops), else none."""
-    if engine.paths is None or engine.gate is not None:
+    breakpoint hooks' stops), else none; ``MADTRACE_HOOK_STUBS=0`` keeps the
+    breakpoints under the hybrid engine too (to compare: bench/bench_hooks.py)."""
+    if engine.paths is None or engine.gate is not None or \
+            os.environ.get("MADTRACE_HOOK_STUBS", "1") == "0":
         return NoEntryHooks()
     return InlineHooks(engine, rs)

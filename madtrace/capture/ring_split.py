@@ -155,7 +155,9 @@ class RingSplitter:
             total += moved
             if not self.stalled:
                 break
-            if not self._take_waiting_stamp() and not moved:
+            # a pass that moved nothing: no ring has next_stamp in front; a ring that
+            # holds it behind records waiting for it gives it up now (see the module)
+            if not moved and not self._take_waiting_stamp():
                 break
         return total
 
