@@ -40,9 +40,11 @@ HOOK_OUT_DTYPE = np.dtype([("a0", "<u8"), ("a1", "<u8"), ("a2", "<u8"), ("ret", 
                            ("code", "<u4"), ("stamp", "<u4"), ("rsp", "<u4"), ("flags", "<u4")])
 DATA_OUT_ROWS = 1 << 16
 HOOK_OUT_ROWS = 4096
-PASSES = 8              # drain passes over the rings while stamps unblock records
+PASSES = 256            # drain passes over the rings while stamps unblock records (each
+#                         pass takes at least one stamp: threads' stamps interleave)
 STAMP_WAIT = 2.0        # seconds the tracer waits for an earlier stamp (apply_stamped)
 STALLED = 2
+LATE = 1                # ring_drain.c MT_HOOK_OUT_LATE
 
 
 class SplitState(ctypes.Structure):
@@ -128,6 +130,11 @@ class RingSplitter:
                 self._moved, ctypes.byref(state))
             total += self._moved.value
             rings.records_per_thread[tid] = state.calls
+            if state.hooks_n and state.final:
+                hooks = self._hooks[:state.hooks_n]
+                # returns taken out of stamp order (the end, a thread's exit): the drain
+                # steps over their stamps when it gets there
+                self.applied.update(hooks["stamp"][(hooks["flags"] & LATE) != 0].tolist())
             if state.out_n or state.hooks_n:
                 self.sink(tid, self._data[:state.out_n], self._hooks[:state.hooks_n])
             path = CALL_RECORDS.path(rings.out_dir, tid)
@@ -189,8 +196,9 @@ class RingSplitter:
         return self.lib.mt_ring_pending_calls(rings.ring_local(rings.thread_ring[tid]))
 
     def finish(self) -> None:
-        """No stamp is coming any more (the end, or the thread's exit): every record left
-        is taken by the next drains, whatever stamp it waits for."""
+        """No stamp is coming any more (the end): what the stamps order is taken in
+        their order, then every record left, whatever stamp it waits for (``late``)."""
+        self.drain_all()
         self.state.final = 1
 
     # ------------------------------------------------------ synchronous groups

@@ -315,6 +315,8 @@ class RingSet:
         with self.lock:
             if tid not in self.thread_ring or self.closed:
                 return
+            if self.splitter is not None:
+                self.splitter.drain_all()     # the stamps its records wait for, first
             self.drain_one(tid)
             if self.splitter is not None and tid in self.splitter.stalled:
                 final = self.splitter.state.final     # its ring goes: what waits goes now
@@ -488,7 +490,8 @@ class RingSet:
         if self._thread:
             self._thread.join()
         if self.splitter is not None:
-            self.splitter.finish()        # the last drain: no stamp is coming any more
+            with self.lock:
+                self.splitter.finish()    # the last drain: no stamp is coming any more
         self.drain_all()
 
     def totals(self) -> dict:
