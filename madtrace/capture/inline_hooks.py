@@ -56,13 +56,12 @@ from ..inject.plan import module_scan
 from ..inject.templates import load_injector
 from ..inject.unwind import OBJECT_SIZE, frames_eh_frame, registrar
 from ..process.remote_syscall import RemoteSyscalls
-from ..trace.format import PAGE
 from .call_hooks import CallHooks
 from .hook_events import HookEvents
 from .rewriting import GROUP
+from .traced_pages import TracedPages
 
 AREA_SIZE = 1 << 16
-BITMAP_BYTES = 1 << 32           # one bit per page of the 47-bit user address space
 TEMPLATES = {"alloc": "hook_alloc", "memset": "hook_set"}   # other mem functions: hook_copy
 PROLOGUE_ROOM = 64
 PAD_SEARCH = 24                  # bytes before an entry searched for padding (rel8 reach)
@@ -119,10 +118,7 @@ class InlineHooks:
         self.gadget = 0                      # a ret of the program's (see the module)
         self._moved: list[tuple[int, int, int]] = []   # (new, original, size) of prologues
         self._eh: dict[str, EhFrame] = {}
-        self._traced = _Spans()
-        self.bitmap = SharedArea(rs, BITMAP_BYTES, "madtrace-traced", executable=False,
-                                 group=GROUP)
-        self.bits = np.frombuffer(self.bitmap.local, dtype=np.uint8)
+        self.traced = TracedPages(rs, GROUP)
         self.events = HookEvents(engine, self)
         engine.paths.records.hook_sink = self.events.take
         self.active = False
@@ -235,7 +231,7 @@ class InlineHooks:
             fields = dict(gadget=slot + 8, ctl_entry=ctl, ctl_ret=ctl, cont=slot,
                           code_entry=code_of(L.MT_HOOK_ENTRY), code_return=code_of(L.MT_HOOK_RETURN))
         else:
-            fields = dict(traced=self.bitmap.address, alias=self.engine.alias.bitmap.address,
+            fields = dict(traced=self.traced.address, alias=self.engine.alias.bitmap.address,
                           ctl_entry=ctl, code=code_of(L.MT_HOOK_ENTRY), cont=slot, contjmp=slot)
         prologue = reloc.code + jmp_rel32(prologue_at + len(reloc.code), address + reloc.consumed)
         area.area.write(prologue_at, prologue)
@@ -348,32 +344,9 @@ class InlineHooks:
             out[inside] = original + (out[inside] - new)
         return out
 
-    # ------------------------------------------------------ traced pages
     def protected_changed(self, runs) -> None:
         """``runs``: (start, end) of every page run the engine protects now."""
-        new = _Spans(runs)
-        for start, end in new.minus(self._traced):
-            self._set(start, end, True)
-        for start, end in self._traced.minus(new):
-            self._set(start, end, False)
-        self._traced = new
-
-    def _set(self, start: int, end: int, on: bool) -> None:
-        first, last = start // PAGE, end // PAGE
-        while first < last and first % 8:
-            self._bit(first, on)
-            first += 1
-        while last > first and last % 8:
-            last -= 1
-            self._bit(last, on)
-        if first < last:
-            self.bits[first // 8:last // 8] = 0xFF if on else 0
-
-    def _bit(self, page: int, on: bool) -> None:
-        if on:
-            self.bits[page // 8] |= 1 << page % 8
-        else:
-            self.bits[page // 8] &= ~(1 << page % 8) & 0xFF
+        self.traced.update(runs)
 
     # --------------------------------------------------------------- traps
     def claim_trap(self, tracee, event, regs) -> bool:
@@ -515,27 +488,6 @@ def _a_ret(address: int, code: bytes) -> int:
         if size == 1 and code[off] == RET:
             return address + off
     return 0
-
-
-class _Spans:
-    """Sorted, disjoint [start, end) page runs."""
-
-    def __init__(self, runs=()):
-        self.runs = sorted((int(s), int(e)) for s, e in runs if e > s)
-
-    def minus(self, other: "_Spans") -> list[tuple[int, int]]:
-        out = []
-        for start, end in self.runs:
-            cursor = start
-            for s, e in other.runs:
-                if e <= cursor or s >= end:
-                    continue
-                if s > cursor:
-                    out.append((cursor, s))
-                cursor = max(cursor, e)
-            if cursor < end:
-                out.append((cursor, end))
-        return out
 
 
 class NoEntryHooks:

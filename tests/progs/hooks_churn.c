@@ -11,6 +11,10 @@
  *   longjmp   every 50th round a memcpy from an unmapped address, left by
  *             siglongjmp from the program's own SIGSEGV handler
  *   readonly  each round also copies from a page the program made read-only
+ * and, for bench/bench_hooks.py, one kind of call alone, ROUNDS times:
+ *   pairs     malloc(48) and free
+ *   copies    memcpy of 64 bytes between two heap blocks
+ *   untraced  memcpy of 64 bytes between two stack buffers
  */
 #include <setjmp.h>
 #include <signal.h>
@@ -46,9 +50,37 @@ static void on_segv(int sig) {
     siglongjmp(escape, 1);
 }
 
+/* one kind of call alone (bench/bench_hooks.py) */
+static int alone(const char *mode, long rounds) {
+    char stack_a[64], stack_b[64];
+    char *a = alloc(64), *b = alloc(64);
+    unsigned long sum = 0;
+    int pairs = !strcmp(mode, "pairs"), copies = !strcmp(mode, "copies");
+    memset(stack_a, 1, sizeof stack_a);
+    memset(a, 1, 64);
+    for (long i = 0; i < rounds; i++) {
+        if (pairs) {
+            char *p = alloc(48);
+            sum += (unsigned long)p & 0xff;
+            release(p);
+        } else if (copies) {
+            copy(b, a, 64);
+        } else {
+            copy(stack_b, stack_a, 64);
+        }
+    }
+    sum += (unsigned char)b[63] + (unsigned char)stack_b[63];
+    release(a);
+    release(b);
+    printf("%s rounds=%ld sum=%lu\n", mode, rounds, sum % 3);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     long rounds = argc > 1 ? atol(argv[1]) : 1000;
     const char *mode = argc > 2 ? argv[2] : "plain";
+    if (!strcmp(mode, "pairs") || !strcmp(mode, "copies") || !strcmp(mode, "untraced"))
+        return alone(mode, rounds);
     int jumps = !strcmp(mode, "longjmp"), signals = !strcmp(mode, "signals");
     unsigned long sum = 0, mallocs = 0, frees = 0, copies = 0, sets = 0, escapes = 0;
     char *keep[8] = {0}, *page = NULL;
