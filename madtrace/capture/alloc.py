@@ -252,12 +252,6 @@ class AllocTracker:
         self.blocks_into(addresses, ids, freed)
         return ids, freed
 
-    def blocks_at(self, addresses: int, n: int, ids: int, freed: int) -> None:
-        """``blocks_into`` on raw pointers (uint64 addresses, uint32 ids, uint8 freed;
-        ids and freed zeroed by the caller): the drain's thread only."""
-        self.live.fill_at(addresses, n, ids, freed, 0)
-        self.freed.fill_at(addresses, n, ids, freed, 1)
-
     def split_thread_freed(self, tid: int, freed: int) -> tuple[int, int]:
         """``split_freed`` for ``freed`` accesses of one thread."""
         return (0, freed) if tid in self.inside_threads() else (freed, 0)

@@ -84,10 +84,15 @@ class BlockIndex:
         lookup(self._bi, addresses.ctypes.data, len(addresses), ids.ctypes.data, flags.ctypes.data,
                flag)
 
-    def fill_at(self, addresses: int, n: int, ids: int, flags: int, flag: int) -> None:
-        """``fill`` (cached) on raw pointers: ``n`` uint64 addresses, uint32 ids,
-        uint8 flags (the hybrid drain's buffers, named a segment at a time)."""
-        self._lib.bi_lookup_cached(self._bi, addresses, n, ids, flags, flag)
+    @property
+    def handle(self) -> int:
+        """The index itself, for C code that looks up through ``lookup_function``."""
+        return self._bi
+
+    @staticmethod
+    def lookup_function() -> int:
+        """The address of bi_lookup_cached (``fill`` with the cache), for C callers."""
+        return ctypes.cast(_library().bi_lookup_cached, ctypes.c_void_p).value or 0
 
     def in_range(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
         """(start, end, id) of the intervals starting in [lo, hi), by start."""

@@ -80,6 +80,15 @@ class _IdTable(ctypes.Structure):
                 ("n", ctypes.c_uint64)]
 
 
+class _Segment(ctypes.Structure):
+    """data_expand.c struct mt_segment."""
+    P, U64 = ctypes.c_void_p, ctypes.c_uint64
+    _fields_ = [("input", P), ("addresses", P), ("blocks", P), ("freed", P), ("ids", P),
+                ("traced", P), ("kinds", U64), ("order", P), ("only", P), ("n_only", U64),
+                ("only_on", U64), ("out", P), ("seq", P), ("id_counts", P), ("stats", P),
+                ("lookup", P), ("live", P), ("freed_index", P)]
+
+
 class _Ranges(ctypes.Structure):
     _fields_ = [("starts", ctypes.c_void_p), ("ends", ctypes.c_void_p), ("ids", ctypes.c_void_p),
                 ("n", ctypes.c_uint64)]
@@ -99,6 +108,11 @@ def _library():
     lib.mt_compact_data.argtypes = [P, U64, P, P, ctypes.c_int, P, P, P, P, U64, ctypes.c_int,
                                     P, P, P, P]
     lib.mt_compact_planes.restype, lib.mt_compact_planes.argtypes = None, [P, U64, P]
+    lib.mt_segment_size.restype, lib.mt_segment_size.argtypes = ctypes.c_size_t, []
+    lib.mt_compact_segment.restype = U64
+    lib.mt_compact_segment.argtypes = [P, U64, U64, U64]
+    if lib.mt_segment_size() != ctypes.sizeof(_Segment):
+        raise TracerInternalError("libmtloop.so does not match data_records.py: run `make native`")
     return lib
 
 
@@ -140,8 +154,8 @@ class RingRecords:
         self._id_table: tuple | None = None   # (rows, _IdTable, arrays it points into)
         self._traced: tuple | None = None     # (starts, _Ranges, arrays it points into)
         self._only: tuple | None = None       # (--only blocks, their array)
-        self._args: dict = {}
-        self._order_ref = ctypes.byref(self._order)
+        self._seg = _Segment()
+        self._seg_ref = ctypes.byref(self._seg)
 
     @property
     def outside(self) -> int:
@@ -163,7 +177,7 @@ class RingRecords:
             self._freed = np.empty(len(out), dtype=np.uint8)
             self._addresses = np.empty(len(out), dtype=np.uint64)
         self._addresses[:len(out)] = out["addr"]      # contiguous, for the block lookups
-        self._args = self._batch_args(out)
+        self._batch(tid, out)
         written, start = 0, 0
         if hooks is not None and len(hooks) and self.hook_sink is None:
             raise TracerInternalError("hook groups drained without a hook sink")
@@ -197,38 +211,27 @@ class RingRecords:
 
     def _segment(self, tid: int, out: np.ndarray, start: int, end: int, at: int) -> int:
         """Data records [start, end) of the batch into compact records from ``at`` on,
-        named with the heap as it is now; returns how many were written.  Raw
-        pointers into the batch's buffers: a segment can be a few records long."""
+        named with the heap as it is now; returns how many were written (one C call:
+        a segment can be a few records long)."""
         engine = self.engine
-        args = self._args
-        n = end - start
-        data = args["out"] + start * out.itemsize
-        blocks = freed_flags = None
-        if engine.alloc is not None and engine.alloc.count:
-            blocks, freed_flags = args["blocks"] + 4 * start, args["freed"] + start
-            ctypes.memset(blocks, 0, 4 * n)
-            ctypes.memset(freed_flags, 0, n)
-            engine.alloc.blocks_at(args["addresses"] + 8 * start, n, blocks, freed_flags)
-        seq = self.last_seq.get(tid)
-        if seq is None:
-            seq = self.last_seq[tid] = ctypes.c_uint64(2**64 - 1)
+        segment = self._seg
+        alloc = engine.alloc
+        if alloc is not None and alloc.count and not segment.lookup:
+            segment.lookup = alloc.live.lookup_function()
+            segment.live, segment.freed_index = alloc.live.handle, alloc.freed.handle
         before = int(self.stats[STAT_FREED])
         self._order.value = engine._order
-        written = self.lib.mt_compact_data(
-            data, n, args["ids"], args["traced"], args["kinds"], self._order_ref, blocks,
-            freed_flags, args["only"], args["n_only"], args["only_on"],
-            args["records"] + at * COMPACT_DTYPE.itemsize, ctypes.byref(seq), args["id_counts"],
-            args["stats"])
+        written = self.lib.mt_compact_segment(self._seg_ref, start, end, at)
         engine._order = self._order.value
         freed = int(self.stats[STAT_FREED]) - before     # all of thread tid: program / allocator
-        if freed and engine.alloc is not None:
-            program, allocator = engine.alloc.split_thread_freed(tid, freed)
+        if freed and alloc is not None:
+            program, allocator = alloc.split_thread_freed(tid, freed)
             engine.freed_accesses += program
             engine.allocator_freed_accesses += allocator
-        return int(written)
+        return written
 
-    def _batch_args(self, out: np.ndarray) -> dict:
-        """What every segment of a batch passes to C: pointers taken once a batch."""
+    def _batch(self, tid: int, out: np.ndarray) -> None:
+        """What every segment of a batch shares (``_Segment``), set once a batch."""
         engine = self.engine
         ids = self._ids()
         starts, ends = engine.regions.arrays()
@@ -236,14 +239,25 @@ class RingRecords:
             keep: list = []
             self._traced = (starts, _ranges(starts, ends, None, keep), keep)
         only = self._only_array()
-        return {"out": out.ctypes.data, "addresses": self._addresses.ctypes.data,
-                "blocks": self._blocks.ctypes.data,
-                "freed": self._freed.ctypes.data, "records": self._records.ctypes.data,
-                "ids": ctypes.byref(ids), "traced": ctypes.byref(self._traced[1]),
-                "kinds": (1 if engine.loads else 0) | (2 if engine.stores else 0),
-                "only": only.ctypes.data, "n_only": len(only),
-                "only_on": int(engine.only_blocks is not None),
-                "id_counts": self.id_counts.ctypes.data, "stats": self.stats.ctypes.data}
+        seq = self.last_seq.get(tid)
+        if seq is None:
+            seq = self.last_seq[tid] = ctypes.c_uint64(2**64 - 1)
+        s = self._seg
+        s.input, s.addresses = out.ctypes.data, self._addresses.ctypes.data
+        s.blocks, s.freed = self._blocks.ctypes.data, self._freed.ctypes.data
+        s.ids, s.traced = ctypes.addressof(ids), ctypes.addressof(self._traced[1])
+        s.kinds = (1 if engine.loads else 0) | (2 if engine.stores else 0)
+        s.order = ctypes.addressof(self._order)
+        s.only, s.n_only = only.ctypes.data, len(only)
+        s.only_on = int(engine.only_blocks is not None)
+        s.out, s.seq = self._records.ctypes.data, ctypes.addressof(seq)
+        s.id_counts, s.stats = self.id_counts.ctypes.data, self.stats.ctypes.data
+        alloc = engine.alloc
+        if alloc is not None and alloc.count:
+            s.lookup = alloc.live.lookup_function()
+            s.live, s.freed_index = alloc.live.handle, alloc.freed.handle
+        else:
+            s.lookup = s.live = s.freed_index = None
 
     def _only_array(self) -> np.ndarray:
         only = self.engine.only_blocks
