@@ -17,7 +17,7 @@ two ptrace stops per call, one single-step), and natively.  Each run is timed
 twice: wall clock, and CPU (user + system of madtrace and the program, from
 getrusage of the children): on a VM shared with other jobs the CPU figure is
 the steadier one.  Also the ptrace stops each run took (meta.json
-``data_tracing``: ``faults`` + ``traps``).
+``data_tracing``: ``faults`` + ``traps`` + the rewriter's ``moved``).
 
 ``--python``: the issue's anchor, ``python3 -S`` on a 10 000-entry dict script,
 ``REPEAT`` runs of each configuration (alternating): whole-run wall and CPU, the
@@ -87,7 +87,8 @@ def per_call(work: str) -> list[tuple]:
                     wall, cpu, meta, _ = run([prog("hooks_churn"), str(n), mode], stubs, work)
                     samples[(config, n)].append((wall, cpu))
                     if meta:
-                        stops[(config, n)] = meta["faults"] + meta["traps"]
+                        stops[(config, n)] = meta["faults"] + meta["traps"] + \
+                            meta["paths"]["rewriter"].get("moved", 0)
         calls = (LENGTHS[1] - LENGTHS[0]) * (2 if mode == "pairs" else 1)
         for config in CONFIGS:
             per = []
@@ -119,9 +120,10 @@ def python_run(work: str) -> list[tuple]:
         meta = runs[-1][2]
         hooks = (meta.get("paths") or {}).get("hooks") or {}
         events = hooks.get("events", {})
+        moved = ((meta.get("paths") or {}).get("rewriter") or {}).get("moved", "-")
         rows.append((config, " ".join(f"{w:.1f}" for w, _, _ in runs),
                      " ".join(f"{c:.1f}" for _, c, _ in runs),
-                     meta.get("faults", "-"), meta.get("traps", "-"),
+                     meta.get("faults", "-"), meta.get("traps", "-"), moved,
                      events.get("alloc entries", "-"), events.get("mem entries", "-"),
                      meta.get("block_calls_redirected", "-")))
     return rows
@@ -139,7 +141,7 @@ def main() -> int:
         else:
             print(table("python3 -S, a 10 000-entry dict script (whole run, each run)",
                         python_run(work),
-                        ("hooks", "wall s", "CPU s", "faults", "traps", "allocator calls",
+                        ("hooks", "wall s", "CPU s", "faults", "traps", "moved", "allocator calls",
                          "memcpy & co. events", "redirected")))
         print(f"load average after: {os.getloadavg()}")
     finally:

@@ -52,8 +52,10 @@ def events(meta: dict, kind: str) -> int:
 
 
 def stops(meta: dict) -> int:
+    """The ptrace stops the data engine took: faults (the fault path's), traps (the
+    hooks' breakpoints), and the faults that moved a thread into a relocated copy."""
     data = meta["data_tracing"]
-    return data["faults"] + data["traps"]
+    return data["faults"] + data["traps"] + data["paths"]["rewriter"].get("moved", 0)
 
 
 def order_report(meta: dict) -> dict:
