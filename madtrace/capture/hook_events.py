@@ -48,7 +48,6 @@ class HookEvents:
         self.entry_kind = self.L.MT_HOOK_ENTRY
         # tid -> [(hook, state of alloc.call_entered, entry rsp low 32, return address)]
         self.calls: dict[int, list] = {}
-        self.counts: Counter = Counter()     # groups applied, by kind
         self.unmatched_returns = 0           # a return whose entry was not recorded
 
     # ------------------------------------------------------------- ordering
@@ -70,7 +69,7 @@ class HookEvents:
 
     def entered(self, tid: int, hook, a0: int, a1: int, a2: int, return_address: int,
                 rsp: int, seq: int) -> None:
-        self.counts[f"{hook.role} entries"] += 1
+        hook.entries += 1
         if hook.role == "mem":
             self.engine.blocks.mem_event(tid, hook.name, a0, a1, a2, return_address,
                                          lambda: seq, self._order)
@@ -82,7 +81,7 @@ class HookEvents:
         stack.append((hook, state, rsp, return_address))
 
     def returned(self, tid: int, hook, result: int, rsp: int, seq: int) -> None:
-        self.counts[f"{hook.role} returns"] += 1
+        hook.returns += 1
         stack = self.calls.get(tid) or []
         while stack and _below(stack[-1][2], rsp):
             stack.pop()        # left by longjmp from inside this call
@@ -94,6 +93,15 @@ class HookEvents:
                                         self._order(), lambda: seq, self._order)
 
     # ------------------------------------------------------------ queries
+    @property
+    def counts(self) -> Counter:
+        """Groups applied, by kind (alloc entries, alloc returns, mem entries)."""
+        out: Counter = Counter()
+        for hook in self.hooks.hooks:
+            out[f"{hook.role} entries"] += hook.entries
+            out[f"{hook.role} returns"] += hook.returns
+        return +out
+
     def inside_allocator(self) -> set[int]:
         """Threads inside an allocator call (as far as the groups taken so far say)."""
         return {tid for tid, stack in list(self.calls.items()) if stack}

@@ -79,6 +79,8 @@ class Hook:
     stub: int
     slot: int            # the continuation slot
     template: str
+    entries: int = 0     # groups applied (hook_events.py)
+    returns: int = 0
 
     @property
     def kind(self) -> str:
