@@ -242,3 +242,36 @@ def test_target_finishes_when_the_tracer_is_killed_in_hooked_calls(tmp_path):
         if tracer.poll() is None:
             tracer.kill()
     assert out == native.stdout
+
+
+def test_use_after_free_as_memcheck_sees_it(tmp_path, monkeypatch):
+    """data_alloc makes one real use after free (memcheck: its instruction and
+    offset): under the hybrid engine with the stubs, exactly that access is the
+    alloc report's use after free, of the block memcheck names."""
+    from .test_analyses import memcheck_invalid_read
+    from .util import report_json
+    path = prog("data_alloc", "O0-nopie")
+    monkeypatch.setenv("MADTRACE_DATA_ENGINE", "hybrid")
+    result = madtrace("record", "-q", "--data", "-o", str(tmp_path / "t"), "--", path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    meta = json.loads((tmp_path / "t" / "meta.json").read_text())
+    assert meta["data_tracing"]["paths"]["hooks"]["breakpoints"] == {}
+    assert meta["data_tracing"]["traps"] == 0
+    report = report_json(str(tmp_path / "t"), "--kind", "alloc")
+    gone = [b for b in report["blocks"] if b["site"].startswith("main+")][2]
+    function, offset, size = memcheck_invalid_read(path)
+    assert report["use_after_free"] == [gone["id"]]
+    assert gone["freed_accesses"] == 1 and gone["size"] == size
+    first = gone["first_freed_access"]
+    assert first["instruction"].startswith(function + "+") and first["offset"] == offset
+
+
+@pytest.mark.parametrize("variant", ["O0-pie", "O2-nopie"])
+def test_walk_then_free_under_the_stubs(tmp_path, variant, monkeypatch):
+    """tests/test_analyses.py's walk-then-free program (no use after free; the walk
+    named <malloc...> in MadT text, SQL and Chrome), under the hybrid engine."""
+    from .test_analyses import test_walk_then_free_names_live_blocks_and_no_false_use_after_free
+    monkeypatch.setenv("MADTRACE_DATA_ENGINE", "hybrid")
+    test_walk_then_free_names_live_blocks_and_no_false_use_after_free(tmp_path, variant)
+    meta = json.loads((tmp_path / "t" / "meta.json").read_text())["data_tracing"]
+    assert meta["engine"] == "hybrid" and meta["paths"]["hooks"]["events"]["alloc returns"] > 0
