@@ -23,6 +23,9 @@ the steadier one.  Also the ptrace stops each run took (meta.json
 ``REPEAT`` runs of each configuration (alternating): whole-run wall and CPU, the
 stops, the allocator and block-event calls.  That run takes minutes.
 
+The stubs' own cost, without a tracer (hook_stubs_micro.py: the stubs in this
+process in front of libc's functions, a ring nobody drains), REPEAT times.
+
 ``--quick``: one repetition, short loops (a smoke test, not a measurement).
 Prints the load average with the results: these VMs are shared.
 """
@@ -102,6 +105,17 @@ def per_call(work: str) -> list[tuple]:
     return rows
 
 
+def micro() -> list[tuple]:
+    runs = []
+    for _ in range(REPEAT):
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "hook_stubs_micro.py"),
+                              "--json"], capture_output=True, check=True, timeout=600,
+                             env=dict(os.environ, PYTHONPATH=ROOT)).stdout
+        runs.append(json.loads(out))
+    return [(what, f"{min(r[what] for r in runs):.1f}",
+             f"{statistics.median(r[what] for r in runs):.1f}") for what in runs[0]]
+
+
 def python_run(work: str) -> list[tuple]:
     script = os.path.join(work, "dict.py")
     with open(script, "w") as f:
@@ -134,10 +148,12 @@ def main() -> int:
     try:
         print(f"load average before: {os.getloadavg()}")
         if not PYTHON:
+            print(table("the stubs alone, in one process (hook_stubs_micro.py), ns per call",
+                        micro(), ("call", "min ns", "median ns")))
             print(table(f"ns per call (memcpy) or per malloc/free pair, median of {REPEAT}, "
                         f"{LENGTHS[0]} and {LENGTHS[1]} calls",
                         per_call(work),
-                        ("loop", "hooks", "wall ns", "CPU ns", "stops (faults+traps)")))
+                        ("loop", "hooks", "wall ns", "CPU ns", "stops (faults+traps+moved)")))
         else:
             print(table("python3 -S, a 10 000-entry dict script (whole run, each run)",
                         python_run(work),

@@ -623,11 +623,14 @@ mt_hook_alloc_at_trap:
         jmp .Lreturned_hook_alloc
 mt_hook_alloc_end:
 
-/* RANGE p, out: the pages of [p, p + rdx) (rdx > 0): out bit 0: one is traced
- * (bitmap r8), bit 1: one is not aliased (bitmap r9); out = 3 when there are more
- * than MT_HOOK_MAX_PAGES or they lie beyond the user address space (the tracer
- * checks those).  Clobbers rax, rcx, flags. */
-.macro RANGE p, out
+/* RANGE p, out, tmp: the pages of [p, p + rdx) (rdx > 0): out bit 0: one is
+ * traced (bitmap r8), bit 1: one is not aliased (bitmap r9); out = 3 when there
+ * are more than MT_HOOK_MAX_PAGES or they lie beyond the user address space (the
+ * tracer checks those).  A page's bit is bit (page & 63) of the bitmap's
+ * qword page >> 6 (bt on a register: bt on memory is microcoded); an untraced
+ * page is not aliased (the alias bitmap is not read for it).  Clobbers rax,
+ * rcx, tmp, flags. */
+.macro RANGE p, out, tmp
         mov rax, \p
         shr rax, 12
         lea rcx, [\p + rdx - 1]
@@ -639,12 +642,18 @@ mt_hook_alloc_end:
         mov \out, rcx
         shr \out, 35
         jnz 3f
-1:      bt qword ptr [r8], rax
-        jnc 2f
+1:      mov \tmp, rax
+        shr \tmp, 6
+        mov \tmp, [r8 + \tmp * 8]
+        bt \tmp, rax
+        jnc 2f                                  /* untraced: not aliased either */
         or \out, 1
-2:      bt qword ptr [r9], rax
+        mov \tmp, rax
+        shr \tmp, 6
+        mov \tmp, [r9 + \tmp * 8]
+        bt \tmp, rax
         jc 4f
-        or \out, 2
+2:      or \out, 2
 4:      inc rax
         cmp rax, rcx
         jbe 1b
@@ -671,10 +680,13 @@ mt_\name\()_start:
 mt_\name\()_pp_traced_abs64:
         movabs r9, 0x1122334455667788
 mt_\name\()_pp_alias_abs64:
-        RANGE rdi, r10
 .if \src
-        RANGE rsi, r11
+        RANGE rdi, r10, r11
+        push r10                                /* r10 is the next one's temporary */
+        RANGE rsi, r11, r10
+        pop r10
 .else
+        RANGE rdi, r10, r11
         xor r11d, r11d
 .endif
         cmp r10d, 3

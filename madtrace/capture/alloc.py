@@ -221,20 +221,19 @@ class AllocTracker:
         self.count += 1
         block_id = self.count
         self.table.add(block_id, kind, address, size, site, tid, seq, next_order())
-        inner = self.live.insert(address, address + max(size, 1), block_id)
+        # the address is reused: the freed block there is gone
+        inner = self.live.block_added(self.freed, address, address + max(size, 1), block_id)
         if inner:       # operator new returns the block its malloc made
             self.table.set_part_of(inner, block_id)
             self.live_mappings.pop(address, None)
-        self.freed.remove(address)   # the address is reused: the freed block is gone
         return block_id
 
     def _release(self, address: int, tid: int, seq: int, next_order) -> None:
-        block_id, end = self.live.remove(address)
+        block_id, _end = self.live.block_released(self.freed, address)
         if not block_id:
             return
         self.live_mappings.pop(address, None)
         self.table.release(block_id, tid, seq, next_order())
-        self.freed.insert(address, end, block_id)
 
     def block_at(self, address: int) -> tuple[int, int]:
         """(id, 0) of the live block containing ``address``, else (id, 1) of the
