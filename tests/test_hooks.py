@@ -275,3 +275,30 @@ def test_walk_then_free_under_the_stubs(tmp_path, variant, monkeypatch):
     test_walk_then_free_names_live_blocks_and_no_false_use_after_free(tmp_path, variant)
     meta = json.loads((tmp_path / "t" / "meta.json").read_text())["data_tracing"]
     assert meta["engine"] == "hybrid" and meta["paths"]["hooks"]["events"]["alloc returns"] > 0
+
+
+def test_detach_while_a_memcpy_runs_through_the_alias(tmp_path):
+    """Attached to a program that spends its time in memcpy of heap blocks (the
+    calls reach them through the alias), then detached after 2 s: a thread inside
+    such a memcpy runs until it returns before the alias goes, every madtrace
+    mapping leaves the process, and the program's output equals a native run of
+    as many rounds."""
+    from .util import madtrace_maps, start_ready
+    path = prog("hooks_churn", "O2-pie")
+    program = start_ready([path, "0", "bulk"])
+    try:
+        out = tmp_path / "t"
+        result = madtrace("attach", "--data", "--data-engine", "hybrid", "--no-functions", "-q",
+                          "--duration", "2", "-o", str(out), str(program.pid), timeout=300)
+        assert result.returncode == 0, result.stderr
+        assert madtrace_maps(program.pid) == []
+        program.send_signal(signal.SIGUSR1)
+        stdout, _ = program.communicate(timeout=120)
+    finally:
+        if program.poll() is None:
+            program.kill()
+    rounds = counts(stdout)["rounds"]
+    native = subprocess.run([path, str(rounds), "bulk"], capture_output=True, timeout=300)
+    assert stdout == native.stdout
+    meta = json.loads((out / "meta.json").read_text())
+    assert events(meta, "Y") > 0 and meta["data_tracing"]["traps"] == 0

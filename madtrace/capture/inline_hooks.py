@@ -51,6 +51,7 @@ from ..arch.x86_64.encode import jmp_rel32
 from ..arch.x86_64.relocate import Relocation, relocate_entry
 from ..binary.eh_frame import EhFrame
 from ..inject.areas import SharedArea, gap_for_module
+from ..inject.footprint import step_until_out
 from ..inject.patchset import Patch, PatchConflict, PatchSet
 from ..inject.plan import module_scan
 from ..inject.templates import load_injector
@@ -427,6 +428,9 @@ class InlineHooks:
         self.active = False
 
     def _finish_mem_calls(self) -> None:
+        """A thread inside a memcpy made through the alias runs until the call
+        returns into its stub, then on out of the stub (to its caller, before the
+        rewriter moves threads out of copies)."""
         returns = {h.stub + self.L.templates[h.template].marks["returned"]: h
                    for h in self.hooks if h.role == "mem"}
         if not returns:
@@ -437,10 +441,16 @@ class InlineHooks:
             regs = self.tracee.get_regs(tid)
             words = self.tracee.mem.read(regs.rsp, 512) if regs.rsp else b""
             found = [returns[w] for w in struct.unpack(f"<{len(words) // 8}Q", words) if w in returns]
+            # a thread still in a stub, before its call (writing its group): it makes the
+            # call through the alias next, so it runs to the return as well
+            found += [h for h in returns.values()
+                      if h.stub <= regs.rip < h.stub + self.L.templates[h.template].size]
             if found:
-                self.stats["mem calls finished at detach"] += run_to_return(
-                    self.tracee, tid, [r for r, h in returns.items() if h in found],
-                    self._area_of(found[0].stub))
+                area = self._area_of(found[0].stub)
+                if run_to_return(self.tracee, tid, [r for r, h in returns.items() if h in found],
+                                 area, lambda e: self.engine.claim_signal(self.tracee, e)):
+                    self.stats["mem calls finished at detach"] += 1
+                    step_until_out(self.tracee, tid, area)
 
     @property
     def trap_stops(self) -> int:
@@ -454,30 +464,36 @@ class InlineHooks:
                 "order": self.rings.splitter.report() if self.rings.splitter else None}
 
 
-def run_to_return(tracee, tid: int, returns: list[int], area: SharedArea) -> int:
+def run_to_return(tracee, tid: int, returns: list[int], area: SharedArea, on_fault=None) -> bool:
     """Run thread ``tid`` (alone) until it reaches one of ``returns`` (an int3 put
-    there for the while, through the area's own mapping); 1 if it did."""
+    there for the while, through the area's own mapping); True if it did.  A
+    fault on the way goes to ``on_fault(event)`` (the data engine: it may resume
+    the thread itself); the program's own signals are delivered later."""
     from ..process import ptrace_raw as pr
-    from ..process.events import SignalStop
+    from ..process.events import SignalStop, ThreadExited, ThreadKilled
     saved = {r: area.local[r - area.address] for r in returns}
     for r in returns:
         area.local[r - area.address] = INT3
     try:
         thread = tracee.threads[tid]
-        for _ in range(64):
-            pr.cont(tid, 0)
-            thread.running = True
+        for _ in range(256):
+            if not thread.running:
+                pr.cont(tid, 0)
+                thread.running = True
             event = tracee.wait_event(block=True, tid=tid)
+            if event is None or isinstance(event, (ThreadExited, ThreadKilled)):
+                return False
             regs = tracee.get_regs(tid)
             if isinstance(event, SignalStop) and event.signum == 5 and regs.rip - 1 in saved:
                 regs.rip -= 1
                 tracee.set_regs(regs, tid)
-                return 1
-            if isinstance(event, SignalStop):
+                return True
+            if isinstance(event, SignalStop) and event.signum == 11 and on_fault is not None \
+                    and on_fault(event):
+                continue
+            if isinstance(event, SignalStop) and event.signum != 5:
                 thread.pending_signal = thread.pending_signal or event.signum
-            else:
-                return 0
-        return 0
+        return False
     finally:
         for r, byte in saved.items():
             area.local[r - area.address] = byte

@@ -15,6 +15,9 @@
  *   pairs     malloc(48) and free
  *   copies    memcpy of 64 bytes between two heap blocks
  *   untraced  memcpy of 64 bytes between two stack buffers
+ *   bulk      memcpy of 100000 bytes between two heap blocks (a thread is most of
+ *             its time inside memcpy: detached there, tests/test_hooks.py); with
+ *             ROUNDS 0, until SIGUSR1 (it prints the rounds it made)
  */
 #include <setjmp.h>
 #include <signal.h>
@@ -45,6 +48,12 @@ static void on_alarm(int sig) {
     handler_copies++;
 }
 
+static volatile sig_atomic_t stop;
+static void on_usr1(int sig) {
+    (void)sig;
+    stop = 1;
+}
+
 static void on_segv(int sig) {
     (void)sig;
     siglongjmp(escape, 1);
@@ -56,6 +65,24 @@ static int alone(const char *mode, long rounds) {
     char *a = alloc(64), *b = alloc(64);
     unsigned long sum = 0;
     int pairs = !strcmp(mode, "pairs"), copies = !strcmp(mode, "copies");
+    if (!strcmp(mode, "bulk")) {
+        size_t n = 100000;
+        char *big_a = alloc(n), *big_b = alloc(n);
+        long i = 0;
+        for (size_t j = 0; j < n; j++)
+            big_a[j] = (char)(j * 7);
+        signal(SIGUSR1, on_usr1);
+        if (rounds == 0)
+            printf("ready\n");
+        fflush(stdout);
+        for (; rounds ? i < rounds : !stop; i++) {
+            big_a[(size_t)i % n] ^= 1;
+            copy(big_b, big_a, n);
+            sum += (unsigned char)big_b[((size_t)i * 4097) % n];
+        }
+        printf("%s rounds=%ld sum=%lu\n", mode, i, sum);
+        return 0;
+    }
     memset(stack_a, 1, sizeof stack_a);
     memset(a, 1, 64);
     for (long i = 0; i < rounds; i++) {
@@ -79,7 +106,8 @@ static int alone(const char *mode, long rounds) {
 int main(int argc, char **argv) {
     long rounds = argc > 1 ? atol(argv[1]) : 1000;
     const char *mode = argc > 2 ? argv[2] : "plain";
-    if (!strcmp(mode, "pairs") || !strcmp(mode, "copies") || !strcmp(mode, "untraced"))
+    if (!strcmp(mode, "pairs") || !strcmp(mode, "copies") || !strcmp(mode, "untraced") ||
+        !strcmp(mode, "bulk"))
         return alone(mode, rounds);
     int jumps = !strcmp(mode, "longjmp"), signals = !strcmp(mode, "signals");
     unsigned long sum = 0, mallocs = 0, frees = 0, copies = 0, sets = 0, escapes = 0;
