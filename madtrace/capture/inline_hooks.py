@@ -151,8 +151,9 @@ class InlineHooks:
         finally:
             self.engine._resume(held)
         guard = self.engine.guard
-        for trap in self.traps:
-            guard.add_breakpoint(trap, b"\x90", 5)
+        for trap, hook in self.traps.items():
+            if hook.address in functions:     # this call's: the guard makes them nops
+                guard.add_breakpoint(trap, b"\x90", 5)
         self._register_unwind(rs, [h for h in self.hooks if h.role == "alloc"
                                    and h.address in functions])
         slows = {h.stub + self.L.templates[h.template].marks["slow"]: h.name
