@@ -25,6 +25,9 @@
 #define MT_CTL_NOWAIT         17     /* byte: nonzero: a full ring drops at once (set by a writer
                                         whose wait timed out, cleared by the tracer's drain) */
 #define MT_CTL_UNREGISTERED   24     /* u64: records of threads without a slot (lock inc) */
+#define MT_CTL_EPOCH          128    /* u32 (own cache line): allocation events so far, counted
+                                        by the hook stubs (lock xadd: each event's stamp);
+                                        every data record carries the value it read (below) */
 #define MT_CTL_SIZE           4096
 #define MT_FLAG_ENABLED       1      /* records are written (each ring's LIMIT says it too) */
 
@@ -168,7 +171,11 @@
  * thread's ring when the address's page is aliased, and the alias address),
  * then the instruction with its memory operand [rA] (a register it does not
  * use, saved in the frame).  A data record is {u64 address, u32 MT_DATA_CODE |
- * instruction id, u32 all ones}; call records have codes below MT_DATA_CODE.
+ * instruction id, u32 epoch}: the control block's MT_CTL_EPOCH when it was
+ * written (the tracer names its heap block after exactly the allocation events
+ * whose stamps are below it, whichever thread made them: madtrace/capture/
+ * hook_events.py); call records have codes below MT_DATA_CODE, hook records
+ * (below) codes from MT_HOOK_CODE on, data records those between.
  */
 #define MT_DATA_CODE          0x80000000
 #define MT_PROBE_FRAME        184    /* 128 (red zone) + the slots below */
@@ -182,3 +189,45 @@
 #define MT_PROBE_SPIN_LIMIT   40000000 /* pause iterations a probe waits on a full ring before it
                                         drops (~1-5 s: a loaded machine stalls the drain for
                                         a while; a dead tracer only costs this wait once) */
+
+/* ---------------------------------------------------------------------------
+ * Hook stubs (hybrid data engine: madtrace/capture/inline_hooks.py).  The entry
+ * of malloc & co. and of memcpy/memmove/memset jumps to a stub that writes a
+ * group of records into the thread's ring, calls the function (its relocated
+ * prologue, or the data engine's copy: the continuation slot), and for the
+ * allocator writes a second group when it returns.  A group is published with
+ * one (unlocked) cmpxchg of HEAD, retried if a signal handler wrote records
+ * meanwhile, so it is whole or absent.  Every record of a group has a code >=
+ * MT_HOOK_CODE: code = MT_HOOK_CODE | hook << 2 | kind.
+ *   MT_HOOK_ENTRY (4 records): {a0 (rdi), code, u32 epoch}
+ *                              {a1 (rsi), MT_HOOK_CONT, u32 position (its ring index, low 32)}
+ *                              {a2 (rdx), MT_HOOK_CONT, u32 entry rsp (low 32)}
+ *                              {return address, MT_HOOK_CONT, 0}
+ *   MT_HOOK_RETURN (2 records): {result (rax), code, u32 stamp (lock xadd of MT_CTL_EPOCH)}
+ *                               {entry rsp, MT_HOOK_CONT, u32 position}
+ *   MT_HOOK_VOID: a group the tracer consumed out of ring order (hook = its records)
+ * Memcpy & co. write an entry group only, and only when a buffer reaches traced
+ * pages (the traced-page bitmap); the call then reaches them through the alias.
+ */
+#define MT_HOOK_CODE          0xfffff000
+#define MT_HOOK_ENTRY         0
+#define MT_HOOK_RETURN        1
+#define MT_HOOK_CONT          0xfffffffe /* MT_HOOK_CODE | 0x3ff << 2 | 2 */
+#define MT_HOOK_VOID          3
+#define MT_HOOK_MAX           1022       /* hook indexes 0 .. MT_HOOK_MAX - 1 */
+#define MT_HOOK_ENTRY_RECORDS 4
+#define MT_HOOK_RETURN_RECORDS 2
+#define MT_HOOK_MAX_PAGES     262144     /* longer buffers are checked by the tracer (a trap) */
+/* the stub's frame at its trap (int3; r11 = what trapped): rsp + these */
+#define MT_HF_R11             0
+#define MT_HF_R10             8
+#define MT_HF_R9              16
+#define MT_HF_R8              24
+#define MT_HF_RDX             32
+#define MT_HF_RCX             40
+#define MT_HF_RAX             48
+#define MT_HF_PAD             56         /* a ret of the program's (see inline_hooks.py) */
+#define MT_HF_RETURN          64         /* the caller's return address (entry rsp) */
+#define MT_HT_ENTRY           0          /* r11 at the trap: the entry group was not written */
+#define MT_HT_RETURN          1          /* ... the return group, no stamp taken */
+#define MT_HT_STAMPED         2          /* ... the return group, stamp in r8d */

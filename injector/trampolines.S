@@ -80,7 +80,7 @@ mt_\name\()_pp_ctl\tag\()_abs64:
  * slot probed); then the same for the fs base itself (a thread whose %fs:0 is
  * not its thread pointer); a thread without a slot writes no record: it is
  * counted (while recording) and goes to \nothread */
-.macro LOOKUP_SLOW name, tag, nothread
+.macro LOOKUP_SLOW name, tag, nothread, count=1
 .Lprobe_\name\tag:
         push rsi
         lea rsi, [rcx + MT_SLOT_TABLE + MT_SLOT_TABLE_SIZE]
@@ -103,9 +103,11 @@ mt_\name\()_pp_ctl\tag\()_abs64:
         je .Lfound_\name\tag
         jmp .Lprobe_\name\tag
 4:      pop rsi
+.if \count
         test byte ptr [rcx + MT_CTL_FLAGS], MT_FLAG_ENABLED
         jz \nothread
         lock inc qword ptr [rcx + MT_CTL_UNREGISTERED]
+.endif
         jmp \nothread
 .endm
 
@@ -396,8 +398,11 @@ mt_probe_pp_ctl_abs64:
         shl eax, 4
         mov rdx, [rsp + MT_PF_ADDR]
         mov [rcx + rax + MT_RING_RECORDS_OFF], rdx
-        mov qword ptr [rcx + rax + MT_RING_RECORDS_OFF + 8], 0x7fffffff
+        mov dword ptr [rcx + rax + MT_RING_RECORDS_OFF + 8], 0x7fffffff
 mt_probe_pp_code_imm32:
+        mov rdx, [rcx + MT_RING_CONTROL]    /* the epoch: allocation events so far */
+        mov edx, [rdx + MT_CTL_EPOCH]
+        mov [rcx + rax + MT_RING_RECORDS_OFF + 12], edx
         inc qword ptr [rcx + MT_RING_HEAD]
 mt_probe_at_published:
 .Lpr_alias:
@@ -452,6 +457,325 @@ mt_probe_at_slow:
         jmp .Lpr_alias
 .Lpr_end:
 mt_probe_end:
+
+/* ---------------------------------------------------------------------------
+ * Hook stubs (layout.h "Hook stubs"; madtrace/capture/inline_hooks.py).  The
+ * function's entry jumps here; its own code runs through the continuation
+ * slot (patch points cont*: rel32 to an 8-byte slot holding the address of its
+ * relocated prologue, or of the data engine's copy of it).  A group of
+ * records is written from HEAD (r11) on and published with one cmpxchg of
+ * HEAD, written again if a signal handler published records meanwhile.  When
+ * a group cannot go into the ring (a thread without one, a ring that stays
+ * full) the stub stops at its int3 (mark "trap", r11 = MT_HT_*) and the tracer
+ * takes the group from the registers and the frame (layout.h MT_HF_*); with
+ * no tracer left the guard turns that int3 into a nop and the call goes on
+ * unrecorded.  Labels .L<what>_<name>.
+ */
+
+/* HREC k, lo, code, hi: record HEAD + k (r11 = HEAD, rcx = ring) := {lo, code, hi}; clobbers rax */
+.macro HREC k, lo, code, hi
+        lea eax, [r11 + \k]
+        and eax, MT_RING_MASK
+        shl eax, 4
+        mov [rcx + rax + MT_RING_RECORDS_OFF], \lo
+        mov dword ptr [rcx + rax + MT_RING_RECORDS_OFF + 8], \code
+        mov dword ptr [rcx + rax + MT_RING_RECORDS_OFF + 12], \hi
+.endm
+
+/* HROOM n, full: r11 = HEAD; to \full unless n more records fit (clobbers rax) */
+.macro HROOM n, full
+        mov r11, [rcx + MT_RING_HEAD]
+        lea rax, [r11 + \n]
+        cmp rax, [rcx + MT_RING_LIMIT]
+        ja \full
+.endm
+
+/* HPUBLISH n, retry: HEAD += n unless a signal handler moved it meanwhile (then \retry).
+ * One instruction, not locked: only this thread writes HEAD. */
+.macro HPUBLISH n, retry
+        lea r10, [r11 + \n]
+        mov rax, r11
+        cmpxchg [rcx + MT_RING_HEAD], r10
+        jne \retry
+.endm
+
+/* HWAIT n, room, off, trap: the ring had no room for n records: recording off
+ * (LIMIT 0): \off; else wait for the drain (MT_PROBE_SPIN_LIMIT pauses) and go to
+ * \room with r11 = HEAD, or to \trap (r9 = control block; clobbers rax, r10) */
+.macro HWAIT n, room, off, trap
+        cmp qword ptr [rcx + MT_RING_LIMIT], 0
+        je \off
+        cmp byte ptr [r9 + MT_CTL_NOWAIT], 0
+        jne \trap
+        inc qword ptr [rcx + MT_RING_WAITS]
+        mov r10d, MT_PROBE_SPIN_LIMIT           /* as long as a probe waits */
+1:      pause
+        cmp qword ptr [rcx + MT_RING_LIMIT], 0
+        je \off
+        mov r11, [rcx + MT_RING_HEAD]
+        lea rax, [r11 + \n]
+        cmp rax, [rcx + MT_RING_LIMIT]
+        jbe \room
+        dec r10d
+        jnz 1b
+        mov byte ptr [r9 + MT_CTL_NOWAIT], 1
+        jmp \trap
+.endm
+
+.macro HSAVE
+        push rax
+        push rcx
+        push rdx
+        push r8
+        push r9
+        push r10
+        push r11
+.endm
+.macro HRESTORE
+        pop r11
+        pop r10
+        pop r9
+        pop r8
+        pop rdx
+        pop rcx
+        pop rax
+.endm
+
+/* hook_alloc: malloc, calloc, realloc, free, operator new and delete.  Every
+ * register but the flags is as the caller left it when the function starts,
+ * and as the function left it when the caller gets it back.  The frame: the
+ * caller's return address, the pad (a ret of the program's: at detach the
+ * return into this stub becomes a return to that ret, which pops the pad and
+ * returns to the caller), the saved registers (MT_HF_*). */
+mt_hook_alloc_start:
+        push qword ptr [rip + 0x11223344]
+mt_hook_alloc_pp_gadget_rel32:
+        HSAVE
+        LOOKUP hook_alloc, _entry
+        mov r9, [rcx + MT_RING_CONTROL]
+.Lretry_hook_alloc:
+        HROOM MT_HOOK_ENTRY_RECORDS, .Lfull_hook_alloc
+.Lroom_hook_alloc:
+        mov eax, r11d
+        and eax, MT_RING_MASK
+        shl eax, 4
+        mov [rcx + rax + MT_RING_RECORDS_OFF], rdi
+        mov dword ptr [rcx + rax + MT_RING_RECORDS_OFF + 8], 0x7fffffff
+mt_hook_alloc_pp_code_entry_imm32:
+        mov r8d, [r9 + MT_CTL_EPOCH]
+        mov [rcx + rax + MT_RING_RECORDS_OFF + 12], r8d
+        HREC 1, rsi, MT_HOOK_CONT, r11d
+        mov r10, [rsp + MT_HF_RDX]
+        lea r8, [rsp + MT_HF_RETURN]
+        HREC 2, r10, MT_HOOK_CONT, r8d
+        mov r10, [rsp + MT_HF_RETURN]
+        HREC 3, r10, MT_HOOK_CONT, 0
+        HPUBLISH MT_HOOK_ENTRY_RECORDS, .Lretry_hook_alloc
+.Lentered_hook_alloc:
+        HRESTORE
+        call qword ptr [rip + 0x11223344]
+mt_hook_alloc_pp_cont_rel32:
+mt_hook_alloc_at_returned:
+        HSAVE
+        LOOKUP hook_alloc, _ret
+        mov r9, [rcx + MT_RING_CONTROL]
+        HROOM MT_HOOK_RETURN_RECORDS, .Lrfull_hook_alloc
+.Lstamp_hook_alloc:
+        mov r8d, 1
+        lock xadd [r9 + MT_CTL_EPOCH], r8d      /* r8d: this event's stamp */
+.Lrretry_hook_alloc:
+        HROOM MT_HOOK_RETURN_RECORDS, .Lsfull_hook_alloc
+.Lrroom_hook_alloc:
+        mov eax, r11d
+        and eax, MT_RING_MASK
+        shl eax, 4
+        mov r10, [rsp + MT_HF_RAX]
+        mov [rcx + rax + MT_RING_RECORDS_OFF], r10
+        mov dword ptr [rcx + rax + MT_RING_RECORDS_OFF + 8], 0x7fffffff
+mt_hook_alloc_pp_code_return_imm32:
+        mov [rcx + rax + MT_RING_RECORDS_OFF + 12], r8d
+        lea r10, [rsp + MT_HF_RETURN]
+        HREC 1, r10, MT_HOOK_CONT, r11d
+        HPUBLISH MT_HOOK_RETURN_RECORDS, .Lrretry_hook_alloc
+.Lreturned_hook_alloc:
+        HRESTORE
+        lea rsp, [rsp + 8]                      /* the pad */
+        ret
+        /* slow paths */
+        LOOKUP_SLOW hook_alloc, _entry, .Lnoring_hook_alloc, 0
+        LOOKUP_SLOW hook_alloc, _ret, .Lrnoring_hook_alloc, 0
+.Lnoring_hook_alloc:                            /* rcx = control block */
+        test byte ptr [rcx + MT_CTL_FLAGS], MT_FLAG_ENABLED
+        jz .Lentered_hook_alloc
+        jmp .Ltrap_entry_hook_alloc
+.Lrnoring_hook_alloc:
+        test byte ptr [rcx + MT_CTL_FLAGS], MT_FLAG_ENABLED
+        jz .Lreturned_hook_alloc
+        jmp .Ltrap_return_hook_alloc
+.Lfull_hook_alloc:
+        HWAIT MT_HOOK_ENTRY_RECORDS, .Lroom_hook_alloc, .Lentered_hook_alloc, .Ltrap_entry_hook_alloc
+.Lrfull_hook_alloc:
+        HWAIT MT_HOOK_RETURN_RECORDS, .Lstamp_hook_alloc, .Lreturned_hook_alloc, .Ltrap_return_hook_alloc
+.Lsfull_hook_alloc:                             /* stamped: a signal handler filled the ring */
+        HWAIT MT_HOOK_RETURN_RECORDS, .Lrroom_hook_alloc, .Ltrap_stamped_hook_alloc, .Ltrap_stamped_hook_alloc
+.Ltrap_entry_hook_alloc:
+        mov r11d, MT_HT_ENTRY
+        jmp .Ltrap_hook_alloc
+.Ltrap_return_hook_alloc:
+        mov r11d, MT_HT_RETURN
+        jmp .Ltrap_hook_alloc
+.Ltrap_stamped_hook_alloc:
+        mov r11d, MT_HT_STAMPED
+.Ltrap_hook_alloc:
+mt_hook_alloc_at_trap:
+        int3
+        test r11d, r11d                         /* no tracer: the guard made the int3 a nop */
+        jz .Lentered_hook_alloc
+        jmp .Lreturned_hook_alloc
+mt_hook_alloc_end:
+
+/* RANGE p, out, tmp: the pages of [p, p + rdx) (rdx > 0): out bit 0: one is
+ * traced (bitmap r8), bit 1: one is not aliased (bitmap r9); out = 3 when there
+ * are more than MT_HOOK_MAX_PAGES or they lie beyond the user address space (the
+ * tracer checks those).  A page's bit is bit (page & 63) of the bitmap's
+ * qword page >> 6 (bt on a register: bt on memory is microcoded); an untraced
+ * page is not aliased (the alias bitmap is not read for it).  Clobbers rax,
+ * rcx, tmp, flags. */
+.macro RANGE p, out, tmp
+        mov rax, \p
+        shr rax, 12
+        lea rcx, [\p + rdx - 1]
+        shr rcx, 12
+        mov \out, rcx
+        sub \out, rax
+        cmp \out, MT_HOOK_MAX_PAGES
+        ja 3f
+        mov \out, rcx
+        shr \out, 35
+        jnz 3f
+1:      mov \tmp, rax
+        shr \tmp, 6
+        mov \tmp, [r8 + \tmp * 8]
+        bt \tmp, rax
+        jnc 2f                                  /* untraced: not aliased either */
+        or \out, 1
+        mov \tmp, rax
+        shr \tmp, 6
+        mov \tmp, [r9 + \tmp * 8]
+        bt \tmp, rax
+        jc 4f
+2:      or \out, 2
+4:      inc rax
+        cmp rax, rcx
+        jbe 1b
+        jmp 5f
+3:      mov \out, 3
+5:
+.endm
+
+/* hook_copy (memcpy, memmove: rdi dst, rsi src) and hook_set (memset: rdi
+ * dst): a buffer on traced pages makes an entry group (the block event) and
+ * the call reaches it through the alias (its pointer ^ 1 << MT_ALIAS_BIT_INDEX,
+ * given back in rax at the return); buffers on untraced pages go straight to
+ * the function; a buffer on traced pages that are not all aliased, or too
+ * long to check here, stops at the int3 "slow" with the registers as at the
+ * function's entry (the tracer's breakpoint hooks take it from there).  The
+ * function itself clobbers rax, rcx, r8-r11: so may the stub.  Frame of the
+ * trap: [rsp] n, [rsp + 8] which pointers go through the alias (bit 0 dst,
+ * bit 1 src), [rsp + 16] the caller's return address. */
+.macro HOOK_MEM name, src
+mt_\name\()_start:
+        test rdx, rdx
+        jz .Lplain_\name                        /* nothing moves: no event */
+        movabs r8, 0x1122334455667788
+mt_\name\()_pp_traced_abs64:
+        movabs r9, 0x1122334455667788
+mt_\name\()_pp_alias_abs64:
+.if \src
+        RANGE rdi, r10, r11
+        push r10                                /* r10 is the next one's temporary */
+        RANGE rsi, r11, r10
+        pop r10
+.else
+        RANGE rdi, r10, r11
+        xor r11d, r11d
+.endif
+        cmp r10d, 3
+        je .Lslow_\name
+        cmp r11d, 3
+        je .Lslow_\name
+        mov eax, r10d
+        or eax, r11d
+        test al, 1
+        jz .Lplain_\name                        /* no traced page */
+        xor eax, eax                            /* which pointers go through the alias */
+        cmp r10d, 1
+        sete al
+        cmp r11d, 1
+        sete cl
+        shl cl, 1
+        or al, cl
+        push rax                                /* the frame (rsp is 16-byte aligned now) */
+        push rdx
+        LOOKUP \name, _entry
+        mov r9, [rcx + MT_RING_CONTROL]
+.Lretry_\name:
+        HROOM MT_HOOK_ENTRY_RECORDS, .Lfull_\name
+.Lroom_\name:
+        mov eax, r11d
+        and eax, MT_RING_MASK
+        shl eax, 4
+        mov [rcx + rax + MT_RING_RECORDS_OFF], rdi
+        mov dword ptr [rcx + rax + MT_RING_RECORDS_OFF + 8], 0x7fffffff
+mt_\name\()_pp_code_imm32:
+        mov r8d, [r9 + MT_CTL_EPOCH]
+        mov [rcx + rax + MT_RING_RECORDS_OFF + 12], r8d
+        HREC 1, rsi, MT_HOOK_CONT, r11d
+        mov r10, [rsp]
+        lea r8, [rsp + 16]
+        HREC 2, r10, MT_HOOK_CONT, r8d
+        mov r10, [rsp + 16]
+        HREC 3, r10, MT_HOOK_CONT, 0
+        HPUBLISH MT_HOOK_ENTRY_RECORDS, .Lretry_\name
+.Lrecorded_\name:
+        pop rdx
+        test byte ptr [rsp], 1
+        jz 6f
+        btc rdi, MT_ALIAS_BIT_INDEX
+6:      test byte ptr [rsp], 2
+        jz 7f
+        btc rsi, MT_ALIAS_BIT_INDEX
+7:      call qword ptr [rip + 0x11223344]
+mt_\name\()_pp_cont_rel32:
+mt_\name\()_at_returned:
+        test byte ptr [rsp], 1
+        jz 8f
+        btc rax, MT_ALIAS_BIT_INDEX             /* the destination as the caller gave it */
+8:      lea rsp, [rsp + 8]
+        ret
+.Lslow_\name:
+mt_\name\()_at_slow:
+        int3
+.Lplain_\name:
+        jmp qword ptr [rip + 0x11223344]
+mt_\name\()_pp_contjmp_rel32:
+        LOOKUP_SLOW \name, _entry, .Lnoring_\name, 0
+.Lnoring_\name:                                 /* rcx = control block */
+        test byte ptr [rcx + MT_CTL_FLAGS], MT_FLAG_ENABLED
+        jz .Lrecorded_\name
+        jmp .Ltrap_\name
+.Lfull_\name:
+        HWAIT MT_HOOK_ENTRY_RECORDS, .Lroom_\name, .Lrecorded_\name, .Ltrap_\name
+.Ltrap_\name:
+        mov r11d, MT_HT_ENTRY
+mt_\name\()_at_trap:
+        int3
+        jmp .Lrecorded_\name
+mt_\name\()_end:
+.endm
+
+        HOOK_MEM hook_copy, 1
+        HOOK_MEM hook_set, 0
 
 /* ---------------------------------------------------------------------------
  * The guard (layout.h "The guard"): the SIGSEGV and SIGTRAP handler installed

@@ -60,6 +60,10 @@ class Results:
             self.log(open_windows_line(windows, pages))
         return {"accesses": engine.access_counts(),
                 "data_tracing": {"faults": engine.faults,
+                                 # breakpoint stops of the allocator, memcpy & co. and
+                                 # --data-in hooks, and of the hook stubs' slow paths
+                                 "traps": sum(h.stops for h in engine._all_hooks()) +
+                                 engine.entry_hooks.trap_stops,
                                  "untraced_faults": loop["untraced"] + engine.untraced_faults,
                                  "fast_path": loop["fast"], "slow_path": engine.slow,
                                  "slow_reasons": dict(engine.slow_reasons),

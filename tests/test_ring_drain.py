@@ -174,3 +174,117 @@ def test_layout_of_a_ring_block():
     assert L.MT_RING_BLOCK % 4096 == 0 and L.MT_RING_RECORDS_OFF % 4096 == 0
     assert L.MT_RING_COUNTS % 4096 != L.MT_RING_HEAD % 4096
     assert _library().mt_drain_ring_block() == L.MT_RING_BLOCK
+
+
+# --------------------------------------------- the hybrid engine's split drain
+# (ring_split.py, ring_drain.c mt_drain_ring_split): call records to the file,
+# data records and hook groups out, the groups' stamps ordering the threads
+
+
+def put(ring: Ring, rows: list[tuple[int, int, int]]) -> None:
+    """Raw records {u64 a, u32 code, u32 hi} at HEAD, published together."""
+    head = ring.get(L.MT_RING_HEAD)
+    records = ring.block[L.MT_RING_RECORDS_OFF:L.MT_RING_RECORDS_OFF + RECORDS * 16].view(
+        [("a", "<u8"), ("code", "<u4"), ("hi", "<u4")])
+    for i, row in enumerate(rows):
+        records[(head + i) & L.MT_RING_MASK] = row
+    ring.set(L.MT_RING_HEAD, head + len(rows))
+
+
+def data(address: int, ident: int, epoch: int):
+    return (address, L.MT_DATA_CODE | ident, epoch)
+
+
+def entry(ring: Ring, hook: int, a0: int, rsp: int, epoch: int, at: int | None = None):
+    """The four records of an entry group, as the stubs write them at ring index ``at``."""
+    at = ring.get(L.MT_RING_HEAD) if at is None else at
+    cont = L.MT_HOOK_CONT
+    return [(a0, L.MT_HOOK_CODE | hook << 2 | L.MT_HOOK_ENTRY, epoch), (a0 + 1, cont, at & 0xFFFFFFFF),
+            (a0 + 2, cont, rsp), (0x401000, cont, 0)]
+
+
+def ret(ring: Ring, hook: int, result: int, rsp: int, stamp: int):
+    at = ring.get(L.MT_RING_HEAD)
+    return [(result, L.MT_HOOK_CODE | hook << 2 | L.MT_HOOK_RETURN, stamp),
+            (rsp, L.MT_HOOK_CONT, at & 0xFFFFFFFF)]
+
+
+class Rings:
+    """Two threads' rings behind a RingSplitter, as rings.py drives it."""
+
+    def __init__(self, tmp_path):
+        from madtrace.capture.ring_split import RingSplitter
+        self.rings = {1: Ring(), 2: Ring()}
+        self.out: list[tuple] = []          # (tid, "data", address) / (tid, "hook", code, stamp)
+        fake = type("FakeRingSet", (), {})()
+        fake._lib = _library()
+        fake.code_counts = np.zeros(1, dtype=np.uint64)
+        fake.L = L
+        fake.enabled = True
+        fake.out_dir = str(tmp_path)
+        fake.files = {tid: CALL_RECORDS.create(str(tmp_path / f"{tid}.rec")) for tid in (1, 2)}
+        fake.records_per_thread = {}
+        fake.thread_ring = {1: 1, 2: 2}
+        fake.ring_local = lambda index: self.rings[index].address
+        fake.drain_one = lambda tid: self.splitter.drain(tid)
+        fake.mem = bytearray(4096)
+        self.splitter = RingSplitter(fake, self.sink)
+
+    def sink(self, tid, out, hooks):
+        rows = [(int(d["addr"]), "data") for d in out]
+        for h in hooks:
+            rows.insert(int(h["data_before"]) + sum(1 for r in rows[:int(h["data_before"])]
+                                                     if r[1] == "hook"),
+                        (int(h["code"]), "hook", int(h["stamp"])))
+        self.out += [(tid, *r) for r in rows]
+
+
+def test_split_drain_orders_accesses_after_the_stamps_before_them(tmp_path):
+    """Thread 1 frees a block (return group, stamp 0); thread 2's access that read
+    epoch 1 (after that free) waits for it, even though thread 2's ring is drained
+    first; an access of epoch 0 does not wait."""
+    r = Rings(tmp_path)
+    one, two = r.rings[1], r.rings[2]
+    put(two, [data(0x5000, 7, 0), data(0x5008, 7, 1), (11, 3, 0)])   # ..., then a call record
+    put(one, entry(one, 2, 0x5000, 0x7000, 0))
+    put(one, [data(0x5010, 8, 0)])
+    put(one, ret(one, 2, 0, 0x7000, 0))
+    r.splitter.drain(2)
+    assert r.out == [(2, 0x5000, "data")] and 2 in r.splitter.stalled
+    r.splitter.drain(1)
+    assert r.splitter.next_stamp == 1
+    r.splitter.drain(2)
+    assert [row[1:] for row in r.out] == [
+        (0x5000, "data"), (L.MT_HOOK_CODE | 2 << 2 | L.MT_HOOK_ENTRY, "hook", 0),
+        (0x5010, "data"), (L.MT_HOOK_CODE | 2 << 2 | L.MT_HOOK_RETURN, "hook", 0),
+        (0x5008, "data")]
+    assert not r.splitter.stalled and r.splitter.damaged == 0
+    assert CALL_RECORDS.rows(str(tmp_path / "2.rec")) == 1     # the call record went out
+
+
+def test_split_drain_takes_a_stamp_held_behind_records_that_wait_for_it(tmp_path):
+    """A signal handler's records (epoch 2) came between thread 1's stamp 1 and its
+    publication: the drain takes stamp 1 out of the ring's order, then the rest."""
+    r = Rings(tmp_path)
+    one = r.rings[1]
+    put(one, ret(one, 3, 0x6000, 0x7000, 0))
+    put(one, [data(0x6000, 9, 2)])                 # the handler's access
+    put(one, ret(one, 3, 0x6100, 0x6f00, 1))       # published after the handler returned
+    r.splitter.drain_all()
+    codes = [(row[1], row[2]) for row in r.out]
+    assert codes == [(L.MT_HOOK_CODE | 3 << 2 | 1, "hook"), (L.MT_HOOK_CODE | 3 << 2 | 1, "hook"),
+                     (0x6000, "data")]
+    assert r.splitter.out_of_order == 1 and r.splitter.next_stamp == 2 and not r.splitter.stalled
+
+
+def test_split_drain_skips_a_broken_group(tmp_path):
+    """A group whose first record a signal handler's record overwrote: its
+    continuation records are skipped and counted, the records around it kept."""
+    r = Rings(tmp_path)
+    one = r.rings[1]
+    group = entry(one, 1, 0x5000, 0x7000, 0)
+    group[0] = data(0x5100, 4, 0)                  # overwritten by a probe's record
+    put(one, group + [data(0x5200, 4, 0)])
+    r.splitter.drain(1)
+    assert [row[1] for row in r.out] == [0x5100, 0x5200]
+    assert r.splitter.damaged == 3

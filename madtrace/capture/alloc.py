@@ -1,7 +1,12 @@
 """The allocation tracker (MadT's dynamic memory tracker).
 
 malloc, calloc, realloc and free of libc are tracked with entry and return
-hooks (call_hooks.py): the arguments at the entry, the result at the return.  Each block gets MadT's forged name: allocator, a
+hooks: the arguments at the entry, the result at the return.  Under the
+hybrid data engine those are hook stubs in the target (inline_hooks.py),
+whose records come through the rings in order with the accesses
+(hook_events.py calls ``call_entered`` and ``call_returned``); under the fault
+engine, and for a function whose entry cannot take a stub, breakpoints
+(call_hooks.py).  Each block gets MadT's forged name: allocator, a
 program-wide counter and the call site, ``<malloc0014@build_list+39>``; a
 freed block keeps its number, as ``<freed:0014@build_list+39>``, so that
 accesses to released memory stand out.  Blocks go to the block table
@@ -16,6 +21,8 @@ grow with the blocks that were freed.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -52,6 +59,7 @@ class AllocTracker:
         self.space = space
         self.sequence_of = sequence_of
         self.hooks = CallHooks(tracee, "alloc", self._on_entry, self._on_return, guard)
+        self.inline = None                  # hook stubs in the target (inline_hooks.py), if any
         self.table = BlockTableWriter(out_dir)
         # when each thread was inside the allocator (its own accesses are not the program's)
         self.calls = AllocatorCallWriter(out_dir)
@@ -60,21 +68,26 @@ class AllocTracker:
         self.freed = BlockIndex()                 # the last block freed at each address
         self.live_mappings: dict[int, int] = {}   # address -> id of live memmap/mremap blocks
         self._sites: dict[int, int] = {}          # return address -> site code
+        # held while the indexes change outside the hybrid engine's drain (which names
+        # accesses with them in its own thread): the drain's lock there (data.py)
+        self.lock = threading.RLock()
         self.count = 0           # blocks so far (the last id)
         self.events = 0          # allocator calls seen
 
     @property
     def active(self) -> bool:
-        return self.hooks.active
+        return self.hooks.active or (self.inline is not None and self.inline.active)
 
     @property
     def missed_windows(self) -> int:
         return self.hooks.missed_windows
 
     # -------------------------------------------------------------- install
-    def install(self, rs: RemoteSyscalls, patched: set[int]) -> list[str]:
-        """Breakpoints on libc's allocator; ``patched``: addresses already patched
-        by function tracing (left alone). Returns warnings."""
+    def install(self, rs: RemoteSyscalls, patched: set[int], inline=None) -> list[str]:
+        """Hooks on libc's allocator: stubs in the target (``inline``: the hybrid
+        engine's InlineHooks), breakpoints for what they cannot take (and without
+        ``inline``); ``patched``: addresses already patched by function tracing
+        (left alone). Returns warnings."""
         warnings = []
         functions = {}
         for module, symbol, kind in TRACKED:
@@ -89,6 +102,9 @@ class AllocTracker:
                 warnings.append(f"{symbol} is patched for function tracing: its blocks are not named")
                 continue
             functions.setdefault(address, kind)
+        if inline is not None:
+            self.inline = inline
+            functions = inline.install(rs, {a: (kind, "alloc") for a, kind in functions.items()})
         self.hooks.install(rs, functions)
         return warnings
 
@@ -108,45 +124,67 @@ class AllocTracker:
         for tid, stack in self.hooks.leftover.items():
             for entry in stack:
                 self.calls.add(tid, entry[1][2], int(OPEN))
+        if mem is None and self.inline is not None:
+            for tid, state in self.inline.events.open_allocator_calls():
+                self.calls.add(tid, state[2], int(OPEN))
 
     def claim_trap(self, tracee: Tracee, event: SignalStop, regs) -> bool:
         return self.hooks.claim_trap(tracee, event, regs)
 
     def _on_entry(self, tid: int, name: str, regs):
         # the order at the entry (the accesses before it drained: the program's)
-        return regs.rdi, regs.rsi, self.next_order()
+        return self.call_entered(regs.rdi, regs.rsi, self.next_order())
 
     def _on_return(self, tid: int, name: str, args, regs, return_address: int) -> None:
-        self._returning = tid
-        try:
-            end = self.next_order()     # the accesses made inside drained: the allocator's
-        finally:
-            self._returning = None
-        self.calls.add(tid, args[2], end)
-        self._record(tid, name, args[0], args[1], regs.rax, return_address)
+        with self.lock:
+            self._returning = tid
+            try:
+                end = self.next_order()     # the accesses made inside drained: the allocator's
+            finally:
+                self._returning = None
+            self.call_returned(tid, name, args, regs.rax, return_address, end,
+                               lambda: self.sequence_of(tid), self.next_order)
+
+    # ------------------------------------------------ allocator calls, either hook
+    @staticmethod
+    def call_entered(a0: int, a1: int, order: int) -> tuple[int, int, int]:
+        """An allocator call began (``order``: its entry's): what its return needs."""
+        return a0, a1, order
+
+    def call_returned(self, tid: int, name: str, state, result: int, return_address: int,
+                      end: int, seq, next_order) -> None:
+        """The call ``state`` (call_entered's) returned ``result`` at order ``end``;
+        ``seq()``: the thread's call records now, ``next_order()``: the next event order."""
+        self.calls.add(tid, state[2], end)
+        self._record(tid, name, state[0], state[1], result, return_address, seq, next_order)
 
     def inside_threads(self) -> set[int]:
         """The threads inside an allocator call now (their accesses are the
         allocator's: not the program's use after free)."""
         # a copy first: the hybrid engine's drain thread asks too
         inside = {tid for tid, stack in list(self.hooks.pending.items()) if stack}
+        if self.inline is not None:
+            inside |= self.inline.events.inside_allocator()
         if self._returning is not None:
             inside.add(self._returning)
         return inside
 
     def mapped(self, tid: int, kind: str, address: int, size: int, return_address: int) -> None:
         """The program mapped memory itself (mmap, mremap: ``kind``)."""
-        self.events += 1
-        block_id = self._add(tid, kind, address, size, return_address, self.sequence_of(tid))
-        self.live_mappings[address] = block_id
+        with self.lock:
+            self.events += 1
+            block_id = self._add(tid, kind, address, size, return_address, self.sequence_of(tid),
+                                 self.next_order)
+            self.live_mappings[address] = block_id
 
     def unmapped(self, tid: int, start: int, end: int) -> None:
         """munmap (or the old range of an mremap): the mapped blocks inside are released."""
-        self.events += 1
-        seq = self.sequence_of(tid)
-        for address, _end, block_id in self.live.in_range(start, end):
-            if self.live_mappings.get(address) == block_id:
-                self._release(address, tid, seq)
+        with self.lock:
+            self.events += 1
+            seq = self.sequence_of(tid)
+            for address, _end, block_id in self.live.in_range(start, end):
+                if self.live_mappings.get(address) == block_id:
+                    self._release(address, tid, seq, self.next_order)
 
     def is_mapping(self, address: int) -> bool:
         """A live block the program mapped itself starts at ``address``."""
@@ -161,42 +199,41 @@ class AllocTracker:
                 self.space.code_location(self.code_address(return_address) - 5, decimal=True))
         return code
 
-    def _record(self, tid, name, a0, a1, result, return_address) -> None:
+    def _record(self, tid, name, a0, a1, result, return_address, seq_now, next_order) -> None:
         self.events += 1
-        seq = self.sequence_of(tid)
+        seq = seq_now()
         if name == "free":
-            self._release(a0, tid, seq)
+            self._release(a0, tid, seq, next_order)
             return
         if name == "realloc" and a0:
             if result:
-                self._release(a0, tid, seq)
+                self._release(a0, tid, seq, next_order)
             elif a1:
                 return  # failed realloc: the old block stays
         if not result:
             return
         size = a0 * a1 if name == "calloc" else (a1 if name == "realloc" else a0)
-        self._add(tid, name, result, size, return_address, seq)
+        self._add(tid, name, result, size, return_address, seq, next_order)
 
     def _add(self, tid: int, kind: str, address: int, size: int, return_address: int,
-             seq: int) -> int:
+             seq: int, next_order) -> int:
         site = self._site(return_address)
         self.count += 1
         block_id = self.count
-        self.table.add(block_id, kind, address, size, site, tid, seq, self.next_order())
-        inner = self.live.insert(address, address + max(size, 1), block_id)
+        self.table.add(block_id, kind, address, size, site, tid, seq, next_order())
+        # the address is reused: the freed block there is gone
+        inner = self.live.block_added(self.freed, address, address + max(size, 1), block_id)
         if inner:       # operator new returns the block its malloc made
             self.table.set_part_of(inner, block_id)
             self.live_mappings.pop(address, None)
-        self.freed.remove(address)   # the address is reused: the freed block is gone
         return block_id
 
-    def _release(self, address: int, tid: int, seq: int) -> None:
-        block_id, end = self.live.remove(address)
+    def _release(self, address: int, tid: int, seq: int, next_order) -> None:
+        block_id, _end = self.live.block_released(self.freed, address)
         if not block_id:
             return
         self.live_mappings.pop(address, None)
-        self.table.release(block_id, tid, seq, self.next_order())
-        self.freed.insert(address, end, block_id)
+        self.table.release(block_id, tid, seq, next_order())
 
     def block_at(self, address: int) -> tuple[int, int]:
         """(id, 0) of the live block containing ``address``, else (id, 1) of the
@@ -213,6 +250,10 @@ class AllocTracker:
         freed = np.zeros(len(addresses), dtype=np.uint8)
         self.blocks_into(addresses, ids, freed)
         return ids, freed
+
+    def split_thread_freed(self, tid: int, freed: int) -> tuple[int, int]:
+        """``split_freed`` for ``freed`` accesses of one thread."""
+        return (0, freed) if tid in self.inside_threads() else (freed, 0)
 
     def blocks_into(self, addresses: np.ndarray, ids: np.ndarray, freed: np.ndarray) -> None:
         """``blocks_of`` into arrays of the caller's (uint32, uint8, as long as

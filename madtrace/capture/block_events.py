@@ -6,9 +6,15 @@ written at once, recorded as one event instead of a fault per access.
   pages open (data_syscalls.py); its buffers become G (the kernel fetches:
   write, send...) or W (the kernel stores: read, recv...) events, sized by
   what the call really moved (its result).
-* memcpy/memmove (Y: block copy) and memset (W: block store) of libc: entry
-  and return hooks (call_hooks.py) on the implementations the program's IFUNCs
-  resolve to.  When a call's ranges reach protected pages, the event is
+* memcpy/memmove (Y: block copy) and memset (W: block store) of libc: under
+  the hybrid engine, hook stubs in the target (inline_hooks.py) on the
+  implementations the program's IFUNCs resolve to: a call whose buffers reach
+  traced pages, all aliased, writes its event into the thread's ring and
+  reaches them through the alias (``mem_event`` takes it, in order with the
+  accesses); other calls go straight on.  What a stub cannot take (buffers on
+  traced pages that are not all aliased), and every call under the fault
+  engine, goes through entry and return hooks (call_hooks.py): when a call's
+  ranges reach protected pages, the event is
   recorded at the entry, those pages are opened for the call and closed at
   its return; the call's own loads and stores are not recorded one by one.
   Other threads run meanwhile: their accesses to those pages in that window
@@ -80,6 +86,8 @@ class BlockEvents:
         self.totals: dict = {}               # kind -> {"events", "bytes"}
         self._spool = None                   # data/block_events.json, opened at the first event
         self.hooks: CallHooks | None = None
+        self.inline = None         # the hybrid engine's hook stubs (inline_hooks.py)
+        self._calls: dict[int, int] = {}    # return address -> the call (its original)
         self.open_windows = 0
         self.window_pages: Counter = Counter()   # page -> windows it was open in
         self.redirected = 0        # memcpy/memset calls made through the alias (hybrid)
@@ -87,13 +95,15 @@ class BlockEvents:
 
     # ---------------------------------------------------------------- record
     def record(self, tid: int, kind: str, what: str, rip: int, address: int, size: int,
-               source: int | None = None) -> None:
+               source: int | None = None, seq=None, order=None) -> None:
+        """``seq()``, ``order()``: the event's (default: now, every record drained)."""
         engine = self.engine
         if size <= 0 or not engine.recording(tid) or (
                 engine.regions.find(address) is None and
                 (source is None or engine.regions.find(source) is None)):
             return
-        event = {"order": engine._next_order(), "tid": tid, "seq": engine.sequence_of(tid),
+        order = (order or engine._next_order)()
+        event = {"order": order, "tid": tid, "seq": (seq or engine.sequence_of)(tid),
                  "kind": kind, "what": what, "rip": rip, "address": address, "size": size}
         if source is not None:
             event["source"] = source
@@ -134,8 +144,10 @@ class BlockEvents:
             left -= moved
 
     # ------------------------------------------------------ memcpy & memset
-    def install(self, rs: RemoteSyscalls, patched: set[int]) -> list[str]:
-        """Hooks on libc's memcpy/memmove/memset implementations."""
+    def install(self, rs: RemoteSyscalls, patched: set[int], inline=None) -> list[str]:
+        """Hooks on libc's memcpy/memmove/memset implementations: stubs in the
+        target (``inline``: the hybrid engine's InlineHooks), breakpoints for what
+        they cannot take (and without ``inline``)."""
         warnings = []
         functions: dict[int, str] = {}
         space = self.engine.space
@@ -154,6 +166,10 @@ class BlockEvents:
                                 "traced access by access")
                 continue
             functions.setdefault(address, name)
+        if inline is not None:
+            self.inline = inline
+            functions = inline.install(rs, {a: (name, "mem") for a, name in functions.items()},
+                                       slow=(self._on_entry, self._on_return))
         if functions:
             self.hooks = CallHooks(self.engine.tracee, "blocks", self._on_entry, self._on_return,
                                    self.engine.guard)
@@ -161,7 +177,23 @@ class BlockEvents:
         return warnings
 
     def claim_trap(self, tracee, event, regs) -> bool:
-        return self.hooks is not None and self.hooks.claim_trap(tracee, event, regs)
+        """A SIGTRAP stop: a breakpoint of these hooks, or a hook stub's trap."""
+        return (self.hooks is not None and self.hooks.claim_trap(tracee, event, regs)) or \
+            (self.inline is not None and self.inline.claim_trap(tracee, event, regs))
+
+    def mem_event(self, tid: int, name: str, dst: int, src: int, n: int, return_address: int,
+                  seq, order) -> None:
+        """A hook stub's memcpy/memmove/memset on traced pages, made through the alias
+        (``seq()``, ``order()``: the event's, hook_events.py)."""
+        rip = self._calls.get(return_address)
+        if rip is None:
+            rip = self._calls[return_address] = self.engine.code_address(return_address) - 5
+        if name == "memset":
+            self.record(tid, "W", name, rip, dst, n, seq=lambda _tid: seq(), order=order)
+        else:
+            self.record(tid, "Y", name, rip, dst, n, source=src, seq=lambda _tid: seq(),
+                        order=order)
+        self.redirected += 1
 
     def _pages(self, address: int, size: int) -> set[int]:
         if size <= 0:

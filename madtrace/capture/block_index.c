@@ -298,3 +298,20 @@ size_t bi_range(const bi_t *bi, uint64_t lo, uint64_t hi, uint64_t *starts, uint
     }
     return total;
 }
+
+/* The allocation tracker's two steps, one call each (capture/alloc.py): a block
+ * comes (into the live index, out of the freed one at its start), or goes (out
+ * of the live index, into the freed one: returns its id, 0 if there was none). */
+int bi_block_added(bi_t *live, bi_t *freed, uint64_t start, uint64_t end, uint32_t id,
+                   uint32_t *inner) {
+    uint64_t ignored;
+    if (bi_insert(live, start, end, id, inner)) return -1;
+    bi_remove(freed, start, &ignored);
+    return 0;
+}
+
+uint32_t bi_block_released(bi_t *live, bi_t *freed, uint64_t start, uint64_t *end) {
+    uint32_t id = bi_remove(live, start, end), old;
+    if (id && bi_insert(freed, start, *end, id, &old)) return 0;
+    return id;
+}

@@ -27,6 +27,8 @@ def _library() -> ctypes.CDLL:
         "bi_lookup": (SZ, [P, P, SZ, P, P, ctypes.c_uint8]),
         "bi_lookup_cached": (SZ, [P, P, SZ, P, P, ctypes.c_uint8]),
         "bi_range": (SZ, [P, U64, U64, P, P, P, SZ]),
+        "bi_block_added": (ctypes.c_int, [P, P, U64, U64, U32, ctypes.POINTER(U32)]),
+        "bi_block_released": (U32, [P, P, U64, ctypes.POINTER(U64)]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -46,6 +48,7 @@ class BlockIndex:
             raise MemoryError("block index")
         self._old = ctypes.c_uint32()
         self._end = ctypes.c_uint64()
+        self._old_ref, self._end_ref = ctypes.byref(self._old), ctypes.byref(self._end)
 
     def __del__(self):
         bi, self._bi = getattr(self, "_bi", None), None
@@ -83,6 +86,29 @@ class BlockIndex:
         lookup = self._lib.bi_lookup_cached if cached else self._lib.bi_lookup
         lookup(self._bi, addresses.ctypes.data, len(addresses), ids.ctypes.data, flags.ctypes.data,
                flag)
+
+    @property
+    def handle(self) -> int:
+        """The index itself, for C code that looks up through ``lookup_function``."""
+        return self._bi
+
+    @staticmethod
+    def lookup_function() -> int:
+        """The address of bi_lookup_cached (``fill`` with the cache), for C callers."""
+        return ctypes.cast(_library().bi_lookup_cached, ctypes.c_void_p).value or 0
+
+    def block_added(self, freed: "BlockIndex", start: int, end: int, block_id: int) -> int:
+        """``insert`` here and ``remove(start)`` from ``freed`` (the address is reused),
+        in one call; returns the id it replaced at the same start (0: none)."""
+        if self._lib.bi_block_added(self._bi, freed._bi, start, end, block_id, self._old_ref):
+            raise MemoryError("block index")
+        return self._old.value
+
+    def block_released(self, freed: "BlockIndex", start: int) -> tuple[int, int]:
+        """``remove(start)`` here and, if it was there, ``insert`` it into ``freed``, in
+        one call: (its id, its end); (0, 0) if none."""
+        block_id = self._lib.bi_block_released(self._bi, freed._bi, start, self._end_ref)
+        return (block_id, self._end.value) if block_id else (0, 0)
 
     def in_range(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
         """(start, end, id) of the intervals starting in [lo, hi), by start."""

@@ -10,7 +10,10 @@ dropped at the thread's next return (its stack pointer is below the
 returning one).  Every breakpoint and pending call is also in the guard's
 table (guard.py), so that the target outlives a tracer killed meanwhile.
 Used by the allocation tracker (malloc & co.) and by the data gate
-(--data-in FUNC).
+(--data-in FUNC).  ``own`` breakpoints are int3 instructions of madtrace's
+own code (a hook stub's slow path, inline_hooks.py), where the stop looks
+like a function entry: there is no byte to step over, the thread goes on
+after the int3 (and with no tracer left, the guard turns it into a nop).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from ..process.remote_syscall import RemoteSyscalls
 from ..process.tracee import Tracee
 
 INT3 = b"\xcc"
+NOP = b"\x90"
 TRAPS = 4096            # one int3 per pending call; the last one for calls the guard misses
 UNGUARDED = TRAPS - 1
 
@@ -45,22 +49,29 @@ class CallHooks:
         self.on_return = on_return
         self.entries: dict[int, str] = {}         # breakpoint address -> function
         self.saved_byte: dict[int, bytes] = {}
+        self.own: set[int] = set()                # int3s of madtrace's code (see the module)
         # tid -> [(function, state, return address, rsp, trap index)]
         self.pending: dict[int, list] = {}
         self.leftover: dict[int, list] = {}       # pending calls when the breakpoints were removed
         self.trap = 0
+        self.stops = 0             # ptrace stops taken here (entries and returns)
         self.missed_windows = 0
         self.active = False
 
-    def install(self, rs: RemoteSyscalls, functions: dict[int, str]) -> None:
+    def install(self, rs: RemoteSyscalls, functions: dict[int, str], own: bool = False) -> None:
         self.entries = dict(functions)
+        if own:
+            self.own = set(functions)
         area = SharedArea(rs, TRAPS, f"madtrace-{self.name}-trap", executable=True)
         area.write(area.address, INT3 * TRAPS)
         self.trap = area.address
         if self.guard is not None and self.entries:
             self.guard.install_traps(rs)
         maps = read_maps(self.tracee.pid)
-        for address in self.entries:
+        for address in self.own:
+            if self.guard is not None:
+                self.guard.add_breakpoint(address, NOP, 5)
+        for address in set(self.entries) - self.own:
             self.saved_byte[address] = self.tracee.mem.read(address, 1)
             if self.guard is not None:
                 mapping = next((m for m in maps if m.start <= address < m.end), None)
@@ -79,7 +90,7 @@ class CallHooks:
                 mem.write(address, byte)
         if mine:
             if self.guard is not None:
-                self.guard.remove_breakpoints(self.saved_byte)
+                self.guard.remove_breakpoints(set(self.saved_byte) | self.own)
             self.leftover = {tid: list(stack) for tid, stack in self.pending.items()}
             for stack in self.pending.values():
                 for _name, _state, return_address, rsp, index in stack:
@@ -114,7 +125,9 @@ class CallHooks:
             # a breakpoint or return trap hit just before the breakpoints were taken
             # out, reported after: finish the call as if nothing had been there
             index = regs.rip - 1 - self.trap
-            if regs.rip - 1 in self.entries:
+            if regs.rip - 1 in self.own:
+                pass                           # goes on after its int3
+            elif regs.rip - 1 in self.entries:
                 regs.rip -= 1
             elif 0 <= index < TRAPS and any(e[4] == index for e in self.leftover.get(tid, ())):
                 regs.rip = next(e[2] for e in self.leftover[tid] if e[4] == index)
@@ -124,9 +137,11 @@ class CallHooks:
             tracee.resume(tid, 0)
             return True
         if regs.rip - 1 in self.entries:
+            self.stops += 1
             self._entry(tid, regs)
             return True
         if 0 <= regs.rip - 1 - self.trap < TRAPS:
+            self.stops += 1
             self._return(tid, regs)
             return True
         return False
@@ -147,6 +162,10 @@ class CallHooks:
             self.guard.set_trap(index, self.trap + index, return_address, regs.rsp)
         stack.append((name, state, return_address, regs.rsp, index))
         self.tracee.mem.write_u64(regs.rsp, self.trap + index)
+        if address in self.own:             # on after the int3, nothing to step over
+            self.tracee.set_regs(regs, tid)
+            self.tracee.resume(tid, 0)
+            return
         regs.rip = address
         self.tracee.set_regs(regs, tid)
         # step over the breakpoint: original byte back for one instruction

@@ -39,19 +39,20 @@ import numpy as np
 from ..arch.x86_64.memops import MemInstruction, memory_accesses
 from ..binary.address_space import AddressSpace
 from ..binary.maps import read_maps
-from ..errors import UsageError, writing
+from ..errors import UsageError
 from ..process.events import SignalStop
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
 from ..process.tracee import Tracee
 from .alias import ALIAS_BIT, AliasMap, origins_in
 from .alloc import AllocTracker
-from .data_records import finish_rows
+from .data_records import finish_rows, spool_rows
 from .paths import AccessPaths
 from .block_events import BlockEvents
 from .data_gate import DataGate
 from .data_syscalls import SyscallGate
 from .datastubs import DataArea
 from .guard import SegvGuard
+from .inline_hooks import NoEntryHooks, entry_hooks_for
 from .numa_record import NumaRecorder
 from ..trace.format import (ACCESS_DTYPE, ACCESS_FIELDS, ACCESS_RECORDS, DATA_DIR, KIND_LOAD,  # noqa: F401
                             KIND_STORE, PAGE)
@@ -62,7 +63,6 @@ from .vfork_window import VforkWindow
 
 SEGV_ACCERR = 2
 PR_SET_PDEATHSIG = 1
-SPOOL_ROWS = 1 << 18     # accesses a thread buffers before they go to its file
 
 
 class DataEngine:
@@ -122,6 +122,7 @@ class DataEngine:
         self.gate: DataGate | None = DataGate(self, data_in) if data_in else None
         self.armed = self.gate is None   # pages protected (always, without --data-in)
         self.alloc: AllocTracker | None = None
+        self.entry_hooks = NoEntryHooks()     # hook stubs of malloc, memcpy...: inline_hooks.py
         self.syscalls = SyscallGate(self)
         self.blocks = BlockEvents(self)
         self.vfork = VforkWindow(self)
@@ -173,15 +174,18 @@ class DataEngine:
                 self.sequence_address = self.paths.head_address
                 outer = self.original_address
                 self.original_address = lambda rips: outer(self.paths.original_array(rips))
+            self.entry_hooks = entry_hooks_for(self, rs)
+            inline = self.entry_hooks if self.entry_hooks.stubs else None
             if self.block_events:
-                self.warnings += self.blocks.install(rs, self.patched_addresses)
-            self._protect(rs, self.protected)
+                self.warnings += self.blocks.install(rs, self.patched_addresses, inline)
             if self.gate is not None:
                 self.gate.install(rs, self.patched_addresses)
             if self.track_allocations:
                 self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of, self._next_order,
                                           self.guard, self.out_dir, self.code_address)
-                self.warnings += self.alloc.install(rs, self.patched_addresses)
+                self.alloc.lock = self.paths.rings.lock if self.paths else self.alloc.lock
+                self.warnings += self.alloc.install(rs, self.patched_addresses, inline)
+            self._protect(rs, self.protected)   # last: the hooks may call into the target
         self.numa.initial_threads(list(self.tracee.threads))
         for tid in self.tracee.threads:
             self.add_thread(tid)
@@ -207,6 +211,7 @@ class DataEngine:
         runs = [run for run in self.protected.runs() if run[2]] if self.armed else []
         self.area.loop.set_protected(runs)
         self.area.loop.set_traced([(r.start, r.end) for r in self.regions.regions])
+        self.entry_hooks.protected_changed([(start, end) for start, end, _ in runs])
         if self.guard is not None:
             self.guard.update(runs)
 
@@ -343,24 +348,6 @@ class DataEngine:
             self.freed_accesses += program
             self.allocator_freed_accesses += allocator
 
-    def _append(self, tid: int, chunk: np.ndarray) -> None:
-        self.chunks.setdefault(tid, []).append(chunk)
-        self.rows[tid] = self.rows.get(tid, 0) + len(chunk)
-        if self.rows[tid] >= SPOOL_ROWS:
-            self._spool(tid)
-
-    def _spool(self, tid: int) -> None:
-        chunks = self.chunks.pop(tid, [])
-        self.rows[tid] = 0
-        if chunks:
-            path = ACCESS_RECORDS.path(self.out_dir, tid)
-            with writing(path):
-                fd = ACCESS_RECORDS.create(path)     # chunks of the capture container
-                try:
-                    ACCESS_RECORDS.append(fd, np.concatenate(chunks))
-                finally:
-                    os.close(fd)
-
     # ------------------------------------------------------------------ faults
     def claim_signal(self, tracee: Tracee, event: SignalStop) -> bool:
         if tracee is not self.tracee:
@@ -470,6 +457,7 @@ class DataEngine:
         for hooks in self._all_hooks():
             if hooks.active:
                 hooks.remove(child.mem)
+        self.entry_hooks.fork_child(child)
         if self.paths is not None and self.paths.rewriter is not None:
             self.paths.rewriter.fork_child(child)
         if self.active and self.protected:
@@ -511,6 +499,8 @@ class DataEngine:
         self._drain_fast()
         self.numa.observe_all()
         self.area.loop.flush()
+        if self.tracee.threads:
+            self.entry_hooks.detach()     # before the alias goes: memcpy through it finish
         if self.paths is not None and self.tracee.threads:
             self.paths.detach()      # threads out of probes, entries back, last records
         for tid in list(self.tracee.threads):
@@ -543,6 +533,7 @@ class DataEngine:
                 rs.call("prctl", PR_SET_PDEATHSIG, 0)
         for hooks in self._all_hooks():
             hooks.active = False
+        self.entry_hooks.forget()
         self.active = False
         self._unhook()
         self.tracee.trace_syscalls = False
@@ -568,7 +559,7 @@ class DataEngine:
         self.numa.write(self.out_dir)
         with self.paths.rings.lock if self.paths is not None else contextlib.nullcontext():
             for tid in list(self.chunks):
-                self._spool(tid)
+                spool_rows(self, tid)
 
     @property
     def faults(self) -> int:

@@ -176,3 +176,51 @@ void mt_compact_planes(const struct mt_compact *in, uint64_t n, uint8_t *out)
         for (int k = 0; k < R; k++)
             out[(uint64_t)k * n + i] = bytes[i * R + k];
 }
+
+/* A lookup of block_index.c (bi_lookup_cached, passed in by the tracer): for
+ * each address whose id is still 0, the id of the interval holding it and flag */
+typedef size_t (*mt_lookup_fn)(void *index, const uint64_t *addresses, size_t n, uint32_t *ids,
+                               uint8_t *flags, uint8_t flag);
+
+/* What every segment of one thread's batch shares (data_records.py SEGMENT), set
+ * once a batch: the segments between the hook groups of a batch are many and
+ * short (a malloc's own accesses), so each is one call with four integers. */
+struct mt_segment {
+    const struct mt_data_out *in;
+    const uint64_t *addresses;      /* in[i].addr, contiguous */
+    uint32_t *blocks;               /* per data record: its heap block, its freed flag */
+    uint8_t *freed;
+    const struct mt_id_table *t;
+    const struct mt_ranges *traced;
+    uint64_t kinds;
+    uint64_t *order;
+    const uint32_t *only;
+    uint64_t n_only, only_on;
+    struct mt_compact *out;
+    uint64_t *seq, *id_counts, *stats;
+    mt_lookup_fn lookup;            /* NULL: no heap block yet */
+    void *live, *freed_index;       /* the allocation tracker's two indexes */
+};
+
+size_t mt_segment_size(void) { return sizeof(struct mt_segment); }
+
+/* Data records [start, end) of the batch: their heap blocks named with the
+ * indexes as they are now (live first, then freed), then compacted into
+ * s->out + at (mt_compact_data).  Returns the compact records written. */
+uint64_t mt_compact_segment(struct mt_segment *s, uint64_t start, uint64_t end, uint64_t at)
+{
+    uint64_t n = end - start;
+    const uint32_t *blocks = NULL;
+    const uint8_t *freed = NULL;
+    if (s->lookup) {
+        memset(s->blocks + start, 0, n * sizeof *s->blocks);
+        memset(s->freed + start, 0, n);
+        s->lookup(s->live, s->addresses + start, n, s->blocks + start, s->freed + start, 0);
+        s->lookup(s->freed_index, s->addresses + start, n, s->blocks + start, s->freed + start, 1);
+        blocks = s->blocks + start;
+        freed = s->freed + start;
+    }
+    return mt_compact_data(s->in + start, n, s->t, s->traced, (int)s->kinds, s->order, blocks,
+                           freed, s->only, s->n_only, (int)s->only_on, s->out + at, s->seq,
+                           s->id_counts, s->stats);
+}

@@ -3,8 +3,10 @@
 compact records in data/<tid>.dat).
 
 ``RingRecords``: the hybrid engine's data records, taken out of each
-thread's ring by the drain (rings.py ``data_sink``, in the drain thread, the
-ring lock held): each {address, seq, instruction id} becomes one access row
+thread's ring by the drain (ring_split.py, in the drain thread, the ring lock
+held) with the hook groups between them (``hook_sink``: hook_events.py, each
+applied after the data records before it are named, before those after it):
+each {address, seq, instruction id} becomes one access row
 (two for a read-modify-write: the load, then the store) with what the id
 stands for (instruction_table.py); accesses outside the traced byte ranges
 (a page holds traced and untraced bytes), and those --loads-only /
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from typing import Callable
 import os
 
 import numpy as np
@@ -46,7 +49,29 @@ def finish_rows(engine, tid: int, rows: np.ndarray) -> None:
                         return_counts=True)
     for key, count in zip(keys.tolist(), n.tolist()):
         engine.counts[(key >> 2, "L" if key & 3 == KIND_LOAD else "S")] += count
-    engine._append(tid, rows)
+    append_rows(engine, tid, rows)
+
+
+def append_rows(engine, tid: int, chunk: np.ndarray) -> None:
+    """Access rows (ACCESS_DTYPE) of a thread into its spool, written out to
+    data/<tid>.acc every SPOOL_ROWS rows and at the end (``spool_rows``)."""
+    engine.chunks.setdefault(tid, []).append(chunk)
+    engine.rows[tid] = engine.rows.get(tid, 0) + len(chunk)
+    if engine.rows[tid] >= SPOOL_ROWS:
+        spool_rows(engine, tid)
+
+
+def spool_rows(engine, tid: int) -> None:
+    chunks = engine.chunks.pop(tid, [])
+    engine.rows[tid] = 0
+    if chunks:
+        path = ACCESS_RECORDS.path(engine.out_dir, tid)
+        with writing(path):
+            fd = ACCESS_RECORDS.create(path)     # chunks of the capture container
+            try:
+                ACCESS_RECORDS.append(fd, np.concatenate(chunks))
+            finally:
+                os.close(fd)
 
 
 class _IdTable(ctypes.Structure):
@@ -55,11 +80,22 @@ class _IdTable(ctypes.Structure):
                 ("n", ctypes.c_uint64)]
 
 
+class _Segment(ctypes.Structure):
+    """data_expand.c struct mt_segment."""
+    P, U64 = ctypes.c_void_p, ctypes.c_uint64
+    _fields_ = [("input", P), ("addresses", P), ("blocks", P), ("freed", P), ("ids", P),
+                ("traced", P), ("kinds", U64), ("order", P), ("only", P), ("n_only", U64),
+                ("only_on", U64), ("out", P), ("seq", P), ("id_counts", P), ("stats", P),
+                ("lookup", P), ("live", P), ("freed_index", P)]
+
+
 class _Ranges(ctypes.Structure):
     _fields_ = [("starts", ctypes.c_void_p), ("ends", ctypes.c_void_p), ("ids", ctypes.c_void_p),
                 ("n", ctypes.c_uint64)]
 
 
+DATA_BEFORE = 5          # ring_split.HOOK_OUT_DTYPE's field: data records before the group
+SPOOL_ROWS = 1 << 18     # accesses a thread buffers before they go to its file
 STAT_OUTSIDE, STAT_PROBE, STAT_FAULT, STAT_FREED, STAT_UNKNOWN_ID = range(5)
 
 
@@ -72,6 +108,11 @@ def _library():
     lib.mt_compact_data.argtypes = [P, U64, P, P, ctypes.c_int, P, P, P, P, U64, ctypes.c_int,
                                     P, P, P, P]
     lib.mt_compact_planes.restype, lib.mt_compact_planes.argtypes = None, [P, U64, P]
+    lib.mt_segment_size.restype, lib.mt_segment_size.argtypes = ctypes.c_size_t, []
+    lib.mt_compact_segment.restype = U64
+    lib.mt_compact_segment.argtypes = [P, U64, U64, U64]
+    if lib.mt_segment_size() != ctypes.sizeof(_Segment):
+        raise TracerInternalError("libmtloop.so does not match data_records.py: run `make native`")
     return lib
 
 
@@ -104,9 +145,17 @@ class RingRecords:
         self._records = np.empty(0, dtype=COMPACT_DTYPE)
         self._blocks = np.empty(0, dtype=np.uint32)
         self._freed = np.empty(0, dtype=np.uint8)
+        self._addresses = np.empty(0, dtype=np.uint64)
         self._planes = np.empty(0, dtype=np.uint8)
         kinds = (1 if engine.loads else 0) | (2 if engine.stores else 0)
         self.table = self._guarded(lambda: InstructionFile(out_dir, kinds))
+        # hook_sink(tid, group): the hook groups (hook_events.py)
+        self.hook_sink: Callable[[int, tuple], None] | None = None
+        self._id_table: tuple | None = None   # (rows, _IdTable, arrays it points into)
+        self._traced: tuple | None = None     # (starts, _Ranges, arrays it points into)
+        self._only: tuple | None = None       # (--only blocks, their array)
+        self._seg = _Segment()
+        self._seg_ref = ctypes.byref(self._seg)
 
     @property
     def outside(self) -> int:
@@ -116,52 +165,106 @@ class RingRecords:
     def by_path(self) -> tuple[int, int]:
         return int(self.stats[STAT_PROBE]), int(self.stats[STAT_FAULT])
 
-    def __call__(self, tid: int, out: np.ndarray) -> None:
-        engine = self.engine
+    def __call__(self, tid: int, out: np.ndarray, hooks: np.ndarray | None = None) -> None:
+        """A batch of thread ``tid``'s data records (DATA_OUT_DTYPE) and hook groups
+        (HOOK_OUT_DTYPE, each after ``data_before`` of the data records), in order."""
         self.records += len(out)
-        table = self.ids.arrays()
-        n_ids = len(table["rip"])
-        if len(self.id_counts) < 2 * n_ids:
-            grown = np.zeros(2 * n_ids + 1024, dtype=np.uint64)
-            grown[:len(self.id_counts)] = self.id_counts
-            self.id_counts = grown
-        keep: list = []
-        cols = [np.ascontiguousarray(table[k]) for k in ("rip", "size", "kind", "ilen", "first", "path")]
-        keep += cols
-        ids = _IdTable(*(c.ctypes.data for c in cols), n_ids)
-        starts, ends = engine.regions.arrays()
-        traced = _ranges(starts, ends, None, keep)
-        if len(self._records) < 2 * len(out) + 1:
-            self._records = np.empty(2 * len(out) + 1, dtype=COMPACT_DTYPE)
+        size = 2 * len(out) + 2 * len(hooks if hooks is not None else ()) + 1
+        if len(self._records) < size:
+            self._records = np.empty(size, dtype=COMPACT_DTYPE)
+        if len(self._blocks) < len(out):
             self._blocks = np.empty(len(out), dtype=np.uint32)
             self._freed = np.empty(len(out), dtype=np.uint8)
-        blocks = freed_flags = None
-        if engine.alloc is not None and engine.alloc.count:
-            blocks, freed_flags = self._blocks[:len(out)], self._freed[:len(out)]
-            engine.alloc.blocks_into(out["addr"], blocks, freed_flags)
-        only = np.array(sorted(engine.only_blocks or ()), dtype=np.uint32)
-        kinds = (1 if engine.loads else 0) | (2 if engine.stores else 0)
-        records = self._records
-        seq = self.last_seq.setdefault(tid, ctypes.c_uint64(2**64 - 1))
-        before = int(self.stats[STAT_FREED])
-        self._order.value = engine._order
-        n = self.lib.mt_compact_data(out.ctypes.data, len(out), ctypes.byref(ids), ctypes.byref(traced),
-                                     kinds, ctypes.byref(self._order),
-                                     blocks.ctypes.data if blocks is not None else None,
-                                     freed_flags.ctypes.data if freed_flags is not None else None,
-                                     only.ctypes.data, len(only),
-                                     int(engine.only_blocks is not None), records.ctypes.data,
-                                     ctypes.byref(seq), self.id_counts.ctypes.data,
-                                     self.stats.ctypes.data)
-        engine._order = self._order.value
-        freed = int(self.stats[STAT_FREED]) - before     # all of thread tid: program / allocator
-        if freed:
-            engine._count_freed(np.ones(freed, dtype=bool), np.full(freed, tid))
-        if n:
+            self._addresses = np.empty(len(out), dtype=np.uint64)
+        self._addresses[:len(out)] = out["addr"]      # contiguous, for the block lookups
+        self._batch(tid, out)
+        written, start = 0, 0
+        if hooks is not None and len(hooks) and self.hook_sink is None:
+            raise TracerInternalError("hook groups drained without a hook sink")
+        for group in hooks.tolist() if hooks is not None else ():
+            end = group[DATA_BEFORE]
+            if end > start:
+                written += self._segment(tid, out, start, end, written)
+            self.hook_sink(tid, group)   # type: ignore[misc]
+            start = end
+        if start < len(out):
+            written += self._segment(tid, out, start, len(out), written)
+        if written:
             self.write_table()          # every id these records name is on disk before them
             path = ACCESS_RECORDS.compact_path(self.out_dir, tid)
             with writing(path):
-                self._write(tid, path, records[:n])
+                self._write(tid, path, self._records[:written])
+
+    def _ids(self) -> _IdTable:
+        """The instruction table as C reads it (made again when ids were added)."""
+        n = len(self.ids)
+        if self._id_table is None or self._id_table[0] != n:
+            table = self.ids.arrays()
+            cols = [np.ascontiguousarray(table[k]) for k in ("rip", "size", "kind", "ilen", "first",
+                                                             "path")]
+            self._id_table = (n, _IdTable(*(c.ctypes.data for c in cols), n), cols)
+            if len(self.id_counts) < 2 * n:
+                grown = np.zeros(2 * n + 1024, dtype=np.uint64)
+                grown[:len(self.id_counts)] = self.id_counts
+                self.id_counts = grown
+        return self._id_table[1]
+
+    def _segment(self, tid: int, out: np.ndarray, start: int, end: int, at: int) -> int:
+        """Data records [start, end) of the batch into compact records from ``at`` on,
+        named with the heap as it is now; returns how many were written (one C call:
+        a segment can be a few records long)."""
+        engine = self.engine
+        segment = self._seg
+        alloc = engine.alloc
+        if alloc is not None and alloc.count and not segment.lookup:
+            segment.lookup = alloc.live.lookup_function()
+            segment.live, segment.freed_index = alloc.live.handle, alloc.freed.handle
+        before = int(self.stats[STAT_FREED])
+        self._order.value = engine._order
+        written = self.lib.mt_compact_segment(self._seg_ref, start, end, at)
+        engine._order = self._order.value
+        freed = int(self.stats[STAT_FREED]) - before     # all of thread tid: program / allocator
+        if freed and alloc is not None:
+            program, allocator = alloc.split_thread_freed(tid, freed)
+            engine.freed_accesses += program
+            engine.allocator_freed_accesses += allocator
+        return written
+
+    def _batch(self, tid: int, out: np.ndarray) -> None:
+        """What every segment of a batch shares (``_Segment``), set once a batch."""
+        engine = self.engine
+        ids = self._ids()
+        starts, ends = engine.regions.arrays()
+        if self._traced is None or self._traced[0] is not starts:
+            keep: list = []
+            self._traced = (starts, _ranges(starts, ends, None, keep), keep)
+        only = self._only_array()
+        seq = self.last_seq.get(tid)
+        if seq is None:
+            seq = self.last_seq[tid] = ctypes.c_uint64(2**64 - 1)
+        s = self._seg
+        s.input, s.addresses = out.ctypes.data, self._addresses.ctypes.data
+        s.blocks, s.freed = self._blocks.ctypes.data, self._freed.ctypes.data
+        s.ids, s.traced = ctypes.addressof(ids), ctypes.addressof(self._traced[1])
+        s.kinds = (1 if engine.loads else 0) | (2 if engine.stores else 0)
+        s.order = ctypes.addressof(self._order)
+        s.only, s.n_only = only.ctypes.data, len(only)
+        s.only_on = int(engine.only_blocks is not None)
+        s.out, s.seq = self._records.ctypes.data, ctypes.addressof(seq)
+        s.id_counts, s.stats = self.id_counts.ctypes.data, self.stats.ctypes.data
+        alloc = engine.alloc
+        if alloc is not None and alloc.count:
+            s.lookup = alloc.live.lookup_function()
+            s.live, s.freed_index = alloc.live.handle, alloc.freed.handle
+        else:
+            s.lookup = s.live = s.freed_index = None
+
+    def _only_array(self) -> np.ndarray:
+        only = self.engine.only_blocks
+        if self._only is None or self._only[0] != only:
+            self._only = (set(only) if only is not None else None,
+                          np.array(sorted(only or ()), dtype=np.uint32))
+        return self._only[1]
 
     def _write(self, tid: int, path: str, records: np.ndarray) -> None:
         fd = self.files.get(tid)

@@ -19,6 +19,8 @@ def redirect_entry(rw, state, copy: FunctionCopy) -> None:
     through function tracing's entry trampoline when it has one)."""
     if state.self_entry == "baked":
         return             # entered by on-stack replacement only (see the module)
+    if rw.engine.entry_hooks.continue_at(state.start, copy.address):
+        return     # a hook stub's function (inline_hooks.py): the stub goes on in the copy
     # function tracing's entry trampolines go on to the copy after their record
     # (also one written later: a function instrumented live); not one whose
     # branches to its own entry (a call, for function tracing) reach its start

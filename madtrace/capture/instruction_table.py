@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..inject.templates import load_injector
 from ..trace.format import KIND_LOAD, KIND_STORE
 
 KIND_BOTH = KIND_LOAD | KIND_STORE
@@ -25,6 +26,8 @@ class InstructionTable:
         self._rows: list[tuple[int, int, int, int, int, int]] = [(0, 0, 0, 0, 0, 0)]
         self._arrays = None
         self._by_key: dict[tuple, int] = {}
+        L = load_injector()
+        self._limit = L.MT_HOOK_CODE - L.MT_DATA_CODE
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -36,8 +39,8 @@ class InstructionTable:
         ident = self._by_key.get(key)
         if ident is None:
             ident = self._by_key[key] = len(self._rows)
-            if ident >= 1 << 31:
-                raise OverflowError("more than 2**31 instruction ids")
+            if ident >= self._limit:      # the codes above are the hook stubs' (layout.h)
+                raise OverflowError(f"more than {self._limit} instruction ids")
             self._rows.append(key)
             self._arrays = None
         return ident

@@ -62,6 +62,7 @@ class AccessPaths:
             self.rings.ensure_free(len(engine.tracee.threads))
             self.rings.set_enabled(True)
         self.rings.data_sink = self.records
+        engine.area.loop.set_epoch(self.rings.splitter.epoch_address())
         self.rewriter = Rewriter(engine, self.rings.control_address, engine.alias.bitmap.address,
                                  self.ids, L, rings=self.rings)
         engine.area.loop.set_ring_mode(True)
@@ -97,7 +98,8 @@ class AccessPaths:
         """The call records the (stopped) thread wrote so far: the seq of an event now."""
         with self.rings.lock:
             self.rings.drain_one(tid)
-            return self.rings.records_per_thread.get(tid, 0)
+            return self.rings.records_per_thread.get(tid, 0) + \
+                self.rings.splitter.pending_calls(tid)     # behind a record awaiting a stamp
 
     def next_order(self) -> int:
         """An event's order: after every access recorded so far."""
@@ -187,4 +189,5 @@ class AccessPaths:
                 if not self.engine.area.loop.closed else 0,
                 "dropped": totals.get("dropped", 0) + totals.get("unregistered_records", 0),
                 "ring_waits": totals.get("ring_waits", 0),
+                "hooks": self.engine.entry_hooks.report(),
                 "rewriter": self.rewriter.report() if self.rewriter else {}}

@@ -124,8 +124,8 @@ class Rewriter:
         self.refused: Counter = Counter()        # why functions were not relocated
         self.patches = PatchSet()
         self.stats: Counter = Counter()
-        self._copies: list[FunctionCopy] = []
-        self._copy_starts: list[int] = []
+        # (starts, copies) by address, replaced whole: the drain thread looks copies up
+        self._copy_index: tuple[list[int], list[FunctionCopy]] = ([], [])
         self._eh: dict[str, EhFrame] = {}
         self.frames = CopyFrames(engine, injector, rings)
         self._unregistered: list[FunctionState] = []   # see _retry_unregistered
@@ -142,9 +142,10 @@ class Rewriter:
         return next((a for a in self._all_areas if a.area.contains(address)), None)
 
     def copy_at(self, address: int) -> FunctionCopy | None:
-        i = bisect.bisect_right(self._copy_starts, address) - 1
-        if i >= 0 and address < self._copies[i].copy_end:
-            return self._copies[i]
+        starts, copies = self._copy_index
+        i = bisect.bisect_right(starts, address) - 1
+        if i >= 0 and address < copies[i].copy_end:
+            return copies[i]
         return None
 
     def copy_address(self, original: int) -> int | None:
@@ -298,6 +299,8 @@ class Rewriter:
         for address, byte in self._breakpoints().items():
             if state.start <= address < state.end:
                 code[address - state.start] = byte[0]
+        for address, original in self.engine.entry_hooks.original_code(state.start, state.end).items():
+            code[address - state.start:address - state.start + len(original)] = original
         return bytes(code)
 
     def _breakpoints(self) -> dict[int, bytes]:
@@ -330,9 +333,9 @@ class Rewriter:
         area.cursor = copy.address + len(copy.code)
         # a call made in the copy returns to the original code once the session ends
         area.area.return_points.update(copy.returns)
-        i = bisect.bisect_left(self._copy_starts, copy.address)
-        self._copy_starts.insert(i, copy.address)
-        self._copies.insert(i, copy)
+        (starts, copies), at = self._copy_index, copy.address
+        i = bisect.bisect_left(starts, at)
+        self._copy_index = (starts[:i] + [at] + starts[i:], copies[:i] + [copy] + copies[i:])
         self.stats["copies"] += 1
         return self._activate(state, copy, self_entry)
 
@@ -487,7 +490,9 @@ class Rewriter:
         there, a call would be recorded twice)."""
         bounds = self._bounds(original)
         state = self.functions.get(bounds[1]) if bounds else None
-        if state is not None and state.slot and state.start < original < state.start + 5:
+        patched = max(state.start + 5 if state.slot else 0,
+                      self.engine.entry_hooks.patched_end(state.start)) if state else 0
+        if state is not None and state.start < original < patched:
             return copied
         if self.links.patched(original, original + 1):
             return copied

@@ -175,18 +175,119 @@ uint64_t mt_drain_data_out_size(void)
     return sizeof(struct mt_data_out);
 }
 
+/* a hook group taken out of a ring (hybrid engine's hook stubs, layout.h "Hook
+ * stubs"): madtrace/capture/ring_split.py HOOK_OUT_DTYPE */
+struct mt_hook_out {
+    uint64_t a0, a1, a2, ret;   /* entry: rdi, rsi, rdx, return address; return: a0 = rax,
+                                   a1 = entry rsp */
+    uint64_t seq;               /* the thread's call records before it */
+    uint64_t data_before;       /* data records taken out before it (an index of out) */
+    uint64_t position;          /* its first record's ring index */
+    uint32_t code;              /* its first record's code: MT_HOOK_CODE | hook << 2 | kind */
+    uint32_t stamp;             /* entry: the epoch it read; return: its stamp */
+    uint32_t rsp;               /* the function's entry rsp, low 32 bits */
+    uint32_t flags;             /* MT_HOOK_OUT_* */
+};
+enum { MT_HOOK_OUT_LATE = 1 };  /* taken at the end before an earlier stamp came */
+
+/* the state of mt_drain_ring_split, in and out: ring_split.py SPLIT_STATE_DTYPE */
+struct mt_split {
+    uint64_t calls;             /* the thread's call records written out so far */
+    struct mt_data_out *out;    /* data records out: out[out_n], out_cap of room */
+    uint64_t out_cap, out_n;
+    struct mt_hook_out *hooks;  /* hook groups out */
+    uint64_t hooks_cap, hooks_n;
+    uint64_t damaged;           /* records of broken hook groups skipped (a signal handler
+                                   overwrote a group's first record) */
+    uint64_t late;              /* return groups taken at the end out of stamp order */
+    uint32_t next_stamp;        /* the lowest stamp not taken yet (every ring's) */
+    uint32_t final;             /* nonzero: take everything (no stamp is coming any more) */
+};
+
+uint64_t mt_drain_hook_out_size(void) { return sizeof(struct mt_hook_out); }
+uint64_t mt_drain_split_size(void) { return sizeof(struct mt_split); }
+
+static inline const uint8_t *record_at(const uint8_t *ring, uint64_t position)
+{
+    return ring + MT_RING_RECORDS_OFF + (position & MT_RING_MASK) * MT_RECORD_SIZE;
+}
+static inline uint32_t u32_at(const uint8_t *rec, int offset)
+{
+    uint32_t v;
+    memcpy(&v, rec + offset, 4);
+    return v;
+}
+static inline uint64_t u64_at(const uint8_t *rec, int offset)
+{
+    uint64_t v;
+    memcpy(&v, rec + offset, 8);
+    return v;
+}
+
+/* the records of the hook group whose first record is at position (head:
+ * HEAD), or 0 if it is broken: continuation records that do not follow, or
+ * whose position does not match (stale records of an earlier lap) */
+static uint64_t group_size(const uint8_t *ring, uint64_t position, uint64_t head)
+{
+    uint32_t code = u32_at(record_at(ring, position), 8);
+    uint32_t kind = code & 3;
+    uint64_t n = kind == MT_HOOK_ENTRY ? MT_HOOK_ENTRY_RECORDS :
+                 kind == MT_HOOK_RETURN ? MT_HOOK_RETURN_RECORDS :
+                 kind == MT_HOOK_VOID ? (code >> 2) & 0x3ff : 0;
+    if (n < 2 || head - position < n)
+        return 0;
+    for (uint64_t i = 1; i < n; i++)
+        if (u32_at(record_at(ring, position + i), 8) != MT_HOOK_CONT)
+            return 0;
+    if (u32_at(record_at(ring, position + 1), 12) != (uint32_t)position)
+        return 0;
+    return n;
+}
+
+static void decode_group(const uint8_t *ring, uint64_t position, struct mt_hook_out *h)
+{
+    const uint8_t *r0 = record_at(ring, position), *r1 = record_at(ring, position + 1);
+    memset(h, 0, sizeof *h);
+    h->code = u32_at(r0, 8);
+    h->stamp = u32_at(r0, 12);
+    h->a0 = u64_at(r0, 0);
+    h->position = position;
+    if ((h->code & 3) == MT_HOOK_ENTRY) {
+        const uint8_t *r2 = record_at(ring, position + 2), *r3 = record_at(ring, position + 3);
+        h->a1 = u64_at(r1, 0);
+        h->a2 = u64_at(r2, 0);
+        h->rsp = u32_at(r2, 12);
+        h->ret = u64_at(r3, 0);
+    } else {
+        h->a1 = u64_at(r1, 0);
+        h->rsp = (uint32_t)h->a1;
+    }
+}
+
+/* epoch e may be taken once every stamp below it is: e <= next (mod 2^32) */
+static inline int waits(uint32_t epoch, uint32_t next)
+{
+    return (int32_t)(epoch - next) > 0;
+}
+
 /*
- * As mt_drain_ring, for rings that also hold data records (code >=
- * MT_DATA_CODE, written by the data probes and the fault loop): the call
- * records go to fd in order, the data records to out[*out_n], out[*out_n +
- * 1]... with their seq (*calls: the thread's call records written so far, in
- * and out).  Stops early, with what came before consumed, when out is full
- * (returns 1: empty it and call again) or when a call record comes and fd < 0
- * (returns -ENOENT: open the record file and call again).
+ * As mt_drain_ring, for rings that also hold data records (MT_DATA_CODE <=
+ * code < MT_HOOK_CODE: the data probes and the fault loop) and hook groups
+ * (code >= MT_HOOK_CODE): the call records go to fd in order, the data records
+ * to s->out with their seq, the hook groups to s->hooks with their seq and the
+ * number of data records before them (the tracer names the data records
+ * before a group with the heap as it was, then applies the group).  A data
+ * record or entry group is taken once every stamp below its epoch was taken, a
+ * return group when its stamp is s->next_stamp (which then moves on): so that
+ * an access is named after exactly the allocation events that came before it,
+ * in whichever thread.  Returns 0 when the ring is empty, 1 when out or hooks
+ * is full (empty them and call again), 2 when a record waits for a stamp
+ * (s->next_stamp) another ring holds, -ENOENT when a call record comes and fd
+ * < 0 (open the record file and call again), -EPROTO if HEAD is not within one
+ * ring of TAIL, -errno if writing failed; what came before is consumed.
  */
 int mt_drain_ring_split(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, uint64_t to,
-                        int recording, uint64_t *moved, uint64_t *calls,
-                        struct mt_data_out *out, uint64_t out_cap, uint64_t *out_n)
+                        int recording, uint64_t *moved, struct mt_split *s)
 {
     static uint8_t stage[PIECE_RECORDS * MT_RECORD_SIZE];
     volatile uint64_t *head_p = (volatile uint64_t *)(ring + MT_RING_HEAD);
@@ -200,45 +301,89 @@ int mt_drain_ring_split(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, 
         return 0;
     if (head - tail > MT_RING_RECORDS)
         return -EPROTO;
-    const uint8_t *records = ring + MT_RING_RECORDS_OFF;
-    uint64_t position = tail;
-    while (position != head && !stop && !err) {
-        uint64_t index = position & MT_RING_MASK;
-        uint64_t count = head - position;
-        if (count > MT_RING_RECORDS - index)
-            count = MT_RING_RECORDS - index;
-        if (count > PIECE_RECORDS)
-            count = PIECE_RECORDS;
-        const uint8_t *piece = records + index * MT_RECORD_SIZE;
-        uint64_t n_calls = 0, used = 0;
-        for (; used < count; used++) {
-            const uint8_t *rec = piece + used * MT_RECORD_SIZE;
-            uint32_t code;
-            memcpy(&code, rec + 8, sizeof code);
-            if (code >= MT_DATA_CODE) {
-                if (*out_n == out_cap) { stop = 1; break; }
-                struct mt_data_out *d = &out[(*out_n)++];
-                memcpy(&d->addr, rec, 8);
-                d->seq = *calls + n_calls;
-                d->id = code & ~(uint32_t)MT_DATA_CODE;
-                d->pad = 0;
+    uint64_t position = tail, n_calls = 0;
+    while (!err) {
+        int flush = position == head;
+        if (!flush) {
+            const uint8_t *rec = record_at(ring, position);
+            uint32_t code = u32_at(rec, 8);
+            if (code < MT_DATA_CODE) {
+                if (fd < 0) {
+                    stop = -1;
+                    flush = 1;
+                } else {
+                    memcpy(stage + n_calls * MT_RECORD_SIZE, rec, MT_RECORD_SIZE);
+                    n_calls++;
+                    position++;
+                    flush = n_calls == PIECE_RECORDS;
+                }
+            } else if (code < MT_HOOK_CODE) {
+                if (!s->final && waits(u32_at(rec, 12), s->next_stamp)) {
+                    stop = 2;
+                    flush = 1;
+                } else if (s->out_n == s->out_cap) {
+                    stop = 1;
+                    flush = 1;
+                } else {
+                    struct mt_data_out *d = &s->out[s->out_n++];
+                    d->addr = u64_at(rec, 0);
+                    d->seq = s->calls + n_calls;
+                    d->id = code & ~(uint32_t)MT_DATA_CODE;
+                    d->pad = 0;
+                    position++;
+                }
             } else {
-                if (fd < 0) { stop = -1; break; }
-                memcpy(stage + n_calls * MT_RECORD_SIZE, rec, MT_RECORD_SIZE);
-                n_calls++;
+                uint64_t n = group_size(ring, position, head);
+                uint32_t kind = code & 3, late = 0;
+                if (!n) {
+                    s->damaged++;
+                    position++;
+                } else if (kind == MT_HOOK_VOID) {
+                    position += n;
+                } else if (kind == MT_HOOK_ENTRY && !s->final &&
+                           waits(u32_at(rec, 12), s->next_stamp)) {
+                    stop = 2;
+                    flush = 1;
+                } else if (kind == MT_HOOK_RETURN && u32_at(rec, 12) != s->next_stamp &&
+                           !(late = s->final)) {
+                    stop = 2;
+                    flush = 1;
+                } else if (s->hooks_n == s->hooks_cap) {
+                    stop = 1;
+                    flush = 1;
+                } else {
+                    struct mt_hook_out *h = &s->hooks[s->hooks_n++];
+                    decode_group(ring, position, h);
+                    h->seq = s->calls + n_calls;
+                    h->data_before = s->out_n;
+                    if (kind == MT_HOOK_RETURN) {
+                        if (late) {
+                            h->flags |= MT_HOOK_OUT_LATE;
+                            s->late++;
+                        } else {
+                            s->next_stamp++;
+                        }
+                    }
+                    position += n;
+                }
             }
         }
+        if (!flush)
+            continue;
         if (n_calls) {
             size_t written;
             err = write_records(fd, stage, n_calls * MT_RECORD_SIZE, &written);
             if (from < to)
                 count_codes(stage, written / MT_RECORD_SIZE, counts, from, to);
+            s->calls += n_calls;
+            n_calls = 0;
         }
-        *calls += n_calls;
-        position += used;
+        /* what came before is consumed: the writer may overwrite it now */
         __atomic_store_n(tail_p, position, __ATOMIC_RELEASE);
         if (recording)
             __atomic_store_n(limit_p, position + MT_RING_RECORDS, __ATOMIC_RELEASE);
+        if (stop || position == head)
+            break;
     }
     *moved = position - tail;
     if (err)
@@ -246,3 +391,54 @@ int mt_drain_ring_split(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, 
     return stop < 0 ? -ENOENT : stop;
 }
 
+/*
+ * The return group with this stamp, further on in the ring than a record
+ * waiting for it (a signal handler's records, written between the group's
+ * stamp and its publication): decoded into *h (seq: calls + the call records
+ * before it) and made void in the ring (the drain skips it when it gets
+ * there).  Returns 1 if found, else 0.
+ */
+int mt_ring_take_stamp(uint8_t *ring, uint32_t stamp, uint64_t calls, struct mt_hook_out *h)
+{
+    uint64_t head = __atomic_load_n((volatile uint64_t *)(ring + MT_RING_HEAD), __ATOMIC_ACQUIRE);
+    uint64_t tail = *(volatile uint64_t *)(ring + MT_RING_TAIL);
+    if (head - tail > MT_RING_RECORDS)
+        return 0;
+    for (uint64_t p = tail; p != head;) {
+        uint8_t *rec = (uint8_t *)record_at(ring, p);
+        uint32_t code = u32_at(rec, 8);
+        if (code < MT_DATA_CODE) {
+            calls++;
+            p++;
+            continue;
+        }
+        uint64_t n = code >= MT_HOOK_CODE ? group_size(ring, p, head) : 0;
+        if (n && (code & 3) == MT_HOOK_RETURN && u32_at(rec, 12) == stamp) {
+            decode_group(ring, p, h);
+            h->seq = calls;
+            uint32_t void_code = MT_HOOK_CODE | (uint32_t)n << 2 | MT_HOOK_VOID;
+            memcpy(rec + 8, &void_code, 4);
+            return 1;
+        }
+        p += n ? n : 1;
+    }
+    return 0;
+}
+
+/* call records in [TAIL, HEAD) (not drained yet: a stalled ring) */
+uint64_t mt_ring_pending_calls(const uint8_t *ring)
+{
+    uint64_t head = __atomic_load_n((volatile uint64_t *)(ring + MT_RING_HEAD), __ATOMIC_ACQUIRE);
+    uint64_t tail = *(volatile uint64_t *)(ring + MT_RING_TAIL), n = 0;
+    if (head - tail > MT_RING_RECORDS)
+        return 0;
+    for (uint64_t p = tail; p != head; p++)
+        n += u32_at(record_at(ring, p), 8) < MT_DATA_CODE;
+    return n;
+}
+
+/* a stamp of the tracer's own: the epoch's next value (the stubs' lock xadd) */
+uint32_t mt_epoch_take(uint32_t *epoch)
+{
+    return __atomic_fetch_add(epoch, 1, __ATOMIC_SEQ_CST);
+}

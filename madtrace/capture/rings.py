@@ -34,10 +34,9 @@ from ..errors import OutputError, TracerInternalError
 from ..inject.templates import Injector
 from ..native import load
 from ..trace.format import CALL_RECORDS, CALLS_DIR, CAPTURE_FORMAT_VERSION, CHUNK_HEADER, RECORD_DTYPE
+from .ring_split import RingSplitter
+from .ring_split import declare as declare_split
 
-# data records taken out of the rings (hybrid data engine): ring_drain.c struct mt_data_out
-DATA_OUT_DTYPE = np.dtype([("addr", "<u8"), ("seq", "<u8"), ("id", "<u4"), ("pad", "<u4")])
-DATA_OUT_ROWS = 1 << 16
 TOMBSTONE = 1
 KEY_MASK = (1 << 64) - 1
 MADV_POPULATE_WRITE = 23   # Linux 5.14
@@ -47,7 +46,7 @@ MADV_POPULATE_WRITE = 23   # Linux 5.14
 def _library() -> ctypes.CDLL:
     lib = load("libmtdrain.so", "the ring drain", use_errno=True)
     U64 = ctypes.c_uint64
-    for name in ("mt_drain_record_size", "mt_drain_ring_block", "mt_drain_data_out_size",
+    for name in ("mt_drain_record_size", "mt_drain_ring_block",
                  "mt_drain_capture_version", "mt_drain_chunk_header_size"):
         getattr(lib, name).restype, getattr(lib, name).argtypes = U64, []
     lib.madvise.restype = ctypes.c_int
@@ -55,11 +54,8 @@ def _library() -> ctypes.CDLL:
     lib.mt_drain_ring.restype = ctypes.c_int
     lib.mt_drain_ring.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, U64, U64,
                                   ctypes.c_int, ctypes.POINTER(U64)]
-    lib.mt_drain_ring_split.restype = ctypes.c_int
-    lib.mt_drain_ring_split.argtypes = lib.mt_drain_ring.argtypes + [
-        ctypes.POINTER(U64), ctypes.c_void_p, U64, ctypes.POINTER(U64)]
-    if lib.mt_drain_record_size() != RECORD_DTYPE.itemsize or \
-            lib.mt_drain_data_out_size() != DATA_OUT_DTYPE.itemsize:
+    declare_split(lib)
+    if lib.mt_drain_record_size() != RECORD_DTYPE.itemsize:
         raise TracerInternalError("libmtdrain.so does not match RECORD_DTYPE: rebuild it")
     if lib.mt_drain_capture_version() != CAPTURE_FORMAT_VERSION or \
             lib.mt_drain_chunk_header_size() != CHUNK_HEADER.itemsize:
@@ -122,12 +118,21 @@ class RingSet:
         self.failure: OutputError | TracerInternalError | None = None
         self.on_failure = None
         self._thread: threading.Thread | None = None
-        # data_sink(tid, records): the data records of a drained ring (DATA_OUT_DTYPE),
-        # in order, taken out of the call records (hybrid data engine); None: none
-        self.data_sink: Callable[[int, np.ndarray], None] | None = None
-        self._data_out = np.zeros(DATA_OUT_ROWS, dtype=DATA_OUT_DTYPE)
+        # the hybrid data engine's rings hold data records and hook groups too: they
+        # go to the splitter's sink (``data_sink``, ring_split.py); None: none
+        self.splitter: RingSplitter | None = None
         self._u64(injector.MT_CTL_MAGIC, injector.MT_MAGIC)
         self._u64(injector.MT_CTL_VERSION, injector.MT_LAYOUT_VERSION)
+
+    @property
+    def data_sink(self) -> Callable | None:
+        return self.splitter.sink if self.splitter is not None else None
+
+    @data_sink.setter
+    def data_sink(self, sink: Callable[[int, np.ndarray, np.ndarray], None]) -> None:
+        """``sink(tid, data records, hook groups)``, in order (ring_split.py)."""
+        with self.lock:
+            self.splitter = RingSplitter(self, sink)
 
     @classmethod
     def size_for(cls, injector: Injector) -> int:
@@ -204,7 +209,7 @@ class RingSet:
         limit = self._ring_u64(index, L.MT_RING_TAIL) + L.MT_RING_RECORDS if on else 0
         self._ring_u64(index, L.MT_RING_LIMIT, limit)
 
-    def _recording(self, tid: int) -> bool:
+    def recording(self, tid: int) -> bool:
         return self.enabled and tid not in self.muted
 
     @contextlib.contextmanager
@@ -336,7 +341,14 @@ class RingSet:
         with self.lock:
             if tid not in self.thread_ring or self.closed:
                 return
+            if self.splitter is not None:
+                self.splitter.drain_all()     # the stamps its records wait for, first
             self.drain_one(tid)
+            if self.splitter is not None and tid in self.splitter.stalled:
+                final = self.splitter.state.final     # its ring goes: what waits goes now
+                self.splitter.state.final = 1
+                self.drain_one(tid)
+                self.splitter.state.final = final
             index = self.thread_ring.pop(tid)
             key = self.thread_key.pop(tid)
             self._fold(index, clear=True)
@@ -402,8 +414,8 @@ class RingSet:
 
     # ------------------------------------------------------------- draining
     def _drain_one(self, tid: int) -> int:
-        if self.data_sink is not None:
-            return self._drain_split(tid)
+        if self.splitter is not None:
+            return self.splitter.drain(tid)
         index = self.thread_ring[tid]
         used = self._ring_u64(index, self.L.MT_RING_HEAD) - self._ring_u64(index, self.L.MT_RING_TAIL)
         if used > self.peak_used.get(tid, 0):
@@ -416,7 +428,7 @@ class RingSet:
         counts = self.code_counts
         first = 2 * self.L.MT_COUNTED_SITES
         err = self._lib.mt_drain_ring(self.ring_local(index), fd, counts.ctypes.data, first,
-                                      first + len(counts) - 1, int(self._recording(tid)), self._moved)
+                                      first + len(counts) - 1, int(self.recording(tid)), self._moved)
         n = self._moved.value
         self.records_per_thread[tid] = self.records_per_thread.get(tid, 0) + n
         if err == -errno.EPROTO:
@@ -435,43 +447,12 @@ class RingSet:
         except OSError as exc:
             raise OutputError(f"cannot write {path}: {exc.strerror}") from None
 
-    def _drain_split(self, tid: int) -> int:
-        """_drain_one for rings with data records: those go to ``data_sink``."""
-        sink = self.data_sink
-        if sink is None:
-            raise TracerInternalError("a ring with data records drained without a data sink")
-        counts = self.code_counts
-        first = 2 * self.L.MT_COUNTED_SITES
-        calls = ctypes.c_uint64(self.records_per_thread.get(tid, 0))
-        n_out = ctypes.c_uint64(0)
-        total = 0
-        while True:
-            err = self._lib.mt_drain_ring_split(
-                self.ring_local(self.thread_ring[tid]), self.files.get(tid, -1), counts.ctypes.data,
-                first, first + len(counts) - 1, int(self._recording(tid)), self._moved, ctypes.byref(calls),
-                self._data_out.ctypes.data, DATA_OUT_ROWS, ctypes.byref(n_out))
-            total += self._moved.value
-            self.records_per_thread[tid] = calls.value
-            if n_out.value:
-                sink(tid, self._data_out[:n_out.value])     # used before the next call only
-                n_out.value = 0
-            path = CALL_RECORDS.path(self.out_dir, tid)
-            if err == -errno.ENOENT:
-                self.files[tid] = self._create(path)
-                continue
-            if err == 1:
-                continue
-            if err == -errno.EPROTO:
-                raise TracerInternalError(f"ring of thread {tid}: head more than one ring ahead")
-            if err:
-                raise OutputError(f"cannot write {path}: {os.strerror(-err)}")
-            return total
-
     def drain_all(self) -> int:
         with self.lock:
-            total = 0
-            for tid in list(self.thread_ring):
-                total += self.drain_one(tid)
+            if self.splitter is not None:
+                total = self.splitter.drain_all()
+            else:
+                total = sum(self.drain_one(tid) for tid in list(self.thread_ring))
             if not self.closed and self.mem[self.L.MT_CTL_NOWAIT]:
                 self.mem[self.L.MT_CTL_NOWAIT] = 0  # writers may wait again: we are alive
             return total
@@ -534,6 +515,9 @@ class RingSet:
         self._stop.set()
         if self._thread:
             self._thread.join()
+        if self.splitter is not None:
+            with self.lock:
+                self.splitter.finish()    # the last drain: no stamp is coming any more
         self.drain_all()
 
     def totals(self) -> dict:

@@ -16,6 +16,7 @@ from ..arch.x86_64.memops import effective_address
 from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
 from ..process.remote_syscall import RemoteSyscalls
+from .data_records import append_rows
 from ..trace.format import ACCESS_DTYPE, ACCESS_FIELDS, KIND_LOAD, KIND_STORE, PAGE
 
 SEGV_ACCERR = 2
@@ -93,7 +94,7 @@ class SlowPath:
                 chunk = np.zeros(len(rows), dtype=ACCESS_DTYPE)
                 for field, column in zip(ACCESS_FIELDS, zip(*rows)):
                     chunk[field] = column
-                e._append(tid, chunk)
+                append_rows(e, tid, chunk)
         if not recorded:
             e.untraced_faults += 1
         return pages

@@ -53,6 +53,7 @@ class VforkWindow:
             if hooks.active:
                 for address, byte in hooks.saved_byte.items():
                     parent.mem.write(address, byte)
+        engine.entry_hooks.pause(parent.mem)      # the hook stubs' entries too
         self._open[tid] = (events, pages)
         self.windows += 1
 
@@ -69,6 +70,7 @@ class VforkWindow:
                 if hooks.active:
                     for address in hooks.saved_byte:
                         parent.mem.write(address, INT3)
+            engine.entry_hooks.unpause(parent.mem)
         met = {e.tid for e in events}
         for other, state in list(parent.threads.items()):
             if other != tid and other not in met and not state.running:

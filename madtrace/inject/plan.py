@@ -127,6 +127,11 @@ def uses_cxx_exceptions(module: Module) -> bool:
 _image_scans: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+def module_scan(module: Module):
+    """The module's CallSiteScan (its direct branches among them), once per image."""
+    return _ModuleScan(module).scan
+
+
 class _ModuleScan:
     """Call sites and address-taken functions of one module, computed once per
     image (all ELF-relative)."""

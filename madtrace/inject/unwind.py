@@ -30,6 +30,16 @@ replay closes that frame by stack pointer, as for ``longjmp``.
 ``eh_frame(entries)`` builds one ``.eh_frame``-format object: one CIE, one
 FDE per ``(pc_begin, pc_end, return_to)`` and the zero terminator, with
 absolute (``DW_EH_PE_absptr``) addresses, so the bytes may live anywhere.
+
+``frames_eh_frame(entries)`` does the same for code that has a frame of its
+own (the hybrid engine's allocator hook stubs, capture/inline_hooks.py, at the
+return from the function they call): one FDE per ``(pc_begin, pc_end,
+cfa_offset)``: CFA = rsp + cfa_offset, the return address at CFA - 8, the
+stack pointer = CFA, every other register unchanged.
+
+``registrar(space)``: the target's ``__register_frame_info`` and
+``__deregister_frame_info`` (those of the module that holds the C++ unwinder,
+``_Unwind_RaiseException``), or None when no such unwinder is loaded.
 ``OBJECT_SIZE`` bytes of zeroed, writable memory are libgcc's ``struct
 object`` for that registration (no malloc inside the target).
 """
@@ -43,6 +53,7 @@ import struct
 OBJECT_SIZE = 128
 
 DW_CFA_def_cfa = 0x0C
+DW_CFA_offset = 0x80         # | register, then a ULEB factored offset
 DW_CFA_val_offset = 0x14
 DW_CFA_val_expression = 0x16
 DW_CFA_nop = 0x00
@@ -104,3 +115,35 @@ def eh_frame(entries: list[tuple[int, int, int]]) -> bytes:
     for pc_begin, pc_end, return_to in sorted(entries):
         out += _fde(0, len(out), pc_begin, pc_end, return_to)
     return bytes(out) + struct.pack("<I", 0)
+
+
+def _frame_fde(cie_offset: int, fde_offset: int, pc_begin: int, pc_end: int, cfa: int) -> bytes:
+    program = bytes([DW_CFA_def_cfa]) + _uleb(REG_RSP) + _uleb(cfa)
+    program += bytes([DW_CFA_offset | REG_RA]) + _uleb(1)       # at CFA + 1 * data_align (-8)
+    body = struct.pack("<I", fde_offset + 4 - cie_offset)
+    body += struct.pack("<QQ", pc_begin, pc_end - pc_begin) + _uleb(0) + program
+    return _record(body)
+
+
+def frames_eh_frame(entries: list[tuple[int, int, int]]) -> bytes:
+    """One registrable .eh_frame object for ``(pc_begin, pc_end, cfa_offset)`` entries."""
+    out = bytearray(_cie())
+    for pc_begin, pc_end, cfa in sorted(entries):
+        out += _frame_fde(0, len(out), pc_begin, pc_end, cfa)
+    return bytes(out) + struct.pack("<I", 0)
+
+
+def registrar(space) -> tuple[int, int] | None:
+    """(__register_frame_info, __deregister_frame_info) of the module that holds the
+    target's C++ unwinder (libgcc_s; glibc exports compat copies whose registrations
+    that unwinder never sees), or None when none is loaded."""
+    def exported(name: str):
+        return [ms for ms in space.find_functions(name)
+                if ms.symbol.dynamic and ms.symbol.binding != "LOCAL" and ms.symbol.address]
+    unwinders = {ms.module.name for ms in exported("_Unwind_RaiseException")}
+    found = {}
+    for name in ("__register_frame_info", "__deregister_frame_info"):
+        found[name] = next((ms.address for ms in exported(name) if ms.module.name in unwinders), 0)
+    if not all(found.values()):
+        return None
+    return found["__register_frame_info"], found["__deregister_frame_info"]

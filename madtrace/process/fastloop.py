@@ -62,6 +62,7 @@ def _library() -> ctypes.CDLL:
         "mt_insn_add": (I, [P, U64, ctypes.c_uint32, U64, I, I, I, ctypes.c_int64, I, I, I, I,
                             I, I, I, I, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32]),
         "mt_set_ring_mode": (None, [P, I]), "mt_ring_full": (U64, [P]),
+        "mt_set_epoch": (None, [P, P]),
         "mt_flush": (I, [P]), "mt_handle_fault": (I, [P, I, U64]),
         "mt_wait": (I, [P, I, ctypes.POINTER(I), ctypes.POINTER(I)]),
     }
@@ -140,6 +141,11 @@ class FaultLoop:
         """Records go into each thread's ring, as data records with instruction ids
         (hybrid engine), instead of the loop's own buffer."""
         self.lib.mt_set_ring_mode(self.ctx, int(on))
+
+    def set_epoch(self, address: int) -> None:
+        """Ring mode: where the control block's epoch is in the tracer (every data
+        record carries its value: ring_split.py)."""
+        self.lib.mt_set_epoch(self.ctx, address or None)
 
     def ring_full(self) -> int:
         return self.lib.mt_ring_full(self.ctx)

@@ -114,6 +114,8 @@ struct mt_ctx {
     int ring_mode;             /* hybrid engine: records go into the thread's ring (after
                                   its call records and probe records, in order) */
     uint64_t ring_full;        /* faults handed back because a ring was full */
+    const volatile uint32_t *epoch;  /* ring mode: the control block's epoch (layout.h
+                                        MT_CTL_EPOCH), which every data record carries */
 };
 
 static inline uint8_t *slot_of(struct mt_ctx *c, int slot) {
@@ -181,6 +183,7 @@ int mt_set_safe_syscalls(struct mt_ctx *c, const uint8_t *bitmap, size_t n) {
 }
 void mt_set_resume(struct mt_ctx *c, int request) { c->resume_request = request; }
 void mt_set_ring_mode(struct mt_ctx *c, int on) { c->ring_mode = on; }
+void mt_set_epoch(struct mt_ctx *c, const uint32_t *epoch) { c->epoch = epoch; }
 uint64_t mt_ring_full(struct mt_ctx *c) { return c->ring_full; }
 
 /* ring mode: room for n more records in the thread's ring (head: the tracer's
@@ -192,17 +195,18 @@ static int ring_room(const struct mt_thread *t, uint64_t n) {
 }
 
 /* ring mode: one data record, published as the target's own are (the thread is stopped) */
-static void ring_record(const struct mt_thread *t, uint64_t addr, uint32_t id) {
+static void ring_record(const struct mt_ctx *c, const struct mt_thread *t, uint64_t addr,
+                        uint32_t id) {
     volatile uint64_t *head = (volatile uint64_t *)t->head;
     uint8_t *ring = (uint8_t *)head - MT_RING_HEAD;
     uint64_t limit = *(volatile uint64_t *)(ring + MT_RING_LIMIT);
     if (limit == 0) return;                /* recording off */
     uint64_t h = *head;
     uint8_t *rec = ring + MT_RING_RECORDS_OFF + (h & MT_RING_MASK) * MT_RECORD_SIZE;
-    uint32_t code = MT_DATA_CODE | id, ones = 0xffffffffu;
+    uint32_t code = MT_DATA_CODE | id, epoch = c->epoch ? *c->epoch : 0;
     memcpy(rec, &addr, 8);
     memcpy(rec + 8, &code, 4);
-    memcpy(rec + 12, &ones, 4);
+    memcpy(rec + 12, &epoch, 4);
     __atomic_store_n(head, h + 1, __ATOMIC_RELEASE);
 }
 
@@ -384,7 +388,7 @@ static int record_operand(struct mt_ctx *c, struct mt_thread *t, uint64_t rip, u
                           int size, int kinds, int ilen, uint32_t id) {
     if (!t->recording || !in_runs(c->traced_runs, c->n_traced, ea)) return 0;
     if (c->ring_mode) {
-        ring_record(t, ea, id);          /* one record: its kinds come with the id */
+        ring_record(c, t, ea, id);          /* one record: its kinds come with the id */
         return 1;
     }
     int first = 1;
@@ -478,13 +482,13 @@ static int string_op(struct mt_ctx *c, struct mt_thread *t, struct user_regs_str
         int first = 1;
         if (e->op == OP_MOVS && (c->kinds_filter & 1) &&
             in_runs(c->traced_runs, c->n_traced, src + i * step)) {
-            if (c->ring_mode) ring_record(t, src + i * step, e->id);
+            if (c->ring_mode) ring_record(c, t, src + i * step, e->id);
             else record(c, t, regs->rip, src + i * step, size, 1, e->ilen, 1);
             first = 0;
             any = 1;
         }
         if ((c->kinds_filter & 2) && in_runs(c->traced_runs, c->n_traced, dst + i * step)) {
-            if (c->ring_mode) ring_record(t, dst + i * step, first ? e->id3 : e->id2);
+            if (c->ring_mode) ring_record(c, t, dst + i * step, first ? e->id3 : e->id2);
             else record(c, t, regs->rip, dst + i * step, size, 2, e->ilen, first);
             any = 1;
         }

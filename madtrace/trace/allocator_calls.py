@@ -41,21 +41,19 @@ class AllocatorCallWriter:
         os.makedirs(os.path.join(directory, DATA_DIR), exist_ok=True)
         self.fd = ALLOCATOR_CALL_RECORDS.create(os.path.join(directory, ALLOCATOR_CALLS_FILE),
                                                 truncate=True)
-        self.buffer = np.zeros(self.BUFFER_ROWS, dtype=ALLOCATOR_CALL_DTYPE)
-        self.buffered = 0
+        self.buffer: list[tuple[int, int, int, int]] = []
         self.rows = 0
 
     def add(self, tid: int, begin: int, end: int) -> None:
-        self.buffer[self.buffered] = (tid, 0, begin, end)
-        self.buffered += 1
+        self.buffer.append((tid, 0, begin, end))
         self.rows += 1
-        if self.buffered == self.BUFFER_ROWS:
+        if len(self.buffer) == self.BUFFER_ROWS:
             self.flush()
 
     def flush(self) -> None:
-        if self.buffered and self.fd >= 0:
-            ALLOCATOR_CALL_RECORDS.append(self.fd, self.buffer[:self.buffered])
-            self.buffered = 0
+        if self.buffer and self.fd >= 0:
+            ALLOCATOR_CALL_RECORDS.append(self.fd, np.array(self.buffer, dtype=ALLOCATOR_CALL_DTYPE))
+            self.buffer = []
 
     def close(self) -> None:
         if self.fd >= 0:
