@@ -199,6 +199,7 @@ class DataEngine:
             self.alias.alias(rs, start, end, origins_in(mappings, start, end), mappings)
         self.alias.update_access(self.protected)
         self.area.loop.set_alias(self.alias.bits.ctypes.data, ALIAS_BIT)
+        self.area.through_alias = True
         self.guard.set_bitmap(self.alias.bitmap.address, self.alias.bitmap.size)
 
     def tables_changed(self) -> None:
@@ -428,7 +429,7 @@ class DataEngine:
         slot = area.home.get(tid)
         if insn is None or slot is None:
             return False
-        if insn.atomic and len(self.tracee.threads) > 1:
+        if insn.atomic and len(self.tracee.threads) > 1 and not area.through_alias:
             self.slow_reasons["locked instruction with threads"] += 1
             return False
         if not area.register(insn, slot):
