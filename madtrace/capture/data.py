@@ -483,13 +483,11 @@ class DataEngine:
     def _hold_all(self) -> list[int]:
         """Stop every running thread (a fork child's copies are taken meanwhile);
         returns those to resume."""
-        running = [t for t, s in self.tracee.threads.items() if s.running]
-        if not running:
+        if not any(s.running for s in self.tracee.threads.values()):
             return []
-        events = self.tracee.stop_all()
+        events, held = self.tracee.hold_all()   # threads made meanwhile included
         self.defer(events)
-        met = {e.tid for e in events}
-        return [t for t in running if t not in met]
+        return held
 
     def _resume(self, tids) -> None:
         for tid in tids:
