@@ -58,7 +58,7 @@ class RecordOptions:
     loads: bool = True
     stores: bool = True
     store: bool = False              # write DIR/store while the target runs (store_writer.py)
-    data_engine: str = "fault"       # hybrid (alias + rewritten code) or fault (a stop per access)
+    data_engine: str = "hybrid"      # hybrid (alias + rewritten code) or fault (a stop per access)
 
 
 BLOCK_NAME = re.compile(r"^<?(?:malloc|calloc|realloc|freed:)?(\d+)(?:@.*)?>?$")
