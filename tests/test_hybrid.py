@@ -211,3 +211,38 @@ def test_locked_instruction_on_the_fault_path_stays_atomic(tmp_path, variant):
     meta = json.loads((tmp_path / "t" / "meta.json").read_text())["data_tracing"]
     assert meta["slow_path"] == 0, meta["slow_reasons"]
     assert got["add_locked+0x0"] == {"L": 12000, "S": 12000}
+
+
+@pytest.mark.parametrize("engine", ["hybrid", "fault"])
+def test_detach_in_a_fault_path_loop_keeps_every_store(tmp_path, engine):
+    """madtrace is sent SIGTERM (a detach: the target goes on untraced) while
+    the program stores on the fault path and reads back at once, one stop per
+    round: the detach finds its thread at a fault, in a stub (before or after
+    its instruction) or in relocated code, and moves it out; no store may be
+    lost or repeated and no register changed (the program checks every
+    read-back and the final value: output equal to the native one)."""
+    argv = [prog("data_fault_store", "O2-nopie"), "store", "20000000"]
+    native = subprocess.run(argv, capture_output=True, timeout=60)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    for run, pause in enumerate((0.2, 0.5, 0.9, 1.4)):
+        tracer = subprocess.Popen([*MADTRACE, "record", "--data", "--no-functions",
+                                   "--data-engine", engine, "-o", str(tmp_path / f"t{run}"),
+                                   "--", *argv],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        try:
+            for line in tracer.stderr:
+                if b"tracing data accesses" in line:
+                    break
+            else:
+                pytest.fail("madtrace never started data tracing")
+            import time
+            time.sleep(pause)
+            tracer.send_signal(signal.SIGTERM)
+            out, err = tracer.communicate(timeout=300)
+        finally:
+            if tracer.poll() is None:
+                tracer.kill()
+        assert tracer.returncode == 0, (run, err)
+        assert out == native.stdout, (run, out)
+        meta = json.loads((tmp_path / f"t{run}" / "meta.json").read_text())
+        assert meta["outcome"] == "detached" and meta["released"]["kept"] == [], meta["released"]
