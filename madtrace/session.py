@@ -531,7 +531,7 @@ class Recording(ImageChanges, Footprints, Results):
         self.after_commands()
         if self._entry_start is not None:
             self._entry_start.disarm()
-        self.meta.update(self._state_meta(outcome))
+        self.meta.update(self._state_meta(outcome), **self._detach_results())
         out = None if self.options.quiet else sys.stderr
         with Activity("writing the trace", out):
             self.meta.update(self._function_results(final=True))

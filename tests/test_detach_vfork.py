@@ -11,8 +11,9 @@ madtrace's mappings out (the child waits to run), so the protections, the
 alias and the data area stayed, and the program died of SIGSEGV soon after.
 The vfork now runs on to its vfork-done stop first (Controller.settle).
 Oracles: the program's own checks of every vfork and its checksum, exit 0;
-after each cycle no madtrace mapping in /proc/PID/maps and nothing kept
-(meta.json ``released.kept``)."""
+after each cycle no madtrace mapping in /proc/PID/maps, nothing kept
+(meta.json ``released.kept``) and no restore that failed (``detach_failures``:
+before, the data engine's failure was swallowed)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def test_detach_while_vforking_restores_everything(tmp_path, engine, variant, mo
             meta = json.loads((out / "meta.json").read_text())
             assert meta["outcome"] == "detached"
             assert meta["released"]["kept"] == [], (cycle, meta["released"])
+            assert "detach_failures" not in meta, (cycle, meta["detach_failures"])
             assert meta["data_tracing"]["engine"] == engine
         out, _ = target.communicate(b"\n", timeout=120)
     finally:

@@ -46,6 +46,9 @@ class Controller:
         self.execs_seen = 0
         self.signals_forwarded = 0
         self.stop_reason: str | None = None
+        # what a detach could not restore or take out (an engine's hook failed), said
+        # at the end of the recording and in meta.json (detach_failures)
+        self.detach_failures: list[str] = []
         self._hooks: dict[int, TraceeHooks] = {}
         # called with each fork child that is followed, after its parent's on_fork_child
         # hooks and before it first runs (a new recording starts in it)
@@ -376,10 +379,11 @@ class Controller:
             for hook in self.hooks(tracee).before_detach:
                 try:
                     hook(tracee)
-                except Exception:
+                except Exception as exc:
                     # keep restoring and detaching: a half-restored target is still
-                    # better than one left stopped under a dead tracer
-                    pass
+                    # better than one left stopped under a dead tracer; said at the end
+                    self.detach_failures.append(f"process {tracee.pid}: restoring: "
+                                                f"{type(exc).__name__}: {exc}")
             for event in events:
                 state = tracee.threads.get(event.tid)
                 if state is None or state.running:
@@ -402,8 +406,9 @@ class Controller:
                 for hook in releases:
                     try:
                         hook(tracee)
-                    except Exception:
-                        pass   # what could not be taken out stays (and was said)
+                    except Exception as exc:     # what could not be taken out stays
+                        self.detach_failures.append(f"process {tracee.pid}: taking madtrace "
+                                                    f"out: {type(exc).__name__}: {exc}")
             tracee.detach()   # stops the resumed threads again (keeping their own signals)
 
     def _stop_settled(self, tracee: Tracee, deferred=()) -> list:
