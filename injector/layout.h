@@ -103,6 +103,10 @@
  * written back from the slot to their real address by the tracer at its next stop (any thread: every
  * access to the page faults first, every system call stops first), or by the
  * in-target guard if the tracer is gone.
+ * Hybrid engine, a page reached through its alias: relocated code reads the
+ * alias without a stop, so nothing may wait for a write-back there; the stub
+ * is then the instruction on [rA], rA loaded from MT_DSLOT_ALIAS (saved in
+ * MT_DSLOT_SAVED and restored), the same tail, and the slot holds no bytes.
  */
 #define MT_DATA_SLOTS         256
 #define MT_DSLOT_SIZE         192
@@ -112,6 +116,10 @@
 #define MT_DSLOT_ADDR         128    /* u64: the real address of the bytes (0: slot free) */
 #define MT_DSLOT_LEN          136    /* u64: the operand's size */
 #define MT_DSLOT_DONE         144    /* u64: nonzero once the stub's instruction ran */
+#define MT_DSLOT_ALIAS        152    /* u64: hybrid engine, an aliased page: the operand's
+                                        address in the alias; the stub accesses it there
+                                        (arch/x86_64/alias_access.py) and LEN is 0 */
+#define MT_DSLOT_SAVED        160    /* u64: that stub's address register, saved */
 
 /* The guard: madtrace's SIGSEGV and SIGTRAP handler in the target while data
  * tracing is on.  The tracer never lets its own faults and traps reach the

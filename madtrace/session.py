@@ -59,7 +59,7 @@ class RecordOptions:
     loads: bool = True
     stores: bool = True
     store: bool = False              # write DIR/store while the target runs (store_writer.py)
-    data_engine: str = "fault"       # hybrid (alias + rewritten code) or fault (a stop per access)
+    data_engine: str = "hybrid"      # hybrid (alias + rewritten code) or fault (a stop per access)
 
 
 BLOCK_NAME = re.compile(r"^<?(?:malloc|calloc|realloc|freed:)?(\d+)(?:@.*)?>?$")
@@ -535,7 +535,7 @@ class Recording(ImageChanges, Footprints, Results):
         self.after_commands()
         if self._entry_start is not None:
             self._entry_start.disarm()
-        self.meta.update(self._state_meta(outcome))
+        self.meta.update(self._state_meta(outcome), **self._detach_results())
         out = None if self.options.quiet else sys.stderr
         with Activity("writing the trace", out):
             self.meta.update(self._function_results(final=True))

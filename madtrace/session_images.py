@@ -118,8 +118,8 @@ class ImageChanges:
     def _modules_changed(self, tid: int) -> None:
         """The loader mapped or unmapped modules (dlopen, dlclose): resolve the
         pending -f patterns that a new module defines, before it runs any code."""
-        others = [t for t, s in self.tracee.threads.items() if t != tid and s.running]
-        self.controller.deferred.extend(self.tracee.stop_all())
+        events, others = self.tracee.hold_all()   # threads made meanwhile included
+        self.controller.deferred.extend(events)
         try:
             before = {m.path: m for m in self.address_space.modules}
             self._load_address_space()
@@ -140,7 +140,7 @@ class ImageChanges:
             deferred = {e.tid for e in self.controller.deferred}
             for other in others:
                 state = self.tracee.threads.get(other)
-                if state is not None and not state.running and other not in deferred:
+                if other != tid and state is not None and not state.running and other not in deferred:
                     self.tracee.resume(other)
 
     def _start_exec_image(self) -> None:

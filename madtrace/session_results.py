@@ -47,6 +47,14 @@ class Results:
                 return rings.failure
         return None
 
+    def _detach_results(self) -> dict:
+        """What a detach could not restore or take out (an engine's hook failed),
+        said, and kept in meta.json."""
+        failures = list(self.controller.detach_failures) if self.controller is not None else []
+        for failure in failures:
+            self.log(f"warning: detach: {failure}")
+        return {"detach_failures": failures} if failures else {}
+
     def _data_results(self) -> dict:
         """Writes the data files (data/) into the trace directory; returns the counts."""
         engine = self.data

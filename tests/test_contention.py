@@ -43,13 +43,7 @@ def runs_equal_lackey(tmp_path, variant: str, mode: str, runs: int) -> list[dict
                              sections(path, ".data", ".bss"))
     metas = []
     for run in range(runs):
-        try:
-            accesses, meta, stdout = madtrace_accesses(tmp_path / str(run), argv, HYBRID)
-        except subprocess.TimeoutExpired:
-            # a known open defect, not a pass: in about 1 of 40-100 recordings of the
-            # mutex program on a loaded machine the hybrid engine hangs (futex through
-            # the alias suspected; not reproduced in 40 runs alone). Issue 14 item 7.
-            pytest.xfail(f"run {run} of {mode}: the hybrid recording hung (known, issue 14 item 7)")
+        accesses, meta, stdout = madtrace_accesses(tmp_path / str(run), argv, HYBRID)
         assert stdout == native.stdout, run
         got, expected = named_like_madtrace(path, oracle, accesses)
         assert got == expected, (run, meta["data_tracing"])

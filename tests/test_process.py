@@ -124,3 +124,45 @@ def test_detach_keeps_pending_signals_of_the_target():
     finally:
         proc.kill()
     assert proc.returncode == -signal.SIGTERM
+
+
+@pytest.mark.parametrize("variant", ["O2-nopie"])
+def test_threads_made_while_every_thread_is_held_are_resumed(capfd, variant):
+    """A program creates and joins a thread per round (and forks, vforks) while
+    the tracer holds every thread again and again, as the data engines do
+    (an entry redirected, the slow path) and resumes what it stopped
+    (``Tracee.hold_all``).  A thread whose parent's clone event is met during
+    such a hold is stopped by it at its first stop, and must be resumed with
+    the others: before, only the threads seen running before the hold were,
+    the new one stayed stopped and pthread_join waited forever (the hybrid
+    engine's rare hang of the mutex program).  The program's output equals its
+    untraced one."""
+    from madtrace.process.controller import Controller
+
+    argv = [prog("churn", variant), "300"]
+    expected = run_untraced(argv).stdout
+    capfd.readouterr()
+    tracee = Tracee.spawn(argv)
+    controller = Controller(tracee)
+    deadline = time.monotonic() + 90
+    holds = 0
+
+    def hold():
+        nonlocal holds
+        if time.monotonic() > deadline:
+            stopped = [t for t, s in tracee.threads.items() if not s.running]
+            raise TimeoutError(f"the program hangs after {holds} holds; stopped threads {stopped}")
+        events, held = tracee.hold_all()
+        controller.deferred.extend(events)
+        for tid in held:
+            tracee.resume(tid)
+        holds += 1
+
+    controller.command_poll = hold
+    try:
+        assert controller.run() == "exited"
+    finally:
+        if tracee.threads:
+            os.kill(tracee.pid, signal.SIGKILL)
+    assert tracee.exit_event.status == 0 and holds > 100
+    assert capfd.readouterr().out.encode() == expected

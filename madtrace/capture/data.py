@@ -203,6 +203,7 @@ class DataEngine:
             self.alias.alias(rs, start, end, origins_in(mappings, start, end), mappings)
         self.alias.update_access(self.protected)
         self.area.loop.set_alias(self.alias.bits.ctypes.data, ALIAS_BIT)
+        self.area.through_alias = True
         self.guard.set_bitmap(self.alias.bitmap.address, self.alias.bitmap.size)
 
     def tables_changed(self) -> None:
@@ -417,7 +418,7 @@ class DataEngine:
         slot = area.home.get(tid)
         if insn is None or slot is None:
             return False
-        if insn.atomic and len(self.tracee.threads) > 1:
+        if insn.atomic and len(self.tracee.threads) > 1 and not area.through_alias:
             self.slow_reasons["locked instruction with threads"] += 1
             return False
         if not area.register(insn, slot):
@@ -472,13 +473,11 @@ class DataEngine:
     def _hold_all(self) -> list[int]:
         """Stop every running thread (a fork child's copies are taken meanwhile);
         returns those to resume."""
-        running = [t for t, s in self.tracee.threads.items() if s.running]
-        if not running:
+        if not any(s.running for s in self.tracee.threads.values()):
             return []
-        events = self.tracee.stop_all()
+        events, held = self.tracee.hold_all()   # threads made meanwhile included
         self.defer(events)
-        met = {e.tid for e in events}
-        return [t for t in running if t not in met]
+        return held
 
     def _resume(self, tids) -> None:
         for tid in tids:

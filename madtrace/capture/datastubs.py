@@ -9,6 +9,15 @@ back after the original instruction).  The area is one memfd mapped RWX in
 the target (the stub writes its slot) and RW in the tracer, which writes
 stubs and slots with plain memory accesses.
 
+Hybrid engine (``through_alias``): a page reached through its alias is read
+and written by relocated code without a stop, so a store kept in a slot until
+the tracer's next stop could be read as the old value there.  Each stub then
+has a second form, the *alias stub* (arch/x86_64/alias_access.py): the
+instruction carried out on the operand's alias address, which the loop
+writes into the slot at each fault; the store is in memory when the stub's
+instruction has run, and nothing is written back.  An instruction without an
+alias form takes the slow path on such pages (the loop hands it back).
+
 Slots: each thread has a home slot.  A slot is busy from the fault that
 fills it until the tracer's next stop after its stub ran (then its bytes are
 written back for a store).  A thread whose home slot is still busy (its
@@ -21,9 +30,12 @@ from __future__ import annotations
 
 import bisect
 import struct
+from dataclasses import dataclass
 
+from ..arch.x86_64.alias_access import alias_access
 from ..arch.x86_64.memops import MemInstruction
 from ..arch.x86_64.redirect import emulation, redirect_operand, redirectable
+from ..arch.x86_64.relocate import Refusal
 from ..errors import TracerInternalError
 from ..inject.areas import SharedArea
 from ..inject.templates import load_injector
@@ -49,8 +61,9 @@ class DataArea:
         self.home: dict[int, int] = {}                    # tid -> slot
         self.free_slots = list(range(self.L.MT_DATA_SLOTS))
         self._stub_starts: list[int] = []
-        self._stub_info: dict[int, tuple[int, int, int]] = {}   # stub -> (rip, end, tail)
+        self._stub_info: dict[int, StubInfo] = {}
         self.full = False
+        self.through_alias = False      # hybrid engine: alias stubs too (see the module)
         # ids_of(insn, how) -> (id, id2, id3): instruction ids of its records when the
         # loop writes them into the rings (hybrid engine, paths.py); None: it does not
         self.ids_of = None
@@ -117,10 +130,15 @@ class DataArea:
             self.emulated[insn.address] = how
             return True
         why = redirectable(insn)
+        stub = alias_stub = 0
         if why is None:
-            stub = self._build(insn, slot)
+            stub = self._build(insn, slot, through_alias=False)
             if isinstance(stub, str):
                 why = stub
+        if why is None and self.through_alias:
+            alias_stub = self._build(insn, slot, through_alias=True)
+            if isinstance(alias_stub, str):
+                why = f"no alias form: {alias_stub}"
         if why is not None:
             self.refused[insn.address] = why
             return False
@@ -130,25 +148,36 @@ class DataArea:
                                   op.segment, op.size, op.load, op.store, insn.size,
                                   addr32=op.base in _REG32 or op.index in _REG32,
                                   atomic=insn.atomic,
-                                  ids=self.ids_of(insn, None) if self.ids_of else (0, 0, 0))
+                                  ids=self.ids_of(insn, None) if self.ids_of else (0, 0, 0),
+                                  alias_stub=alias_stub)
         return True
 
-    def _build(self, insn: MemInstruction, slot: int) -> int | str:
+    def _build(self, insn: MemInstruction, slot: int, through_alias: bool) -> int | str:
         code = self.tracee.mem.read(insn.address, insn.size)
         at = self.cursor
-        body = redirect_operand(code, insn.address, at, self.slot_address(slot) + self.L.MT_DSLOT_BYTES)
-        if not isinstance(body, bytes):
-            return str(body)
+        base = self.slot_address(slot)
+        reg, insn_at, insn_end = None, 0, 0
+        if through_alias:
+            made = alias_access(code, insn.address, at, base + self.L.MT_DSLOT_SAVED,
+                                base + self.L.MT_DSLOT_ALIAS)
+            if isinstance(made, Refusal):
+                return str(made)
+            body = made.code
+            reg, insn_at, insn_end = made.reg, at + made.insn_at, at + made.insn_end
+        else:
+            body = redirect_operand(code, insn.address, at, base + self.L.MT_DSLOT_BYTES)
+            if not isinstance(body, bytes):
+                return str(body)
         tail_at = at + len(body)
         body += bytes(self.tail.instantiate(
-            tail_at, done=self.slot_address(slot) + self.L.MT_DSLOT_DONE, **{"return": insn.end}))
+            tail_at, done=base + self.L.MT_DSLOT_DONE, **{"return": insn.end}))
         if at + len(body) > self.area.end:
             self.full = True
             return "the data area is full"
         self.area.write(at, body)
         self.cursor = (at + len(body) + STUB_ALIGN - 1) & ~(STUB_ALIGN - 1)
         bisect.insort(self._stub_starts, at)
-        self._stub_info[at] = (insn.address, insn.end, tail_at)
+        self._stub_info[at] = StubInfo(insn.address, insn.end, tail_at, slot, reg, insn_at, insn_end)
         return at
 
     # ---------------------------------------------------------------- leaving
@@ -156,7 +185,8 @@ class DataArea:
         """Move a stopped thread out of a stub (tracing ends): before its
         instruction ran, back onto the original instruction (which runs again
         natively on the open page); after it, on the next instruction (the
-        slot is written back by the flush that precedes this)."""
+        slot is written back by the flush that precedes this; an alias stub's
+        access is in memory already, and its register gets its value back)."""
         state = self.tracee.threads.get(tid)
         if state is None or state.running:
             return
@@ -166,9 +196,14 @@ class DataArea:
         i = bisect.bisect_right(self._stub_starts, regs.rip) - 1
         if i < 0:
             raise TracerInternalError(f"thread {tid} at {regs.rip:#x} in the data area, in no stub")
-        start = self._stub_starts[i]
-        original, next_insn, tail = self._stub_info[start]
-        regs.rip = original if regs.rip < tail else next_insn
+        info = self._stub_info[self._stub_starts[i]]
+        if info.reg is None:
+            regs.rip = info.original if regs.rip < info.tail else info.next_insn
+        else:
+            start = self._stub_starts[i]
+            if start < regs.rip < info.tail:       # the register is saved, maybe changed
+                setattr(regs, info.reg, self._slot_u64(info.slot, self.L.MT_DSLOT_SAVED))
+            regs.rip = info.original if regs.rip <= info.insn_at else info.next_insn
         self.tracee.set_regs(regs, tid)
 
     def pending_slots(self) -> int:
@@ -189,6 +224,17 @@ class DataArea:
 
     def close(self) -> None:
         self.loop.close()
+
+
+@dataclass(frozen=True)
+class StubInfo:
+    original: int                 # the instruction's address
+    next_insn: int                # the address after it
+    tail: int                     # where the stub's tail begins (its instruction ran)
+    slot: int
+    reg: str | None = None        # an alias stub: its address register ...
+    insn_at: int = 0              # ... and where its instruction begins and ends
+    insn_end: int = 0
 
 
 _OPS = {"jmp": OP_JMP, "call": OP_CALL, "movs": OP_MOVS, "stos": OP_STOS}

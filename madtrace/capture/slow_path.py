@@ -42,12 +42,11 @@ class SlowPath:
         e = self.engine
         if not e.exact_threads or len(e.tracee.threads) < 2:
             return
-        running = {t for t, s in e.tracee.threads.items() if s.running and t != tid}
-        if not running:
+        if not any(s.running for t, s in e.tracee.threads.items() if t != tid):
             return
-        events = e.tracee.stop_all()
+        events, held = e.tracee.hold_all()    # threads made meanwhile included
         e.defer(events)
-        self.held = (self.held or set()) | (running - {ev.tid for ev in events})
+        self.held = (self.held or set()) | (set(held) - {tid})
         e.held_stops += 1
 
     def release_others(self) -> None:

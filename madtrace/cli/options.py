@@ -12,7 +12,7 @@ if TYPE_CHECKING:       # the tracer is imported by the commands that record, wh
     from ..session import RecordOptions
 
 
-DEFAULT_DATA_ENGINE = "fault"
+DEFAULT_DATA_ENGINE = "hybrid"
 
 
 def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str | None) -> None:
@@ -49,8 +49,9 @@ def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str
     parser.add_argument("--data-engine", choices=("hybrid", "fault"), default=None,
                         help="with --data: how accesses are recorded: hybrid (faults find the "
                         "instructions that touch traced data, rewritten code records them "
-                        "inside the target) or fault (a ptrace stop per access); default: "
-                        "$MADTRACE_DATA_ENGINE, else fault")
+                        "inside the target; the default) or fault (a ptrace stop per access: "
+                        "slower, no code rewritten, to compare with and the safe choice); "
+                        "default: $MADTRACE_DATA_ENGINE, else hybrid")
     parser.add_argument("--no-alloc", dest="track_allocations", action="store_false",
                         help="with --data: do not track malloc/calloc/realloc/free (no forged "
                         "block names; two ptrace stops fewer per allocator call)")

@@ -46,6 +46,9 @@ class Controller:
         self.execs_seen = 0
         self.signals_forwarded = 0
         self.stop_reason: str | None = None
+        # what a detach could not restore or take out (an engine's hook failed), said
+        # at the end of the recording and in meta.json (detach_failures)
+        self.detach_failures: list[str] = []
         self._hooks: dict[int, TraceeHooks] = {}
         # called with each fork child that is followed, after its parent's on_fork_child
         # hooks and before it first runs (a new recording starts in it)
@@ -91,13 +94,16 @@ class Controller:
         then stop every thread again."""
         self.deferred = self.settle(self.deferred)
 
-    def settle(self, events: list, rounds: int = 16) -> list:
-        """``events``: met while every thread was being stopped (``stop_all``), for
-        a change of the engines (attach, a live command).  The forks, vforks and
-        clones among them are handled now, under the engines in place when they
-        happened (a fork child met while data tracing is turned off must still
-        have its copy of the protected pages opened), then every thread is stopped
-        again.  Returns the other events."""
+    def settle(self, events: list, rounds: int = 16, tracee: Tracee | None = None) -> list:
+        """``events``: met while every thread of ``tracee`` (the main target by
+        default) was being stopped (``stop_all``), for a change of the engines
+        (attach, a live command, detach).  The forks, vforks and clones among them
+        are handled now, under the engines in place when they happened (a fork
+        child met while data tracing is turned off must still have its copy of the
+        protected pages opened), then every thread is stopped again (a vfork
+        parent once its child has exec'd or exited: its vfork-done stop).
+        Returns the other events."""
+        tracee = tracee or self.tracee
         kinds = (pr.PTRACE_EVENT_FORK, pr.PTRACE_EVENT_VFORK, pr.PTRACE_EVENT_CLONE)
         for _ in range(rounds):
             now = [e for e in events if isinstance(e, PtraceEventStop) and e.event in kinds]
@@ -105,10 +111,10 @@ class Controller:
                 return events
             events = [e for e in events if e not in now]
             for event in now:
-                if event.tid in self.tracee.threads:
-                    self.handle(event)
+                if event.tid in tracee.threads:
+                    self.handle(event, tracee)
             self._route_foreign()
-            events += self.tracee.stop_all()
+            events += tracee.stop_all()
         return events
 
     # ------------------------------------------------------------ stop requests
@@ -358,18 +364,26 @@ class Controller:
         madtrace was taken for the target's signal and delivered at detach
         (SIGSEGV or SIGTRAP killed a target detached while data tracing)."""
         deferred, self.deferred = self.deferred, []
-        for tracee in [self.tracee] + list(self.children.values()):
+        done: set[int] = set()
+        while True:
+            # followed fork children too, those made while settling included
+            tracee = next((t for t in [self.tracee, *self.children.values()] if t.pid not in done),
+                          None)
+            if tracee is None:
+                break
+            done.add(tracee.pid)
             try:
-                events = [e for e in deferred if e.tid in tracee.threads] + tracee.stop_all()
+                events = self._stop_settled(tracee, [e for e in deferred if e.tid in tracee.threads])
             except NoSuchProcessError:
                 events = []
             for hook in self.hooks(tracee).before_detach:
                 try:
                     hook(tracee)
-                except Exception:
+                except Exception as exc:
                     # keep restoring and detaching: a half-restored target is still
-                    # better than one left stopped under a dead tracer
-                    pass
+                    # better than one left stopped under a dead tracer; said at the end
+                    self.detach_failures.append(f"process {tracee.pid}: restoring: "
+                                                f"{type(exc).__name__}: {exc}")
             for event in events:
                 state = tracee.threads.get(event.tid)
                 if state is None or state.running:
@@ -382,13 +396,29 @@ class Controller:
                         state.pending_signal = event.signum
             releases = self.hooks(tracee).release
             if releases and tracee.threads:
-                tracee.stop_all_quietly()   # the resumed threads again (keeping their signals)
+                try:     # the resumed threads again, keeping their own signals for the detach
+                    for event in self._stop_settled(tracee):
+                        state = tracee.threads.get(event.tid)
+                        if isinstance(event, SignalStop) and state is not None:
+                            state.pending_signal = event.signum
+                except NoSuchProcessError:
+                    pass
                 for hook in releases:
                     try:
                         hook(tracee)
-                    except Exception:
-                        pass   # what could not be taken out stays (and was said)
+                    except Exception as exc:     # what could not be taken out stays
+                        self.detach_failures.append(f"process {tracee.pid}: taking madtrace "
+                                                    f"out: {type(exc).__name__}: {exc}")
             tracee.detach()   # stops the resumed threads again (keeping their own signals)
+
+    def _stop_settled(self, tracee: Tracee, deferred=()) -> list:
+        """Every thread of ``tracee`` stopped, to restore or take out what madtrace
+        put in (detach).  A fork, vfork or clone met while stopping is handled
+        first, under the engines in place (``settle``): a thread at its vfork event
+        stop can run no system call for them (its child waits to run; the
+        restore failed and was skipped), so the vfork runs on to its vfork-done
+        stop first.  Returns the other events (``deferred`` first)."""
+        return self.settle([*deferred, *tracee.stop_all()], tracee=tracee)
 
     # --------------------------------------------------------- breakpoints
     def run_to(self, address: int) -> None:

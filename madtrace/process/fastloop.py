@@ -60,7 +60,7 @@ def _library() -> ctypes.CDLL:
         "mt_thread_set": (I, [P, I, I, P]), "mt_thread_del": (None, [P, I]),
         "mt_thread_recording": (None, [P, I, I]),
         "mt_insn_add": (I, [P, U64, ctypes.c_uint32, U64, I, I, I, ctypes.c_int64, I, I, I, I,
-                            I, I, I, I, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32]),
+                            I, I, I, I, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32, U64]),
         "mt_set_ring_mode": (None, [P, I]), "mt_ring_full": (U64, [P]),
         "mt_set_epoch": (None, [P, P]),
         "mt_flush": (I, [P]), "mt_handle_fault": (I, [P, I, U64]),
@@ -177,15 +177,19 @@ class FaultLoop:
     def add_instruction(self, rip: int, slot: int, stub: int, base: str | None, index: str | None,
                         scale: int, disp: int, segment: str | None, size: int, load: bool,
                         store: bool, ilen: int, addr32: bool, atomic: bool,
-                        op: int = OP_REDIRECT, rep: bool = False, ids=(0, 0, 0)) -> None:
+                        op: int = OP_REDIRECT, rep: bool = False, ids=(0, 0, 0),
+                        alias_stub: int = 0) -> None:
         """``slot`` ANY_SLOT: the instruction is carried out here for every thread
         (``op`` other than OP_REDIRECT, no stub); ``ids``: its instruction ids in
-        ring mode (instruction_table.py)."""
+        ring mode (instruction_table.py); ``alias_stub``: the stub that carries
+        the access out on the operand's alias (datastubs.py), taken when every
+        page of the operand is aliased (0: none; then such an access is handed
+        back)."""
         entry = (rip, slot, stub,
                  REG_RIP if base == "rip" else USER_REG_INDEX[base] if base else REG_NONE,
                  USER_REG_INDEX[index] if index else REG_NONE, scale or 1, disp,
                  SEGMENTS[segment], size, (1 if load else 0) | (2 if store else 0), ilen,
-                 int(addr32), int(atomic), op, int(rep), *ids)
+                 int(addr32), int(atomic), op, int(rep), *ids, alias_stub)
         if self.lib.mt_insn_add(self.ctx, *entry) < 0:
             # the table is half full: twice as large, rehashed, then add again
             self._insn_cap *= 2

@@ -10,7 +10,10 @@
  * stop: waitpid, GETSIGINFO, GETREGS, the effective address, one pread of the
  * operand's bytes into the thread's slot, one access record, rip := stub,
  * resume.  Stores are written back from the slots at the next stop (of any
- * thread) with one pwrite each.
+ * thread) with one pwrite each.  Hybrid engine: an operand on aliased pages is
+ * not copied; the slot gets its alias address and the thread the instruction's
+ * alias stub, which accesses the memory itself (nothing to write back: code
+ * reading the alias never waits for a stop).
  *
  * Anything else (another signal, a system call that is not in the safe set, a
  * ptrace event, an unknown instruction or thread, a slot in use) is handed
@@ -51,6 +54,7 @@ struct mt_access {
 struct mt_insn {
     uint64_t rip;          /* 0: empty */
     uint64_t stub;
+    uint64_t alias_stub;   /* the stub on the operand's alias (0: none) */
     int64_t disp;
     uint32_t slot;
     uint16_t size;
@@ -58,7 +62,8 @@ struct mt_insn {
     uint8_t kinds;                     /* bit 0 load, bit 1 store */
     uint8_t ilen;
     uint8_t addr32;
-    uint8_t atomic;                    /* lock / xchg: only while single-threaded */
+    uint8_t atomic;                    /* lock / xchg: only while single-threaded, or
+                                          through the alias */
     uint8_t op;                        /* OP_*: how the access is carried out */
     uint8_t rep;                       /* string instructions: a rep prefix */
     uint32_t id, id2, id3;             /* ring mode: instruction ids of its records (string
@@ -311,7 +316,8 @@ static struct mt_insn *find_insn(struct mt_ctx *c, uint64_t rip, uint32_t slot) 
 }
 int mt_insn_add(struct mt_ctx *c, uint64_t rip, uint32_t slot, uint64_t stub, int base, int index,
                 int scale, int64_t disp, int seg, int size, int kinds, int ilen, int addr32,
-                int atomic, int op, int rep, uint32_t id, uint32_t id2, uint32_t id3) {
+                int atomic, int op, int rep, uint32_t id, uint32_t id2, uint32_t id3,
+                uint64_t alias_stub) {
     if (c->n_insns * 2 >= c->insn_cap) return -1;   /* the caller grows the table */
     for (size_t i = insn_hash(c, rip, slot);; i = (i + 1) & (c->insn_cap - 1)) {
         struct mt_insn *e = &c->insns[i];
@@ -320,7 +326,7 @@ int mt_insn_add(struct mt_ctx *c, uint64_t rip, uint32_t slot, uint64_t stub, in
             e->rip = rip; e->slot = slot; e->stub = stub; e->base = base; e->index = index;
             e->scale = scale; e->disp = disp; e->seg = seg; e->size = size; e->kinds = kinds;
             e->ilen = ilen; e->addr32 = addr32; e->atomic = atomic; e->op = op; e->rep = rep;
-            e->id = id; e->id2 = id2; e->id3 = id3;
+            e->id = id; e->id2 = id2; e->id3 = id3; e->alias_stub = alias_stub;
             return 0;
         }
     }
@@ -406,10 +412,36 @@ static int resume(struct mt_ctx *c, struct mt_thread *t) {
     return 1;
 }
 
-/* The operand redirected to the thread's slot (OP_REDIRECT). */
+/* Whether [ea, ea + size) lies on aliased pages: 1 all of it, 0 none, -1 part. */
+static int aliased(const struct mt_ctx *c, uint64_t ea, uint64_t size) {
+    if (!c->alias_bits) return 0;
+    int all = 1, any = 0;
+    for (uint64_t page = ea / MT_PAGE; page <= (ea + size - 1) / MT_PAGE; page++) {
+        int bit = c->alias_bits[page / 8] >> (page % 8) & 1;
+        all &= bit;
+        any |= bit;
+    }
+    return all ? 1 : any ? -1 : 0;
+}
+
+/* The operand redirected to the thread's slot (OP_REDIRECT); on aliased pages
+ * (through_alias), the access carried out on the alias by the alias stub. */
 static int redirect(struct mt_ctx *c, struct mt_thread *t, struct user_regs_struct *regs,
-                    struct mt_insn *e, uint64_t ea) {
+                    struct mt_insn *e, uint64_t ea, int through_alias) {
     uint8_t *slot = slot_of(c, t->slot);
+    if (through_alias) {
+        if (!record_operand(c, t, regs->rip, ea, e->size, e->kinds, e->ilen, e->id)) c->untraced++;
+        SLOT_U64(c, t->slot, MT_DSLOT_ALIAS) = ea ^ c->alias_bit;
+        SLOT_U64(c, t->slot, MT_DSLOT_LEN) = 0;      /* nothing to write back */
+        SLOT_U64(c, t->slot, MT_DSLOT_DONE) = 0;
+        SLOT_U64(c, t->slot, MT_DSLOT_ADDR) = ea;
+        if (ptrace(PTRACE_POKEUSER, t->tid, (void *)offsetof(struct user_regs_struct, rip),
+                   (void *)e->alias_stub) < 0) {
+            SLOT_U64(c, t->slot, MT_DSLOT_ADDR) = 0;
+            return 0;
+        }
+        return resume(c, t);
+    }
     if (pread(c->memfd, slot + MT_DSLOT_BYTES, e->size, (off_t)ea) != e->size) return 0;
     memcpy(slot + MT_DSLOT_ORIGINAL, slot + MT_DSLOT_BYTES, e->size);
     if (!record_operand(c, t, regs->rip, ea, e->size, e->kinds, e->ilen, e->id)) c->untraced++;
@@ -517,7 +549,7 @@ static int handle_fault(struct mt_ctx *c, struct mt_thread *t, uint64_t fault_ad
     if (ptrace(PTRACE_GETREGS, t->tid, 0, &regs) < 0) return 0;
     struct mt_insn *e = find_insn(c, regs.rip, (uint32_t)t->slot);
     if (!e) e = find_insn(c, regs.rip, ANY_SLOT);
-    if (!e || (e->atomic && c->n_threads > 1)) return 0;
+    if (!e) return 0;
     if (in_loop && e->ask && !(++e->seen & e->ask)) return 0;   /* Python asks again */
     /* an access the page's own protection forbids is the target's own fault */
     if (((e->kinds & 1) && !(prot & 1)) || ((e->kinds & 2) && !(prot & 2))) return 0;
@@ -532,9 +564,15 @@ static int handle_fault(struct mt_ctx *c, struct mt_thread *t, uint64_t fault_ad
     else if (e->seg == 2) ea += regs.gs_base;
     /* the fault must be one of the operand's pages, else the decoding missed something */
     if (page < (ea & ~(MT_PAGE - 1)) || page > ((ea + e->size - 1) & ~(MT_PAGE - 1))) return 0;
+    /* a locked instruction is atomic for the other threads only on the memory
+     * itself: through the alias (a copy in a slot is not) */
+    int through_alias = e->op == OP_REDIRECT ? aliased(c, ea, e->size) : 0;
+    if (e->atomic && c->n_threads > 1 && through_alias != 1) return 0;
     if (e->op == OP_JMP || e->op == OP_CALL) return branch(c, t, &regs, e, ea);
     if (SLOT_U64(c, t->slot, MT_DSLOT_ADDR)) return 0;   /* slot still in use */
-    return redirect(c, t, &regs, e, ea);
+    /* part of the operand aliased, or no alias stub: Python's slow path */
+    if (through_alias < 0 || (through_alias && !e->alias_stub)) return 0;
+    return redirect(c, t, &regs, e, ea, through_alias);
 }
 
 int mt_handle_fault(struct mt_ctx *c, int tid, uint64_t fault_addr) {

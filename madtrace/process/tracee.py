@@ -394,6 +394,20 @@ class Tracee:
             events += self._stop_known()
         return events
 
+    def hold_all(self) -> tuple[list[Event], list[int]]:
+        """``stop_all`` for a caller that resumes afterwards the threads it stopped:
+        (the events met, to be handled by the caller; the threads to resume).  The
+        latter are all the threads that ran before and are stopped now, *with*
+        those this call met at their first stop (a clone made meanwhile, a thread
+        seized meanwhile), but without those an event names.  A caller that
+        resumed only the threads it had seen running before left such a new
+        thread stopped for good (a pthread_join waited forever)."""
+        stopped_before = {t for t, s in self.threads.items() if not s.running}
+        events = self.stop_all()
+        met = {e.tid for e in events}
+        return events, [t for t, s in self.threads.items()
+                        if t not in stopped_before and t not in met and not s.running]
+
     def _seize_untraced(self) -> bool:
         """Seizes the threads of /proc/PID/task not traced yet (they stop at the next
         _stop_known; their rings etc. are set up at their first resume, as for a
