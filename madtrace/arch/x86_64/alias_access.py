@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .copy_encode import HIGH_BYTE, REG, load_rip, parent64, rebase_operand
+from .copy_encode import HIGH_BYTE, REG, load_rip, parent64, rebase_problem, rebased
 from .decode import decode_one
 from .relocate import Refusal
 
@@ -51,6 +51,19 @@ def store_rip(reg: int, at: int, target: int) -> bytes | None:
     return bytes([0x48 | (reg >> 3) << 2, 0x89, (reg & 7) << 3 | 5]) + struct.pack("<i", disp)
 
 
+def rebase_operand(insn, raw: bytes, address: int, reg: int) -> bytes | Refusal:
+    """``insn`` (its bytes ``raw``, at ``address``) on ``[reg]``, checked by
+    decoding it again."""
+    text = f"{insn.mnemonic} {insn.op_str}"
+    out = rebased(raw, insn.modrm_offset, text, reg)
+    if isinstance(out, Refusal):
+        return out
+    problem = rebase_problem(insn, decode_one(out, address), reg)
+    if problem:
+        return Refusal(f"'{text}' at {address:#x}: {problem}")
+    return out
+
+
 def free_register(insn, raw: bytes) -> str | None:
     """A general register the instruction neither reads nor writes (explicitly or
     implicitly), usable as ``[reg]``."""
@@ -73,13 +86,13 @@ def alias_access(code: bytes, address: int, at: int, saved: int, pointer: int) -
     if name is None:
         return Refusal(f"'{insn.mnemonic} {insn.op_str}' leaves no register free")
     reg = REG[name]
-    rebased = rebase_operand(raw, address, reg)
-    if isinstance(rebased, Refusal):
-        return rebased
+    moved = rebase_operand(insn, raw, address, reg)
+    if isinstance(moved, Refusal):
+        return moved
     save = store_rip(reg, at, saved)
     fetch = load_rip(reg, at + 7, pointer)
     insn_at = 14
-    restore = load_rip(reg, at + insn_at + len(rebased), saved)
+    restore = load_rip(reg, at + insn_at + len(moved), saved)
     if save is None or fetch is None or restore is None:
         return Refusal(f"the slot is out of reach of {at:#x}")
-    return AliasAccess(save + fetch + rebased + restore, name, insn_at, insn_at + len(rebased))
+    return AliasAccess(save + fetch + moved + restore, name, insn_at, insn_at + len(moved))
