@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from .binary import symcache
 from .progress import Activity
 from .binary.address_space import AddressSpace
-from .binary.maps import image_mappings, read_maps
 from .capture.data import DataEngine
 from .capture.regions import Region, region_matcher
 from .inject.engine import FunctionTracer
@@ -26,11 +25,10 @@ from .session_footprint import Footprints
 from .session_results import Results
 from .session_images import ImageChanges, parent_of, read_cmdline
 from .fork_children import ForkChildren
-from .errors import MadtraceError, StrippedBinaryError, UnknownSymbolError, UsageError
+from .errors import StrippedBinaryError, UnknownSymbolError, UsageError
 from .process.controller import Controller
 from .process.cpu import SameCpu
 from .process.entry_start import EntryStart
-from .process.memory import ProcessMemory
 from .process.events import ThreadExited, ThreadKilled
 from .process.tracee import Tracee, check_traceable, resolve_command
 from .trace import store
@@ -256,34 +254,6 @@ class Recording(ImageChanges, Footprints, Results):
         """Nothing was traced: leave no empty trace directory behind."""
         if getattr(self, "_created_output", False):
             shutil.rmtree(self.options.output, ignore_errors=True)
-
-    def _space_ahead(self, pid: int) -> tuple | None:
-        """Attach: the address space loaded before the target is stopped (parsing its
-        ELF files was most of an attach's pause: 130-150 ms of the 140-160 ms
-        http.server stood still).  (the mappings it was made of, the space), or
-        None where it cannot be read yet."""
-        started = time.perf_counter()
-        try:
-            maps = read_maps(pid)
-            with ProcessMemory(pid) as mem:
-                space = AddressSpace.from_maps(maps, mem.read, pid=pid,
-                                               exe_path=os.readlink(f"/proc/{pid}/exe"))
-        except (MadtraceError, OSError):
-            return None
-        self.symbols_seconds += time.perf_counter() - started
-        return image_mappings(maps), space
-
-    def _load_address_space(self, ahead: tuple | None = None) -> None:
-        """``ahead``: see ``_space_ahead``; kept if the target mapped no file since."""
-        pid = self.tracee.pid
-        started = time.perf_counter()
-        maps = read_maps(pid)
-        if ahead is not None and ahead[0] == image_mappings(maps):
-            self.address_space = ahead[1]
-            return
-        self.address_space = AddressSpace.from_maps(
-            maps, self.tracee.mem.read, exe_path=os.readlink(f"/proc/{pid}/exe"), pid=pid)
-        self.symbols_seconds += time.perf_counter() - started
 
     def module_summaries(self) -> list[dict]:
         space = self.address_space

@@ -25,7 +25,7 @@ from ..arch.x86_64.encode import jmp_rel32
 from ..arch.x86_64.relocate import relocate_entry
 from ..binary.address_space import AddressSpace
 from ..capture.rings import MADV_POPULATE_WRITE, RingSet
-from ..capture.tsc import tsc_flags, tsc_hz
+from ..capture.tsc import start_calibration, tsc_flags, tsc_hz
 from ..errors import TracerInternalError
 from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_READ,
                                       PROT_WRITE, RemoteSyscalls)
@@ -40,6 +40,7 @@ from .templates import load_injector
 from .unwind import OBJECT_SIZE, eh_frame
 
 GROUP = "madtrace-functions"     # the areas of function tracing stay or go together
+start_calibration()     # the TSC's frequency is measured from here on, not while a target waits
 
 
 class CodeArea:

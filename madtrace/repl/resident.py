@@ -39,6 +39,11 @@ LOG_NAME = "resident.log"
 # the packages whose modules a daemon imports while attaching and instrumenting
 # (none of them loads pyarrow, whose allocator starts a thread: the resident forks)
 PRELOAD = ("capture", "inject", "process", "binary", "arch", "kinds", "repl")
+# modules imported on first use while attaching and recording (the target stopped, or its
+# first records waiting): numpy.ma (np.unique), the capture container and its checksums
+LATE_IMPORTS = ("numpy.ma", "xxhash", "madtrace.trace.capture_file")
+IMAGE_CACHE_MAX = 256       # ELF images the resident keeps parsed (see warm_images)
+COMMON_LIBRARIES = ("libc.so", "ld-linux")   # parsed when the resident starts
 # in a worker: the resident's pid (the command it runs must not ask the resident again)
 in_worker = 0
 
@@ -223,14 +228,19 @@ def _resident_main(status_w: int) -> int:
 
 
 def _preload() -> None:
-    """Imports what a daemon imports, so that its worker starts with it all."""
+    """Imports what a daemon imports, so that its worker starts with it all; and
+    the ELF files of this process (the C library and the loader, which most
+    targets map too) parsed into the image cache, which workers inherit."""
     import importlib
     import pkgutil
     importlib.import_module("madtrace.cli.main")
     importlib.import_module("madtrace.cli.cmd_daemon")
+    importlib.import_module("madtrace.cli.cmd_ctl")
     importlib.import_module("madtrace.repl.daemon")
     importlib.import_module("madtrace.session")
     importlib.import_module("madtrace.trace.store_writer")   # imported while attaching
+    for name in LATE_IMPORTS:
+        importlib.import_module(name)
     for name in PRELOAD:
         package = importlib.import_module(f"madtrace.{name}")
         for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
@@ -238,6 +248,37 @@ def _preload() -> None:
     if "pyarrow" in sys.modules or len(os.listdir("/proc/self/task")) != 1:
         raise TracerInternalError("the resident process must stay single-threaded: an import "
                                   "started a thread")
+    from ..capture.tsc import start_calibration
+    start_calibration()         # a window of the resident's lifetime: no wait in a worker
+    warm_images(os.getpid(), only=COMMON_LIBRARIES)
+
+
+def warm_images(pid: int, only: tuple[str, ...] = ()) -> int:
+    """Parses the ELF files process ``pid`` maps into the image cache (ElfImage.load:
+    by path, device, inode, mtime and size), before a worker is forked to attach
+    to it: that worker, and every later one whose target maps the same files,
+    finds them parsed.  ``only``: the file names to parse start so (none: all).
+    Returns how many were parsed now; a file that cannot be parsed is left to
+    the worker (which says why)."""
+    from ..binary import elf
+    from ..binary.maps import read_maps
+    try:
+        mappings = read_maps(pid)
+    except Exception:
+        return 0
+    parsed = 0
+    for path in sorted({m.file_path for m in mappings if m.is_file and m.inode}):
+        if only and not os.path.basename(path).startswith(only):
+            continue
+        if len(elf._cache) >= IMAGE_CACHE_MAX:
+            break
+        before = len(elf._cache)
+        try:
+            elf.ElfImage.load(path)
+        except Exception:
+            continue
+        parsed += len(elf._cache) - before
+    return parsed
 
 
 def _reap() -> None:
@@ -282,6 +323,9 @@ def _serve(listener: socket.socket, stamp: float) -> None:
                 print(f"refused: {refused}", flush=True)
                 transport.send(conn, {"refused": refused})
                 continue
+            target = _daemon_target(request["argv"])
+            if target:
+                warm_images(target)
             # SIGTERM blocked across the fork: it must never run the resident's
             # cleanup (removing its socket) in the worker
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -297,6 +341,13 @@ def _serve(listener: socket.socket, stamp: float) -> None:
             for fd in fds:
                 os.close(fd)
             conn.close()
+
+
+def _daemon_target(argv: list) -> int:
+    """The PID of ``daemon PID ...`` (0: another command)."""
+    if len(argv) >= 2 and argv[0] == "daemon" and str(argv[1]).isdigit():
+        return int(argv[1])
+    return 0
 
 
 def _refusal(request: dict, fds: list[int], stamp: float) -> str:
