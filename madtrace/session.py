@@ -21,6 +21,7 @@ from .capture.regions import Region, region_matcher
 from .inject.engine import FunctionTracer
 from .inject.loader_watch import LoaderWatch
 from .inject.plan import prepare_plan, split_patterns
+from .inject.thread_pool import prepare as prepare_thread_pool
 from .session_footprint import Footprints
 from .session_results import Results
 from .session_images import ImageChanges, parent_of, read_cmdline
@@ -301,8 +302,11 @@ class Recording(ImageChanges, Footprints, Results):
             self.functions.flush_tables()
 
     def prepare_functions(self, patterns: list[str]) -> None:
-        """While the target runs: what ``add_functions`` can do ahead (plan.py)."""
+        """While the target runs: what ``add_functions`` can do ahead (plan.py, and
+        for the ring pool of a live session: thread_pool.py)."""
         prepare_plan(self.address_space, patterns)
+        if self.defer_while_stopped and not self.tracee.launched:
+            prepare_thread_pool(self.address_space)
 
     def add_functions(self, patterns: list[str]) -> dict:
         """Instrument more functions of the live target (every thread stopped; the

@@ -28,6 +28,7 @@ from .binary.maps import image_mappings, read_maps
 from .errors import MadtraceError
 from .inject.loader_watch import LoaderWatch
 from .inject.plan import prepare_plan, split_patterns
+from .inject.thread_pool import prepare as prepare_thread_pool
 from .process.memory import ProcessMemory
 from .process.entry_start import EntryStart
 from .process.tracee import Tracee
@@ -180,6 +181,7 @@ class ImageChanges:
         if self.options.trace_functions and self.options.functions:
             try:       # -f: what the plan needs from the files, done while the target runs
                 prepare_plan(space, split_patterns(space, self.options.functions)[0])
+                prepare_thread_pool(space)      # a live session's ring pool (attached)
             except MadtraceError:
                 pass   # said when the functions are installed
         return image_mappings(maps), space

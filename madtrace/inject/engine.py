@@ -37,6 +37,7 @@ from .footprint import Footprint, step_until_out
 from .patchset import Patch, PatchConflict, PatchSet
 from .plan import Plan, Site, TracedFunction, make_plan
 from .templates import load_injector
+from .thread_pool import ThreadPool, map_thread_code, owner_offset, owner_word
 from .unwind import OBJECT_SIZE, eh_frame
 
 GROUP = "madtrace-functions"     # the areas of function tracing stay or go together
@@ -90,6 +91,7 @@ class FunctionTracer:
         self._tables_dirty = False
         self._tsc_hz: float | None = None
         self._deregistrar: int | None = None         # __deregister_frame_info
+        self.threads = ThreadPool(self)      # live sessions: new threads take pool rings
 
     # --------------------------------------------------------------- install
     def install(self, patterns: list[str]) -> dict:
@@ -101,6 +103,8 @@ class FunctionTracer:
                                  executable=False, group=GROUP)
             self.rings = RingSet(control, self.injector, self.out_dir, map_chunk=self._map_chunk)
             self.rings.reserve_sites(len(plan.sites))
+            self.rings.owner_offset = owner_offset(tracee)
+            map_thread_code(rs, self.rings, self.injector, GROUP)
             for module in {fn.module.name: fn.module for fn in plan.functions}.values():
                 fns = [fn for fn in plan.functions if fn.module is module]
                 self._new_code_area(rs, module, self._code_size(plan, fns))
@@ -236,6 +240,17 @@ class FunctionTracer:
         rs.call_function(self._deregister_frame_info(), area.address + L.MT_UNWIND_FRAMES)
         area.write(state, struct.pack("<Q", 0))
 
+    def code_area_for(self, module, need: int) -> CodeArea:
+        """A code area near ``module`` with room for ``need`` more bytes (every
+        thread stopped)."""
+        area = self.code_areas.get(module.name)
+        if area is None or area.cursor + need + 16 > area.area.end:
+            if area is not None:
+                self.retired_code_areas.append(area)   # its trampolines stay in use
+            with RemoteSyscalls(self.tracee) as rs:
+                self._new_code_area(rs, module, need)
+        return self.code_areas[module.name]
+
     def _new_code_area(self, rs: RemoteSyscalls, module, need: int) -> None:
         """A code area for ``need`` bytes of trampolines (and room to grow), within
         rel32 reach of ``module``."""
@@ -314,6 +329,7 @@ class FunctionTracer:
     def _build_site(self, site: Site, area: CodeArea) -> Patch:
         ts = self.timestamps
         ctl = self.rings.control_address
+        owner = self.rings.owner_offset
         mem = self.tracee.mem
         if site.kind in ("call", "tail"):
             original = mem.read(site.address, 5)
@@ -321,9 +337,10 @@ class FunctionTracer:
             tpl = self.injector.template("callsite" if site.kind == "call" else "tailsite", ts)
             at = area.allocate(tpl.size)
             fields = dict(ctl_entry=ctl, code_entry=site.sid << 1, target=target,
-                          count_entry=self.rings.counter_offset(site.sid))
+                          count_entry=self.rings.counter_offset(site.sid), owner_entry=owner)
             if site.kind == "call":
-                fields.update(ctl_exit=ctl, code_exit=(site.sid << 1) | 1, **{"return": site.address + 5})
+                fields.update(ctl_exit=ctl, code_exit=(site.sid << 1) | 1, owner_exit=owner,
+                              **{"return": site.address + 5})
                 (call_field, _), = tpl.patch_points["target"]   # the re-issued call's rel32
                 area.area.return_points[at + call_field + 4] = site.address + 5
                 if self.plan.scans[site.function.module.name].cxx:
@@ -346,10 +363,10 @@ class FunctionTracer:
         if not reloc:
             raise _Refused(f"entry of {fn.name} cannot be relocated: {reloc.reason}")
         area.area.write(exit_at, bytes(exit_tpl.instantiate(
-            exit_at, ctl_exit=ctl, code_exit=(site.sid << 1) | 1)))
+            exit_at, ctl_exit=ctl, code_exit=(site.sid << 1) | 1, owner_exit=owner)))
         body = bytes(entry_tpl.instantiate(entry_at, ctl_entry=ctl, code_entry=site.sid << 1,
                                            count_entry=self.rings.counter_offset(site.sid),
-                                           exitstub=exit_at)) + reloc.code
+                                           exitstub=exit_at, owner_entry=owner)) + reloc.code
         body += jmp_rel32(entry_at + len(body), fn.address + reloc.consumed)
         area.area.write(entry_at, body)
         self.moved_code.extend(reloc.moved)
@@ -359,8 +376,11 @@ class FunctionTracer:
 
     # ------------------------------------------------------------- threads
     def register_thread(self, tid: int) -> None:
-        if self.rings is not None and not self.rings.closed:
-            self.rings.register(tid, self.tracee.get_regs(tid).fs_base)
+        """A ring for a thread the tracer stopped (none while the pool is on: the
+        thread takes its own, and may be stopped in the middle of that)."""
+        if self.rings is not None and not self.rings.closed and not self.threads.active:
+            self.rings.register(tid, self.tracee.get_regs(tid).fs_base,
+                                owner_word(self.tracee, tid, self.rings.owner_offset))
 
     def sequence_of(self, tid: int) -> int:
         """How many records the thread has written so far: an access made now
@@ -410,6 +430,7 @@ class FunctionTracer:
 
     def detach(self) -> None:
         """Restore all code, stop recording, drain what is left."""
+        self.threads.detach()
         self.restore()
         if self.rings is not None:
             self.rings.set_enabled(False)

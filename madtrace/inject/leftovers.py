@@ -46,7 +46,7 @@ from .areas import MAPS_PREFIX, REL32_REACH, TargetArea
 from .footprint import Footprint, Release
 from .templates import Injector, load_injector
 
-KNOWN_VERSIONS = (2, 3)        # ring layouts whose LIMIT and flag offsets are today's
+KNOWN_VERSIONS = (2, 3, 4)        # ring layouts whose LIMIT and flag offsets are today's
 TRAMPOLINES = ("callsite", "tailsite", "entry", "exitstub")
 SIGSEGV, SIGTRAP = 11, 5
 

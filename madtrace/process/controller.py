@@ -45,6 +45,7 @@ class Controller:
         self.forks_seen = 0
         self.execs_seen = 0
         self.signals_forwarded = 0
+        self.events_handled = 0       # ptrace stops and exits of traced threads, as handled
         self.stop_reason: str | None = None
         self._hooks: dict[int, TraceeHooks] = {}
         # called with each fork child that is followed, after its parent's on_fork_child
@@ -226,6 +227,7 @@ class Controller:
 
     def handle(self, event, tracee: Tracee | None = None) -> None:
         tracee = tracee or self.tracee
+        self.events_handled += 1
         hooks = self.hooks(tracee)
         tid = event.tid
         if isinstance(event, (ThreadExited, ThreadKilled)):

@@ -251,6 +251,19 @@ def _preload() -> None:
     from ..capture.tsc import start_calibration
     start_calibration()         # a window of the resident's lifetime: no wait in a worker
     warm_images(os.getpid(), only=COMMON_LIBRARIES)
+    _scan_libc()
+
+
+def _scan_libc() -> None:
+    """The C library's scan (call sites, branches: plan.py), kept with its image:
+    the ring pool hooks its fork and exec functions (inject/thread_pool.py).  A
+    module's image is all a scan reads."""
+    from types import SimpleNamespace
+    from ..binary import elf
+    from ..inject.plan import _ModuleScan
+    for key, image in list(elf._cache.items()):
+        if os.path.basename(key[0]).startswith("libc.so"):
+            _ModuleScan(SimpleNamespace(image=image))  # type: ignore[arg-type]
 
 
 def warm_images(pid: int, only: tuple[str, ...] = ()) -> int:
