@@ -53,7 +53,8 @@
 
 /* ring blocks */
 #define MT_CONTROL_AREA       8192   /* control block + slot table */
-#define MT_RINGS_PER_CHUNK    4      /* ring blocks per mapping of rings */
+#define MT_RINGS_PER_CHUNK    16     /* ring blocks per mapping of rings (live sessions: the first
+                                        holds the ring pool too) */
 #define MT_RING_HEAD          0      /* u64, written by the target: records written so far */
 #define MT_RING_DROPS         8      /* u64, written by the target: records dropped (ring full) */
 #define MT_RING_SHADOW_TOP    16     /* u64, written by the target: shadow stack depth */

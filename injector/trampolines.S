@@ -707,8 +707,10 @@ mt_sigreturn_end:
  * mt_claim (layout.h "Ring pool"): called by a trampoline's slow path with rcx =
  * the control block, for a thread that has no slot or whose slot's ring is not
  * its own.  Returns rax = the thread's ring block, 0 for none (its record is
- * not written: counted as unregistered while recording, except in a fork
- * child, whose counters are not ours).  Keeps every other register; no
+ * not written: counted as unregistered while recording).  The thread of a fork
+ * child that was not cleaned (its tracer is gone) gets its slot's ring, its
+ * parent thread's, as it did before the pool: an exit stub needs its shadow
+ * stack.  Keeps every other register; no
  * system call unless a ring may be claimed or a slot's ring may be the
  * thread's own.  A slot under the thread's key whose ring is a dead thread's
  * (glibc reuses TCBs) is taken over in place: its owner id changes with
@@ -777,7 +779,7 @@ mt_claim_start:
         mov eax, 39                         /* getpid */
         syscall
         cmp rax, [rbx + MT_CTL_PID]
-        jne 60f                             /* a fork child's thread: not ours */
+        jne 21f
         mov rdx, [rbx + MT_CTL_OWNER_OFF]
         mov eax, fs:[rdx]
         cmp eax, r8d
@@ -809,6 +811,11 @@ mt_claim_start:
         mov [r9 + MT_RING_OWNER], r8
         jmp 60f
 25:     xor r9d, r9d
+        jmp 26f
+21:     test rdi, rdi                       /* a fork child's thread (not cleaned: its tracer */
+        jz 60f                              /* is gone): its parent's ring, as before the pool */
+        mov r9, [rdi + 8]                   /* (an exit stub needs its shadow stack) */
+        jmp 60f
 26:     lea rsi, [rbx + MT_CTL_POOL]
         mov ecx, MT_POOL_ENTRIES
 30:     mov rax, [rsi]

@@ -166,3 +166,34 @@ def test_daemon_killed_while_threads_take_rings_then_a_new_session(tmp_path):
         server.kill()
     assert server.returncode == 0
     assert out == f"served {len(sizes) + 4} works {sum(sizes) + 18 + 4}\n".encode()
+
+
+def test_data_tracing_closes_the_pool_and_threads_are_traced_again(tmp_path):
+    """Data tracing needs every thread traced: ``trace data on`` closes the pool
+    (the rings of ended threads go back, so a new thread given one of their TCBs
+    gets its ring from the tracer); calls stay exact across the change."""
+    runtime = str(tmp_path / "run")
+    os.mkdir(runtime)
+    program = Program("O2-pie")
+    try:
+        daemon = start_daemon(runtime, program.pid, tmp_path / "t")
+        ctl(runtime, program.pid, "instrument", "work")
+        assert re.fullmatch(r"joined 30 calls 90 sum \d+", program.ask("join 30 3"))
+        ctl(runtime, program.pid, "trace", "data", "on", "[heap]")
+        status = ctl(runtime, program.pid, "status", "--json")
+        assert not status["ring_pool"]["on"] and status["dropped_events"] == 0
+        events = status["tracer_events"]
+        assert re.fullmatch(r"joined 30 calls 120 sum \d+", program.ask("join 30 4"))
+        waiting = program.ask("wait")
+        assert tracer_of(int(waiting.split()[1])) == daemon      # traced from its creation
+        assert program.ask("go") == "gone"
+        status = ctl(runtime, program.pid, "status", "--json")
+        assert status["tracer_events"] > events and status["dropped_events"] == 0
+        assert ctl(runtime, program.pid, "calls", "--json") == {"work": 90 + 120 + 2}
+        assert ctl(runtime, program.pid, "stop")
+        wait_gone(daemon)
+        assert madtrace_maps(program.pid) == []
+        assert program.ask("quit") == "total 212"
+        assert program.proc.wait(timeout=60) == 0
+    finally:
+        program.proc.kill()

@@ -2,16 +2,20 @@
 """The tracer's side of the ring pool (layout.h "Ring pool").
 
 In a live session, a thread created while functions are instrumented is not
-traced and never waits for the tracer: its first record takes a ring from
-the pool (mt_claim, in the target).  ``RingPool`` keeps the pool's entries
-filled with empty rings, adopts each claimed ring (the entry holds the
-claiming thread's id; its records go to ``calls/<tid>.rec`` as any thread's),
-and takes a claimed ring back once its thread is gone: the owner word in the
-thread's TCB (the thread pointer is NOT the ring's key) is no longer the
-thread's id (the kernel clears it at the thread's end; glibc then marks it,
-or gives the TCB to a new thread), or cannot be read (the stack was
-unmapped).  Its records are drained and its counters folded first: every call
-stays counted.
+traced and never waits for the tracer: its first record takes a ring
+(mt_claim, in the target), the ring of the dead thread whose TCB glibc gave
+it (taken over in place), or one from the pool.  ``RingPool`` keeps the
+pool's entries filled with empty rings, adopts each claimed ring (the entry
+holds the claiming thread's id; its records go to ``calls/<tid>.rec`` as any
+thread's), follows the owners of a ring taken over (``drain``: each owner's
+records to its own file), and takes a claimed ring back once its thread is
+gone: the owner word in the thread's TCB (the thread pointer is NOT the
+ring's key) is no longer the thread's id (the kernel clears it at the
+thread's end; glibc then marks it, or gives the TCB to a new thread), or
+cannot be read (the stack was unmapped).  It waits REAP_DELAY before: the
+next thread of that TCB then takes the ring over without the tracer.  Its
+records are drained and its counters folded first: every call stays
+counted.
 
 It also keeps the requests of untraced threads about to fork or exec (the
 MT_CTL_SEIZE entries, written by mt_seizeme): the run loop seizes them
@@ -80,7 +84,10 @@ class RingPool:
 
     def stop(self) -> None:
         """No thread takes a ring from now on (those taken stay theirs); the rings
-        left in the pool go back to the free ones."""
+        left in the pool go back to the free ones, as do those of threads that
+        ended (no slot of a dead thread stays for a new one to find: every
+        thread is traced from its creation from now on, and gets its ring from
+        the tracer)."""
         L = self.L
         with self.rings.lock:
             self.active = False
@@ -93,6 +100,7 @@ class RingPool:
                     self.placed[i] = None
                     self.rings.free_rings.append(index)
             self.adopt()        # an entry that held a thread id meanwhile
+            self.reap(now_all=True)
 
     def rings_placed(self) -> list[int]:
         return [index for index in self.placed if index is not None]
@@ -144,12 +152,13 @@ class RingPool:
             self.claimed.add(value)
             self.claims += 1
 
-    def reap(self) -> None:
+    def reap(self, now_all: bool = False) -> None:
         """Claimed rings whose thread ended go back (drained, counters folded),
-        REAP_DELAY after the end was seen (at once while rings run short)."""
+        REAP_DELAY after the end was seen (at once while rings run short, or
+        ``now_all``)."""
         rings = self.rings
         now = time.monotonic()
-        short = len(rings.free_rings) < RESERVE
+        short = now_all or len(rings.free_rings) < RESERVE
         for tid in list(self._dead_since):
             if tid not in self.claimed:
                 del self._dead_since[tid]

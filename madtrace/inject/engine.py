@@ -37,7 +37,8 @@ from .footprint import Footprint, step_until_out
 from .patchset import Patch, PatchConflict, PatchSet
 from .plan import Plan, Site, TracedFunction, make_plan
 from .templates import load_injector
-from .thread_pool import ThreadPool, map_thread_code, owner_offset, owner_word
+from .areas import REL32_REACH
+from .thread_pool import ThreadPool, owner_offset, owner_word, place_thread_code
 from .unwind import OBJECT_SIZE, eh_frame
 
 GROUP = "madtrace-functions"     # the areas of function tracing stay or go together
@@ -92,6 +93,7 @@ class FunctionTracer:
         self._tsc_hz: float | None = None
         self._deregistrar: int | None = None         # __deregister_frame_info
         self.threads = ThreadPool(self)      # live sessions: new threads take pool rings
+        self.thread_code: CodeArea | None = None     # mt_claim, mt_seizeme (and the hooks)
 
     # --------------------------------------------------------------- install
     def install(self, patterns: list[str]) -> dict:
@@ -104,10 +106,11 @@ class FunctionTracer:
             self.rings = RingSet(control, self.injector, self.out_dir, map_chunk=self._map_chunk)
             self.rings.reserve_sites(len(plan.sites))
             self.rings.owner_offset = owner_offset(tracee)
-            map_thread_code(rs, self.rings, self.injector, GROUP)
             for module in {fn.module.name: fn.module for fn in plan.functions}.values():
                 fns = [fn for fn in plan.functions if fn.module is module]
                 self._new_code_area(rs, module, self._code_size(plan, fns))
+            self.thread_code = place_thread_code(rs, self.rings, self.injector, GROUP,
+                                                 list(self.code_areas.values()))
         Footprint.of(tracee).return_sources.append(self._pending_returns)
         self.rings.ensure_free(len(tracee.threads))
         for tid in list(tracee.threads):
@@ -241,9 +244,15 @@ class FunctionTracer:
         area.write(state, struct.pack("<Q", 0))
 
     def code_area_for(self, module, need: int) -> CodeArea:
-        """A code area near ``module`` with room for ``need`` more bytes (every
-        thread stopped)."""
+        """A code area within rel32 reach of ``module`` with room for ``need`` more
+        bytes (another module's, if it reaches: no new mapping); every thread
+        stopped."""
         area = self.code_areas.get(module.name)
+        if area is None:
+            for other in self.code_areas.values():
+                if other.cursor + need + 16 <= other.area.end and \
+                        max(other.area.end - module.start, module.end - other.area.address) < REL32_REACH:
+                    return other
         if area is None or area.cursor + need + 16 > area.area.end:
             if area is not None:
                 self.retired_code_areas.append(area)   # its trampolines stay in use

@@ -2,9 +2,9 @@
 """New threads for free in live sessions: the target's side of the ring pool
 (layout.h "Ring pool"; the tracer's side is capture/ring_pool.py).
 
-``map_thread_code`` (every session that traces functions): the area holding
-mt_claim, which every trampoline's slow path calls (a thread without a slot,
-or whose slot's ring is not its own), and mt_seizeme.
+``place_thread_code`` (every session that traces functions): mt_claim, which
+every trampoline's slow path calls (a thread without a slot, or whose slot's
+ring is not its own), and mt_seizeme, in a code area.
 
 ``ThreadPool`` (a live session, attached, with functions instrumented and
 neither data tracing nor --follow-forks): threads are not traced from their
@@ -48,6 +48,7 @@ HOOKED = ("fork", "_Fork", "execve", "execveat")   # in the C library
 LIBC = "libc.so.6"
 GLIBC_TID_OFFSET = 0x2d0        # struct pthread's tid in glibc 2.2x-2.3x, x86-64
 TCB_SEARCH = 0x800              # bytes of each thread's TCB searched for its id
+HOOK_ROOM = 64 + 5              # a hook's relocated instructions and its jump back
 
 
 def prepare(space) -> None:
@@ -59,21 +60,27 @@ def prepare(space) -> None:
         _ModuleScan(libc)
 
 
-def map_thread_code(rs: RemoteSyscalls, rings, injector, group: str) -> SharedArea:
-    """mt_claim and mt_seizeme, in an area of their own (R-X); their addresses in
-    the control block (MT_CTL_CLAIM, MT_CTL_SEIZEME)."""
+def place_thread_code(rs: RemoteSyscalls, rings, injector, group: str, code_areas: list):
+    """mt_claim and mt_seizeme, in the first code area (none: an area of their own);
+    their addresses in the control block (MT_CTL_CLAIM, MT_CTL_SEIZEME).
+    Returns the code area."""
+    from .engine import CodeArea
     claim = injector.templates["claim"]
     seize = injector.templates["seizeme"]
-    area = SharedArea(rs, claim.size + seize.size + 64, "madtrace-threads", executable=True,
-                      group=group)
-    area.steppable = True           # no loop without a way out, once recording is off
-    claim_at = area.address
-    seize_at = (area.address + claim.size + 15) & ~15
-    area.write(claim_at, bytes(claim.instantiate(claim_at)))
-    area.write(seize_at, bytes(seize.instantiate(seize_at)))
+    if code_areas:
+        code = code_areas[0]
+    else:
+        area = SharedArea(rs, claim.size + seize.size + 64, "madtrace-threads",
+                          executable=True, group=group)
+        area.steppable = True       # no loop without a way out, once recording is off
+        code = CodeArea(area)
+    claim_at = code.allocate(claim.size)
+    seize_at = code.allocate(seize.size)
+    code.area.write(claim_at, bytes(claim.instantiate(claim_at)))
+    code.area.write(seize_at, bytes(seize.instantiate(seize_at)))
     rings._u64(injector.MT_CTL_CLAIM, claim_at)
     rings._u64(injector.MT_CTL_SEIZEME, seize_at)
-    return area
+    return code
 
 
 def owner_offset(tracee) -> int:
@@ -164,7 +171,7 @@ class ThreadPool:
         from .plan import _ModuleScan        # the module's branches (prepared ahead)
         scan, bias = _ModuleScan(libc).scan, libc.bias
         template = engine.injector.templates["forkhook"]
-        area = engine.code_area_for(libc, len(HOOKED) * (template.size + 64 + 5))
+        area = engine.code_area_for(libc, len(HOOKED) * (template.size + HOOK_ROOM))
         patches = []
         for name in HOOKED:
             found = [ms for ms in engine.space.find_functions(name)
@@ -173,7 +180,7 @@ class ThreadPool:
                 continue            # an older C library: no _Fork or execveat
             address, size = found[0].address, found[0].symbol.size or 64
             code = engine.tracee.mem.read(address, max(size, 16))
-            at = area.allocate(template.size + 64 + 5)
+            at = area.allocate(template.size + HOOK_ROOM)
             reloc = relocate_entry(code, address, size, at + template.size,
                                    branches_into=lambda lo, hi: scan.branches_into(lo - bias,
                                                                                    hi - bias))
