@@ -135,6 +135,9 @@ class Recording(ImageChanges, Footprints, Results):
         self.leftovers_line = ""             # what an earlier session left, found at attach
         self.defer_while_stopped = False     # live sessions: see ``after_commands``
         self.prefetches: list[symcache.Prefetch] = []   # DWARF read while the target runs
+        # called once function tracing is installed in an image (every thread stopped;
+        # at an exec's entry or a dlopen too): a live session's ring pool starts
+        self.on_functions_installed: list = []
         self.symbols_seconds = 0.0      # reading the modules' symbols (ELF)
         symcache.notify = self.log      # a corrupt cache entry rebuilt: one line, not under -q
         symcache.progress_out = None if options.quiet else sys.stderr
@@ -367,6 +370,8 @@ class Recording(ImageChanges, Footprints, Results):
         if len(report["skipped"]) > 10:
             self.log(f"... {len(report['skipped']) - 10} more not traced: see the patch report "
                      f"(functions.json in the trace directory)")
+        for hook in self.on_functions_installed:
+            hook()
 
     def _install_data_tracing(self, **selection) -> None:
         """``selection``: ``only_regions`` or ``region_filter`` (see DataEngine)."""

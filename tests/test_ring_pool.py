@@ -100,8 +100,7 @@ def test_fork_and_exec_from_threads_made_after_instrument(tmp_path):
     os.mkdir(runtime)
     program = Program("O2-pie")
     try:
-        daemon = start_daemon(runtime, program.pid, tmp_path / "t")
-        ctl(runtime, program.pid, "instrument", "work")
+        daemon = start_daemon(runtime, program.pid, tmp_path / "t", how=("daemon", "-f", "work"))
         # the forking thread is untraced until it forks: it asks to be traced first; the
         # child has no madtrace mapping (its exit status counts them) and its own calls
         # are not ours
@@ -111,10 +110,12 @@ def test_fork_and_exec_from_threads_made_after_instrument(tmp_path):
         status = ctl(runtime, program.pid, "status", "--json")
         assert status["ring_pool"]["seized_before_fork_or_exec"] == 3
         assert ctl(runtime, program.pid, "calls", "--json") == {"work": 27}
-        # an untraced thread's exec is followed: the new image is traced in exec.1
+        # an untraced thread's exec is followed: the new image is traced in exec.1, its
+        # -f functions instrumented at its entry, its new threads untraced again
         assert program.ask("exec") == "execd"
-        ctl(runtime, program.pid, "instrument", "work")
         assert re.fullmatch(r"joined 20 calls 60 sum \d+", program.ask("join 20 3"))
+        status = ctl(runtime, program.pid, "status", "--json")
+        assert status["ring_pool"]["on"] and status["dropped_events"] == 0, status
         assert ctl(runtime, program.pid, "calls", "--json") == {"work": 60}
         assert ctl(runtime, program.pid, "stop")
         wait_gone(daemon)

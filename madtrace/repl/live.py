@@ -65,8 +65,8 @@ class LiveSession:
         if recording.functions is not None:
             recording.functions.defer_tables = True
         recording.hooks.on_exec.append(lambda tracee: self._refresh_names())
-        self._start_pool()                  # the target is stopped (attached, not run yet)
-        self._follow_clones_if_needed()
+        recording.on_functions_installed.append(self._functions_installed)
+        self._functions_installed()         # the target is stopped (attached, not run yet)
 
     # ------------------------------------------------------------ state
     @property
@@ -230,6 +230,11 @@ class LiveSession:
         mapped = tracee.footprint is not None and bool(tracee.footprint.areas)
         tracee.follow_clones(tracee.launched or (mapped and not pool)
                              or self.recording.data is not None or bool(self.controller.children))
+
+    def _functions_installed(self) -> None:
+        """Every thread stopped: the pool starts, and clones are followed or not."""
+        self._start_pool()
+        self._follow_clones_if_needed()
 
     def _start_pool(self) -> None:
         """Every thread stopped: the ring pool opens once functions are traced, in

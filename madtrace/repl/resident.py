@@ -339,6 +339,7 @@ def _serve(listener: socket.socket, stamp: float) -> None:
             target = _daemon_target(request["argv"])
             if target:
                 warm_images(target)
+                warm_plan(target, request["argv"])
             # SIGTERM blocked across the fork: it must never run the resident's
             # cleanup (removing its socket) in the worker
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -354,6 +355,26 @@ def _serve(listener: socket.socket, stamp: float) -> None:
             for fd in fds:
                 os.close(fd)
             conn.close()
+
+
+def warm_plan(pid: int, argv: list) -> None:
+    """``daemon PID -f F...``: what instrumenting F needs from the files (the
+    modules' scans: plan.py, thread_pool.py), done here before the worker is
+    forked, and kept with the images for the next attach to the same program
+    (a scan of libpython takes a second or two on a loaded machine)."""
+    try:
+        from ..binary.address_space import AddressSpace
+        from ..cli.main import build_parser
+        from ..inject.plan import prepare_plan, split_patterns
+        from ..inject.thread_pool import prepare
+        patterns = build_parser("daemon").parse_args(argv).functions
+        if not patterns:
+            return
+        space = AddressSpace.from_pid(pid)
+        prepare_plan(space, split_patterns(space, patterns)[0])
+        prepare(space)
+    except (Exception, SystemExit) as exc:     # said by the worker, which does it again
+        print(f"warm_plan: {exc!r}", flush=True)
 
 
 def _daemon_target(argv: list) -> int:
