@@ -49,6 +49,30 @@ def ctl(runtime: str, pid: int, *words: str):
     return json.loads(result.stdout) if "--json" in words else result.stdout
 
 
+HOOKED = ("fork", "_Fork", "execve", "execveat")
+
+
+def libc_code(pid: int) -> dict[str, tuple[bytes, bytes]]:
+    """(bytes in the process, bytes in the file) of the first 16 bytes of each
+    function the ring pool hooks (nm -D gives their offsets; the maps, the base)."""
+    with open(f"/proc/{pid}/maps") as f:
+        lines = [line.split() for line in f if line.rstrip().endswith("/libc.so.6")]
+    path = lines[0][5]
+    base = min(int(fields[0].split("-")[0], 16) - int(fields[2], 16) for fields in lines)
+    nm = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True).stdout
+    out = {}
+    with open(f"/proc/{pid}/mem", "rb") as mem, open(path, "rb") as elf:
+        for name in HOOKED:
+            found = re.search(rf"^([0-9a-f]+) [TW] {name}(@@\S+)?$", nm, re.M)
+            if found is None:
+                continue
+            offset = int(found.group(1), 16)      # libc's text: file offset == address
+            mem.seek(base + offset)
+            elf.seek(offset)
+            out[name] = (mem.read(16), elf.read(16))
+    return out
+
+
 def work_records(directory) -> dict[int, int]:
     """Entry records of work() per thread, from the record files."""
     with open(os.path.join(directory, "functions.json")) as f:
@@ -117,9 +141,12 @@ def test_fork_and_exec_from_threads_made_after_instrument(tmp_path):
         status = ctl(runtime, program.pid, "status", "--json")
         assert status["ring_pool"]["on"] and status["dropped_events"] == 0, status
         assert ctl(runtime, program.pid, "calls", "--json") == {"work": 60}
+        hooked = libc_code(program.pid)
+        assert {"fork", "execve"} <= set(hooked) and all(now != file for now, file in hooked.values())
         assert ctl(runtime, program.pid, "stop")
         wait_gone(daemon)
         assert madtrace_maps(program.pid) == []
+        assert all(now == file for now, file in libc_code(program.pid).values())   # restored
         assert program.ask("quit") == "total 60"
         assert program.proc.wait(timeout=60) == 0
     finally:
