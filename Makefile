@@ -68,7 +68,9 @@ REPLAY_OUT := build/native/libmtreplay.so
 BLOCKS_OUT := build/native/libmtblocks.so
 # the DWARF reader (a program, libdw): variables, types, line tables for the symbol cache
 DWARF_OUT := build/native/mtdwarf
-native: $(NATIVE_OUT) $(DRAIN_OUT) $(REPLAY_OUT) $(BLOCKS_OUT) $(DWARF_OUT)
+# the client of the resident process that starts without Python (madtrace/cli/madtrace_ctl.c)
+CTL_OUT := build/bin/madtrace-ctl
+native: $(NATIVE_OUT) $(DRAIN_OUT) $(REPLAY_OUT) $(BLOCKS_OUT) $(DWARF_OUT) $(CTL_OUT)
 $(NATIVE_OUT): madtrace/process/fault_loop.c madtrace/capture/data_expand.c injector/layout.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ madtrace/process/fault_loop.c \
@@ -90,6 +92,10 @@ $(BLOCKS_OUT): madtrace/capture/block_index.c
 $(DWARF_OUT): madtrace/binary/dwarf_reader.c | $(APT_STAMP)
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -o $@ $< -ldw -lelf
+$(CTL_OUT): madtrace/cli/madtrace_ctl.c Makefile
+	@mkdir -p $(@D)
+	gcc -O2 -g -Wall -Wextra -DMADTRACE_PYTHON='"$(abspath $(VPY))"' \
+	    -DMADTRACE_PACKAGE='"$(abspath madtrace)"' -o $@ $<
 
 # the footprint analysis core (analysis side, C, loaded with ctypes)
 FOOTPRINT_OUT := build/native/libmtfootprint.so

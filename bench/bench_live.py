@@ -8,7 +8,11 @@ python3 -m http.server (127.0.0.1, a bounded request loop):
 - attach -> first event: from the tool's start to the first call recorded
   (madtrace: `daemon PID` + `ctl PID instrument`, the daemon started from
   scratch, and forked by the resident process, `madtrace daemon --resident`;
-  and `daemon PID -f F` forked by the resident process);
+  `daemon PID -f F` forked by the resident process; the same command
+  through build/bin/madtrace-ctl, the client that is not a Python interpreter;
+  and the same again with a resident that attached to the program once
+  before, unmeasured: "warm", its ELF files parsed; each other mode starts a
+  resident process of its own: "cold");
 - the longest pause of the target while attaching and instrumenting (the
   program's own loop measures it: "watch");
 - the time to instrument 20 and ~900 libpython functions (madtrace: the ctl
@@ -45,7 +49,8 @@ WATCH_MS = 6000      # the C target's own loop while attaching and instrumenting
 # attach -> first event: `daemon PID` + `ctl PID instrument F` with the daemon started
 # from scratch, the same forked by the resident process, and `daemon PID -f F` (one
 # command, as Frida's attach-and-hook) forked by the resident process
-FIRST_MODES = ("first", "first_resident", "first_resident_f")
+FIRST_MODES = ("first", "first_resident", "first_resident_f", "first_ctl_f", "first_ctl_f_warm")
+CTL = os.path.join(ROOT, "build", "bin", "madtrace-ctl")   # make native builds it
 
 
 def stats(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
@@ -108,22 +113,25 @@ class Madtrace:
         os.makedirs(self.env["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
         self.tmp = tmp
 
-    def run(self, *args, check=True) -> subprocess.CompletedProcess:
-        result = subprocess.run([*MADTRACE, *args], capture_output=True, env=self.env, timeout=300)
+    def run(self, *args, check=True, client=MADTRACE) -> subprocess.CompletedProcess:
+        result = subprocess.run([*client, *args], capture_output=True, env=self.env, timeout=300)
         if check and result.returncode != 0:
             raise RuntimeError(f"madtrace {' '.join(args)}: {result.stderr.decode()}")
         return result
 
-    def attach(self, pid: int, *extra: str) -> str:
+    def attach(self, pid: int, *extra: str, client=MADTRACE) -> str:
         out = tempfile.mkdtemp(prefix="t", dir=self.tmp)
         os.rmdir(out)                   # the daemon makes it (it never overwrites one)
-        self.run("daemon", str(pid), "-o", out, *extra)
+        self.run("daemon", str(pid), "-o", out, *extra, client=client)
         return out
 
     def attach_and_instrument(self, pid: int, mode: str, spec: str) -> str:
-        """FIRST_MODES: daemon + ctl instrument, or daemon -f SPEC (one command)."""
+        """FIRST_MODES: daemon + ctl instrument, or daemon -f SPEC (one command,
+        with the Python client or madtrace-ctl)."""
         if mode == "first_resident_f":
             return self.attach(pid, "-f", spec)
+        if mode in ("first_ctl_f", "first_ctl_f_warm"):
+            return self.attach(pid, "-f", spec, client=[CTL])
         directory = self.attach(pid)
         self.instrument(pid, spec)
         return directory
@@ -169,11 +177,18 @@ def madtrace_c(tmp: str) -> dict:
     resident process), longest pause, ns per call attached, drops (C target)."""
     tool = Madtrace(tmp)
     out: dict[str, list] = {"first": [], "first_resident": [], "first_resident_f": [],
-                            "pause": [], "ns": [], "ns_notime": [], "drops": [], "missed": []}
+                            "first_ctl_f": [], "first_ctl_f_warm": [], "pause": [], "ns": [],
+                            "ns_notime": [],
+                            "drops": [], "missed": []}
     for _ in range(REPEATS):
         for mode in FIRST_MODES:
             resident = mode != "first"
             with tool.resident(resident):
+                if mode.endswith("_warm"):      # the resident has seen the program once
+                    warm = Target()
+                    tool.attach_and_instrument(warm.pid, mode, "leaf")
+                    tool.detach(warm.pid)
+                    warm.close()
                 target = Target()
                 try:
                     target.send(f"watch {WATCH_MS}")   # the program measures its longest pause
@@ -252,7 +267,9 @@ class Server:
 def madtrace_server(tmp: str) -> dict:
     tool = Madtrace(tmp)
     out: dict[str, list] = {"first": [], "first_resident": [], "first_resident_f": [],
-                            "lat_untraced": [], "lat_attached": [], "lat_untraced_p10": [],
+                            "first_ctl_f": [], "first_ctl_f_warm": [], "events_per_request": [],
+                            "lat_untraced": [], "lat_attached": [],
+                            "lat_untraced_p10": [],
                             "lat_attached_p10": [], "lat_instrumented_p10": [],
                             "lat_instrumented": [], "hook20": [], "hook20_pause": [],
                             "hook900": [], "hook900_pause": [], "functions900": []}
@@ -268,6 +285,9 @@ def madtrace_server(tmp: str) -> dict:
             try:
                 for mode in FIRST_MODES:
                     with tool.resident(mode != "first"):
+                        if mode.endswith("_warm"):  # the resident has seen the program once
+                            tool.attach_and_instrument(server.pid, mode, server.spec("PyDict_New"))
+                            tool.detach(server.pid)
                         started = time.perf_counter()
                         directory = tool.attach_and_instrument(server.pid, mode,
                                                                server.spec("PyDict_New"))
@@ -283,8 +303,12 @@ def madtrace_server(tmp: str) -> dict:
             t0 = time.perf_counter()
             tool.instrument(server.pid, server.spec("PyDict_*"))
             out["hook20"].append(time.perf_counter() - t0)
-            out["hook20_pause"].append(tool.status(server.pid)["last_pause_ms"] / 1000)
+            status = tool.status(server.pid)
+            out["hook20_pause"].append(status["last_pause_ms"] / 1000)
             sample(out, "lat_instrumented", server.latency())
+            # ptrace stops per request while instrumented (the ring pool: none)
+            events = tool.status(server.pid)["tracer_events"] - status["tracer_events"]
+            out["events_per_request"].append(events / REQUESTS)
             t0 = time.perf_counter()
             result = tool.run("ctl", str(server.pid), "instrument", server.spec("Py[A-Z]*"),
                               "--json")
@@ -401,10 +425,13 @@ def main() -> int:
             ("ns per call, untraced", stats(launched["untraced"]), ""),
             (f"drops, attached runs of {CALLS} calls (timed and --no-time)", max(c["drops"]), ""),
             ("attach -> first event, C program (s)", stats(c["first"]),
-             f"resident {stats(c['first_resident'])}, -f {stats(c['first_resident_f'])}"
+             f"resident {stats(c['first_resident'])}, -f {stats(c['first_resident_f'])}, "
+             f"madtrace-ctl -f {stats(c['first_ctl_f'])}, warm {stats(c['first_ctl_f_warm'])}"
              + (f"; {len(c['missed'])} runs saw none within {WATCH_MS} ms" if c["missed"] else "")),
             ("attach -> first event, http.server PyDict_New (s)", stats(server["first"]),
-             f"resident {stats(server['first_resident'])}, -f {stats(server['first_resident_f'])}"),
+             f"resident {stats(server['first_resident'])}, -f {stats(server['first_resident_f'])}, "
+             f"madtrace-ctl -f {stats(server['first_ctl_f'])}, warm "
+             f"{stats(server['first_ctl_f_warm'])}"),
             ("longest pause attaching + instrumenting, C (ms)", stats(c["pause"], 1e-3), ""),
             ("instrument 20 PyDict_* (s), target stopped (ms)", stats(server["hook20"]),
              stats(server["hook20_pause"], 1e3)),
@@ -418,7 +445,8 @@ def main() -> int:
             ("http.server latency, PyDict_* instrumented (ms)",
              stats(server["lat_instrumented"], 1e3),
              f"{ratios(server, 'lat_instrumented')} x untraced (p10 "
-             f"{ratios(server, 'lat_instrumented', '_p10')} x)"),
+             f"{ratios(server, 'lat_instrumented', '_p10')} x); ptrace stops per request "
+             f"{stats(server['events_per_request'])}"),
         ]
         others(rows, tmp)
     print(table(f"live sessions (min / median of {REPEATS})", rows,

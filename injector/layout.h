@@ -16,7 +16,7 @@
  * thread's records (single writer: that thread; single reader: the tracer).
  */
 #define MT_MAGIC              0x45434152544d
-#define MT_LAYOUT_VERSION     3
+#define MT_LAYOUT_VERSION     4
 
 /* control block */
 #define MT_CTL_MAGIC          0
@@ -30,6 +30,22 @@
                                         every data record carries the value it read (below) */
 #define MT_CTL_SIZE           4096
 #define MT_FLAG_ENABLED       1      /* records are written (each ring's LIMIT says it too) */
+/* the ring pool (layout.h "Ring pool", below): */
+#define MT_FLAG_POOL          2      /* a thread without a ring takes one from the pool */
+#define MT_CTL_POOL_EMPTY     18     /* byte: set by a thread that found the pool empty */
+#define MT_CTL_CLAIM          32     /* u64: mt_claim's address (every slow path calls it) */
+#define MT_CTL_PID            40     /* u64: the traced process's pid */
+#define MT_CTL_OWNER_OFF      48     /* u64: where a thread's owner word is, from its thread
+                                        pointer (glibc: struct pthread's tid) */
+#define MT_CTL_TRACER         56     /* u64: the tracer's thread id (its TracerPid) */
+#define MT_CTL_SEIZEME        64     /* u64: mt_seizeme's address (the fork and exec hooks) */
+#define MT_CTL_POOL           256    /* MT_POOL_ENTRIES u64: a ring block's address (free),
+                                        a thread id (< 2^32: taken by that thread, until the
+                                        tracer adopts it), 0 (empty) */
+#define MT_POOL_ENTRIES       8
+#define MT_CTL_SEIZE          512    /* MT_SEIZE_ENTRIES u64: ids of untraced threads that
+                                        wait to be traced before a fork or an exec (0: free) */
+#define MT_SEIZE_ENTRIES      16
 
 /* slot table: 2*MT_SLOTS entries {u64 key = NOT(fs base) (0 free, 1 tombstone), u64 ring block address} */
 #define MT_SLOTS              128
@@ -40,7 +56,8 @@
 
 /* ring blocks */
 #define MT_CONTROL_AREA       8192   /* control block + slot table */
-#define MT_RINGS_PER_CHUNK    4      /* ring blocks per mapping of rings */
+#define MT_RINGS_PER_CHUNK    16     /* ring blocks per mapping of rings (live sessions: the first
+                                        holds the ring pool too) */
 #define MT_RING_HEAD          0      /* u64, written by the target: records written so far */
 #define MT_RING_DROPS         8      /* u64, written by the target: records dropped (ring full) */
 #define MT_RING_SHADOW_TOP    16     /* u64, written by the target: shadow stack depth */
@@ -54,8 +71,18 @@
                                         full and waited for the tracer */
 #define MT_RING_CONTROL       48     /* u64, written by the tracer: the control block's address
                                         (for the trampolines' slow paths) */
+#define MT_RING_OWNER         56     /* u64: the owner word of the ring's thread (layout.h "Ring
+                                        pool"); the lookup compares its low 32 bits */
 #define MT_RING_TAIL          64     /* u64, written by the tracer: records consumed */
-#define MT_RING_TID           72     /* u64, written by the tracer: owner thread id */
+#define MT_RING_TID           72     /* u64, written by the tracer (or the claiming thread):
+                                        owner thread id */
+#define MT_RING_KEY           80     /* u64, written by the claiming thread: its slot key */
+#define MT_RING_OWNERS_W      96     /* u64, written by a thread taking the ring over: owners
+                                        recorded in MT_RING_OWNERS */
+#define MT_RING_OWNERS_R      104    /* u64, written by the tracer: owners it has read */
+#define MT_RING_OWNERS        128    /* MT_RING_OWNER_SLOTS {u64 HEAD when taken over, u64 the new
+                                        owner's id}: its records from that HEAD on are its own */
+#define MT_RING_OWNER_SLOTS   128    /* (a power of two) */
 #define MT_RING_SHADOW        4096   /* shadow stack: {u64 return address, u64 entry rsp} */
 #define MT_SHADOW_ENTRIES     4096
 #define MT_RING_RECORDS_OFF   69632  /* MT_RING_SHADOW + 16 * MT_SHADOW_ENTRIES */
@@ -239,3 +266,27 @@
 #define MT_HT_ENTRY           0          /* r11 at the trap: the entry group was not written */
 #define MT_HT_RETURN          1          /* ... the return group, no stamp taken */
 #define MT_HT_STAMPED         2          /* ... the return group, stamp in r8d */
+
+/* ---------------------------------------------------------------------------
+ * Ring pool (live sessions: capture/ring_pool.py, inject/thread_pool.py).
+ * A thread created while madtrace is attached is not traced; its first record
+ * finds no slot (or a slot whose ring's owner word is not its own: glibc gave
+ * it a dead thread's TCB, whose slot key is the same) and calls mt_claim:
+ * with signals blocked, it takes a ring from the pool (lock cmpxchg: ring
+ * address -> its thread id), writes its id, owner word and key in it, and
+ * puts {key, ring} in the slot table with cmpxchg16b (over its key's stale
+ * entry, or at the first free or tombstone entry); the tracer adopts the ring
+ * afterwards (the pool entry holds the thread id), refills the pool, and
+ * takes the ring back once the thread's owner word in its TCB is no longer
+ * its id (the kernel clears it when the thread ends; glibc reuses the TCB).
+ * The owner word: the u32 at the thread pointer + MT_CTL_OWNER_OFF (glibc:
+ * struct pthread's tid); each lookup compares it with the ring's.
+ * Such a thread that forks or execs through the C library first asks to be
+ * traced: the hooks at fork, _Fork, execve and execveat call mt_seizeme,
+ * which, while the tracer is there, puts the thread's id in an
+ * MT_CTL_SEIZE entry and waits until the tracer has seized it and cleared
+ * the entry: the fork or exec is then seen as any traced thread's.
+ */
+#define MT_SLOT_TOMBSTONE     1
+#define MT_SEIZE_WAIT_NS      100000  /* mt_seizeme's wait between two looks (ns) */
+#define MT_SEIZE_CHECK_EVERY  256     /* ... and how often it looks for the tracer */

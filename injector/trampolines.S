@@ -64,8 +64,13 @@
  * word at %fs:0 for the fs base: one load, where rdfsbase costs ~7 cycles, and
  * the same value wherever the x86-64 TLS ABI is followed (the TCB's first word
  * points at the TCB: glibc, musl); LOOKUP_SLOW tries rdfsbase when it misses.
- * Key K is probed first at slot ((K >> MT_SLOT_HASH_SHIFT) & (MT_SLOTS - 1)). */
-.macro LOOKUP name, tag
+ * Key K is probed first at slot ((K >> MT_SLOT_HASH_SHIFT) & (MT_SLOTS - 1)).
+ * The ring found must be the thread's own: its owner word (patch point
+ * mt_<name>_pp_owner<tag>_imm32: the offset from the thread pointer) equals
+ * the ring's MT_RING_OWNER; else, and without a slot, mt_claim decides.
+ * owner=0 (the hybrid data engine's hook stubs: every thread is traced, its
+ * slot is its own): no owner check, no claim. */
+.macro LOOKUP name, tag, owner=1
         movabs rcx, 0x1122334455667788
 mt_\name\()_pp_ctl\tag\()_abs64:
         mov rax, fs:[0]
@@ -73,13 +78,25 @@ mt_\name\()_pp_ctl\tag\()_abs64:
         SLOT_OF
         jne .Lprobe_\name\tag
 .Lfound_\name\tag:
+.if \owner
+        mov eax, dword ptr fs:[0x7fffffff]  /* the owner word (layout.h "Ring pool") */
+mt_\name\()_pp_owner\tag\()_imm32:
+        mov rdx, [rdx + 8]
+        cmp eax, [rdx + MT_RING_OWNER]
+        jne .Lclaim_\name\tag            /* a dead thread's ring (its TCB reused): claim one */
+        mov rcx, rdx
+.else
         mov rcx, [rdx + 8]
+.endif
+.Lowned_\name\tag:
 .endm
 
 /* the rest of the linear probe for key rax (rcx = control block, rdx = the
  * slot probed); then the same for the fs base itself (a thread whose %fs:0 is
- * not its thread pointer); a thread without a slot writes no record: it is
- * counted (while recording) and goes to \nothread */
+ * not its thread pointer); a thread without a slot, or whose slot's ring is
+ * not its own, asks mt_claim for its ring (none: no record, counted by
+ * mt_claim, \nothread); count=0 (hook stubs): no claim, \nothread with rcx =
+ * the control block (the stub's trap gives the tracer its group) */
 .macro LOOKUP_SLOW name, tag, nothread, count=1
 .Lprobe_\name\tag:
         push rsi
@@ -103,12 +120,17 @@ mt_\name\()_pp_ctl\tag\()_abs64:
         je .Lfound_\name\tag
         jmp .Lprobe_\name\tag
 4:      pop rsi
+.Lclaim_\name\tag:                  /* rcx = control block */
 .if \count
-        test byte ptr [rcx + MT_CTL_FLAGS], MT_FLAG_ENABLED
+        call qword ptr [rcx + MT_CTL_CLAIM]
+        mov qword ptr [rsp - 8], 0          /* no return address left on the stack (footprint.py) */
+        test rax, rax
         jz \nothread
-        lock inc qword ptr [rcx + MT_CTL_UNREGISTERED]
-.endif
+        mov rcx, rax
+        jmp .Lowned_\name\tag
+.else
         jmp \nothread
+.endif
 .endm
 
 /* EMIT name, tag, ts, rsp_off: one record into ring rcx if HEAD < LIMIT;
@@ -551,7 +573,7 @@ mt_hook_alloc_start:
         push qword ptr [rip + 0x11223344]
 mt_hook_alloc_pp_gadget_rel32:
         HSAVE
-        LOOKUP hook_alloc, _entry
+        LOOKUP hook_alloc, _entry, 0
         mov r9, [rcx + MT_RING_CONTROL]
 .Lretry_hook_alloc:
         HROOM MT_HOOK_ENTRY_RECORDS, .Lfull_hook_alloc
@@ -577,7 +599,7 @@ mt_hook_alloc_pp_code_entry_imm32:
 mt_hook_alloc_pp_cont_rel32:
 mt_hook_alloc_at_returned:
         HSAVE
-        LOOKUP hook_alloc, _ret
+        LOOKUP hook_alloc, _ret, 0
         mov r9, [rcx + MT_RING_CONTROL]
         HROOM MT_HOOK_RETURN_RECORDS, .Lrfull_hook_alloc
 .Lstamp_hook_alloc:
@@ -717,7 +739,7 @@ mt_\name\()_pp_alias_abs64:
         or al, cl
         push rax                                /* the frame (rsp is 16-byte aligned now) */
         push rdx
-        LOOKUP \name, _entry
+        LOOKUP \name, _entry, 0
         mov r9, [rcx + MT_RING_CONTROL]
 .Lretry_\name:
         HROOM MT_HOOK_ENTRY_RECORDS, .Lfull_\name
@@ -1025,3 +1047,385 @@ mt_sigreturn_start:
         mov eax, 15                         /* rt_sigreturn */
         syscall
 mt_sigreturn_end:
+
+/* ---------------------------------------------------------------------------
+ * mt_claim (layout.h "Ring pool"): called by a trampoline's slow path with rcx =
+ * the control block, for a thread that has no slot or whose slot's ring is not
+ * its own.  Returns rax = the thread's ring block, 0 for none (its record is
+ * not written: counted as unregistered while recording).  The thread of a fork
+ * child that was not cleaned (its tracer is gone) gets its slot's ring, its
+ * parent thread's, as it did before the pool: an exit stub needs its shadow
+ * stack.  Keeps every other register; no
+ * system call unless a ring may be claimed or a slot's ring may be the
+ * thread's own.  A slot under the thread's key whose ring is a dead thread's
+ * (glibc reuses TCBs) is taken over in place: its owner id changes with
+ * lock cmpxchg (the tracer takes a ring back with the same), and the ring's
+ * owners (MT_RING_OWNERS) say from which record on it is the new thread's.  Helpers: 70 (rdi = the entry of key r10, rsi = the first
+ * free or tombstone entry on its chain, 0: none), 75 (ZF set: no ring in the
+ * pool).  rbx = control block, r8 = thread id, r9 = the ring, r10 = the key.
+ * After each call the return address is wiped off the stack: a stale one
+ * found later in a live frame would keep madtrace's code mapped at detach
+ * (footprint.py cannot tell it from a real one).
+ */
+mt_claim_start:
+        push rbx
+        push rcx
+        push rdx
+        push rsi
+        push rdi
+        push r8
+        push r9
+        push r10
+        push r11
+        mov rbx, rcx
+        xor r9d, r9d
+        test byte ptr [rbx + MT_CTL_FLAGS], MT_FLAG_ENABLED
+        jz 90f                              /* not recording: no record, nothing counted */
+        mov r10, fs:[0]
+        not r10
+        call 70f
+        mov qword ptr [rsp - 8], 0
+        test rdi, rdi
+        jnz 10f                             /* a slot under this key: whose ring? */
+        test byte ptr [rbx + MT_CTL_FLAGS], MT_FLAG_POOL
+        jz 81f
+        call 75f
+        mov qword ptr [rsp - 8], 0
+        jnz 10f
+        mov byte ptr [rbx + MT_CTL_POOL_EMPTY], 1
+        jmp 81f
+10:     sub rsp, 16                         /* every signal blocked while claiming */
+        mov qword ptr [rsp + 8], -1
+        mov edi, 2                          /* SIG_SETMASK */
+        lea rsi, [rsp + 8]
+        mov rdx, rsp                        /* the old mask */
+        mov r10d, 8
+        mov eax, 14                         /* rt_sigprocmask */
+        syscall
+        mov eax, 186                        /* gettid */
+        syscall
+        mov r8, rax
+        mov r10, fs:[0]
+        not r10
+        call 70f
+        mov qword ptr [rsp - 8], 0
+        test rdi, rdi
+        jz 20f
+        mov rax, [rdi + 8]
+        cmp [rax + MT_RING_TID], r8
+        jne 20f
+        mov rdx, [rbx + MT_CTL_OWNER_OFF]   /* its own ring, its owner word changed: */
+        mov edx, fs:[rdx]                   /* the ring takes the new one */
+        mov [rax + MT_RING_OWNER], rdx
+        mov r9, rax
+        jmp 60f
+20:     test byte ptr [rbx + MT_CTL_FLAGS], MT_FLAG_POOL
+        jz 59f
+        mov eax, 39                         /* getpid */
+        syscall
+        cmp rax, [rbx + MT_CTL_PID]
+        jne 21f
+        mov rdx, [rbx + MT_CTL_OWNER_OFF]
+        mov eax, fs:[rdx]
+        cmp eax, r8d
+        jne 59f                             /* its owner word is not its id: no ring */
+        test rdi, rdi
+        jz 26f
+        /* its key's ring was a dead thread's (glibc gave this thread that thread's TCB):
+           taken over in place, unless the tracer is taking it back or its owners are full */
+        mov r9, [rdi + 8]
+        mov rax, [r9 + MT_RING_TID]
+        test rax, rax
+        jz 25f
+        mov rdx, [r9 + MT_RING_OWNERS_W]
+        sub rdx, [r9 + MT_RING_OWNERS_R]
+        cmp rdx, MT_RING_OWNER_SLOTS
+        jae 25f
+        lock cmpxchg [r9 + MT_RING_TID], r8 /* the dead thread's id -> this one's */
+        jne 25f
+        mov rdx, [r9 + MT_RING_OWNERS_W]
+        mov eax, edx
+        and eax, MT_RING_OWNER_SLOTS - 1
+        shl eax, 4
+        mov rcx, [r9 + MT_RING_HEAD]
+        mov [r9 + rax + MT_RING_OWNERS], rcx
+        mov [r9 + rax + MT_RING_OWNERS + 8], r8
+        inc rdx
+        mov [r9 + MT_RING_OWNERS_W], rdx    /* records from HEAD on are this thread's */
+        mov qword ptr [r9 + MT_RING_SHADOW_TOP], 0   /* the dead thread's calls are gone */
+        mov [r9 + MT_RING_OWNER], r8
+        jmp 60f
+25:     xor r9d, r9d
+        jmp 26f
+21:     test rdi, rdi                       /* a fork child's thread (not cleaned: its tracer */
+        jz 60f                              /* is gone): its parent's ring, as before the pool */
+        mov r9, [rdi + 8]                   /* (an exit stub needs its shadow stack) */
+        jmp 60f
+26:     lea rsi, [rbx + MT_CTL_POOL]
+        mov ecx, MT_POOL_ENTRIES
+30:     mov rax, [rsi]
+        mov rdx, rax
+        shr rdx, 32
+        jz 31f                              /* empty, or taken by a thread */
+        lock cmpxchg [rsi], r8              /* ring address -> this thread's id */
+        je 32f
+31:     add rsi, 8
+        dec ecx
+        jnz 30b
+        mov byte ptr [rbx + MT_CTL_POOL_EMPTY], 1
+        jmp 59f
+32:     mov r9, rax
+        mov [r9 + MT_RING_TID], r8
+        mov [r9 + MT_RING_OWNER], r8
+        mov [r9 + MT_RING_KEY], r10
+40:     call 70f                            /* {key, ring} into the slot table */
+        mov qword ptr [rsp - 8], 0
+        test rdi, rdi
+        jnz 41f
+        mov rdi, rsi
+        test rdi, rdi
+        jz 58f                              /* full: the ring stays unused (taken back later) */
+        mov rax, [rdi]
+        cmp rax, MT_SLOT_TOMBSTONE
+        ja 40b                              /* taken meanwhile */
+        jmp 42f
+41:     mov rax, [rdi]                      /* this key's entry: its ring is replaced */
+42:     mov rdx, [rdi + 8]
+        push rbx
+        mov rbx, r10
+        mov rcx, r9
+        lock cmpxchg16b [rdi]
+        pop rbx
+        jne 40b                             /* changed meanwhile: look again */
+        jmp 60f
+58:     xor r9d, r9d
+59:     lock inc qword ptr [rbx + MT_CTL_UNREGISTERED]
+60:     mov edi, 2                          /* the thread's own mask back */
+        mov rsi, rsp
+        xor edx, edx
+        mov r10d, 8
+        mov eax, 14
+        syscall
+        add rsp, 16
+        jmp 90f
+81:     lock inc qword ptr [rbx + MT_CTL_UNREGISTERED]
+90:     mov rax, r9
+        pop r11
+        pop r10
+        pop r9
+        pop r8
+        pop rdi
+        pop rsi
+        pop rdx
+        pop rcx
+        pop rbx
+        ret
+70:     mov eax, r10d                       /* the chain of key r10, as SLOT_OF starts it */
+        shr eax, MT_SLOT_HASH_SHIFT - 4
+        and eax, (MT_SLOTS - 1) << 4
+        lea rdx, [rbx + rax + MT_SLOT_TABLE]
+        lea rax, [rbx + MT_SLOT_TABLE + MT_SLOT_TABLE_SIZE]
+        xor edi, edi
+        xor esi, esi
+71:     cmp rdx, rax
+        jae 74f
+        mov r11, [rdx]
+        cmp r11, r10
+        je 73f
+        cmp r11, MT_SLOT_TOMBSTONE
+        ja 72f                              /* another key */
+        test rsi, rsi
+        jnz 76f
+        mov rsi, rdx
+76:     test r11, r11
+        jz 74f                              /* a free entry ends the chain */
+72:     add rdx, MT_SLOT_ENTRY_SIZE
+        jmp 71b
+73:     mov rdi, rdx
+74:     ret
+75:     lea rsi, [rbx + MT_CTL_POOL]
+        mov ecx, MT_POOL_ENTRIES
+77:     mov rax, [rsi]
+        shr rax, 32
+        jnz 78f                             /* a ring (ZF clear) */
+        add rsi, 8
+        dec ecx
+        jnz 77b                             /* none: ZF set */
+78:     ret
+mt_claim_end:
+
+/* ---------------------------------------------------------------------------
+ * mt_seizeme (layout.h "Ring pool"): called by the fork and exec hooks with rcx
+ * = the control block (rax, rcx, rdx, rsi, rdi and r8-r11 are theirs to
+ * restore).  A thread that is not traced, of a process madtrace traces (the
+ * process's TracerPid is MT_CTL_TRACER), puts its id in a free MT_CTL_SEIZE
+ * entry and waits (MT_SEIZE_WAIT_NS at a time) until the tracer, which seizes
+ * it, has cleared the entry; every MT_SEIZE_CHECK_EVERY waits it looks for
+ * the tracer, and takes its request back once the tracer is gone, or the
+ * pool closed (MT_FLAG_POOL: the session ends).  The
+ * frame: [rsp] a timespec, [rsp + 16] 512 bytes of /proc status; helpers: 50
+ * (rax = the TracerPid in the status file named by rdi, -1: unknown), 60 (one
+ * wait), 65 (ZF set: the process's tracer is still madtrace).
+ */
+mt_seizeme_start:
+        push rbx
+        push rbp
+        push r12
+        push r13
+        push r14
+        mov rbx, rcx
+        sub rsp, 528
+        lea rdi, [rip + 95f]
+        call 50f
+        mov qword ptr [rsp - 8], 0
+        test rax, rax
+        jnz 49f                             /* traced already (or cannot tell) */
+        call 65f
+        mov qword ptr [rsp - 8], 0
+        jne 49f                             /* no madtrace session traces the process */
+        mov eax, 186                        /* gettid */
+        syscall
+        mov r12, rax
+        xor r14d, r14d
+41:     test byte ptr [rbx + MT_CTL_FLAGS], MT_FLAG_POOL
+        jz 49f                              /* the pool closed (the session ends) */
+        lea r13, [rbx + MT_CTL_SEIZE]
+        mov ecx, MT_SEIZE_ENTRIES
+42:     xor eax, eax
+        lock cmpxchg [r13], r12             /* 0 -> this thread's id */
+        je 44f
+        add r13, 8
+        dec ecx
+        jnz 42b
+        call 60f                            /* every entry taken: a moment */
+        mov qword ptr [rsp - 8], 0
+        call 66f
+        mov qword ptr [rsp - 8], 0
+        je 41b
+        jmp 49f
+44:     cmp [r13], r12
+        jne 49f                             /* the tracer took it: traced now */
+        test byte ptr [rbx + MT_CTL_FLAGS], MT_FLAG_POOL
+        jz 48f
+        call 60f
+        mov qword ptr [rsp - 8], 0
+        call 66f
+        mov qword ptr [rsp - 8], 0
+        je 44b
+48:     mov rax, r12                        /* the tracer is gone, or the pool closed: */
+        xor ecx, ecx                        /* the request goes */
+        lock cmpxchg [r13], rcx
+49:     add rsp, 528
+        pop r14
+        pop r13
+        pop r12
+        pop rbp
+        pop rbx
+        ret
+50:     mov rsi, rdi                        /* openat(AT_FDCWD, rdi, O_RDONLY) */
+        mov edi, -100
+        xor edx, edx
+        mov eax, 257
+        syscall
+        test rax, rax
+        js 58f
+        mov rbp, rax
+        mov rdi, rax
+        lea rsi, [rsp + 24]
+        mov edx, 511
+        xor eax, eax                        /* read */
+        syscall
+        mov r8, rax
+        mov rdi, rbp
+        mov eax, 3                          /* close */
+        syscall
+        test r8, r8
+        jle 58f
+        xor ecx, ecx
+51:     lea rax, [rcx + 11]
+        cmp rax, r8
+        ja 58f                              /* no TracerPid line */
+        movabs rax, 0x6950726563617254      /* "TracerPi" */
+        cmp [rsp + 24 + rcx], rax
+        jne 52f
+        cmp word ptr [rsp + 24 + rcx + 8], 0x3a64   /* "d:" */
+        je 53f
+52:     inc rcx
+        jmp 51b
+53:     add rcx, 10
+54:     cmp rcx, r8
+        jae 58f
+        movzx edx, byte ptr [rsp + 24 + rcx]
+        inc rcx
+        cmp dl, 9
+        je 54b
+        cmp dl, 32
+        je 54b
+        xor eax, eax
+55:     sub edx, 0x30
+        cmp edx, 9
+        ja 57f
+        imul rax, rax, 10
+        add rax, rdx
+        cmp rcx, r8
+        jae 57f
+        movzx edx, byte ptr [rsp + 24 + rcx]
+        inc rcx
+        jmp 55b
+57:     ret
+58:     mov rax, -1
+        ret
+60:     mov qword ptr [rsp + 8], 0          /* nanosleep(MT_SEIZE_WAIT_NS) */
+        mov qword ptr [rsp + 16], MT_SEIZE_WAIT_NS
+        lea rdi, [rsp + 8]
+        xor esi, esi
+        mov eax, 35
+        syscall
+        ret
+65:     lea rdi, [rip + 96f]                /* ZF set: the process's tracer is madtrace's */
+        call 50b
+        mov qword ptr [rsp - 8], 0
+        cmp rax, [rbx + MT_CTL_TRACER]
+        ret
+66:     inc r14d                            /* ZF set: go on waiting (looks for the tracer */
+        cmp r14d, MT_SEIZE_CHECK_EVERY      /* every MT_SEIZE_CHECK_EVERY waits) */
+        jb 67f
+        xor r14d, r14d
+        jmp 65b
+67:     cmp eax, eax
+        ret
+95:     .asciz "/proc/thread-self/status"
+96:     .asciz "/proc/self/status"
+mt_seizeme_end:
+
+/* ---------------------------------------------------------------------------
+ * The hook at the entry of fork, _Fork, execve and execveat (live sessions with
+ * the ring pool): mt_seizeme with every argument register kept, then the
+ * function's first instructions, relocated and appended by the tracer, and a
+ * jump back into it.
+ */
+mt_forkhook_start:
+        push rax
+        push rcx
+        push rdx
+        push rsi
+        push rdi
+        push r8
+        push r9
+        push r10
+        push r11
+        movabs rcx, 0x1122334455667788
+mt_forkhook_pp_ctl_abs64:
+        call qword ptr [rcx + MT_CTL_SEIZEME]
+        mov qword ptr [rsp - 8], 0
+        pop r11
+        pop r10
+        pop r9
+        pop r8
+        pop rdi
+        pop rsi
+        pop rdx
+        pop rcx
+        pop rax
+mt_forkhook_end:
+        /* the tracer appends: relocated instructions, jmp rel32 back */

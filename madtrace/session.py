@@ -16,22 +16,21 @@ from dataclasses import dataclass, field
 from .binary import symcache
 from .progress import Activity
 from .binary.address_space import AddressSpace
-from .binary.maps import image_mappings, read_maps
 from .capture.data import DataEngine
 from .capture.regions import Region, region_matcher
 from .inject.engine import FunctionTracer
 from .inject.entry_links import EntryLinks
 from .inject.loader_watch import LoaderWatch
 from .inject.plan import prepare_plan, split_patterns
+from .inject.thread_pool import prepare as prepare_thread_pool
 from .session_footprint import Footprints
 from .session_results import Results
 from .session_images import ImageChanges, parent_of, read_cmdline
 from .fork_children import ForkChildren
-from .errors import MadtraceError, StrippedBinaryError, UnknownSymbolError, UsageError
+from .errors import StrippedBinaryError, UnknownSymbolError, UsageError
 from .process.controller import Controller
 from .process.cpu import SameCpu
 from .process.entry_start import EntryStart
-from .process.memory import ProcessMemory
 from .process.events import ThreadExited, ThreadKilled
 from .process.tracee import Tracee, check_traceable, resolve_command
 from .trace import store
@@ -139,6 +138,9 @@ class Recording(ImageChanges, Footprints, Results):
         self.leftovers_line = ""             # what an earlier session left, found at attach
         self.defer_while_stopped = False     # live sessions: see ``after_commands``
         self.prefetches: list[symcache.Prefetch] = []   # DWARF read while the target runs
+        # called once function tracing is installed in an image (every thread stopped;
+        # at an exec's entry or a dlopen too): a live session's ring pool starts
+        self.on_functions_installed: list = []
         self.symbols_seconds = 0.0      # reading the modules' symbols (ELF)
         symcache.notify = self.log      # a corrupt cache entry rebuilt: one line, not under -q
         symcache.progress_out = None if options.quiet else sys.stderr
@@ -260,34 +262,6 @@ class Recording(ImageChanges, Footprints, Results):
         if getattr(self, "_created_output", False):
             shutil.rmtree(self.options.output, ignore_errors=True)
 
-    def _space_ahead(self, pid: int) -> tuple | None:
-        """Attach: the address space loaded before the target is stopped (parsing its
-        ELF files was most of an attach's pause: 130-150 ms of the 140-160 ms
-        http.server stood still).  (the mappings it was made of, the space), or
-        None where it cannot be read yet."""
-        started = time.perf_counter()
-        try:
-            maps = read_maps(pid)
-            with ProcessMemory(pid) as mem:
-                space = AddressSpace.from_maps(maps, mem.read, pid=pid,
-                                               exe_path=os.readlink(f"/proc/{pid}/exe"))
-        except (MadtraceError, OSError):
-            return None
-        self.symbols_seconds += time.perf_counter() - started
-        return image_mappings(maps), space
-
-    def _load_address_space(self, ahead: tuple | None = None) -> None:
-        """``ahead``: see ``_space_ahead``; kept if the target mapped no file since."""
-        pid = self.tracee.pid
-        started = time.perf_counter()
-        maps = read_maps(pid)
-        if ahead is not None and ahead[0] == image_mappings(maps):
-            self.address_space = ahead[1]
-            return
-        self.address_space = AddressSpace.from_maps(
-            maps, self.tracee.mem.read, exe_path=os.readlink(f"/proc/{pid}/exe"), pid=pid)
-        self.symbols_seconds += time.perf_counter() - started
-
     def module_summaries(self) -> list[dict]:
         space = self.address_space
         if space is None:
@@ -334,8 +308,11 @@ class Recording(ImageChanges, Footprints, Results):
             self.functions.flush_tables()
 
     def prepare_functions(self, patterns: list[str]) -> None:
-        """While the target runs: what ``add_functions`` can do ahead (plan.py)."""
+        """While the target runs: what ``add_functions`` can do ahead (plan.py, and
+        for the ring pool of a live session: thread_pool.py)."""
         prepare_plan(self.address_space, patterns)
+        if self.defer_while_stopped and not self.tracee.launched:
+            prepare_thread_pool(self.address_space)
 
     def add_functions(self, patterns: list[str]) -> dict:
         """Instrument more functions of the live target (every thread stopped; the
@@ -397,6 +374,8 @@ class Recording(ImageChanges, Footprints, Results):
         if len(report["skipped"]) > 10:
             self.log(f"... {len(report['skipped']) - 10} more not traced: see the patch report "
                      f"(functions.json in the trace directory)")
+        for hook in self.on_functions_installed:
+            hook()
 
     def _install_data_tracing(self, **selection) -> None:
         """``selection``: ``only_regions`` or ``region_filter`` (see DataEngine)."""

@@ -14,10 +14,15 @@ import json
 import os
 import re
 import signal
+import socket
 import stat
+import subprocess
+import threading
 
-from .test_daemon import ctl_json, one_line, run, wait_gone
-from .util import check_live_output, finish_live, prog, start_ready
+import pytest
+
+from .test_daemon import ctl_json, madtrace_env, one_line, run, wait_gone
+from .util import ROOT, check_live_output, finish_live, prog, start_ready
 
 
 def private_runtime(tmp_path) -> str:
@@ -110,3 +115,136 @@ def test_resident_ends_on_sigterm_and_the_command_falls_back(tmp_path):
     one_line(run(runtime, "daemon", "--resident", "123"), 2, "take no PID")
     result = run(runtime, "daemon", "--stop-resident")
     assert result.returncode == 0 and b"no resident process runs" in result.stderr
+
+
+CTL = os.path.join(ROOT, "build", "bin", "madtrace-ctl")
+
+
+def ctl_client(runtime: str, *args, **kw) -> subprocess.CompletedProcess:
+    """The same command through madtrace-ctl (the client that is not Python)."""
+    return subprocess.run([CTL, *args], capture_output=True, timeout=60,
+                          env=madtrace_env(runtime), **kw)
+
+
+def same_answer(python: subprocess.CompletedProcess, c: subprocess.CompletedProcess) -> None:
+    """Byte for byte, pids and other numbers aside (each command makes its own)."""
+    def norm(data: bytes) -> bytes:
+        return re.sub(rb"\d+", b"N", data)
+    assert (c.returncode, norm(c.stderr), norm(c.stdout)) == \
+        (python.returncode, norm(python.stderr), norm(python.stdout))
+
+
+class FakeResident:
+    """A resident socket that answers every request with ``answer`` (None: closes
+    the connection without a word, as a resident that died while running it)."""
+
+    def __init__(self, runtime: str, answer: dict | None):
+        os.makedirs(os.path.join(runtime, "madtrace"), mode=0o700, exist_ok=True)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(os.path.join(runtime, "madtrace", "resident.sock"))
+        self.sock.listen(8)
+        self.answer = answer
+        self.requests: list[dict] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+                for fd in fds:
+                    os.close(fd)
+                while not data.endswith(b"\n"):
+                    more = conn.recv(1 << 20)
+                    if not more:
+                        break
+                    data += more
+                self.requests.append(json.loads(data))
+                if self.answer is not None:
+                    conn.sendall(json.dumps(self.answer).encode() + b"\n")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_madtrace_ctl_answers_as_the_python_command(tmp_path):
+    """build/bin/madtrace-ctl: with a resident process, the command runs in its
+    worker (no Python starts); without one, refused, or for other commands, it
+    runs the Python command; the messages and exit codes are the same."""
+    runtime = private_runtime(tmp_path)
+    target = start_ready([prog("live_calls", "O2-pie")])
+    try:
+        # no resident: the Python command, as it answers
+        same_answer(run(runtime, "ctl", str(target.pid), "status"),
+                    ctl_client(runtime, "ctl", str(target.pid), "status"))
+        same_answer(run(runtime, "daemon", "999999999"), ctl_client(runtime, "daemon", "999999999"))
+        same_answer(run(runtime, "daemon", "--stop-resident"),
+                    ctl_client(runtime, "daemon", "--stop-resident"))
+        resident = start_resident(runtime)
+        result = ctl_client(runtime, "daemon", str(target.pid), "-o", str(tmp_path / "t"),
+                            "-f", "tick")
+        assert result.returncode == 0, result.stderr
+        assert f"forked by the resident process {resident}".encode() in result.stderr
+        daemon = int(re.search(rb"daemon (\d+) traces", result.stderr).group(1))
+        assert tracer_of(target.pid) == daemon != resident
+        for args in (("daemon", str(target.pid), "-o", str(tmp_path / "t2")),   # already traced
+                     ("daemon", "nope"), ("daemon", "999999999", "-o", str(tmp_path / "x")),
+                     ("ctl", str(target.pid), "help"), ("ctl", str(target.pid), "bogus"),
+                     ("ctl", str(target.pid), "instrument", "no_such_function_here"),
+                     ("ctl", str(target.pid), "calls"), ("ctl", "1", "status"), ("--version",)):
+            same_answer(run(runtime, *args), ctl_client(runtime, *args))
+        status = ctl_client(runtime, "ctl", str(target.pid), "status", "--json")
+        assert status.returncode == 0 and json.loads(status.stdout)["functions_instrumented"] == 1
+        assert ctl_client(runtime, "ctl", str(target.pid), "stop").returncode == 0
+        wait_gone(daemon)
+        # arguments go as Python's sys.argv has them: UTF-8, and other bytes (surrogateescape)
+        for name in ("t\u00e9\u20ac", os.fsdecode(b"t\xff\xfe")):
+            result = ctl_client(runtime, "daemon", str(target.pid), "-o", str(tmp_path / name))
+            assert result.returncode == 0, result.stderr
+            daemon = int(re.search(rb"daemon (\d+) traces", result.stderr).group(1))
+            assert os.path.exists(os.path.join(os.fsencode(tmp_path), os.fsencode(name),
+                                               b"meta.json"))
+            assert ctl_client(runtime, "ctl", str(target.pid), "stop").returncode == 0
+            wait_gone(daemon)
+        stopped = ctl_client(runtime, "daemon", "--stop-resident")
+        assert stopped.returncode == 0 and f"resident process {resident} ended".encode() in stopped.stderr
+        finish_live(target)
+    finally:
+        target.kill()
+
+
+@pytest.mark.parametrize("answer", [None, {"refused": "a test says no"}])
+def test_madtrace_ctl_when_the_resident_fails_or_refuses(tmp_path, answer):
+    """A resident that closes without an answer: one line, exit 20 (as the Python
+    command's daemon through a resident; madtrace-ctl sends ctl there too, and
+    cannot know whether it ran); one that refuses: the daemon starts here, and
+    the line says why, from both clients."""
+    runtime = private_runtime(tmp_path)
+    fake = FakeResident(runtime, answer)
+    target = start_ready([prog("live_calls", "O2-pie")])
+    try:
+        if answer is None:
+            for args in (("daemon", str(target.pid)), ("ctl", str(target.pid), "status")):
+                same_answer(run(runtime, "daemon", str(target.pid)), ctl_client(runtime, *args))
+                assert fake.requests[-1]["argv"] == list(args)
+                assert fake.requests[-1]["cwd"] == os.getcwd()
+            one_line(ctl_client(runtime, "daemon", str(target.pid)), 20,
+                     "the resident madtrace process failed while running the command")
+            return
+        results = []
+        for name, client in (("py", run), ("c", ctl_client)):
+            result = client(runtime, "daemon", str(target.pid), "-o", str(tmp_path / name))
+            assert result.returncode == 0, result.stderr
+            assert b"a test says no: started here" in result.stderr
+            results.append(result)
+            daemon = int(re.search(rb"daemon (\d+) traces", result.stderr).group(1))
+            assert run(runtime, "ctl", str(target.pid), "stop").returncode == 0
+            wait_gone(daemon)
+        same_answer(*results)
+        finish_live(target)
+    finally:
+        fake.close()
+        target.kill()

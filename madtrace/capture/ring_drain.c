@@ -127,9 +127,10 @@ uint64_t mt_drain_chunk_header_size(void)
  * out and consumed (TAIL moved past them).  Returns 0, -errno if writing
  * failed (the records before the failed write are consumed all the same), or
  * -EPROTO if HEAD is not within one ring of TAIL (nothing is consumed).
+ * upto: no record from there on is taken (UINT64_MAX: none is left).
  */
-int mt_drain_ring(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, uint64_t to,
-                  int recording, uint64_t *moved)
+int mt_drain_ring_upto(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, uint64_t to,
+                       int recording, uint64_t *moved, uint64_t upto)
 {
     volatile uint64_t *head_p = (volatile uint64_t *)(ring + MT_RING_HEAD);
     volatile uint64_t *tail_p = (volatile uint64_t *)(ring + MT_RING_TAIL);
@@ -137,6 +138,10 @@ int mt_drain_ring(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, uint64
     /* records below HEAD were written before HEAD was (x86 stores are seen in order) */
     uint64_t head = __atomic_load_n(head_p, __ATOMIC_ACQUIRE);
     uint64_t tail = *tail_p;
+    if (upto < head)
+        head = upto;            /* the records of a ring's next owner stay (ring_pool.py) */
+    if (head < tail)
+        return 0;
     int err = 0;
     *moved = 0;
     if (head == tail)
@@ -168,6 +173,13 @@ int mt_drain_ring(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, uint64
     }
     *moved = position - tail;
     return err;
+}
+
+/* mt_drain_ring_upto, every record up to HEAD */
+int mt_drain_ring(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, uint64_t to,
+                  int recording, uint64_t *moved)
+{
+    return mt_drain_ring_upto(ring, fd, counts, from, to, recording, moved, UINT64_MAX);
 }
 
 uint64_t mt_drain_data_out_size(void)
@@ -441,4 +453,27 @@ uint64_t mt_ring_pending_calls(const uint8_t *ring)
 uint32_t mt_epoch_take(uint32_t *epoch)
 {
     return __atomic_fetch_add(epoch, 1, __ATOMIC_SEQ_CST);
+}
+
+/* The ring pool's atomic updates from the tracer's side (layout.h "Ring
+ * pool"; capture/rings.py and ring_pool.py): the target's threads change the
+ * same words with lock cmpxchg and lock cmpxchg16b, so the tracer does too.
+ * mt_slot_cas: the slot-table entry at slot (16-byte aligned) becomes {key,
+ * ring} = {new_key, new_ring} if it is {old_key, old_ring}; mt_word_cas: a
+ * u64 becomes new if it is old.  Each returns 1 if it did, else 0. */
+int mt_slot_cas(uint64_t *slot, uint64_t old_key, uint64_t old_ring, uint64_t new_key,
+                uint64_t new_ring)
+{
+    unsigned char done;
+    __asm__ __volatile__("lock cmpxchg16b %1\n\tsete %0"
+                         : "=q"(done), "+m"(*(volatile unsigned __int128 *)slot),
+                           "+a"(old_key), "+d"(old_ring)
+                         : "b"(new_key), "c"(new_ring)
+                         : "memory", "cc");
+    return done;
+}
+
+int mt_word_cas(uint64_t *word, uint64_t old, uint64_t new)
+{
+    return __atomic_compare_exchange_n(word, &old, new, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }

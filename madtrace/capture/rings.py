@@ -33,12 +33,13 @@ import numpy as np
 from ..errors import OutputError, TracerInternalError
 from ..inject.templates import Injector
 from ..native import load
+from .slot_table import SlotTable
 from ..trace.format import CALL_RECORDS, CALLS_DIR, CAPTURE_FORMAT_VERSION, CHUNK_HEADER, RECORD_DTYPE
 from .ring_split import RingSplitter
 from .ring_split import declare as declare_split
 
-TOMBSTONE = 1
 KEY_MASK = (1 << 64) - 1
+ALL_RECORDS = (1 << 64) - 1     # drain_records: no record is left
 MADV_POPULATE_WRITE = 23   # Linux 5.14
 
 
@@ -54,6 +55,11 @@ def _library() -> ctypes.CDLL:
     lib.mt_drain_ring.restype = ctypes.c_int
     lib.mt_drain_ring.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, U64, U64,
                                   ctypes.c_int, ctypes.POINTER(U64)]
+    lib.mt_drain_ring_upto.restype = ctypes.c_int
+    lib.mt_drain_ring_upto.argtypes = lib.mt_drain_ring.argtypes + [U64]
+    lib.mt_slot_cas.restype = lib.mt_word_cas.restype = ctypes.c_int
+    lib.mt_slot_cas.argtypes = [ctypes.c_void_p, U64, U64, U64, U64]
+    lib.mt_word_cas.argtypes = [ctypes.c_void_p, U64, U64]
     declare_split(lib)
     if lib.mt_drain_record_size() != RECORD_DTYPE.itemsize:
         raise TracerInternalError("libmtdrain.so does not match RECORD_DTYPE: rebuild it")
@@ -103,8 +109,14 @@ class RingSet:
         self.code_counts = np.zeros(1, dtype=np.uint64)
         self.enabled = False
         self.muted: set[int] = set()      # threads whose records are off for a while (``mute``)
+        # where a thread's owner word is, from its thread pointer (layout.h "Ring
+        # pool"); each ring holds its thread's, and each lookup compares them
+        self.owner_offset = 0
+        # the ring pool (capture/ring_pool.py), while threads may claim rings
+        self.pool = None
         self._lib = _library()
         _check_build(self._lib, injector)
+        self.slots = SlotTable(self.mem, injector, self._lib)
         self._moved = ctypes.c_uint64()
         self.dropped = 0
         self.exits_lost = 0
@@ -202,6 +214,8 @@ class RingSet:
             self.mem[self.L.MT_CTL_FLAGS] = (flags | flag) if enabled else (flags & ~flag)
             for index in self.thread_ring.values():
                 self._set_limit(index)
+            for index in self.pool.rings_placed() if self.pool is not None else ():
+                self._set_limit(index)
 
     def _set_limit(self, index: int, recording: bool | None = None) -> None:
         L = self.L
@@ -273,9 +287,10 @@ class RingSet:
             return counts
 
     # ---------------------------------------------------------- registration
-    def register(self, tid: int, fs_base: int) -> None:
-        """Gives thread ``tid`` a ring, found by its fs base (0: it has none).  A
-        thread without a ring writes no record: its records are counted as dropped."""
+    def register(self, tid: int, fs_base: int, owner: int = 0) -> None:
+        """Gives thread ``tid`` a ring, found by its fs base (0: it has none), and
+        owned by its owner word ``owner``.  A thread without a ring writes no
+        record: its records are counted as dropped."""
         if fs_base == 0:
             self.unregistered_threads += 1
             return
@@ -291,17 +306,31 @@ class RingSet:
                 self.unregistered_threads += 1
                 return
             index = self.free_rings.pop(0)
-            for field in ("MT_RING_HEAD", "MT_RING_DROPS", "MT_RING_SHADOW_TOP",
-                          "MT_RING_EXITS_LOST", "MT_RING_WAITS", "MT_RING_TAIL"):
-                self._ring_u64(index, getattr(self.L, field), 0)
-            self._set_limit(index)
+            self.reset(index)
             self._ring_u64(index, self.L.MT_RING_TID, tid)
-            self._ring_u64(index, self.L.MT_RING_CONTROL, self.area.address)
+            self._ring_u64(index, self.L.MT_RING_OWNER, owner)
             self._populate(index)
-            slot = self._probe(key, for_insert=True)
-            # value before key: a concurrent lookup never sees a key without its ring
-            self._u64(slot + 8, self.ring_address(index))
-            self._u64(slot, key)
+            if not self.slots.insert(key, self.ring_address(index)):
+                self.free_rings.insert(0, index)
+                self.unregistered_threads += 1
+                return
+            self.adopt(tid, index, key)
+
+    def reset(self, index: int) -> None:
+        """A ring as a new thread finds it: empty, no owner, recording as the rest."""
+        for field in ("MT_RING_HEAD", "MT_RING_DROPS", "MT_RING_SHADOW_TOP", "MT_RING_EXITS_LOST",
+                      "MT_RING_WAITS", "MT_RING_TAIL", "MT_RING_OWNER", "MT_RING_TID",
+                      "MT_RING_KEY", "MT_RING_OWNERS_W", "MT_RING_OWNERS_R"):
+            self._ring_u64(index, getattr(self.L, field), 0)
+        self._set_limit(index)
+        self._ring_u64(index, self.L.MT_RING_CONTROL, self.area.address)
+
+    def adopt(self, tid: int, index: int, key: int = 0) -> None:
+        """Ring ``index`` is thread ``tid``'s (``key``: its slot key, 0: the one the
+        thread wrote in the ring, read when it is given back)."""
+        with self.lock:
+            if tid in self.thread_ring:       # a dead thread's id, given again
+                self.unregister(tid)
             self.thread_ring[tid] = index
             self.thread_key[tid] = key
             self.records_per_thread.setdefault(tid, 0)
@@ -323,19 +352,6 @@ class RingSet:
         self._lib.madvise(self.ring_local(index) + self.L.MT_RING_RECORDS_OFF,
                           self.L.MT_RING_RECORDS * self.L.MT_RECORD_SIZE, MADV_POPULATE_WRITE)
 
-    def _probe(self, key: int, for_insert: bool) -> int:
-        L = self.L
-        h = (key >> L.MT_SLOT_HASH_SHIFT) & (L.MT_SLOTS - 1)
-        limit = L.MT_SLOT_TABLE_SIZE // L.MT_SLOT_ENTRY_SIZE
-        for i in range(h, limit):
-            off = L.MT_SLOT_TABLE + i * L.MT_SLOT_ENTRY_SIZE
-            current = self._u64(off)
-            if current == key or (for_insert and current in (0, TOMBSTONE)):
-                return off
-            if current == 0:
-                break
-        raise TracerInternalError(f"slot table: no entry for key {key:#x}")
-
     def unregister(self, tid: int) -> None:
         """At a thread's exit: drain its ring, free its slot (tombstone) and ring."""
         with self.lock:
@@ -344,15 +360,18 @@ class RingSet:
             if self.splitter is not None:
                 self.splitter.drain_all()     # the stamps its records wait for, first
             self.drain_one(tid)
+            if tid not in self.thread_ring:
+                return              # its ring was taken over: the new owner's now
             if self.splitter is not None and tid in self.splitter.stalled:
                 final = self.splitter.state.final     # its ring goes: what waits goes now
                 self.splitter.state.final = 1
                 self.drain_one(tid)
                 self.splitter.state.final = final
             index = self.thread_ring.pop(tid)
-            key = self.thread_key.pop(tid)
+            key = self.thread_key.pop(tid) or self._ring_u64(index, self.L.MT_RING_KEY)
             self._fold(index, clear=True)
-            self._u64(self._probe(key, for_insert=False), TOMBSTONE)
+            if key:
+                self.slots.remove(key, self.ring_address(index))
             self.free_rings.append(index)
             fd = self.files.pop(tid, None)
             if fd is not None:
@@ -416,19 +435,27 @@ class RingSet:
     def _drain_one(self, tid: int) -> int:
         if self.splitter is not None:
             return self.splitter.drain(tid)
+        if self.pool is not None:   # a ring taken over by another thread: each its records
+            return self.pool.drain(tid)
+        return self.drain_records(tid)
+
+    def drain_records(self, tid: int, upto: int = ALL_RECORDS) -> int:
+        """The records of ``tid``'s ring below record number ``upto`` to its file."""
         index = self.thread_ring[tid]
-        used = self._ring_u64(index, self.L.MT_RING_HEAD) - self._ring_u64(index, self.L.MT_RING_TAIL)
+        head = min(self._ring_u64(index, self.L.MT_RING_HEAD), upto)
+        used = head - self._ring_u64(index, self.L.MT_RING_TAIL)
         if used > self.peak_used.get(tid, 0):
             self.peak_used[tid] = used
         fd = self.files.get(tid)
         if fd is None:
-            if self._ring_u64(index, self.L.MT_RING_HEAD) == self._ring_u64(index, self.L.MT_RING_TAIL):
+            if used <= 0:
                 return 0
             fd = self.files[tid] = self._create(CALL_RECORDS.path(self.out_dir, tid))
         counts = self.code_counts
         first = 2 * self.L.MT_COUNTED_SITES
-        err = self._lib.mt_drain_ring(self.ring_local(index), fd, counts.ctypes.data, first,
-                                      first + len(counts) - 1, int(self.recording(tid)), self._moved)
+        err = self._lib.mt_drain_ring_upto(self.ring_local(index), fd, counts.ctypes.data, first,
+                                           first + len(counts) - 1, int(self.recording(tid)),
+                                           self._moved, upto)
         n = self._moved.value
         self.records_per_thread[tid] = self.records_per_thread.get(tid, 0) + n
         if err == -errno.EPROTO:
@@ -449,6 +476,8 @@ class RingSet:
 
     def drain_all(self) -> int:
         with self.lock:
+            if self.pool is not None and not self.closed:
+                self.pool.service()     # rings claimed meanwhile are drained too
             if self.splitter is not None:
                 total = self.splitter.drain_all()
             else:
@@ -542,6 +571,9 @@ class RingSet:
         with self.lock:
             if self.closed:
                 return
+            if self.pool is not None:
+                self.pool.adopt()      # a ring claimed since the last drain: its counters too
+                self.pool.close()
             for index in self.thread_ring.values():
                 self._fold(index, clear=False)
             self.thread_ring.clear()

@@ -26,10 +26,28 @@ def rdtsc() -> int:
     return _rdtsc[0]()
 
 
+# (perf_counter_ns, rdtsc) taken by ``start_calibration``: the measure's start
+_origin: tuple[int, int] | None = None
+
+
+def start_calibration() -> None:
+    """Starts measuring the TSC's frequency now (a recording's start, the resident
+    process's): ``tsc_hz`` then waits only for what is left of its window,
+    not for a whole window while the target is stopped."""
+    global _origin
+    if _origin is None:
+        _origin = (time.perf_counter_ns(), rdtsc())
+
+
 def tsc_hz(window: float = 0.02) -> float:
-    """TSC ticks per second, measured over ``window`` seconds."""
-    t0, c0 = time.perf_counter_ns(), rdtsc()
-    time.sleep(window)
+    """TSC ticks per second, measured over ``window`` seconds at least (since
+    ``start_calibration`` if it was called)."""
+    start_calibration()
+    assert _origin is not None
+    t0, c0 = _origin
+    left = window - (time.perf_counter_ns() - t0) / 1e9
+    if left > 0:
+        time.sleep(left)
     t1, c1 = time.perf_counter_ns(), rdtsc()
     return (c1 - c0) * 1e9 / (t1 - t0)
 

@@ -25,7 +25,7 @@ from ..arch.x86_64.encode import jmp_rel32
 from ..arch.x86_64.relocate import relocate_entry
 from ..binary.address_space import AddressSpace
 from ..capture.rings import MADV_POPULATE_WRITE, RingSet
-from ..capture.tsc import tsc_flags, tsc_hz
+from ..capture.tsc import start_calibration, tsc_flags, tsc_hz
 from ..errors import TracerInternalError
 from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_READ,
                                       PROT_WRITE, RemoteSyscalls)
@@ -38,11 +38,14 @@ from .footprint import Footprint, step_until_out
 from .patchset import Patch, PatchConflict, PatchSet
 from .plan import Plan, Site, TracedFunction, make_plan
 from .templates import load_injector
+from .areas import REL32_REACH
+from .thread_pool import ThreadPool, owner_offset, owner_word, place_thread_code
 from .unwind import eh_frame
 from .unwind_registry import Unwinder, UnwindObjects
 
 GROUP = "madtrace-functions"     # the areas of function tracing stay or go together
 ENTRY_SLOT = 6 + 7 + 8           # an entry trampoline's jmp [slot], padding, the slot
+start_calibration()     # the TSC's frequency is measured from here on, not while a target waits
 
 
 class CodeArea:
@@ -97,6 +100,8 @@ class FunctionTracer:
         self.defer_tables = False
         self._tables_dirty = False
         self._tsc_hz: float | None = None
+        self.threads = ThreadPool(self)      # live sessions: new threads take pool rings
+        self.thread_code: CodeArea | None = None     # mt_claim, mt_seizeme (and the hooks)
 
     # --------------------------------------------------------------- install
     def install(self, patterns: list[str]) -> dict:
@@ -108,9 +113,12 @@ class FunctionTracer:
                                  executable=False, group=GROUP)
             self.rings = RingSet(control, self.injector, self.out_dir, map_chunk=self._map_chunk)
             self.rings.reserve_sites(len(plan.sites))
+            self.rings.owner_offset = owner_offset(tracee)
             for module in {fn.module.name: fn.module for fn in plan.functions}.values():
                 fns = [fn for fn in plan.functions if fn.module is module]
                 self._new_code_area(rs, module, self._code_size(plan, fns))
+            self.thread_code = place_thread_code(rs, self.rings, self.injector, GROUP,
+                                                 list(self.code_areas.values()))
         Footprint.of(tracee).return_sources.append(self._pending_returns)
         self.rings.ensure_free(len(tracee.threads))
         for tid in list(tracee.threads):
@@ -195,6 +203,23 @@ class FunctionTracer:
         with RemoteSyscalls(self.tracee) as rs:
             self.unwind.register(rs, lambda at: blob, len(blob))
         self.unwind_pending = []
+
+    def code_area_for(self, module, need: int) -> CodeArea:
+        """A code area within rel32 reach of ``module`` with room for ``need`` more
+        bytes (another module's, if it reaches: no new mapping); every thread
+        stopped."""
+        area = self.code_areas.get(module.name)
+        if area is None:
+            for other in self.code_areas.values():
+                if other.cursor + need + 16 <= other.area.end and \
+                        max(other.area.end - module.start, module.end - other.area.address) < REL32_REACH:
+                    return other
+        if area is None or area.cursor + need + 16 > area.area.end:
+            if area is not None:
+                self.retired_code_areas.append(area)   # its trampolines stay in use
+            with RemoteSyscalls(self.tracee) as rs:
+                self._new_code_area(rs, module, need)
+        return self.code_areas[module.name]
 
     def _new_code_area(self, rs: RemoteSyscalls, module, need: int) -> None:
         """A code area for ``need`` bytes of trampolines (and room to grow), within
@@ -281,6 +306,7 @@ class FunctionTracer:
     def _build_site(self, site: Site, area: CodeArea) -> Patch:
         ts = self.timestamps
         ctl = self.rings.control_address
+        owner = self.rings.owner_offset
         mem = self.tracee.mem
         if site.kind in ("call", "tail"):
             original = mem.read(site.address, 5)
@@ -288,9 +314,10 @@ class FunctionTracer:
             tpl = self.injector.template("callsite" if site.kind == "call" else "tailsite", ts)
             at = area.allocate(tpl.size)
             fields = dict(ctl_entry=ctl, code_entry=site.sid << 1, target=target,
-                          count_entry=self.rings.counter_offset(site.sid))
+                          count_entry=self.rings.counter_offset(site.sid), owner_entry=owner)
             if site.kind == "call":
                 fields.update(ctl_exit=ctl, code_exit=(site.sid << 1) | 1, resume=site.address + 5,
+                              owner_exit=owner,
                               **{"return": site.address + 5})
                 (call_field, _), = tpl.patch_points["target"]   # the re-issued call's rel32
                 area.area.return_points[at + call_field + 4] = site.address + 5
@@ -321,10 +348,10 @@ class FunctionTracer:
         if not reloc:
             raise _Refused(f"entry of {fn.name} cannot be relocated: {reloc.reason}")
         area.area.write(exit_at, bytes(exit_tpl.instantiate(
-            exit_at, ctl_exit=ctl, code_exit=(site.sid << 1) | 1)))
+            exit_at, ctl_exit=ctl, code_exit=(site.sid << 1) | 1, owner_exit=owner)))
         body = bytes(entry_tpl.instantiate(entry_at, ctl_entry=ctl, code_entry=site.sid << 1,
                                            count_entry=self.rings.counter_offset(site.sid),
-                                           exitstub=exit_at))
+                                           exitstub=exit_at, owner_entry=owner))
         body += b"\xff\x25" + struct.pack("<i", slot - jump_at - 6) + \
             b"\xcc" * (slot - jump_at - 6) + struct.pack("<Q", relocated_at) + reloc.code
         body += jmp_rel32(entry_at + len(body), fn.address + reloc.consumed)
@@ -337,8 +364,11 @@ class FunctionTracer:
 
     # ------------------------------------------------------------- threads
     def register_thread(self, tid: int) -> None:
-        if self.rings is not None and not self.rings.closed:
-            self.rings.register(tid, self.tracee.get_regs(tid).fs_base)
+        """A ring for a thread the tracer stopped (none while the pool is on: the
+        thread takes its own, and may be stopped in the middle of that)."""
+        if self.rings is not None and not self.rings.closed and not self.threads.active:
+            self.rings.register(tid, self.tracee.get_regs(tid).fs_base,
+                                owner_word(self.tracee, tid, self.rings.owner_offset))
 
     def sequence_of(self, tid: int) -> int:
         """How many records the thread has written so far: an access made now
@@ -390,6 +420,7 @@ class FunctionTracer:
 
     def detach(self) -> None:
         """Restore all code, stop recording, drain what is left."""
+        self.threads.detach()
         self.restore()
         if self.rings is not None:
             self.rings.set_enabled(False)

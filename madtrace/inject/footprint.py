@@ -160,9 +160,22 @@ def _inside(areas, address: int):
     return None
 
 
+class _AnyOf:
+    """Several areas as one (``contains``): a thread leaves mt_claim into the
+    trampoline that called it, and must leave both."""
+
+    def __init__(self, areas):
+        self.areas = areas
+
+    def contains(self, address: int) -> bool:
+        return _inside(self.areas, address) is not None
+
+
 def _step_out(tracee, areas, kept: dict[str, str]) -> int:
-    """Threads stopped inside a trampoline run until they leave it."""
+    """Threads stopped inside a trampoline run until they leave every steppable
+    area."""
     stepped = 0
+    steppable = _AnyOf([a for a in areas if a.steppable])
     for tid, state in list(tracee.threads.items()):
         if state.running or state.gone:
             continue
@@ -172,7 +185,7 @@ def _step_out(tracee, areas, kept: dict[str, str]) -> int:
         if not area.steppable or not isinstance(state.last_event, (TrapStop, SignalStop)):
             kept.setdefault(area.group, f"thread {tid} is stopped inside {area.name}")
             continue
-        if step_until_out(tracee, tid, area):
+        if step_until_out(tracee, tid, steppable):
             stepped += 1
         elif tid in tracee.threads:
             kept.setdefault(area.group, f"thread {tid} did not leave {area.name} "

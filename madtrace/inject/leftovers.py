@@ -47,7 +47,7 @@ from .footprint import Footprint, Release
 from .templates import Injector, load_injector
 from .unwind_registry import Unwinder, objects
 
-KNOWN_VERSIONS = (2, 3)        # ring layouts whose LIMIT and flag offsets are today's
+KNOWN_VERSIONS = (2, 3, 4)        # ring layouts whose LIMIT and flag offsets are today's
 TRAMPOLINES = ("callsite", "tailsite", "entry", "exitstub")
 SIGSEGV, SIGTRAP = 11, 5
 

@@ -45,6 +45,7 @@ class Controller:
         self.forks_seen = 0
         self.execs_seen = 0
         self.signals_forwarded = 0
+        self.events_handled = 0       # ptrace stops and exits of traced threads, as handled
         self.stop_reason: str | None = None
         # what a detach could not restore or take out (an engine's hook failed), said
         # at the end of the recording and in meta.json (detach_failures)
@@ -232,6 +233,7 @@ class Controller:
 
     def handle(self, event, tracee: Tracee | None = None) -> None:
         tracee = tracee or self.tracee
+        self.events_handled += 1
         hooks = self.hooks(tracee)
         tid = event.tid
         if isinstance(event, (ThreadExited, ThreadKilled)):

@@ -422,6 +422,20 @@ class Tracee:
             seized = True
         return seized
 
+    def seize_running(self, tid: int) -> bool:
+        """Traces thread ``tid`` of this process from now on, without stopping it
+        (its forks, execs, signals and exit stop from now on).  False: it is gone."""
+        if tid in self.threads:
+            return True
+        if thread_group_of(tid) != self.pid:
+            return False
+        try:
+            pr.seize(tid, self.options)
+        except (NoSuchProcessError, PermissionDeniedError):
+            return False
+        self.threads[tid] = ThreadState(tid, running=True)
+        return True
+
     def follow_clones(self, on: bool) -> None:
         """New threads traced from their creation (PTRACE_O_TRACECLONE) or not, from
         now on; every thread must be stopped (``stop_all``)."""

@@ -65,7 +65,8 @@ class LiveSession:
         if recording.functions is not None:
             recording.functions.defer_tables = True
         recording.hooks.on_exec.append(lambda tracee: self._refresh_names())
-        self._follow_clones_if_needed()     # the target is stopped (attached, not run yet)
+        recording.on_functions_installed.append(self._functions_installed)
+        self._functions_installed()         # the target is stopped (attached, not run yet)
 
     # ------------------------------------------------------------ state
     @property
@@ -157,6 +158,7 @@ class LiveSession:
 
     # ----------------------------------------------- the tracer thread
     def poll(self) -> None:
+        self._serve_pool()
         if self._queue.empty():
             return
         batch = []
@@ -186,6 +188,7 @@ class LiveSession:
                     replies.append((future, reply))
         finally:
             if stop:
+                self._start_pool()
                 self._follow_clones_if_needed()
                 self._resume(events)
                 self.last_pause = time.perf_counter() - started
@@ -211,14 +214,63 @@ class LiveSession:
         """Attached, until madtrace maps anything into the target (the first
         ``instrument``, data tracing), new threads are not traced: they never wait
         for the tracer (a thread-per-request server pays nothing per request); each
-        stop of the target seizes them first (Tracee.stop_all).  Otherwise, and when
-        launched, every thread is traced from its creation (a fork made by an
-        untraced thread would keep madtrace's mappings in the child).  Every thread
-        is stopped here."""
+        stop of the target seizes them first (Tracee.stop_all).  With functions
+        instrumented, the ring pool keeps it so (inject/thread_pool.py: new
+        threads take their rings themselves); without it (data tracing, a
+        followed fork child, a target the pool cannot serve), and when launched,
+        every thread is traced from its creation (a fork made by an untraced
+        thread would keep madtrace's mappings in the child).  Every thread is
+        stopped here."""
         tracee = self.tracee
+        functions = self.recording.functions
+        pool = functions is not None and functions.threads.active
+        if pool and (self.recording.data is not None or self.controller.children):
+            functions.threads.stop()
+            pool = False
         mapped = tracee.footprint is not None and bool(tracee.footprint.areas)
-        tracee.follow_clones(tracee.launched or mapped or self.recording.data is not None
-                             or bool(self.controller.children))
+        tracee.follow_clones(tracee.launched or (mapped and not pool)
+                             or self.recording.data is not None or bool(self.controller.children))
+
+    def _functions_installed(self) -> None:
+        """Every thread stopped: the pool starts, and clones are followed or not."""
+        self._start_pool()
+        self._follow_clones_if_needed()
+
+    def _start_pool(self) -> None:
+        """Every thread stopped: the ring pool opens once functions are traced, in
+        an attached session without data tracing or followed forks."""
+        recording, functions = self.recording, self.recording.functions
+        if functions is None or functions.rings is None or functions.threads.pool is not None \
+                or self.tracee.launched or recording.data is not None \
+                or recording.options.follow_forks:
+            return
+        why = functions.threads.start(self.controller.wake)
+        if why:
+            recording.log(f"new threads are traced from their creation: {why}")
+
+    def _serve_pool(self) -> None:
+        """Untraced threads about to fork or exec are seized (they do not stop);
+        more rings are mapped when the pool runs low (every thread stopped)."""
+        functions = self.recording.functions
+        pool = functions.threads.pool if functions is not None else None
+        if pool is None or functions.rings.closed:
+            return
+        with functions.rings.lock:
+            requests, need = pool.requests(), pool.need_rings and pool.active
+        for entry, tid in requests:
+            self.tracee.seize_running(tid)
+            pool.seized(entry, tid)
+        if need:
+            started = time.perf_counter()
+            events = self.controller.settle(self.tracee.stop_all())
+            try:
+                with functions.rings.lock:
+                    functions.rings.ensure_free(len(functions.rings.free_rings) + 8)
+                    pool.fill()
+            finally:
+                self._follow_clones_if_needed()
+                self._resume(events)
+                self.last_pause = time.perf_counter() - started
 
     def _resume(self, events) -> None:
         """Give the stop events to the run loop's policy (which resumes their

@@ -39,6 +39,11 @@ LOG_NAME = "resident.log"
 # the packages whose modules a daemon imports while attaching and instrumenting
 # (none of them loads pyarrow, whose allocator starts a thread: the resident forks)
 PRELOAD = ("capture", "inject", "process", "binary", "arch", "kinds", "repl")
+# modules imported on first use while attaching and recording (the target stopped, or its
+# first records waiting): numpy.ma (np.unique), the capture container and its checksums
+LATE_IMPORTS = ("numpy.ma", "xxhash", "madtrace.trace.capture_file")
+IMAGE_CACHE_MAX = 256       # ELF images the resident keeps parsed (see warm_images)
+COMMON_LIBRARIES = ("libc.so", "ld-linux")   # parsed when the resident starts
 # in a worker: the resident's pid (the command it runs must not ask the resident again)
 in_worker = 0
 
@@ -223,14 +228,19 @@ def _resident_main(status_w: int) -> int:
 
 
 def _preload() -> None:
-    """Imports what a daemon imports, so that its worker starts with it all."""
+    """Imports what a daemon imports, so that its worker starts with it all; and
+    the ELF files of this process (the C library and the loader, which most
+    targets map too) parsed into the image cache, which workers inherit."""
     import importlib
     import pkgutil
     importlib.import_module("madtrace.cli.main")
     importlib.import_module("madtrace.cli.cmd_daemon")
+    importlib.import_module("madtrace.cli.cmd_ctl")
     importlib.import_module("madtrace.repl.daemon")
     importlib.import_module("madtrace.session")
     importlib.import_module("madtrace.trace.store_writer")   # imported while attaching
+    for name in LATE_IMPORTS:
+        importlib.import_module(name)
     for name in PRELOAD:
         package = importlib.import_module(f"madtrace.{name}")
         for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
@@ -238,6 +248,50 @@ def _preload() -> None:
     if "pyarrow" in sys.modules or len(os.listdir("/proc/self/task")) != 1:
         raise TracerInternalError("the resident process must stay single-threaded: an import "
                                   "started a thread")
+    from ..capture.tsc import start_calibration
+    start_calibration()         # a window of the resident's lifetime: no wait in a worker
+    warm_images(os.getpid(), only=COMMON_LIBRARIES)
+    _scan_libc()
+
+
+def _scan_libc() -> None:
+    """The C library's scan (call sites, branches: plan.py), kept with its image:
+    the ring pool hooks its fork and exec functions (inject/thread_pool.py).  A
+    module's image is all a scan reads."""
+    from types import SimpleNamespace
+    from ..binary import elf
+    from ..inject.plan import _ModuleScan
+    for key, image in list(elf._cache.items()):
+        if os.path.basename(key[0]).startswith("libc.so"):
+            _ModuleScan(SimpleNamespace(image=image))  # type: ignore[arg-type]
+
+
+def warm_images(pid: int, only: tuple[str, ...] = ()) -> int:
+    """Parses the ELF files process ``pid`` maps into the image cache (ElfImage.load:
+    by path, device, inode, mtime and size), before a worker is forked to attach
+    to it: that worker, and every later one whose target maps the same files,
+    finds them parsed.  ``only``: the file names to parse start so (none: all).
+    Returns how many were parsed now; a file that cannot be parsed is left to
+    the worker (which says why)."""
+    from ..binary import elf
+    from ..binary.maps import read_maps
+    try:
+        mappings = read_maps(pid)
+    except Exception:
+        return 0
+    parsed = 0
+    for path in sorted({m.file_path for m in mappings if m.is_file and m.inode}):
+        if only and not os.path.basename(path).startswith(only):
+            continue
+        if len(elf._cache) >= IMAGE_CACHE_MAX:
+            break
+        before = len(elf._cache)
+        try:
+            elf.ElfImage.load(path)
+        except Exception:
+            continue
+        parsed += len(elf._cache) - before
+    return parsed
 
 
 def _reap() -> None:
@@ -282,6 +336,10 @@ def _serve(listener: socket.socket, stamp: float) -> None:
                 print(f"refused: {refused}", flush=True)
                 transport.send(conn, {"refused": refused})
                 continue
+            target = _daemon_target(request["argv"])
+            if target:
+                warm_images(target)
+                warm_plan(target, request["argv"])
             # SIGTERM blocked across the fork: it must never run the resident's
             # cleanup (removing its socket) in the worker
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -297,6 +355,33 @@ def _serve(listener: socket.socket, stamp: float) -> None:
             for fd in fds:
                 os.close(fd)
             conn.close()
+
+
+def warm_plan(pid: int, argv: list) -> None:
+    """``daemon PID -f F...``: what instrumenting F needs from the files (the
+    modules' scans: plan.py, thread_pool.py), done here before the worker is
+    forked, and kept with the images for the next attach to the same program
+    (a scan of libpython takes a second or two on a loaded machine)."""
+    try:
+        from ..binary.address_space import AddressSpace
+        from ..cli.main import build_parser
+        from ..inject.plan import prepare_plan, split_patterns
+        from ..inject.thread_pool import prepare
+        patterns = build_parser("daemon").parse_args(argv).functions
+        if not patterns:
+            return
+        space = AddressSpace.from_pid(pid)
+        prepare_plan(space, split_patterns(space, patterns)[0])
+        prepare(space)
+    except (Exception, SystemExit) as exc:     # said by the worker, which does it again
+        print(f"warm_plan: {exc!r}", flush=True)
+
+
+def _daemon_target(argv: list) -> int:
+    """The PID of ``daemon PID ...`` (0: another command)."""
+    if len(argv) >= 2 and argv[0] == "daemon" and str(argv[1]).isdigit():
+        return int(argv[1])
+    return 0
 
 
 def _refusal(request: dict, fds: list[int], stamp: float) -> str:

@@ -14,6 +14,15 @@ def _data_state(engine, inside: list[str]) -> str:
     return f"{state} ({engine.faults} faults, {len(engine.protected)} pages{where})"
 
 
+def _pool_line(pool: dict) -> str:
+    if not pool.get("on"):
+        return f"traced from their creation ({pool.get('why_off') or 'ring pool off'})"
+    return (f"not traced, take a ring from the pool ({pool['claimed']} taken, "
+            f"{pool['taken_back']} given back at their end, pool found empty "
+            f"{pool['found_empty']} times, {pool['seized_before_fork_or_exec']} traced before a "
+            "fork or an exec)")
+
+
 @register
 class Status(Command):
     """The traced process: its threads, the instrumented functions and their
@@ -36,10 +45,14 @@ class Status(Command):
             "threads": sorted(list(session.tracee.threads)),
             "functions_instrumented": len(patched),
             "functions_restored": len(traced) - len(patched),
-            "patches": len(engine.patches) if engine is not None else 0,
+            # patched sites of functions (the ring pool's hooks of fork and exec aside)
+            "patches": len(engine.patches) - len(engine.threads.hooks) if engine is not None else 0,
             "records": 0, "dropped_events": 0, "ring_fill": {}, "ring_peak": {}, "ring_waits": 0,
             "data_tracing": _data_state(session.recording.data, session.scratch.get("data_in", [])),
             "last_pause_ms": round(session.last_pause * 1000, 3),
+            "tracer_events": session.controller.events_handled,
+            "ring_pool": engine.threads.summary() if engine is not None else
+            {"on": False, "why_off": "no function is traced"},
         }
         rings = engine.rings if engine is not None else None
         if rings is not None:
@@ -66,6 +79,7 @@ class Status(Command):
             f"records       : {s['records']} (rings {fill:.1%} full now, at most {peak:.1%} "
             f"since the last status; {s.get('ring_waits', 0)} records waited for room)",
             f"dropped events: {s['dropped_events']}",
+            f"new threads   : {_pool_line(s.get('ring_pool') or {})}",
             f"data tracing  : {s['data_tracing']}",
             f"trace dir     : {s['output']}",
         ])

@@ -1,0 +1,301 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * madtrace-ctl: the `madtrace daemon PID ...` and `madtrace ctl ...` commands
+ * without starting a Python interpreter (built by the Makefile as
+ * build/bin/madtrace-ctl).
+ *
+ *   madtrace-ctl daemon PID [OPTIONS]     as madtrace daemon PID [OPTIONS]
+ *   madtrace-ctl ctl PID COMMAND [ARGS]   as madtrace ctl PID COMMAND [ARGS]
+ *   madtrace-ctl ANYTHING ELSE            as madtrace ANYTHING ELSE
+ *
+ * It speaks the resident process's protocol (madtrace/repl/resident.py): one
+ * JSON line {"argv", "cwd", "env", "umask", "package", "client"} with its
+ * stdin, stdout and stderr passed along (SCM_RIGHTS); the resident forks a
+ * worker that runs the very same command line with them (same messages, same
+ * terminal) and answers {"exit": N} (the command's exit code) or
+ * {"refused": "why"}.  Without a resident process, when it refuses, for
+ * every other command, and when anything here fails, it runs the Python
+ * command instead (exec: same pid, same arguments, environment and file
+ * descriptors), which then does what `madtrace` always did and says so.
+ * Strings go as JSON the way Python's json.dumps(..., ensure_ascii=False)
+ * would have sent them: valid UTF-8 as it is, any other byte as the lone
+ * surrogate U+DCxx (Python's surrogateescape), so the worker sees the same
+ * str values as a Python client's sys.argv and os.environ.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#ifndef MADTRACE_PYTHON
+#error "build with -DMADTRACE_PYTHON=\"/path/to/python\" -DMADTRACE_PACKAGE=\"/path/to/madtrace\""
+#endif
+
+#define INTERNAL_ERROR 70   /* madtrace.cli.main.INTERNAL_ERROR_EXIT */
+#define TRACER_INTERNAL_ERROR 20   /* madtrace.errors.TracerInternalError.exit_code */
+
+extern char **environ;
+
+/* ------------------------------------------------------------ JSON text */
+struct buf {
+    char *data;
+    size_t len, cap;
+};
+
+static void put(struct buf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (b->len + n + 1 > cap)
+            cap *= 2;
+        char *data = realloc(b->data, cap);
+        if (!data) {
+            fputs("madtrace: out of memory\n", stderr);
+            exit(INTERNAL_ERROR);
+        }
+        b->data = data;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = 0;
+}
+
+static void puts_(struct buf *b, const char *s) { put(b, s, strlen(s)); }
+
+/* the length of the valid UTF-8 sequence at s (as Python's decoder takes it), 0 if none */
+static size_t utf8_len(const unsigned char *s) {
+    unsigned c = s[0];
+    size_t n;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        if (c == 0xe0) lo = 0xa0;
+        if (c == 0xed) hi = 0x9f;          /* no encoded surrogates */
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        if (c == 0xf0) lo = 0x90;
+        if (c == 0xf4) hi = 0x8f;
+    } else
+        return 0;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+static void put_string(struct buf *b, const char *str) {
+    const unsigned char *s = (const unsigned char *)str;
+    char esc[16];
+    put(b, "\"", 1);
+    while (*s) {
+        unsigned c = *s;
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            put(b, esc, 2);
+            s++;
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            puts_(b, esc);
+            s++;
+        } else if (c < 0x80) {
+            put(b, (const char *)s, 1);
+            s++;
+        } else {
+            size_t n = utf8_len(s);
+            if (n) {
+                put(b, (const char *)s, n);
+                s += n;
+            } else {
+                snprintf(esc, sizeof esc, "\\udc%02x", c);
+                puts_(b, esc);
+                s++;
+            }
+        }
+    }
+    put(b, "\"", 1);
+}
+
+/* ------------------------------------------------------------ the resident */
+static int runtime_socket(char *path, size_t size) {
+    const char *base = getenv("XDG_RUNTIME_DIR");
+    int n = base && *base ? snprintf(path, size, "%s/madtrace/resident.sock", base)
+                          : snprintf(path, size, "/tmp/madtrace-%u/resident.sock", (unsigned)getuid());
+    return n > 0 && (size_t)n < size;
+}
+
+/* a connection to the resident process, or -1 (none listens: a stale socket is removed) */
+static int connect_resident(void) {
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if (!runtime_socket(addr.sun_path, sizeof addr.sun_path))
+        return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0)
+        return fd;
+    if (errno == ECONNREFUSED)
+        unlink(addr.sun_path);      /* left by a resident that died */
+    close(fd);
+    return -1;
+}
+
+static void build_request(struct buf *b, int argc, char **argv) {
+    char cwd[8192];
+    mode_t mask = umask(0);
+    umask(mask);
+    puts_(b, "{\"argv\": [");
+    for (int i = 1; i < argc; i++) {
+        if (i > 1)
+            puts_(b, ", ");
+        put_string(b, argv[i]);
+    }
+    puts_(b, "], \"cwd\": ");
+    if (!getcwd(cwd, sizeof cwd)) {
+        perror("madtrace: getcwd");
+        exit(INTERNAL_ERROR);
+    }
+    put_string(b, cwd);
+    puts_(b, ", \"env\": {");
+    int first = 1;
+    for (char **e = environ; *e; e++) {
+        char *eq = strchr(*e, '=');
+        if (!eq || eq == *e)
+            continue;               /* Python's os.environ skips these too */
+        if (!first)
+            puts_(b, ", ");
+        first = 0;
+        *eq = 0;
+        put_string(b, *e);
+        *eq = '=';
+        puts_(b, ": ");
+        put_string(b, eq + 1);
+    }
+    char tail[64];
+    snprintf(tail, sizeof tail, "}, \"umask\": %u, \"package\": ", (unsigned)mask);
+    puts_(b, tail);
+    put_string(b, MADTRACE_PACKAGE);
+    puts_(b, ", \"python\": ");
+    put_string(b, MADTRACE_PYTHON);
+    puts_(b, ", \"client\": \"madtrace-ctl\"}\n");
+}
+
+static int send_request(int fd, struct buf *b) {
+    int fds[3] = {0, 1, 2};
+    char control[CMSG_SPACE(sizeof fds)];
+    memset(control, 0, sizeof control);
+    struct iovec iov = {.iov_base = b->data, .iov_len = b->len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
+                         .msg_controllen = sizeof control};
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof fds);
+    memcpy(CMSG_DATA(cmsg), fds, sizeof fds);
+    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0)
+        return -1;
+    size_t done = (size_t)n;
+    while (done < b->len) {          /* the descriptors went with the first bytes */
+        n = send(fd, b->data + done, b->len - done, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+/* the reply line ("" if the connection closed first) */
+static void read_reply(int fd, struct buf *line) {
+    char chunk[4096];
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return;
+        put(line, chunk, (size_t)n);
+        if (memchr(chunk, '\n', (size_t)n))
+            return;
+    }
+}
+
+static void run_python(char **argv) {
+    int argc = 0;
+    while (argv[argc])
+        argc++;
+    char **args = calloc((size_t)argc + 3, sizeof *args);
+    if (!args) {
+        fputs("madtrace: out of memory\n", stderr);
+        exit(INTERNAL_ERROR);
+    }
+    args[0] = MADTRACE_PYTHON;
+    args[1] = "-m";
+    args[2] = "madtrace.cli.main";
+    for (int i = 1; i < argc; i++)
+        args[i + 2] = argv[i];
+    execv(MADTRACE_PYTHON, args);
+    fprintf(stderr, "madtrace: cannot run %s: %s\n", MADTRACE_PYTHON, strerror(errno));
+    exit(INTERNAL_ERROR);
+}
+
+/* the commands a worker of the resident runs as they would run here: clients of a daemon */
+static int for_resident(int argc, char **argv) {
+    if (argc < 3)
+        return 0;
+    if (strcmp(argv[1], "ctl") == 0)
+        return 1;
+    if (strcmp(argv[1], "daemon") != 0)
+        return 0;
+    for (int i = 2; i < argc; i++)
+        if (strcmp(argv[i], "--resident") == 0 || strcmp(argv[i], "--stop-resident") == 0 ||
+            strcmp(argv[i], "--") == 0)
+            return 0;
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (!for_resident(argc, argv))
+        run_python(argv);
+    int fd = connect_resident();
+    if (fd < 0)
+        run_python(argv);           /* no resident: the Python command says so */
+    struct buf request = {0};
+    build_request(&request, argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    if (send_request(fd, &request) < 0) {
+        close(fd);
+        run_python(argv);
+    }
+    struct buf reply = {0};
+    read_reply(fd, &reply);
+    close(fd);
+    if (!reply.len) {
+        const char *base = getenv("XDG_RUNTIME_DIR");
+        if (base && *base)
+            fprintf(stderr, "madtrace: the resident madtrace process failed while running the "
+                            "command (see %s/madtrace/resident.log)\n", base);
+        else
+            fprintf(stderr, "madtrace: the resident madtrace process failed while running the "
+                            "command (see /tmp/madtrace-%u/resident.log)\n", (unsigned)getuid());
+        return TRACER_INTERNAL_ERROR;
+    }
+    const char *exit_at = strstr(reply.data, "{\"exit\": ");
+    if (exit_at == reply.data)
+        return atoi(exit_at + 9);
+    run_python(argv);               /* refused: the Python command starts it here, and says why */
+    return INTERNAL_ERROR;
+}
