@@ -221,6 +221,7 @@ class Rings:
         fake.code_counts = np.zeros(1, dtype=np.uint64)
         fake.L = L
         fake.enabled = True
+        fake.recording = lambda tid: True
         fake.out_dir = str(tmp_path)
         fake.files = {tid: CALL_RECORDS.create(str(tmp_path / f"{tid}.rec")) for tid in (1, 2)}
         fake.records_per_thread = {}
