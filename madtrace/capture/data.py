@@ -504,6 +504,7 @@ class DataEngine:
             self.paths.detach()      # threads out of probes, entries back, last records
         for tid in list(self.tracee.threads):
             self.area.leave(tid)
+        self.syscalls.leave(self.tracee)      # calls blocked on alias pointers
         self.area.discard_unfinished()
         for hooks in self._all_hooks():
             if hooks.active:

@@ -40,6 +40,8 @@ SAFE = frozenset({
 })
 MAPPING_CALLS = frozenset({SYS_MMAP, SYS_MPROTECT, SYS_MUNMAP, SYS_BRK, SYS_MREMAP})
 NO_RESULT = 0xFFFFFFFFFFFFFFFF
+ERESTARTSYS, ERESTART_RESTARTBLOCK = 512, 516   # the kernel's, not in errno
+SYS_RESTART_SYSCALL = 219
 
 
 def syscall_op(tid: int) -> tuple[int, int, list[int], int, int]:
@@ -74,6 +76,9 @@ class SyscallGate:
         self._rewritten: dict[int, tuple[int, int, int]] = {}
         # tid -> {register: the program's value}: pointers redirected to the alias
         self._redirected: dict[int, dict[str, int]] = {}
+        # tid -> number of a redirected call the kernel restarts through restart_syscall
+        # (a timed futex wait interrupted by a stop): it keeps the alias address
+        self._restarting: dict[int, int] = {}
         self.redirected_calls = 0
 
     @staticmethod
@@ -110,6 +115,27 @@ class SyscallGate:
             return self._exit_stop(tracee, tid, value)
         return False
 
+    def leave(self, tracee) -> None:
+        """Detach (every thread stopped): a call still running on alias pointers
+        (a read blocked on a pipe) gets the program's own back. A stop interrupts
+        a blocking call, which the kernel restarts with the registers it then
+        finds; one it would restart through restart_syscall (a timed futex wait)
+        would keep the alias address the kernel saved: it restarts as itself
+        (a relative timeout then starts again)."""
+        for tid in set(self._redirected) | set(self._restarting):
+            if tid not in tracee.threads:
+                continue
+            regs = tracee.get_regs(tid)
+            for reg, value in self._redirected.get(tid, {}).items():
+                setattr(regs, reg, value)
+            if _signed(regs.rax) == -ERESTART_RESTARTBLOCK:
+                regs.rax = -ERESTARTSYS & NO_RESULT     # the kernel runs orig_rax again
+            if regs.orig_rax == SYS_RESTART_SYSCALL and tid in self._restarting:
+                regs.orig_rax = self._restarting[tid]   # the call itself, not restart_syscall
+            tracee.set_regs(regs, tid)
+        self._redirected.clear()
+        self._restarting.clear()
+
     def held_open(self) -> set[int]:
         """Pages a running call of some thread has open: they stay open until its
         exit (closing one under a blocked futex call made it fail with EFAULT:
@@ -124,6 +150,9 @@ class SyscallGate:
             return True
         if nr in MAPPING_CALLS:
             engine.numa.mapping_call(nr, args)   # where pages about to go away are
+        if nr == SYS_RESTART_SYSCALL and tid in self._restarting:
+            tracee.resume(tid, 0)       # on the alias again, as the kernel saved it
+            return True
         if tid in self._open or nr in SAFE or nr in MAPPING_CALLS or \
                 (nr == SYS_MADVISE and engine.alias is not None):
             tracee.resume(tid, 0)
@@ -212,6 +241,11 @@ class SyscallGate:
             return True
         opened = self._open.pop(tid, None)
         nr, args = self._entry.pop(tid, (None, []))
+        if _signed(result) == -ERESTART_RESTARTBLOCK and (redirected is not None or
+                                                          tid in self._restarting):
+            self._restarting.setdefault(tid, nr)
+        else:
+            self._restarting.pop(tid, None)
         ranges, rip = self._ranges.pop(tid, (None, 0))
         if nr is not None:
             engine.numa.syscall_exit(tid, nr, args, _signed(result))
