@@ -241,8 +241,8 @@ class SyscallGate:
             return True
         opened = self._open.pop(tid, None)
         nr, args = self._entry.pop(tid, (None, []))
-        if _signed(result) == -ERESTART_RESTARTBLOCK and (redirected is not None or
-                                                          tid in self._restarting):
+        if nr is not None and _signed(result) == -ERESTART_RESTARTBLOCK and \
+                (redirected is not None or tid in self._restarting):
             self._restarting.setdefault(tid, nr)
         else:
             self._restarting.pop(tid, None)
