@@ -33,6 +33,7 @@
 #include <sys/types.h>
 #include <sys/user.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "layout.h"
@@ -603,10 +604,24 @@ static int handle_syscall(struct mt_ctx *c, int tid) {
  * 0: nothing happened (block == 0); 2: the record buffer is nearly full;
  * -1: waitpid failed (errno: ECHILD, EINTR...).
  */
+/* Python's signal handlers (SIGTERM: detach) run only once this returns: a run
+ * of stops the loop handles itself returns after SLICE_NS, as if the record
+ * buffer were full (the caller drains and calls again). */
+#define SLICE_NS 20000000LL
+#define SLICE_CHECK_EVERY 64
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 int mt_wait(struct mt_ctx *c, int block, int *tid_out, int *status_out) {
-    for (;;) {
+    int64_t start = now_ns();
+    for (unsigned handled = 0;; handled++) {
         int status;
         if (c->n_rec + 2 > c->rec_cap) return 2;
+        if (handled && handled % SLICE_CHECK_EVERY == 0 && now_ns() - start >= SLICE_NS) return 2;
         pid_t tid = waitpid(-1, &status, __WALL | (block ? 0 : WNOHANG));
         if (tid == 0) return 0;
         if (tid < 0) return -1;
