@@ -116,7 +116,7 @@ class SyscallGate:
         return False
 
     def leave(self, tracee) -> None:
-        """Detach (every thread stopped): a call still running on alias pointers
+        """Detach (every thread stopped). A call still running on alias pointers
         (a read blocked on a pipe) gets the program's own back. A stop interrupts
         a blocking call, which the kernel restarts with the registers it then
         finds; one it would restart through restart_syscall (a timed futex wait)
@@ -135,6 +135,14 @@ class SyscallGate:
             tracee.set_regs(regs, tid)
         self._redirected.clear()
         self._restarting.clear()
+        # a call skipped to open its pages (fault engine), stopped at its exit: it
+        # runs again for real after the detach (else it returns ENOSYS: a futex
+        # wait so answered made glibc abort)
+        for tid, (saved, _pages) in self._skipping.items():
+            if tid in tracee.threads:
+                saved.rax, saved.rip, saved.orig_rax = saved.orig_rax, saved.rip - 2, NO_RESULT
+                tracee.set_regs(saved, tid)
+        self._skipping.clear()
 
     def held_open(self) -> set[int]:
         """Pages a running call of some thread has open: they stay open until its
