@@ -98,7 +98,9 @@
                                         count into the spare one after them (never read), and
                                         the drain counts their entry records instead */
 #define MT_RING_BLOCK         4792320 /* MT_RING_COUNTS + 8 * (MT_COUNTED_SITES + 1), page-rounded */
-#define MT_SPIN_LIMIT         4000000 /* pause iterations a writer waits on a full ring (~0.1-0.5 s) */
+#define MT_SPIN_LIMIT         16000000 /* pause iterations a writer waits on a full ring: ~0.25 s
+                                        where a pause takes 15 ns (this project's VMs: 4 M were
+                                        61 ms, shorter than a starved drain), ~0.8 s at 50 ns */
 
 /* Unwind information registered with the target's unwinder (inject/unwind.py,
  * inject/unwind_registry.py): areas named madtrace-unwind, each a chain of objects
