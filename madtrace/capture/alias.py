@@ -71,6 +71,29 @@ def start_brk(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[44])
 
 
+
+def set_page_bit(bits: np.ndarray, page: int, on: bool) -> None:
+    """Bit ``page`` of a page bitmap (bit p % 8 of byte p // 8) on or off."""
+    mask = 1 << (page % 8)
+    if on:
+        bits[page // 8] |= mask
+    else:
+        bits[page // 8] &= ~mask & 0xFF
+
+
+def set_page_bits(bits: np.ndarray, start: int, end: int, on: bool) -> None:
+    """The bits of pages [start, end) (page aligned) of a page bitmap: whole bytes
+    at once, the ragged ends bit by bit."""
+    first, last = start // PAGE, end // PAGE
+    while first < last and first % 8:
+        set_page_bit(bits, first, on)
+        first += 1
+    while last > first and last % 8:
+        last -= 1
+        set_page_bit(bits, last, on)
+    if first < last:
+        bits[first // 8:last // 8] = 0xFF if on else 0
+
 class Spans:
     """Sorted, disjoint [start, end) ranges."""
 
@@ -192,22 +215,10 @@ class AliasMap:
     # ---------------------------------------------------------------- bits
     def set_bits(self, start: int, end: int, on: bool) -> None:
         """Pages [start, end) (page aligned) readable and writable through the alias."""
-        first, last = start // PAGE, end // PAGE
-        while first < last and first % 8:
-            self._bit(first, on)
-            first += 1
-        while last > first and last % 8:
-            last -= 1
-            self._bit(last, on)
-        if first < last:
-            self.bits[first // 8:last // 8] = 0xFF if on else 0
+        set_page_bits(self.bits, start, end, on)
 
     def _bit(self, page: int, on: bool) -> None:
-        mask = 1 << (page % 8)
-        if on:
-            self.bits[page // 8] |= mask
-        else:
-            self.bits[page // 8] &= ~mask & 0xFF
+        set_page_bit(self.bits, page, on)
 
     def update_access(self, protections: dict[int, int], pages=None) -> None:
         """The bit of each aliased page (all of them, or ``pages``): on iff the

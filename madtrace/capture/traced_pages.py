@@ -19,7 +19,7 @@ import numpy as np
 
 from ..inject.areas import SharedArea
 from ..process.remote_syscall import RemoteSyscalls
-from ..trace.format import PAGE
+from .alias import set_page_bits
 
 BITMAP_BYTES = 1 << 32           # one bit per page of the 47-bit user address space
 
@@ -46,22 +46,7 @@ class TracedPages:
         self._traced = new
 
     def _set(self, start: int, end: int, on: bool) -> None:
-        first, last = start // PAGE, end // PAGE
-        while first < last and first % 8:
-            self._bit(first, on)
-            first += 1
-        while last > first and last % 8:
-            last -= 1
-            self._bit(last, on)
-        if first < last:
-            self.bits[first // 8:last // 8] = 0xFF if on else 0
-
-    def _bit(self, page: int, on: bool) -> None:
-        if on:
-            self.bits[page // 8] |= 1 << page % 8
-        else:
-            self.bits[page // 8] &= ~(1 << page % 8) & 0xFF
-
+        set_page_bits(self.bits, start, end, on)
 
 class _Spans:
     """Sorted, disjoint [start, end) page runs."""
