@@ -120,6 +120,7 @@ class InlineHooks:
         self.stats: Counter = Counter()
         self.gadget = 0                      # a ret of the program's (see the module)
         self._moved: list[tuple[int, int, int]] = []   # (new, original, size) of prologues
+        self._moved_index: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._eh: dict[str, EhFrame] = {}
         self.traced = TracedPages(rs, GROUP)
         self.events = HookEvents(engine, self)
@@ -265,6 +266,7 @@ class InlineHooks:
         if role == "alloc" and self.gadget:
             area.area.return_points[stub + marks["returned"]] = self.gadget
         self._moved.extend(reloc.moved)
+        self._moved_index = None
         self.stats["stubs"] += 1
         return None
 
@@ -339,13 +341,22 @@ class InlineHooks:
         return next(a.area for a in self.areas.values() if a.area.contains(address))
 
     def original_array(self, rips: np.ndarray) -> np.ndarray:
-        """Addresses in a relocated prologue -> the original instruction's."""
+        """Addresses in a relocated prologue -> the original instruction's (a
+        binary search: the cost does not grow with the number of hooks)."""
         if not self._moved or not len(rips):
             return rips
+        if self._moved_index is None:
+            moved = sorted(self._moved)
+            self._moved_index = (np.array([m[0] for m in moved], dtype=np.uint64),
+                                 np.array([m[0] + m[2] for m in moved], dtype=np.uint64),
+                                 np.array([m[1] for m in moved], dtype=np.uint64))
+        starts, ends, originals = self._moved_index
         out = np.array(rips, dtype=np.uint64, copy=True)
-        for new, original, size in self._moved:
-            inside = (out >= new) & (out < new + size)
-            out[inside] = original + (out[inside] - new)
+        at = np.searchsorted(starts, out, side="right") - 1
+        inside = (at >= 0) & (out < ends[np.maximum(at, 0)])
+        if inside.any():
+            k = at[inside]
+            out[inside] = originals[k] + (out[inside] - starts[k])
         return out
 
     def protected_changed(self, runs) -> None:

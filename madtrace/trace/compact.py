@@ -25,6 +25,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import CorruptTraceError
+from . import zstd
 from .format import (ACCESS_DTYPE, ACCESS_RECORDS, CHUNK_HEADER, COMPACT_BLOCK_HEADER,
                      COMPACT_CODEC, COMPACT_DTYPE, COMPACT_EXTENSION, COMPACT_FREED_BIT,
                      COMPACT_MAGIC, COMPACT_MAGIC_PLANES, COMPACT_RECORDS,
@@ -80,10 +81,9 @@ def encode_block(records: np.ndarray, planes: np.ndarray | None = None) -> bytes
     """One block of ``records`` (COMPACT_DTYPE), header included, as byte planes
     ("MTZ2"); ``planes``: those planes already made (uint8, the drain's C does it
     in one pass), else they are made here."""
-    import pyarrow
     if planes is None:
         planes = to_planes(records)
-    packed = pyarrow.compress(planes, codec=CODEC, asbytes=True)
+    packed = zstd.compress(planes)
     header = np.array([(MAGIC_PLANES, records.nbytes, len(packed), len(records))], dtype=BLOCK_HEADER)
     return header.tobytes() + packed
 
@@ -101,7 +101,6 @@ def from_planes(raw: bytes, n: int) -> np.ndarray:
 def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
     """(offset after the block, its records) of each complete block from ``start``
     (0: the first); each block is one chunk of the capture container, checked."""
-    import pyarrow
     for offset, payload in COMPACT_RECORDS.container().payloads(path, start):
         if len(payload) < BLOCK_HEADER.itemsize:
             raise CorruptTraceError(f"{path}: no block header in the chunk before offset {offset}")
@@ -112,9 +111,8 @@ def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
                 or int(h["packed"]) != len(payload) - BLOCK_HEADER.itemsize:
             raise CorruptTraceError(f"{path}: no block header in the chunk before offset {offset}")
         try:
-            raw = pyarrow.decompress(memoryview(payload)[BLOCK_HEADER.itemsize:],
-                                     decompressed_size=int(h["raw"]), codec=CODEC, asbytes=True)
-        except (OSError, ValueError) as exc:
+            raw = zstd.decompress(memoryview(payload)[BLOCK_HEADER.itemsize:], int(h["raw"]))
+        except (OSError, ValueError) as exc:        # ZstdError is a ValueError
             raise CorruptTraceError(f"{path}: the block before offset {offset}: {exc}") from None
         yield offset, (from_planes(raw, int(h["records"])) if magic == MAGIC_PLANES
                        else np.frombuffer(raw, dtype=COMPACT_DTYPE))
