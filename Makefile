@@ -162,8 +162,10 @@ check: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
+# two workers, each test file on one of them (--dist loadfile): most tests wait on
+# ptrace stops and child processes, so two cores run them ~1.7x faster
 test: setup check
-	$(VENV)/bin/python -m pytest -q tests
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile tests
 
 # every offline output of the working tree against REF's, byte for byte (not part of make test)
 REF ?= main

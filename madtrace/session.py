@@ -59,6 +59,7 @@ class RecordOptions:
     stores: bool = True
     store: bool = False              # write DIR/store while the target runs (store_writer.py)
     data_engine: str = "hybrid"      # hybrid (alias + rewritten code) or fault (a stop per access)
+    copy_after: int | None = None    # hybrid: a function is copied after N faults (None: default)
 
 
 BLOCK_NAME = re.compile(r"^<?(?:malloc|calloc|realloc|freed:)?(\d+)(?:@.*)?>?$")
@@ -395,6 +396,8 @@ class Recording(ImageChanges, Footprints, Results):
                             original_address=self._original_addresses,
                             engine=kind, entry_links=self.entry_links,
                             rings=functions.rings if functions else None, **selection)
+        if self.options.copy_after is not None:
+            engine.copy_after = self.options.copy_after
         self.data = engine
         # the accesses are named with DWARF: the binaries seen for the first time are
         # read now, while the target runs (a child process each), not at the write-out

@@ -53,9 +53,12 @@ def events(meta: dict, kind: str) -> int:
 
 def stops(meta: dict) -> int:
     """The ptrace stops the data engine took: faults (the fault path's), traps (the
-    hooks' breakpoints), and the faults that moved a thread into a relocated copy."""
+    hooks' breakpoints), and the faults that moved a thread into a relocated copy
+    (in Python, or in the fault loop)."""
     data = meta["data_tracing"]
-    return data["faults"] + data["traps"] + data["paths"]["rewriter"].get("moved", 0)
+    rewriter = data["paths"]["rewriter"]
+    return data["faults"] + data["traps"] + rewriter.get("moved", 0) + \
+        rewriter.get("moved_by_fault_loop", 0)
 
 
 def order_report(meta: dict) -> dict:

@@ -18,6 +18,7 @@ import pytest
 
 from madtrace.binary.elf import ElfImage
 from madtrace.capture.instruction_table import PROBE
+from madtrace.capture.paths import MOVE_ASK
 from madtrace.trace.compact import InstructionColumns
 from madtrace.trace.reader import iter_access_chunks
 
@@ -208,6 +209,45 @@ def test_calls_through_memory_take_probes(tmp_path, variant):
         meta, _, _ = record(tmp_path / n, [path, n])
         faults.append(meta["data_tracing"]["faults"])
     assert faults[1] <= faults[0] + 8, faults
+
+
+@pytest.mark.parametrize("variant", ["O0-nopie", "O2-nopie"])
+def test_code_never_copied_jumping_back_is_moved_by_the_fault_loop(tmp_path, variant):
+    """data_cold_split: for each odd value step() takes a detour outside any
+    function (no data access: never copied) that jumps back into step's
+    original code, whose store then faults (GCC's hot/cold splitting does this:
+    python3's insertdict re-entered its original code ~5000 times in a short
+    script).  The fault loop moves the thread into step's copy by itself: the
+    tracer's Python sees one move in MOVE_ASK + 1 only.  Per instruction equal to lackey."""
+    n = 4000
+    got = compare_with_lackey(tmp_path, "data_cold_split", variant,
+                              lambda static, stderr: static, args=(str(n),), options=HYBRID)
+    rewriter = json.loads((tmp_path / "t" / "meta.json").read_text())["data_tracing"]["paths"][
+        "rewriter"]
+    moves = n // 2               # one per odd value
+    assert rewriter["moved_by_fault_loop"] + rewriter["moved"] >= moves, rewriter
+    # the loop gives one move in MOVE_ASK + 1 to the rewriter (which may have more to do)
+    assert rewriter["moved"] <= moves // (MOVE_ASK + 1) + 50, rewriter
+    assert got["step+0x16"] == {"L": n, "S": n}      # the store to total (an add)
+
+
+@pytest.mark.parametrize("copy_after", ["1", "32"])
+def test_functions_are_copied_once_hot(tmp_path, copy_after):
+    """--copy-after N: a function is copied once N of its accesses faulted
+    (cold code stays on the fault path and costs no copy); 1: at the first
+    fault.  data_kernels' hot loop is copied either way; per instruction equal
+    to lackey, and most accesses take the probes."""
+    got = compare_with_lackey(tmp_path, "data_kernels", "O2-nopie",
+                              lambda static, stderr: _ranges_from_stderr(static, stderr),
+                              args=("array", "2048"), options=(*HYBRID, "--copy-after", copy_after))
+    meta = json.loads((tmp_path / "t" / "meta.json").read_text())
+    rewriter = meta["data_tracing"]["paths"]["rewriter"]
+    assert probe_share(meta) > 0.95, meta["data_tracing"]["paths"]
+    assert sum(c["L"] + c["S"] for c in got.values()) > 10000
+    if copy_after == "1":
+        assert rewriter["functions_cold"] == 0 and "cold faults" not in rewriter
+    else:
+        assert rewriter["functions_cold"] >= 1 and rewriter["functions_relocated"] >= 1, rewriter
 
 
 @pytest.mark.parametrize("variant", ["O0-nopie", "O2-nopie"])

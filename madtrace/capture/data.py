@@ -47,6 +47,7 @@ from .alias import ALIAS_BIT, AliasMap, origins_in
 from .alloc import AllocTracker
 from .data_records import finish_rows, spool_rows
 from .paths import AccessPaths
+from .rewriting import COPY_AFTER
 from .block_events import BlockEvents
 from .data_gate import DataGate
 from .data_syscalls import SyscallGate
@@ -133,12 +134,13 @@ class DataEngine:
         self.allocator_freed_accesses = 0   # the allocator's, in freed blocks (not the program's)
         self._order = 0          # event counter shared with the allocation tracker
         self._ring_full_seen = 0  # the fault loop's count of faults handed back on a full ring
+        self.copy_after = COPY_AFTER   # hybrid: see rewriting.py
         self.active = False
         self.released: set[int] = set()   # pages given back when tracing stopped
         self.slow_reasons: Counter = Counter()
         self._last_open_fault: dict[int, tuple[int, int]] = {}
         self._loop_stats = dict.fromkeys(("fast", "untraced", "syscalls", "writebacks",
-                                          "writeback_errors"), 0)
+                                          "writeback_errors", "moves"), 0)
 
     # ---------------------------------------------------------------- install
     def install(self) -> None:
@@ -439,7 +441,8 @@ class DataEngine:
             if slot is None or not area.register(insn, slot):
                 self.slow_reasons["no free data slot"] += 1
                 return False
-        self._drain_fast()
+        if self.paths is None:
+            self._drain_fast()      # the loop's record buffer (hybrid: records go to the rings)
         return area.loop.handle_fault(tid, address)
 
     def _decode(self, rip: int) -> MemInstruction | None:

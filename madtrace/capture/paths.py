@@ -33,10 +33,13 @@ from ..inject.templates import load_injector
 from ..process.remote_syscall import RemoteSyscalls
 from .data_records import RingRecords
 from .instruction_table import FAULT, KIND_LOAD, KIND_STORE, InstructionTable
-from .rewriting import GROUP, Rewriter
+from .rewriting import COLD_ASK, GROUP, Rewriter
 from .rings import RingSet
 
 ASK_AGAIN = 63          # mask: every 64th fault the loop meets of a waiting instruction
+# mask: every 16th move the loop would make comes to the rewriter, which may have more
+# to do (an entry to point at the copy again, a stale copy: rewriting.py discover)
+MOVE_ASK = 15
 SYNCHRONOUS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP}
 
 
@@ -65,6 +68,11 @@ class AccessPaths:
         engine.area.loop.set_epoch(self.rings.splitter.epoch_address())
         self.rewriter = Rewriter(engine, self.rings.control_address, engine.alias.bitmap.address,
                                  self.ids, L, rings=self.rings)
+        self.rewriter.copy_after = engine.copy_after
+        loop = engine.area.loop
+        self.rewriter.now_hot = lambda addresses: [loop.ask_again(a, 0) for a in addresses]
+        self.rewriter.loop_move = lambda original, to: loop.move_to(original, to, True, True,
+                                                                    MOVE_ASK)
         engine.area.loop.set_ring_mode(True)
         engine.area.loop.set_kinds(True, True)      # loads/stores-only: at the drain
         engine.area.ids_of = self.ids_of
@@ -135,6 +143,8 @@ class AccessPaths:
         if self.rewriter.discover(tid, regs):
             return True
         original = self.original(regs.rip)
+        if self.rewriter.cold(original):
+            return False                 # its function is copied once hot (rewriting.py)
         if original not in self.on_faults:
             why = self.rewriter.why_not(original)
             self.on_faults[original] = why
@@ -146,8 +156,13 @@ class AccessPaths:
         original code) from now on.  If its function has a copy not in use yet,
         the loop gives every ASK_AGAIN-th fault of it back, to move it over once
         the copy is ready (rewriting.py ``waiting``)."""
-        if self.rewriter is not None and self.rewriter.waiting(self.original(rip)):
+        if self.rewriter is None:
+            return
+        original = self.original(rip)
+        if self.rewriter.waiting(original):
             loop.ask_again(address, ASK_AGAIN)
+        elif self.rewriter.cold(original):
+            loop.ask_again(address, COLD_ASK)
 
     def settle(self, tid: int, signum: int) -> None:
         regs = self.engine.tracee.get_regs(tid)
@@ -190,4 +205,5 @@ class AccessPaths:
                 "dropped": totals.get("dropped", 0) + totals.get("unregistered_records", 0),
                 "ring_waits": totals.get("ring_waits", 0),
                 "hooks": self.engine.entry_hooks.report(),
-                "rewriter": self.rewriter.report() if self.rewriter else {}}
+                "rewriter": dict(self.rewriter.report() if self.rewriter else {},
+                                 moved_by_fault_loop=self.engine.loop_stats().get("moves", 0))}

@@ -52,6 +52,11 @@ def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str
                         "inside the target; the default) or fault (a ptrace stop per access: "
                         "slower, no code rewritten, to compare with and the safe choice); "
                         "default: $MADTRACE_DATA_ENGINE, else hybrid")
+    parser.add_argument("--copy-after", type=int, default=None, metavar="N",
+                        help="with --data, hybrid engine: copy a function with probes once N "
+                        "of its accesses faulted (default 1: at its first fault); until then "
+                        "the fault path records them (code that stays cold is never copied: "
+                        "cheaper where much code touches traced data only a few times)")
     parser.add_argument("--no-alloc", dest="track_allocations", action="store_false",
                         help="with --data: do not track malloc/calloc/realloc/free (no forged "
                         "block names; two ptrace stops fewer per allocator call)")
@@ -68,10 +73,12 @@ def recording_options(args, output: str) -> RecordOptions:
     if duration is not None and duration <= 0:
         raise UsageError("--duration must be a positive number of seconds")
     selecting = args.regions or args.only or args.data_in or args.loads_only or args.stores_only \
-        or args.data_engine
+        or args.data_engine or args.copy_after is not None
     if selecting and not args.data:
-        raise UsageError("--regions, --only, --data-in, --loads-only, --stores-only and "
-                         "--data-engine concern data accesses: add --data")
+        raise UsageError("--regions, --only, --data-in, --loads-only, --stores-only, "
+                         "--data-engine and --copy-after concern data accesses: add --data")
+    if args.copy_after is not None and args.copy_after < 1:
+        raise UsageError("--copy-after must be at least 1")
     from ..session import RecordOptions
     return RecordOptions(output=output, force=args.force, functions=args.functions,
                          data=args.data, follow_forks=args.follow_forks,
@@ -81,7 +88,8 @@ def recording_options(args, output: str) -> RecordOptions:
                          quiet=args.quiet, trace_functions=args.trace_functions,
                          timestamps=args.timestamps, method=args.method,
                          track_allocations=args.track_allocations, store=args.store,
-                         data_engine=data_engine(args.data_engine))
+                         data_engine=data_engine(args.data_engine),
+                         copy_after=args.copy_after)
 
 
 def data_engine(chosen: str | None) -> str:

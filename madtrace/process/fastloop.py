@@ -56,6 +56,7 @@ def _library() -> ctypes.CDLL:
         "mt_order": (U64, [P]), "mt_set_order": (None, [P, U64]),
         "mt_n_records": (SZ, [P]), "mt_clear_records": (None, [P]), "mt_n_insns": (SZ, [P]),
         "mt_insn_resize": (I, [P, SZ]), "mt_insn_ask": (None, [P, U64, I]),
+        "mt_insn_move": (I, [P, U64, U64, I, I]),
         "mt_stats": (None, [P, P]),
         "mt_thread_set": (I, [P, I, I, P]), "mt_thread_del": (None, [P, I]),
         "mt_thread_recording": (None, [P, I, I]),
@@ -198,6 +199,19 @@ class FaultLoop:
             if self.lib.mt_insn_add(self.ctx, *entry) < 0:
                 raise TracerInternalError("cannot add to the instruction table")
 
+    def move_to(self, rip: int, to: int, load: bool, store: bool, ask: int = 0) -> None:
+        """A fault of the instruction at ``rip`` moves the thread to ``to`` (its
+        copy's probe, rewriting.py) in the loop, without Python, but every
+        (``ask`` + 1)-th (``ask`` 2^k - 1; 0: none); ``to`` 0: such faults come
+        to Python again."""
+        kinds = (1 if load else 0) | (2 if store else 0)
+        if self.lib.mt_insn_move(self.ctx, rip, to, kinds, ask) < 0:
+            self._insn_cap *= 2
+            if self.lib.mt_insn_resize(self.ctx, self._insn_cap) < 0:
+                raise MemoryError("mt_insn_resize")
+            if self.lib.mt_insn_move(self.ctx, rip, to, kinds, ask) < 0:
+                raise TracerInternalError("cannot add to the instruction table")
+
     def ask_again(self, rip: int, mask: int) -> None:
         """Every (mask + 1)-th fault of the instruction the loop meets comes to
         Python again (``wait``); mask 0: none."""
@@ -232,6 +246,7 @@ class FaultLoop:
         return out
 
     def stats(self) -> dict[str, int]:
-        out = (ctypes.c_uint64 * 5)()
+        out = (ctypes.c_uint64 * 6)()
         self.lib.mt_stats(self.ctx, out)
-        return dict(zip(("fast", "untraced", "syscalls", "writebacks", "writeback_errors"), out))
+        return dict(zip(("fast", "untraced", "syscalls", "writebacks", "writeback_errors", "moves"),
+                        out))

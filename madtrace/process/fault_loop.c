@@ -82,6 +82,9 @@ enum {
     OP_CALL = 2,       /* call [mem]: push the return address, rip := the loaded pointer */
     OP_MOVS = 3,       /* (rep) movs: copied here, element by element semantics */
     OP_STOS = 4,       /* (rep) stos: filled here */
+    OP_MOVE = 5,       /* its function's copy has a probe for it (hybrid engine): the thread
+                          moves there, rip := stub (on-stack replacement, rewriting.py) */
+    OP_PYTHON = 6,     /* handed to Python (a move withdrawn) */
 };
 #define ANY_SLOT 0xffffffffu
 #define STRING_CHUNK (1u << 20)    /* bytes of one string instruction handled per stop */
@@ -112,7 +115,7 @@ struct mt_ctx {
     struct mt_access *records;
     size_t rec_cap, n_rec;
     uint64_t order;
-    uint64_t fast, untraced, syscalls, writebacks, writeback_errors;
+    uint64_t fast, untraced, syscalls, writebacks, writeback_errors, moves;
     uint64_t kinds_filter;     /* bit 0: record loads, bit 1: record stores */
     const volatile uint8_t *alias_bits;  /* hybrid engine: one bit per page reached through
                                             its alias (capture/alias.py), or NULL */
@@ -245,9 +248,9 @@ void mt_set_order(struct mt_ctx *c, uint64_t order) { c->order = order; }
 size_t mt_n_records(struct mt_ctx *c) { return c->n_rec; }
 void mt_clear_records(struct mt_ctx *c) { c->n_rec = 0; }
 size_t mt_n_insns(struct mt_ctx *c) { return c->n_insns; }
-void mt_stats(struct mt_ctx *c, uint64_t out[5]) {
+void mt_stats(struct mt_ctx *c, uint64_t out[6]) {
     out[0] = c->fast; out[1] = c->untraced; out[2] = c->syscalls;
-    out[3] = c->writebacks; out[4] = c->writeback_errors;
+    out[3] = c->writebacks; out[4] = c->writeback_errors; out[5] = c->moves;
 }
 
 static int in_runs(const uint64_t *runs, size_t n, uint64_t a) {
@@ -554,6 +557,14 @@ static int handle_fault(struct mt_ctx *c, struct mt_thread *t, uint64_t fault_ad
     if (in_loop && e->ask && !(++e->seen & e->ask)) return 0;   /* Python asks again */
     /* an access the page's own protection forbids is the target's own fault */
     if (((e->kinds & 1) && !(prot & 1)) || ((e->kinds & 2) && !(prot & 2))) return 0;
+    if (e->op == OP_PYTHON) return 0;
+    if (e->op == OP_MOVE) {               /* into the copy, whose probe makes the access */
+        regs.rip = e->stub;
+        if (ptrace(PTRACE_SETREGS, t->tid, 0, &regs) < 0) return 0;
+        c->moves++;
+        ptrace(c->resume_request, t->tid, 0, 0);
+        return 1;
+    }
     if (e->op == OP_MOVS || e->op == OP_STOS) return string_op(c, t, &regs, e);
     uint64_t ea;
     if (e->base == OPND_REG_RIP) ea = regs.rip + e->ilen;
@@ -584,8 +595,31 @@ int mt_handle_fault(struct mt_ctx *c, int tid, uint64_t fault_addr) {
 /* Every 2^k-th fault of the instruction at rip (each of its slots) that the loop
  * meets goes to Python again (mask = 2^k - 1; 0: none). */
 void mt_insn_ask(struct mt_ctx *c, uint64_t rip, int mask) {
-    for (size_t i = 0; i < c->insn_cap; i++)
-        if (c->insns[i].rip == rip) c->insns[i].ask = (uint16_t)mask;
+    struct mt_insn *e = find_insn(c, rip, ANY_SLOT);      /* hash look-ups: the cost does not
+                                                             grow with the table */
+    if (e) e->ask = (uint16_t)mask;
+    for (uint32_t s = 0; s < MT_DATA_SLOTS; s++)
+        if ((e = find_insn(c, rip, s))) e->ask = (uint16_t)mask;
+}
+
+/* From now on a fault of the instruction at rip (original code) moves the thread
+ * to ``to`` (its copy's probe): OP_MOVE, for every slot's entry and ANY_SLOT's;
+ * to == 0: handed to Python (the copy is withdrawn); every (ask + 1)-th such fault
+ * goes to Python anyway (which may have more to do there, see rewriting.py).
+ * -1: the table is half full (the caller grows it and calls again). */
+int mt_insn_move(struct mt_ctx *c, uint64_t rip, uint64_t to, int kinds, int ask) {
+    struct mt_insn *e;
+    for (uint32_t s = 0; s < MT_DATA_SLOTS; s++)
+        if ((e = find_insn(c, rip, s))) { e->op = to ? OP_MOVE : OP_PYTHON; e->stub = to; e->ask = (uint16_t)ask; }
+    if ((e = find_insn(c, rip, ANY_SLOT))) {
+        e->op = to ? OP_MOVE : OP_PYTHON; e->stub = to; e->ask = (uint16_t)ask;
+        return 0;
+    }
+    if (!to) return 0;
+    if (mt_insn_add(c, rip, ANY_SLOT, to, 0, 0, 1, 0, 0, 0, kinds, 0, 0, 0, OP_MOVE, 0, 0, 0, 0, 0) < 0)
+        return -1;
+    find_insn(c, rip, ANY_SLOT)->ask = (uint16_t)ask;
+    return 0;
 }
 
 /* A system call stop (SIGTRAP | 0x80) of a call in the safe set: resumed. */
