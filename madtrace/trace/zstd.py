@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import threading
 
 import numpy as np
 
 LEVEL = 1                   # Arrow's default level for ZSTD: what the traces were written with
 _lib = None
+_scratch = threading.local()
 
 
 class ZstdError(ValueError):
@@ -59,21 +61,31 @@ def _check(lib, n: int) -> int:
     return n
 
 
+def _buffer(size: int) -> np.ndarray:
+    """A scratch buffer of at least ``size`` bytes, kept per thread (the drain
+    compresses a block of megabytes per batch: a fresh zeroed buffer each time
+    cost as much as a copy of it)."""
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = _scratch.buf = np.empty(max(size, 1 << 16), dtype=np.uint8)
+    return buf
+
+
 def compress(data, level: int = LEVEL) -> bytes:
     lib = _zstd()
     src, n, _keep = _address(data)
     cap = lib.ZSTD_compressBound(n)
-    out = ctypes.create_string_buffer(cap)
-    size = _check(lib, lib.ZSTD_compress(out, cap, src, n, level))
-    return out.raw[:size]
+    out = _buffer(cap)
+    size = _check(lib, lib.ZSTD_compress(out.ctypes.data, cap, src, n, level))
+    return out[:size].tobytes()
 
 
 def decompress(data, size: int) -> bytes:
     """``data`` (one frame) decompressed; its content must be exactly ``size`` bytes."""
     lib = _zstd()
     src, n, _keep = _address(data)
-    out = ctypes.create_string_buffer(max(size, 1))
-    got = _check(lib, lib.ZSTD_decompress(out, size, src, n))
+    out = _buffer(size)
+    got = _check(lib, lib.ZSTD_decompress(out.ctypes.data, size, src, n))
     if got != size:
         raise ZstdError(f"the frame holds {got} bytes, not {size}")
-    return out.raw[:size]
+    return out[:size].tobytes()
