@@ -171,6 +171,7 @@ class AccessPaths:
     # -------------------------------------------------------------- leaving
     def detach(self) -> None:
         self.rewriter.detach()
+        self.rewriter.entry_cache.save()
         if self.own_rings:
             self.rings.set_enabled(False)
             self.rings.stop()
@@ -179,6 +180,8 @@ class AccessPaths:
 
     def finish(self) -> None:
         """The target is gone (or stays untraced): the last records, no more draining."""
+        if self.rewriter is not None:
+            self.rewriter.entry_cache.save()
         if self.own_rings:
             self.rings.stop()
             self.rings.close()

@@ -59,6 +59,7 @@ from .alias import ALIAS_BIT
 from .copy_frames import CopyFrames
 from .copy_sites import mirror
 from .entry_branches import to_original_entry
+from .entry_cache import EntryCache
 from .entry_redirect import redirect_entry
 from .instruction_table import InstructionTable
 from .plt_copies import PltCopies
@@ -153,6 +154,7 @@ class Rewriter:
         self._all_areas: list[CodeArea] = []     # every code area made (``areas``: the newest)
         self.plt = PltCopies(self)
         self._bounds_of: dict[int, tuple | None] = {}   # faulting instructions' functions
+        self.entry_cache = EntryCache()
         self.copy_after = COPY_AFTER  # 1: every function is copied at its first fault
         # the fault loop gives back no fault of these any more (cold before, copied now)
         self.now_hot: Callable[[set[int]], None] = lambda addresses: None
@@ -459,13 +461,16 @@ class Rewriter:
             self.links.point_returns(state.start, state.end, copy.old_to_new)
         return True
 
-    @staticmethod
-    def _analysis(state: FunctionState, code: bytes) -> FunctionAnalysis | Refusal:
-        """The function's analysis: made once, kept while its bytes stay the same."""
+    def _analysis(self, state: FunctionState, code: bytes) -> FunctionAnalysis | Refusal:
+        """The function's analysis: made once, kept while its bytes stay the same
+        (its instructions' entries from the copier cache where they are there)."""
         if state.analysis is None or state.analysis.code != code:
+            self.entry_cache.prepare(state.module)
             made = analyse(code, state.start, state.end)
             if isinstance(made, Refusal):
                 return made
+            self.entry_cache.used(state.module, (code[o:o + z] for o, z in
+                                                 zip(made.offset.tolist(), made.size)))
             state.analysis = made
         return state.analysis
 
@@ -641,6 +646,10 @@ class Rewriter:
                 tracee.set_regs(regs, tid)
 
     def report(self) -> dict:
+        cache = self.entry_cache.stats
+        if cache["files_read"] or cache["files_written"]:
+            self.stats["instruction entries from the copier cache"] = cache["loaded"]
+            self.stats["copier cache files written"] = cache["files_written"]
         relocated = [s for s in self.functions.values() if s.copies]
         cold = [s for s in self.functions.values() if s.cold and not s.copies]
         return {"functions_relocated": len(relocated),

@@ -28,6 +28,7 @@ An ``Entry`` (address-independent; an address below is the instruction's):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 from capstone import CS_GRP_BRANCH_RELATIVE, CS_GRP_CALL, CS_GRP_JUMP, CS_GRP_RET
@@ -122,12 +123,30 @@ class Entry:
 
 
 _index: dict[bytes, Entry] = {}
+# entries kept from earlier runs (capture/entry_cache.py), as stored: made into an
+# Entry by ``_restore`` when an instruction first needs one
+_stored: dict[bytes, Any] = {}
+_restore: Callable[[Any], Entry] | None = None
+
+
+def store(stored: dict[bytes, Any], restore: Callable[[Any], Entry]) -> None:
+    """Entries of earlier runs, made by ``restore`` when needed instead of analysed."""
+    global _restore
+    _stored.update(stored)
+    _restore = restore
 
 
 def entries(raws: list[bytes]) -> list[Entry]:
     """The entry of each instruction (its bytes)."""
     index = _index
     missing = [raw for raw in dict.fromkeys(raws) if raw not in index]
+    if missing and _stored:
+        assert _restore is not None
+        for raw in missing:
+            kept = _stored.pop(raw, None)
+            if kept is not None:
+                index[raw] = _restore(kept)
+        missing = [raw for raw in missing if raw not in index]
     if missing:
         if len(index) + len(missing) > MAX_ENTRIES:
             index.clear()

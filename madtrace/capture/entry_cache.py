@@ -1,0 +1,209 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The copier's per-instruction entries kept on disk, once per binary.
+
+The hybrid engine's copier analyses each distinct instruction of a function
+it copies (arch/x86_64/insn_entries.py ``Entry``: what the instruction is, its
+re-encoding, its probe plan), by its bytes only: an ``Entry`` does not depend
+on where the instruction is.  Within a process each distinct byte string is
+analysed once; this cache keeps them across runs: python3 running a short
+script copies ~1 200 functions, whose analysis was half of the tracer's time,
+three quarters of it these entries.
+
+Where: the symbol cache's directory (binary/symcache.py ``cache_dir``), one
+file per binary, ``<key>.mti``, the key the symbol cache's (build-id and
+size).  A file: ``MTINSN01``, u32 header length, the header (JSON: format,
+the analyser's version, the payload's length and CRC-32), then the payload:
+``marshal`` of {bytes: the entry's fields} (plain values: marshal builds
+them ~10x faster than pickle builds the objects; the rare indirect jump's
+instruction view and an entry's error are pickled inside).  The version is a hash of the copier's source
+(madtrace/arch/x86_64/*.py) and capstone's version: another madtrace or
+capstone never reads an entry made by this one.  A file whose magic, header,
+length, checksum or content is wrong is rebuilt, and one line says so; a file
+not owned by the user running madtrace is not read (pickle runs code).
+
+``EntryCache.prepare(module)`` loads the module's entries into the copier's
+index before the first copy in that module; ``used(module, analysis)``
+notes those a copy needed; ``save()`` writes each module whose file lacks
+some of them (at the end of data tracing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import marshal
+import os
+import pickle
+import struct
+import tempfile
+import zlib
+
+import capstone
+
+from ..arch.x86_64 import insn_entries
+from ..arch.x86_64.insn_entries import Entry, ProbePlan
+from ..arch.x86_64.memops import MemInstruction, MemOperand
+from ..binary import symcache
+
+MAGIC = b"MTINSN01"
+FORMAT = 2
+SUFFIX = ".mti"
+_ARCH_DIR = os.path.dirname(os.path.abspath(insn_entries.__file__))
+_version: str | None = None
+
+
+def analyser_version() -> str:
+    """A hash of the copier's source and of capstone's version."""
+    global _version
+    if _version is None:
+        h = hashlib.sha256(capstone.__version__.encode())
+        for name in sorted(os.listdir(_ARCH_DIR)):
+            if name.endswith(".py"):
+                with open(os.path.join(_ARCH_DIR, name), "rb") as f:
+                    h.update(name.encode() + b"\0" + f.read())
+        _version = h.hexdigest()[:32]
+    return _version
+
+
+class CacheFormatError(ValueError):
+    pass
+
+
+def read_file(path: str) -> dict:
+    """{bytes: the entry's fields (``restore`` makes the Entry)} of a cache file;
+    CacheFormatError when it is damaged, from another analyser, or not the
+    user's own."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        if st.st_uid != os.geteuid():
+            raise CacheFormatError("not owned by this user")
+        data = f.read()
+    if data[:8] != MAGIC or len(data) < 12:
+        raise CacheFormatError("bad magic")
+    (header_len,) = struct.unpack_from("<I", data, 8)
+    try:
+        header = json.loads(data[12:12 + header_len])
+        payload = data[12 + header_len:]
+        if header["format"] != FORMAT:
+            raise CacheFormatError(f"format {header['format']}")
+        if len(payload) != header["payload_bytes"]:
+            raise CacheFormatError("truncated")
+        if zlib.crc32(payload) != header["crc32"]:
+            raise CacheFormatError("checksum mismatch")
+        if header["analyser"] != analyser_version():
+            raise CacheFormatError("another analyser")      # not damage: replaced quietly
+        pairs = marshal.loads(payload)
+        if not isinstance(pairs, dict) or (pairs and not isinstance(next(iter(pairs)), bytes)):
+            raise CacheFormatError("unexpected content")
+    except (ValueError, KeyError, TypeError, IndexError, pickle.UnpicklingError, EOFError,
+            AttributeError, ImportError) as exc:
+        if isinstance(exc, CacheFormatError):
+            raise
+        raise CacheFormatError(f"bad content ({exc})") from None
+    return pairs
+
+
+def write_file(path: str, encoded: dict) -> None:
+    """``encoded``: {bytes: ``encode(entry)``}."""
+    payload = marshal.dumps(encoded)
+    header = json.dumps({"format": FORMAT, "analyser": analyser_version(),
+                         "payload_bytes": len(payload), "crc32": zlib.crc32(payload),
+                         "entries": len(encoded)}).encode()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(MAGIC + struct.pack("<I", len(header)) + header + payload)
+        os.replace(tmp, path)        # readers see the old file or the whole new one
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+_PLAN = ("why", "reg", "lead", "rip", "disp", "rebased", "check", "after")
+
+
+def encode(e: Entry) -> tuple:
+    """An entry's fields as plain values (what one process's copier hangs on a probe
+    plan, the pieces made for its templates, function_copy.py, is left out)."""
+    mem = None if e.mem is None else (
+        e.mem.address, e.mem.size, e.mem.mnemonic, e.mem.text,
+        tuple((o.base, o.index, o.scale, o.disp, o.segment, o.size, o.load, o.store)
+              for o in e.mem.operands), e.mem.rep, e.mem.atomic)
+    plan = None if e.plan is None else tuple(getattr(e.plan, name) for name in _PLAN)
+    rare = pickle.dumps((e.view, e.error), protocol=5) if e.view is not None or \
+        e.error is not None else None
+    return (e.size, e.kind, e.call, e.mnemonic, e.text, e.planned, e.rel, e.head, e.head_why,
+            e.size_why, e.stub_why, e.rip_field, e.rip_disp, e.rip_why, e.piece, e.row, mem,
+            plan, rare)
+
+
+def restore(f: tuple) -> Entry:
+    e = Entry(f[0], f[1], f[2], f[3], f[4])
+    (e.planned, e.rel, e.head, e.head_why, e.size_why, e.stub_why, e.rip_field, e.rip_disp,
+     e.rip_why, e.piece, e.row) = f[5:16]
+    mem, plan, rare = f[16], f[17], f[18]
+    if mem is not None:
+        e.mem = MemInstruction(mem[0], mem[1], mem[2], mem[3],
+                               tuple(MemOperand(*o) for o in mem[4]), mem[5], mem[6])
+    if plan is not None:
+        e.plan = ProbePlan(*plan)
+    if rare is not None:
+        e.view, e.error = pickle.loads(rare)
+    return e
+
+
+class EntryCache:
+    def __init__(self, notify=None):
+        # as the symbol cache says it (one line, not under -q: session.py)
+        self.notify = notify or (lambda message: symcache.notify(message))
+        self._modules: dict[str, tuple[object, str, set[bytes], set[bytes]]] = {}
+        self.stats = {"loaded": 0, "files_read": 0, "files_written": 0}
+
+    def prepare(self, module) -> None:
+        """The module's cached entries in the copier's index (once per module)."""
+        if module.name in self._modules:
+            return
+        path = os.path.join(symcache.cache_dir(), symcache.cache_key(module.image) + SUFFIX) \
+            if getattr(module.image, "path", None) else ""
+        known: set[bytes] = set()
+        if path and os.path.exists(path):
+            try:
+                stored = read_file(path)
+                insn_entries.store(stored, restore)   # made into entries when needed
+                known = set(stored)
+                self.stats["loaded"] += len(stored)
+                self.stats["files_read"] += 1
+            except CacheFormatError as exc:
+                if str(exc) not in ("another analyser", "not owned by this user"):
+                    self.notify(f"copier cache {path}: {exc}; rebuilt")
+            except OSError as exc:
+                self.notify(f"copier cache {path}: {exc.strerror}; not used")
+                path = ""
+        self._modules[module.name] = (module, path, known, set())
+
+    def used(self, module, raws) -> None:
+        """The instructions a copy in ``module`` needed (their bytes)."""
+        entry = self._modules.get(module.name)
+        if entry is not None:
+            entry[3].update(raws)
+
+    def save(self) -> None:
+        """Each module whose file lacks some of the entries its copies needed."""
+        index = insn_entries._index
+        for module, path, known, used in self._modules.values():
+            new = used - known
+            if not path or not new:
+                continue
+            stored = insn_entries._stored
+            encoded = {raw: encode(index[raw]) if raw in index else stored[raw]
+                       for raw in known | used if raw in index or raw in stored}
+            try:
+                write_file(path, encoded)
+                self.stats["files_written"] += 1
+            except OSError as exc:
+                self.notify(f"copier cache {path}: {exc.strerror}; not written")
+            known.update(new)
