@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""madtrace cache list|clear [--json]: the symbol cache (binary/symcache.py)."""
+"""madtrace cache list|clear [--json]: the symbol cache (binary/symcache.py) and
+the module-scan cache beside it (inject/scan_cache.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import json
 import time
 
 from ..binary import symcache
+from ..inject import scan_cache
 
 NAME = "cache"
-HELP = "list or clear the symbol cache (DWARF variables and line tables, once per binary)"
+HELP = ("list or clear the symbol cache (DWARF variables and line tables, call-site scans, "
+        "once per binary)")
 
 
 def add_arguments(parser) -> None:
@@ -22,15 +25,17 @@ def run(args) -> int:
     folder = symcache.cache_dir()
     if args.action == "clear":
         files, size = symcache.clear()
+        scan_files, scan_size = scan_cache.clear()
+        files, size = files + scan_files, size + scan_size
         print(f"removed {files} entries ({size / 1e6:.1f} MB) from {folder}")
         return 0
-    entries = symcache.list_entries()
+    entries, scans = symcache.list_entries(), scan_cache.list_entries()
     if args.json:
-        print(json.dumps({"directory": folder, "entries": entries}))
+        print(json.dumps({"directory": folder, "entries": entries, "scans": scans}))
         return 0
-    total = sum(e["bytes"] for e in entries)
-    print(f"{folder}: {len(entries)} entries, {total / 1e6:.1f} MB")
-    for e in entries:
+    total = sum(e["bytes"] for e in entries + scans)
+    print(f"{folder}: {len(entries)} entries, {len(scans)} call-site scans, {total / 1e6:.1f} MB")
+    for e in entries + scans:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e["created"])) if e.get("created") \
             else "?"
         what = e["binary"] if e["ok"] else f"CORRUPT ({e.get('problem')}): rebuilt when next used"
