@@ -284,9 +284,12 @@ def test_cache_list_and_clear(tmp_path):
     assert listed["scans"] and all(e["ok"] for e in listed["scans"])
     cleared = _with_cache(cache, "cache", "clear")
     assert cleared.returncode == 0
-    assert f"removed {1 + len(listed['scans'])} entries".encode() in cleared.stdout
+    # and the symbol tables of every file it parsed (binary/elfcache.py)
+    assert listed["symbol_tables"] and all(e["ok"] for e in listed["symbol_tables"])
+    removed = 1 + len(listed["scans"]) + len(listed["symbol_tables"])
+    assert f"removed {removed} entries".encode() in cleared.stdout
     assert json.loads(_with_cache(cache, "cache", "list", "--json").stdout) == \
-        {"directory": str(cache), "entries": [], "scans": []}
+        {"directory": str(cache), "entries": [], "scans": [], "symbol_tables": []}
     shutil.rmtree(cache)
     assert _with_cache(cache, "cache", "list").returncode == 0
 

@@ -86,7 +86,7 @@ def test_cached_scan_equals_fresh_scan(cache, path):
     _same(first, fresh)
     _same(second, fresh)
     assert said == []
-    (entry,) = os.listdir(folder)
+    (entry,) = [e for e in os.listdir(folder) if e.endswith(scan_cache.SUFFIX)]
     assert entry == symcache.cache_key(image) + scan_cache.SUFFIX
 
 
@@ -100,7 +100,7 @@ def test_corrupt_entry_is_rebuilt_with_one_line(cache, damage):
     folder, said = cache
     path = prog("calls_callbacks", "O2-pie")
     scan_cache.scan_of(_image(path))
-    (entry,) = [folder / e for e in os.listdir(folder)]
+    (entry,) = [folder / e for e in os.listdir(folder) if e.endswith(scan_cache.SUFFIX)]
     data = bytearray(entry.read_bytes())
     if damage == "truncate":
         data = data[:len(data) // 2]
@@ -166,7 +166,7 @@ def test_rebuilt_binary_does_not_read_the_old_entry(cache, tmp_path, flags):
     assert (scan_cache.loaded, scan_cache.built) == (loaded, built + 1)
     _same(second, _fresh(str(binary)))
     assert {s.caller for s in second[0].sites} != {s.caller for s in first[0].sites}
-    assert len(os.listdir(folder)) == 2 and said == []
+    assert len([e for e in os.listdir(folder) if e.endswith(scan_cache.SUFFIX)]) == 2 and said == []
 
 
 def test_record_data_loads_libc_scan_from_the_cache(tmp_path):
@@ -191,3 +191,61 @@ def test_record_data_loads_libc_scan_from_the_cache(tmp_path):
     scans = json.loads(listed.stdout)["scans"]
     assert len(scans) == counts[0][0] and all(e["ok"] for e in scans)
     assert os.path.realpath(LIBC) in {e["binary"] for e in scans}
+
+
+# ------------------------------------------------- the ELF symbol cache (elfcache.py)
+from madtrace.binary import elfcache  # noqa: E402
+
+
+def _tables(image):
+    return ([(s.name, s.address, s.size, s.kind, s.binding, s.section, s.dynamic)
+             for s in image.symbols],
+            [(s.name, s.address, s.size) for s in image.plt_symbols], dict(image.plt))
+
+
+@pytest.mark.parametrize("path", _targets(), ids=os.path.basename)
+def test_cached_symbols_equal_parsed_symbols(cache, tmp_path, path):
+    folder, said = cache
+    loaded, built = elfcache.loaded, elfcache.built
+    first = _image(path)                                   # parsed and written
+    second = _image(path)                                  # read back
+    assert (elfcache.loaded, elfcache.built) == (loaded + 1, built + 1)
+    with open(path, "rb") as f:                            # no path: never cached
+        fresh = elf.ElfImage(f.read(), os.path.basename(path), None)
+    assert _tables(first) == _tables(second) == _tables(fresh)
+    for sym in fresh.symbols[::max(1, len(fresh.symbols) // 50)]:
+        assert second.symbol_at(sym.address) == fresh.symbol_at(sym.address)
+    assert said == [] and any(e.endswith(elfcache.SUFFIX) for e in os.listdir(folder))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])
+def test_corrupt_symbol_entry_is_rebuilt_with_one_line(cache, damage):
+    folder, said = cache
+    path = prog("calls_callbacks", "O2-pie")
+    want = _tables(_image(path))
+    (entry,) = [folder / e for e in os.listdir(folder) if e.endswith(elfcache.SUFFIX)]
+    data = bytearray(entry.read_bytes())
+    if damage == "truncate":
+        data = data[:len(data) // 2]
+    elif damage == "flip":
+        data[-3] ^= 0xFF
+    else:
+        data = bytearray(b"MTELF001 but nothing else")
+    entry.write_bytes(bytes(data))
+    assert _tables(_image(path)) == want
+    assert len(said) == 1 and "symbol-table cache" in said[0] and "rebuilt" in said[0], said
+    assert _tables(_image(path)) == want and len(said) == 1
+
+
+@pytest.mark.parametrize("flags", [["-no-pie"], ["-fPIE", "-pie"]], ids=["nopie", "pie"])
+def test_rebuilt_binary_reads_no_old_symbol_entry(cache, tmp_path, flags):
+    folder, said = cache
+    binary = tmp_path / "prog"
+    for factor, extra in ((3, ""), (5, "int extra(int y) { return middle(y) * 7; }\n")):
+        (tmp_path / "p.c").write_text(SOURCE % factor + extra)
+        subprocess.run(["gcc", "-O2", *flags, "-o", str(binary), str(tmp_path / "p.c")], check=True)
+        loaded = elfcache.loaded
+        image = _image(str(binary))
+        assert elfcache.loaded == loaded                    # a new build-id: parsed
+        assert ("extra" in {s.name for s in image.symbols}) == bool(extra)
+    assert len([e for e in os.listdir(folder) if e.endswith(elfcache.SUFFIX)]) == 2 and said == []
