@@ -120,3 +120,39 @@ def test_attach_writes_its_files_once_the_target_runs(tmp_path):
     finally:
         target.kill()
         target.wait()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to pin")
+def test_remote_syscalls_pin_and_give_back_both_cpu_masks():
+    """A RemoteSyscalls scope runs the target's thread on the tracer's CPU (each
+    call a switch on one CPU, not a wake-up on another) and gives both threads
+    their own masks back when it ends, whatever the masks were."""
+    from madtrace.process.remote_syscall import RemoteSyscalls
+    from madtrace.process.tracee import Tracee
+    target = subprocess.Popen([prog("bench_live", "O2-pie")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    mine = os.sched_getaffinity(0)
+    tracee = None
+    try:
+        assert target.stdout.readline() == b"ready\n"
+        os.sched_setaffinity(target.pid, set(sorted(mine)[-2:]))
+        theirs = os.sched_getaffinity(target.pid)
+        tracee = Tracee.attach(target.pid)
+        with RemoteSyscalls(tracee) as rs:
+            assert rs.getpid() == target.pid
+            inside = os.sched_getaffinity(target.pid)
+            assert len(inside) == 1 and inside == os.sched_getaffinity(0) and inside <= theirs
+            assert rs.getpid() == target.pid
+        assert os.sched_getaffinity(target.pid) == theirs and os.sched_getaffinity(0) == mine
+        tracee.resume_all()
+        tracee.detach()
+        tracee = None
+        target.stdin.write(b"calls 1000\n")
+        target.stdin.flush()
+        assert b"checksum" in target.stdout.readline()
+    finally:
+        if tracee is not None:
+            tracee.detach()
+        os.sched_setaffinity(0, mine)
+        target.kill()
+        target.wait()
