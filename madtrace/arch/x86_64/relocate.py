@@ -164,8 +164,7 @@ def _prologue(code, func_addr: int, size: int, min_len: int):
     """[(address, size, text, raw, branch head or None, target or None)] of the
     instructions covering ``min_len`` bytes (a RIP-relative one: ``raw`` is the
     displacement's offset byte, then the bytes), or a Refusal."""
-    key = (bytes(code[:min(size, min_len + 32)]), bytes(code[min_len + 32:min_len + 48]),
-           func_addr, size, min_len)
+    key = (bytes(code[:min_len + 32]), func_addr, size, min_len)   # all the decoding reads
     found = _prologues.get(key)
     if found is None:
         found = _decode_prologue(code, func_addr, size, min_len)
