@@ -178,9 +178,14 @@ def madtrace_c(tmp: str) -> dict:
     tool = Madtrace(tmp)
     out: dict[str, list] = {"first": [], "first_resident": [], "first_resident_f": [],
                             "first_ctl_f": [], "first_ctl_f_warm": [], "pause": [], "ns": [],
-                            "ns_notime": [],
+                            "ns_notime": [], "stopped": [], "floor": [],
                             "drops": [], "missed": []}
     for _ in range(REPEATS):
+        # the machine's floor: the longest pause of the same loop, untraced, now
+        target = Target()
+        target.send(f"watch {WATCH_MS}")
+        out["floor"].append(float(re.search(r"longest_us ([\d.]+)", target.reply()).group(1)))
+        target.close()
         for mode in FIRST_MODES:
             resident = mode != "first"
             with tool.resident(resident):
@@ -202,6 +207,10 @@ def madtrace_c(tmp: str) -> dict:
                         out["missed"].append(1)
                     out["pause"].append(float(re.search(r"longest_us ([\d.]+)",
                                                         target.reply()).group(1)))
+                    # the tracer's account: the longest stop, attach (and -f) or instrument
+                    status = tool.status(target.pid)
+                    out["stopped"].append(max(status.get("attach_pause_ms") or 0,
+                                              status["last_pause_ms"]))
                     if resident:
                         tool.detach(target.pid)
                         continue
@@ -272,7 +281,8 @@ def madtrace_server(tmp: str) -> dict:
                             "lat_untraced_p10": [],
                             "lat_attached_p10": [], "lat_instrumented_p10": [],
                             "lat_instrumented": [], "hook20": [], "hook20_pause": [],
-                            "hook900": [], "hook900_pause": [], "functions900": []}
+                            "hook900": [], "hook900_pause": [], "functions900": [],
+                            "attach_pause": []}
     for _ in range(REPEATS):
         server = Server(tmp)
         try:
@@ -299,6 +309,7 @@ def madtrace_server(tmp: str) -> dict:
             # machine drifts over the seconds of the first-event runs)
             sample(out, "lat_untraced", server.latency())
             tool.attach(server.pid)
+            out["attach_pause"].append(tool.status(server.pid).get("attach_pause_ms") or 0)
             sample(out, "lat_attached", server.latency())
             t0 = time.perf_counter()
             tool.instrument(server.pid, server.spec("PyDict_*"))
@@ -432,7 +443,11 @@ def main() -> int:
              f"resident {stats(server['first_resident'])}, -f {stats(server['first_resident_f'])}, "
              f"madtrace-ctl -f {stats(server['first_ctl_f'])}, warm "
              f"{stats(server['first_ctl_f_warm'])}"),
-            ("longest pause attaching + instrumenting, C (ms)", stats(c["pause"], 1e-3), ""),
+            ("longest pause attaching + instrumenting, C (ms)", stats(c["pause"], 1e-3),
+             f"untraced (the floor) {stats(c['floor'], 1e-3)}"),
+            ("target stopped, attach or instrument, C (ms, tracer's account)",
+             stats(c["stopped"]), ""),
+            ("target stopped attaching http.server (ms)", stats(server["attach_pause"]), ""),
             ("instrument 20 PyDict_* (s), target stopped (ms)", stats(server["hook20"]),
              stats(server["hook20_pause"], 1e3)),
             (f"instrument ~{max(server['functions900'])} Py* (s), target stopped (ms)",

@@ -19,6 +19,7 @@ from .binary.address_space import AddressSpace
 from .capture.data import DataEngine
 from .capture.regions import Region, region_matcher
 from .inject.engine import FunctionTracer
+from .inject.ahead import decode_ahead
 from .inject.entry_links import EntryLinks
 from .inject.loader_watch import LoaderWatch
 from .inject.plan import prepare_plan, split_patterns
@@ -34,7 +35,7 @@ from .process.entry_start import EntryStart
 from .process.events import ThreadExited, ThreadKilled
 from .process.tracee import Tracee, check_traceable, resolve_command
 from .trace import store
-from .trace.format import MAPS_END_FILE, MAPS_START_FILE, write_meta
+from .trace.format import MAPS_END_FILE, write_meta
 from .trace.reader import entry_counts
 
 
@@ -137,6 +138,7 @@ class Recording(ImageChanges, Footprints, Results):
         self._loader_watch: LoaderWatch | None = None   # while -f patterns are pending
         self.forks: ForkChildren | None = None    # --follow-forks: the children's recordings
         self.leftovers_line = ""             # what an earlier session left, found at attach
+        self._engine_ahead: FunctionTracer | None = None   # made by prepare_functions
         self.defer_while_stopped = False     # live sessions: see ``after_commands``
         self.prefetches: list[symcache.Prefetch] = []   # DWARF read while the target runs
         # called once function tracing is installed in an image (every thread stopped;
@@ -198,6 +200,8 @@ class Recording(ImageChanges, Footprints, Results):
         self._create_output()
         self.meta.update(mode="attach", pid=pid)
         ahead = self._space_ahead(pid)
+        if ahead is not None and self.options.trace_functions and self.options.functions:
+            self._engine_ahead = self._new_engine(None, ahead[1])   # its tracee once seized
         if self.options.store:     # imported before the target stops (17 ms of its pause)
             from .trace import store_writer  # noqa: F401
         try:
@@ -289,24 +293,12 @@ class Recording(ImageChanges, Footprints, Results):
                 self._watch_loader()
         if self.options.data and self.tracee.exit_event is None:
             self._install_data_tracing(**data_selection(self.options, self.address_space))
-        store.write_text(self.output, MAPS_START_FILE, self._program_maps())
-        self.meta["pid"] = self.tracee.pid
-        self.meta["start_time"] = time.time()
-        # replaced at the end; if madtrace is killed first, readers see a partial trace
-        write_meta(self.output, dict(self.meta, **self._state_meta("running"),
-                                           tracer_pid=os.getpid()))
-        if self.options.store:
-            from .trace.store_writer import StoreWriter
-            from .trace.store_writer import FINISH_AT_END_EVENTS
-            self.store_writer = StoreWriter(self.output,
-                                            accesses_possible=lambda: self.data is not None,
-                                            defer_above=FINISH_AT_END_EVENTS)
-            self.store_writer.start()
+        self._write_start_files()
 
     def after_commands(self) -> None:
         """Live sessions, the target running again: what the commands deferred."""
         if self.functions is not None:
-            self.functions.flush_tables()
+            self.functions.after_stop()
 
     def prepare_functions(self, patterns: list[str]) -> None:
         """While the target runs: what ``add_functions`` can do ahead (plan.py, and
@@ -314,6 +306,10 @@ class Recording(ImageChanges, Footprints, Results):
         prepare_plan(self.address_space, patterns)
         if self.defer_while_stopped and not self.tracee.launched:
             prepare_thread_pool(self.address_space)
+            first = self.functions is None or self.functions.plan is None
+            if first and self._engine_ahead is None:    # its set-up is not the target's pause
+                self._engine_ahead = self._new_engine(self.tracee, self.address_space)
+            decode_ahead(self.tracee, self.address_space, patterns, self.options.method, pool=first)
 
     def add_functions(self, patterns: list[str]) -> dict:
         """Instrument more functions of the live target (every thread stopped; the
@@ -326,6 +322,10 @@ class Recording(ImageChanges, Footprints, Results):
             self.functions = None
             raise
         return self.functions.report
+
+    def _new_engine(self, tracee, space) -> FunctionTracer:
+        return FunctionTracer(tracee, space, self.output, timestamps=self.options.timestamps,
+                              method=self.options.method, links=self.entry_links)
 
     def _install_function_tracing(self, patterns: list[str] | None = None) -> None:
         """``patterns``: a live addition (errors at once); None: the -f patterns, of
@@ -345,14 +345,20 @@ class Recording(ImageChanges, Footprints, Results):
                      "function tracing is off (name functions with -f)")
             return
         try:
-            engine = FunctionTracer(self.tracee, self.address_space, self.output,
-                                    timestamps=self.options.timestamps, method=self.options.method,
-                                    links=self.entry_links)
+            engine, self._engine_ahead = self._engine_ahead, None
+            if engine is None or engine.space is not self.address_space:
+                engine = self._new_engine(self.tracee, self.address_space)
+            engine.tracee = self.tracee
             engine.defer_tables = self.defer_while_stopped
             self.functions = engine
             started = time.perf_counter()
             report = engine.install(patterns or ["*"])
             report["install_seconds"] = round(time.perf_counter() - started, 3)
+            if not self.tracee.launched:        # what waits for the target to run again
+                if not self.controller.running:
+                    self.controller.after_resume.append(engine.after_stop)
+                elif not self.defer_while_stopped:      # (a live session's after_commands)
+                    engine.after_stop()
         except BaseException:
             if self.functions is not None:
                 self.functions.detach()  # restores whatever was already patched

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import os
 import time
+from types import SimpleNamespace
 
 from .binary.address_space import AddressSpace
 from .binary.maps import image_mappings, read_maps
 from .errors import MadtraceError
+from .inject.ahead import decode_ahead
 from .inject.entry_links import EntryLinks
 from .inject.loader_watch import LoaderWatch
 from .inject.plan import prepare_plan, split_patterns
@@ -34,7 +36,7 @@ from .process.memory import ProcessMemory
 from .process.entry_start import EntryStart
 from .process.tracee import Tracee
 from .trace import store
-from .trace.format import exec_dir, read_meta, write_meta
+from .trace.format import MAPS_START_FILE, exec_dir, read_meta, write_meta
 
 
 def parent_of(pid: int) -> int | None:
@@ -166,6 +168,30 @@ class ImageChanges:
                      process_outcome=self.meta.get("outcome"))
         write_meta(self.options.output, first)
 
+    def _write_start_files(self) -> None:
+        """maps.start.txt, meta.json ("running"), and the store writer's thread;
+        attached, once the target runs again (meta.json's module counts took 2-4
+        ms of its pause, the writer's thread 4-8 ms on a busy VM)."""
+        maps = self._program_maps()
+        self.meta["pid"] = self.tracee.pid
+        self.meta["start_time"] = time.time()
+
+        def write(maps=maps):
+            store.write_text(self.output, MAPS_START_FILE, maps)
+            # replaced at the end; if madtrace is killed first, readers see a partial trace
+            write_meta(self.output, dict(self.meta, **self._state_meta("running"),
+                                         tracer_pid=os.getpid()))
+            if self.options.store:
+                from .trace.store_writer import FINISH_AT_END_EVENTS, StoreWriter
+                self.store_writer = StoreWriter(self.output,
+                                                accesses_possible=lambda: self.data is not None,
+                                                defer_above=FINISH_AT_END_EVENTS)
+                self.store_writer.start()
+        if self.tracee.launched or self.controller.running:
+            write()
+        else:
+            self.controller.after_resume.append(write)
+
     def _space_ahead(self, pid: int) -> tuple | None:
         """Attach: the address space loaded before the target is stopped (parsing its
         ELF files was most of an attach's pause: 130-150 ms of the 140-160 ms
@@ -177,15 +203,19 @@ class ImageChanges:
             with ProcessMemory(pid) as mem:
                 space = AddressSpace.from_maps(maps, mem.read, pid=pid,
                                                exe_path=os.readlink(f"/proc/{pid}/exe"))
+                self.symbols_seconds += time.perf_counter() - started
+                if self.options.trace_functions and self.options.functions:
+                    try:   # -f: what the plan needs from the files, done while the target runs
+                        patterns = split_patterns(space, self.options.functions)[0]
+                        prepare_plan(space, patterns)
+                        prepare_thread_pool(space)      # a live session's ring pool (attached)
+                        # the prologues to relocate, decoded (inject/ahead.py)
+                        decode_ahead(SimpleNamespace(mem=mem), space, patterns,
+                                     self.options.method, pool=True)
+                    except MadtraceError:
+                        pass   # said when the functions are installed
         except (MadtraceError, OSError):
             return None
-        self.symbols_seconds += time.perf_counter() - started
-        if self.options.trace_functions and self.options.functions:
-            try:       # -f: what the plan needs from the files, done while the target runs
-                prepare_plan(space, split_patterns(space, self.options.functions)[0])
-                prepare_thread_pool(space)      # a live session's ring pool (attached)
-            except MadtraceError:
-                pass   # said when the functions are installed
         return image_mappings(maps), space
 
     def _load_address_space(self, ahead: tuple | None = None) -> None:

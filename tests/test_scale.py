@@ -280,9 +280,16 @@ def test_cache_list_and_clear(tmp_path):
     listed = json.loads(_with_cache(cache, "cache", "list", "--json").stdout)
     assert [e["binary"] for e in listed["entries"]] == [os.path.realpath(prog("data_globals", "O0-nopie"))]
     assert listed["entries"][0]["ok"]
+    # the call-site scans of what --data relocated (libc at least: inject/scan_cache.py)
+    assert listed["scans"] and all(e["ok"] for e in listed["scans"])
     cleared = _with_cache(cache, "cache", "clear")
-    assert cleared.returncode == 0 and b"removed 1 entries" in cleared.stdout
-    assert json.loads(_with_cache(cache, "cache", "list", "--json").stdout)["entries"] == []
+    assert cleared.returncode == 0
+    # and the symbol tables of every file it parsed (binary/elfcache.py)
+    assert listed["symbol_tables"] and all(e["ok"] for e in listed["symbol_tables"])
+    removed = 1 + len(listed["scans"]) + len(listed["symbol_tables"])
+    assert f"removed {removed} entries".encode() in cleared.stdout
+    assert json.loads(_with_cache(cache, "cache", "list", "--json").stdout) == \
+        {"directory": str(cache), "entries": [], "scans": [], "symbol_tables": []}
     shutil.rmtree(cache)
     assert _with_cache(cache, "cache", "list").returncode == 0
 

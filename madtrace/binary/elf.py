@@ -239,7 +239,16 @@ class ElfImage:
             self._sec_by_name.setdefault(s.name, s)
 
         self._dynsym_names: list[str] = []
-        self.symbols = self._parse_symbols()
+
+        def tables():       # symbols and PLT entries: kept on disk per file (elfcache.py)
+            self.symbols = self._parse_symbols()
+            return self.symbols, self._name_irelative(
+                _plt.find_plt_entries(self.sections, self.read, self._got_names()))
+        if self.path is not None:
+            from .elfcache import tables_of
+            self.symbols, entries = tables_of(self, tables)
+        else:
+            self.symbols, entries = tables()
         self.stripped = not any(s.type == SHT_SYMTAB for s in self.sections)
         self.has_debug_info = ".debug_info" in self._sec_by_name
 
@@ -252,9 +261,6 @@ class ElfImage:
         )
         self.is_shared = self.elf_type == "DYN" and not self.is_pie
 
-        got_names = self._got_names()
-        entries = self._name_irelative(
-            _plt.find_plt_entries(self.sections, self.read, got_names))
         self.plt = {}
         for name, addr, _ in entries:
             self.plt.setdefault(name, addr)

@@ -100,17 +100,18 @@ def entry_path(image) -> str:
 
 
 # ------------------------------------------------------------------ entries
-def read_entry(path: str) -> tuple[dict, bytes]:
-    """(header, payload) of a cache file; DwarfFormatError when it is corrupt."""
+def read_entry(path: str, magic: bytes = MAGIC, fmt: int = FORMAT) -> tuple[dict, bytes]:
+    """(header, payload) of a cache file; DwarfFormatError when it is corrupt.
+    ``magic`` and ``fmt``: another kind of entry's (inject/scan_cache.py)."""
     with open(path, "rb") as f:
         data = f.read()
-    if data[:8] != MAGIC or len(data) < 12:
+    if data[:8] != magic or len(data) < 12:
         raise DwarfFormatError("bad magic")
     (header_len,) = struct.unpack_from("<I", data, 8)
     try:
         header = json.loads(data[12:12 + header_len])
         payload = data[12 + header_len:]
-        if header["format"] != FORMAT:
+        if header["format"] != fmt:
             raise DwarfFormatError(f"format {header['format']}")
         if len(payload) != header["payload_bytes"]:
             raise DwarfFormatError("truncated")
@@ -121,14 +122,16 @@ def read_entry(path: str) -> tuple[dict, bytes]:
     return header, payload
 
 
-def _write_entry(path: str, header: dict, payload: bytes) -> None:
-    header = dict(header, format=FORMAT, payload_bytes=len(payload), crc32=zlib.crc32(payload))
+def write_entry(path: str, header: dict, payload: bytes, magic: bytes = MAGIC,
+                fmt: int = FORMAT) -> None:
+    header = dict(header, format=fmt, payload_bytes=len(payload), crc32=zlib.crc32(payload))
     raw = json.dumps(header).encode()
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=SUFFIX)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-",
+                               suffix=os.path.splitext(path)[1])
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC + struct.pack("<I", len(raw)) + raw + payload)
+            f.write(magic + struct.pack("<I", len(raw)) + raw + payload)
         os.replace(tmp, path)        # readers see the old entry or the whole new one
     except BaseException:
         try:
@@ -147,7 +150,7 @@ def _build(image, path: str, low_priority: bool = False) -> DwarfData:
             return DwarfData([], LineTable.empty())     # debug sections libdw finds empty
         with open(out, "rb") as f:
             payload, data = summarize(f.read())
-    _write_entry(path, {"path": source, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+    write_entry(path, {"path": source, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
                         "build_id": build_id(image), "created": time.time()}, payload)
     return data
 
@@ -285,19 +288,20 @@ class Prefetch:
 
 
 # ---------------------------------------------------------- cache list|clear
-def list_entries() -> list[dict]:
-    """Every entry of the cache: file, size, the binary it is for, whether it is intact."""
+def list_entries(suffix: str = SUFFIX, magic: bytes = MAGIC, fmt: int = FORMAT) -> list[dict]:
+    """Every entry of the cache: file, size, the binary it is for, whether it is
+    intact.  ``suffix``, ``magic``, ``fmt``: another kind of entry's."""
     out = []
     folder = cache_dir()
     if not os.path.isdir(folder):
         return out
     for name in sorted(os.listdir(folder)):
-        if not name.endswith(SUFFIX) or name.startswith(".tmp-"):
+        if not name.endswith(suffix) or name.startswith(".tmp-"):
             continue
         path = os.path.join(folder, name)
         entry = {"file": path, "bytes": os.path.getsize(path)}
         try:
-            header, _ = read_entry(path)
+            header, _ = read_entry(path, magic, fmt)
             entry.update(binary=header.get("path"), build_id=header.get("build_id"),
                          created=header.get("created"), ok=True)
         except (DwarfFormatError, OSError) as exc:
@@ -306,14 +310,14 @@ def list_entries() -> list[dict]:
     return out
 
 
-def clear() -> tuple[int, int]:
-    """Removes every entry (and leftovers of interrupted writes): (files, bytes)."""
+def clear(suffix: str = SUFFIX) -> tuple[int, int]:
+    """Removes every entry of a kind (and leftovers of interrupted writes): (files, bytes)."""
     files = size = 0
     folder = cache_dir()
     if not os.path.isdir(folder):
         return 0, 0
     for name in os.listdir(folder):
-        if name.endswith(SUFFIX):
+        if name.endswith(suffix):
             path = os.path.join(folder, name)
             try:
                 size += os.path.getsize(path)
@@ -321,7 +325,8 @@ def clear() -> tuple[int, int]:
                 files += 1
             except OSError:
                 pass
-    _loaded.clear()
+    if suffix == SUFFIX:
+        _loaded.clear()
     return files, size
 
 

@@ -92,6 +92,9 @@ class RingSet:
         self._chunk_local: list[int] = []          # their addresses in the tracer
         self.free_rings: list[int] = []
         self.populated: set[int] = set()           # rings whose record pages exist
+        # rings registered while an attached target waits: populated after (~1 ms each)
+        self.defer_populate = False
+        self.pending_populate: list[int] = []
         self.thread_ring: dict[int, int] = {}      # tid -> ring index
         self.thread_key: dict[int, int] = {}       # tid -> slot table key
         self.files: dict[int, int] = {}            # tid -> record file descriptor
@@ -309,7 +312,7 @@ class RingSet:
             self.reset(index)
             self._ring_u64(index, self.L.MT_RING_TID, tid)
             self._ring_u64(index, self.L.MT_RING_OWNER, owner)
-            self._populate(index)
+            (self.pending_populate.append if self.defer_populate else self._populate)(index)
             if not self.slots.insert(key, self.ring_address(index)):
                 self.free_rings.insert(0, index)
                 self.unregistered_threads += 1
@@ -351,6 +354,13 @@ class RingSet:
         self.populated.add(index)
         self._lib.madvise(self.ring_local(index) + self.L.MT_RING_RECORDS_OFF,
                           self.L.MT_RING_RECORDS * self.L.MT_RECORD_SIZE, MADV_POPULATE_WRITE)
+
+    def populate_pending(self) -> None:
+        """The rings ``_populate`` left for later (``defer_populate``): populated now."""
+        with self.lock:
+            pending, self.pending_populate = self.pending_populate, []
+            for index in pending:
+                self._populate(index)
 
     def unregister(self, tid: int) -> None:
         """At a thread's exit: drain its ring, free its slot (tombstone) and ring."""

@@ -1,15 +1,19 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""madtrace cache list|clear [--json]: the symbol cache (binary/symcache.py)."""
+"""madtrace cache list|clear [--json]: the symbol cache (binary/symcache.py) and
+the module-scan cache (inject/scan_cache.py) and the ELF symbol cache
+(binary/elfcache.py) beside it."""
 
 from __future__ import annotations
 
 import json
 import time
 
-from ..binary import symcache
+from ..binary import elfcache, symcache
+from ..inject import scan_cache
 
 NAME = "cache"
-HELP = "list or clear the symbol cache (DWARF variables and line tables, once per binary)"
+HELP = ("list or clear the symbol cache (DWARF variables and line tables, call-site scans, "
+        "once per binary)")
 
 
 def add_arguments(parser) -> None:
@@ -22,15 +26,20 @@ def run(args) -> int:
     folder = symcache.cache_dir()
     if args.action == "clear":
         files, size = symcache.clear()
+        for kind in (scan_cache, elfcache):
+            more_files, more_size = kind.clear()
+            files, size = files + more_files, size + more_size
         print(f"removed {files} entries ({size / 1e6:.1f} MB) from {folder}")
         return 0
-    entries = symcache.list_entries()
+    entries, scans, tables = symcache.list_entries(), scan_cache.list_entries(), elfcache.list_entries()
     if args.json:
-        print(json.dumps({"directory": folder, "entries": entries}))
+        print(json.dumps({"directory": folder, "entries": entries, "scans": scans,
+                          "symbol_tables": tables}))
         return 0
-    total = sum(e["bytes"] for e in entries)
-    print(f"{folder}: {len(entries)} entries, {total / 1e6:.1f} MB")
-    for e in entries:
+    total = sum(e["bytes"] for e in entries + scans + tables)
+    print(f"{folder}: {len(entries)} entries, {len(scans)} call-site scans, {len(tables)} symbol "
+          f"tables, {total / 1e6:.1f} MB")
+    for e in entries + scans + tables:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e["created"])) if e.get("created") \
             else "?"
         what = e["binary"] if e["ok"] else f"CORRUPT ({e.get('problem')}): rebuilt when next used"

@@ -81,7 +81,6 @@ class FunctionTracer:
         self.patches_of: dict[int, list[int]] = {}   # function id -> patch addresses
         # where each entry trampoline goes after its entry record (entry_links.py)
         self.links = links if links is not None else EntryLinks()
-        self.links.watch(self.patches)
         self._new_slots: list[tuple[int, SharedArea, int, tuple]] = []
         self._new_returns: list[tuple[int, SharedArea, int]] = []
         self.report: dict = {"patched": [], "skipped": [], "inexact": []}
@@ -100,11 +99,13 @@ class FunctionTracer:
         self.defer_tables = False
         self._tables_dirty = False
         self._tsc_hz: float | None = None
+        self._start_pending = False        # the drain thread waits for after_stop
         self.threads = ThreadPool(self)      # live sessions: new threads take pool rings
         self.thread_code: CodeArea | None = None     # mt_claim, mt_seizeme (and the hooks)
 
     # --------------------------------------------------------------- install
     def install(self, patterns: list[str]) -> dict:
+        self.links.watch(self.patches)
         tracee = self.tracee
         with RemoteSyscalls(tracee) as rs:
             plan = self.plan = self._make_plan(rs, patterns)
@@ -121,15 +122,25 @@ class FunctionTracer:
                                                  list(self.code_areas.values()))
         Footprint.of(tracee).return_sources.append(self._pending_returns)
         self.rings.ensure_free(len(tracee.threads))
-        for tid in list(tracee.threads):
-            self.register_thread(tid)
-        self._map_rings(tracee)
+        # attached, the target waits: the rings' pages are allocated once it runs again
+        # (after_stop), and each is mapped at its first touch (launched: before it runs)
+        self.rings.defer_populate = not tracee.launched
+        try:
+            for tid in list(tracee.threads):
+                self.register_thread(tid)
+        finally:
+            self.rings.defer_populate = False
+        if tracee.launched:
+            self._map_rings(tracee)
         rips = [tracee.get_regs(tid).rip for tid in tracee.threads]
         for fn in plan.functions:
             self._patch_function(fn, rips)
         self._register_unwind()
         self.rings.set_enabled(True)
-        self.rings.start()
+        if tracee.launched:
+            self.rings.start()
+        else:       # the drain thread starts once the target runs again (after_stop)
+            self._start_pending = True
         self.active = True
         self._write_tables()
         return self.report
@@ -420,6 +431,7 @@ class FunctionTracer:
 
     def detach(self) -> None:
         """Restore all code, stop recording, drain what is left."""
+        self._start_pending = False
         self.threads.detach()
         self.restore()
         if self.rings is not None:
@@ -430,6 +442,7 @@ class FunctionTracer:
 
     def forget_after_exec(self) -> None:
         """The image was replaced: no patch exists any more, nothing to restore."""
+        self._start_pending = False
         self.patches.applied.clear()
         self.patches_of.clear()
         if self.rings is not None and not self.rings.closed:
@@ -487,6 +500,17 @@ class FunctionTracer:
         self._tables_dirty = True
         if not self.defer_tables:
             self.flush_tables()
+
+    def after_stop(self) -> None:
+        """Attached, once the target runs again after ``install`` or ``add``: the
+        drain thread starts, the rings registered meanwhile get their pages, and
+        functions.json is written (if deferred)."""
+        if self._start_pending and self.rings is not None and not self.rings.closed:
+            self._start_pending = False
+            self.rings.start()
+        if self.rings is not None:
+            self.rings.populate_pending()
+        self.flush_tables()
 
     def flush_tables(self) -> None:
         """functions.json of the plan so far (if it changed)."""

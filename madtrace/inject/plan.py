@@ -26,9 +26,9 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..arch.x86_64.callsites import address_taken, find_call_sites
 from ..binary.address_space import AddressSpace, Module, ModuleSymbol, SpecElsewhereError
 from ..errors import UnknownSymbolError, UsageError
+from .scan_cache import scan_of
 
 # functions that must never be entry-patched: they do not return normally or run
 # before the thread can have a registered slot
@@ -123,7 +123,8 @@ def uses_cxx_exceptions(module: Module) -> bool:
 
 
 # the scan of each ELF image (images are cached per file: binary/elf.py), so that a
-# module is scanned once per tracer process, whichever session instruments it
+# module is scanned once per tracer process, whichever session instruments it; and
+# once per binary file on disk (scan_cache.py), whichever process
 _image_scans: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
@@ -140,17 +141,13 @@ class _ModuleScan:
         self.module = module
         cached = _image_scans.get(module.image)
         if cached is None:
-            scan = find_call_sites(module.image)
-            sites_by_target: dict[int, list] = {}
-            for site in scan.sites:
-                sites_by_target.setdefault(site.target, []).append(site)
+            scan, taken = scan_of(module.image)
             unpatchable_by_target: dict[int, list] = {}
             for item in scan.unpatchable:
                 unpatchable_by_target.setdefault(item.target, []).append(item)
-            cached = (uses_cxx_exceptions(module), scan, address_taken(module.image),
-                      sites_by_target, unpatchable_by_target)
+            cached = (uses_cxx_exceptions(module), scan, taken, unpatchable_by_target)
             _image_scans[module.image] = cached
-        self.cxx, self.scan, self.taken, self.sites_by_target, self.unpatchable_by_target = cached
+        self.cxx, self.scan, self.taken, self.unpatchable_by_target = cached
 
 
 def _implementation_size(scan: _ModuleScan, rel: int) -> int:
@@ -248,7 +245,7 @@ def make_plan(space: AddressSpace, patterns: list[str],
             if plt_stub is not None:
                 targets.append(plt_stub)
             for target in targets:
-                for site in scan.sites_by_target.get(target, []):
+                for site in scan.scan.sites_to(target):
                     plan.add_site(fn, "call" if site.kind == "call" else "tail",
                                   module.bias + site.address, site.caller)
             if rel in scan.taken or (sym.dynamic and sym.binding != "LOCAL"):

@@ -21,6 +21,7 @@ import os
 import select
 import signal
 import threading
+import time
 from typing import Callable
 
 from ..errors import NoSuchProcessError
@@ -65,6 +66,12 @@ class Controller:
         # blocking, and calls this between polls (it runs queued commands at a safe stop)
         # a front end calls ``wake`` after queueing a command
         self.command_poll: Callable[[], None] | None = None
+        # called once, right after ``run`` first resumes the target: what an attach
+        # does not need the target stopped for (files, the control socket's thread,
+        # the answer to the client) waits till then, not the target
+        self.after_resume: list[Callable[[], None]] = []
+        self.running = False            # ``run`` has resumed the target
+        self.attach_pause: float | None = None   # s from the seize to that resume (attached)
         self._wake_r = self._wake_w = -1     # the run loop's wake-up pipe, while it runs
 
     def wake(self) -> None:
@@ -158,6 +165,12 @@ class Controller:
         """Runs until the target exits ('exited') or a stop request ('detached')."""
         tracee = self.tracee
         tracee.resume_all(except_tids={event.tid for event in self.deferred})
+        self.running = True
+        if tracee.attach_started is not None:
+            self.attach_pause = time.perf_counter() - tracee.attach_started
+            tracee.attach_started = None
+        while self.after_resume:
+            self.after_resume.pop(0)()
         with self._woken_by_stops():
             while True:
                 if self.stop_reason is not None:

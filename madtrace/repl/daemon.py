@@ -151,6 +151,7 @@ def _daemon_main(pid: int, options: RecordOptions, status_fd: int) -> int:
             raise PermissionDeniedError(f"a madtrace daemon already traces process {pid}")
         server = ControlServer(pid)
         recording = Recording(options)
+        recording.defer_while_stopped = True   # a live session (LiveSession): from the attach on
         recording.attach(pid)
     except BaseException as exc:
         if server is not None:
@@ -158,11 +159,16 @@ def _daemon_main(pid: int, options: RecordOptions, status_fd: int) -> int:
         return report_failure(status_fd, exc)
     session = LiveSession(recording)
     session.scratch["daemon"] = True
-    server.start(session)
-    recording.log(f"daemon {os.getpid()} attached to process {pid} "
-                  f"({recording.tracee.threads_seen} threads); socket {server.path}")
-    report(status_fd, {"ok": True, "daemon": os.getpid(), "socket": server.path,
-                        "log": transport.log_path(pid), "leftovers": recording.leftovers_line})
+
+    def serve():
+        # once the target runs again (Controller.after_resume): starting the socket's
+        # thread and waking the client cost 2-8 ms of the target's pause on a busy VM
+        server.start(session)
+        recording.log(f"daemon {os.getpid()} attached to process {pid} "
+                      f"({recording.tracee.threads_seen} threads); socket {server.path}")
+        report(status_fd, {"ok": True, "daemon": os.getpid(), "socket": server.path,
+                           "log": transport.log_path(pid), "leftovers": recording.leftovers_line})
+    recording.controller.after_resume.append(serve)
     try:
         status = recording.run()
         session.end(end_message(recording, status))

@@ -57,9 +57,13 @@ class LiveSession:
         self._queue: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
         self._waiting_for_end: list[Future] = []
-        self._names: dict[str, list[str]] = {}
+        self._names: dict[str, list[str]] = {"functions": [], "variables": [], "modules": [],
+                                             "regions": []}
         self.last_pause = 0.0            # s the target was stopped for the last command batch
-        self._refresh_names()
+        if recording.controller.running:
+            self._refresh_names()
+        else:                            # not while the target waits (0.5 ms of its pause)
+            recording.controller.after_resume.append(self._refresh_names)
         recording.controller.command_poll = self.poll
         recording.defer_while_stopped = True
         if recording.functions is not None:

@@ -30,7 +30,7 @@ API
     ``address_taken``).
 ``CallSiteScan``: ``sites``, ``unpatchable``, ``function_starts``
     (frozenset), ``instructions`` (number decoded), ``sections`` (names),
-    ``by_target()``, ``branch_targets``/``branch_sources`` (every direct
+    ``by_target()``, ``sites_to(target)``, ``branch_targets``/``branch_sources`` (every direct
     branch of the code, sorted by target) and ``branches_into(lo, hi)``
     (``[(source, target)]`` with ``lo < target < hi``) -- pass
     ``lambda lo, hi: scan.branches_into(lo - bias, hi - bias)`` to
@@ -131,6 +131,14 @@ class CallSiteScan:
         for s in self.sites:
             out.setdefault(s.target, []).append(s)
         return out
+
+    def sites_to(self, target: int) -> list[CallSite]:
+        """The sites whose target is ``target``, in address order (the index is
+        built at the first call)."""
+        index = self.__dict__.get("_by_target")
+        if index is None:
+            index = self.__dict__["_by_target"] = self.by_target()
+        return index.get(target, [])
 
 
 # ------------------------------------------------------------------ helpers

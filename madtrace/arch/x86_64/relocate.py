@@ -109,27 +109,74 @@ def branch_head(raw: bytes, imm_size: int, loop: bool, text: str) -> bytes | str
     return f"unsupported relative branch {text}"
 
 
-def _relocate_branch(insn, raw: bytes, at: int):
-    """Re-encode a relative branch for address *at*: bytes or a refusal reason."""
-    head = branch_head(raw, insn.imm_size, insn.id in _LOOPS, f"{insn.mnemonic} {insn.op_str}")
-    if isinstance(head, str):
-        return head
-    r = _rel32(at + len(head) + 4, insn.operands[0].imm)
-    return r and head + r
-
-
 def relocate_entry(code: bytes, func_addr: int, func_size: int, new_addr: int,
                    min_len: int = 5, branches_into=None) -> Relocation | Refusal:
     """See the module docstring."""
     size = min(func_size, len(code)) if func_size else len(code)
     if size < min_len:
         return Refusal(f"function is {size} bytes long, shorter than the {min_len} bytes to patch")
-    head = bytes(code[:min(size, min_len + 32)])
-
+    pieces = _prologue(code, func_addr, size, min_len)
+    if isinstance(pieces, Refusal):
+        return pieces
     out = bytearray()
     notes: list[str] = []
     insns = []
     moved = []
+    for addr, isize, text, raw, head, target in pieces:
+        at = new_addr + len(out)
+        if head is not None:                    # a relative branch, re-encoded to rel32
+            r = _rel32(at + len(head) + 4, target)
+            if r is None:
+                return Refusal(f"target of '{text}' at {addr:#x} is out of rel32 range from {at:#x}")
+            notes.append(f"{addr:#x} {text}: re-encoded as a rel32 branch")
+            out += head + r
+        elif target is not None:                # RIP-relative: the disp32 at ``raw[d:d + 4]``
+            d = raw[0]
+            disp = _rel32(at + isize, target)
+            if disp is None:
+                return Refusal(f"RIP-relative '{text}' at {addr:#x}: {target:#x} is out of "
+                               f"disp32 range from {at:#x}")
+            body = raw[1:]
+            out += body[:d] + disp + body[d + 4:]
+            notes.append(f"{addr:#x} {text}: RIP displacement adjusted")
+        else:
+            out += raw
+        insns.append((addr, isize, text))
+        moved.append((at, addr, new_addr + len(out) - at))
+    consumed = sum(p[1] for p in pieces)
+
+    if branches_into is not None:
+        for src, tgt in branches_into(func_addr, func_addr + consumed):
+            return Refusal(f"branch at {src:#x} targets {tgt:#x}, "
+                           f"inside the relocated first {consumed} bytes")
+        return Relocation(consumed, bytes(out), tuple(notes), tuple(insns), tuple(moved))
+    return _with_sweep(code, func_addr, size, consumed, out, notes, insns, moved)
+
+
+# the decoded prologues (what does not depend on where they go), by their bytes and
+# address: a live session decodes them while the target runs (``relocate_entry`` at
+# any address), and the patching, with every thread stopped, only re-encodes them
+_prologues: dict = {}
+_PROLOGUES_MAX = 8192
+
+
+def _prologue(code, func_addr: int, size: int, min_len: int):
+    """[(address, size, text, raw, branch head or None, target or None)] of the
+    instructions covering ``min_len`` bytes (a RIP-relative one: ``raw`` is the
+    displacement's offset byte, then the bytes), or a Refusal."""
+    key = (bytes(code[:min_len + 32]), func_addr, size, min_len)   # all the decoding reads
+    found = _prologues.get(key)
+    if found is None:
+        found = _decode_prologue(code, func_addr, size, min_len)
+        if len(_prologues) >= _PROLOGUES_MAX:
+            _prologues.clear()
+        _prologues[key] = found
+    return found
+
+
+def _decode_prologue(code, func_addr: int, size: int, min_len: int):
+    head = bytes(code[:min(size, min_len + 32)])
+    pieces: list[tuple] = []
     pos = 0
     while pos < min_len:
         addr = func_addr + pos
@@ -143,7 +190,6 @@ def relocate_entry(code: bytes, func_addr: int, func_size: int, new_addr: int,
         text = f"{insn.mnemonic} {insn.op_str}".strip()
         raw = head[pos:pos + insn.size]
         groups = set(insn.groups)
-        at = new_addr + len(out)
         if groups & {CS_GRP_RET, CS_GRP_IRET}:
             return Refusal(f"'{text}' at {addr:#x} is within the first {min_len} bytes")
         if CS_GRP_INT in groups and insn.id not in _ALLOWED_INT:
@@ -151,13 +197,10 @@ def relocate_entry(code: bytes, func_addr: int, func_size: int, new_addr: int,
         if insn.id in _REFUSED_IDS:
             return Refusal(f"'{text}' at {addr:#x} ({_REFUSED_IDS[insn.id]}) cannot be relocated")
         if CS_GRP_BRANCH_RELATIVE in groups:
-            new = _relocate_branch(insn, raw, at)
-            if new is None:
-                return Refusal(f"target of '{text}' at {addr:#x} is out of rel32 range from {at:#x}")
-            if isinstance(new, str):
-                return Refusal(f"'{text}' at {addr:#x}: {new}")
-            notes.append(f"{addr:#x} {text}: re-encoded as a rel32 branch")
-            out += new
+            branch = branch_head(raw, insn.imm_size, insn.id in _LOOPS, text)
+            if isinstance(branch, str):
+                return Refusal(f"'{text}' at {addr:#x}: {branch}")
+            pieces.append((addr, insn.size, text, raw, branch, insn.operands[0].imm))
         elif CS_GRP_JUMP in groups:
             return Refusal(f"indirect jump '{text}' at {addr:#x} is within the first {min_len} bytes")
         else:
@@ -170,25 +213,15 @@ def relocate_entry(code: bytes, func_addr: int, func_size: int, new_addr: int,
                 old = int.from_bytes(raw[d:d + 4], "little", signed=True) if d >= 1 else None
                 if d < 1 or d + 4 > len(raw) or raw[d - 1] & 0xC7 != 0x05 or old != rip_ops[0].mem.disp:
                     return Refusal(f"RIP-relative '{text}' at {addr:#x}: displacement not found")
-                target = addr + insn.size + old
-                disp = _rel32(at + insn.size, target)
-                if disp is None:
-                    return Refusal(f"RIP-relative '{text}' at {addr:#x}: {target:#x} is out of "
-                                   f"disp32 range from {at:#x}")
-                raw = raw[:d] + disp + raw[d + 4:]
-                notes.append(f"{addr:#x} {text}: RIP displacement adjusted")
-            out += raw
-        insns.append((addr, insn.size, text))
-        moved.append((at, addr, new_addr + len(out) - at))
+                pieces.append((addr, insn.size, text, bytes([d]) + raw, None,
+                               addr + insn.size + old))
+            else:
+                pieces.append((addr, insn.size, text, raw, None, None))
         pos += insn.size
-    consumed = pos
+    return tuple(pieces)
 
-    if branches_into is not None:
-        for src, tgt in branches_into(func_addr, func_addr + consumed):
-            return Refusal(f"branch at {src:#x} targets {tgt:#x}, "
-                           f"inside the relocated first {consumed} bytes")
-        return Relocation(consumed, bytes(out), tuple(notes), tuple(insns), tuple(moved))
 
+def _with_sweep(code, func_addr: int, size: int, consumed: int, out, notes, insns, moved):
     # branches of the whole function into the relocated range
     buf = np.zeros(size + 16, np.uint8)
     buf[:size] = as_buffer(bytes(code[:size]))

@@ -50,6 +50,9 @@ class Status(Command):
             "records": 0, "dropped_events": 0, "ring_fill": {}, "ring_peak": {}, "ring_waits": 0,
             "data_tracing": _data_state(session.recording.data, session.scratch.get("data_in", [])),
             "last_pause_ms": round(session.last_pause * 1000, 3),
+            # how long the attach kept the target stopped (seize to resume; None: launched)
+            "attach_pause_ms": None if session.controller.attach_pause is None
+            else round(session.controller.attach_pause * 1000, 3),
             "tracer_events": session.controller.events_handled,
             "ring_pool": engine.threads.summary() if engine is not None else
             {"on": False, "why_off": "no function is traced"},
