@@ -286,10 +286,14 @@ def test_cache_list_and_clear(tmp_path):
     assert cleared.returncode == 0
     # and the symbol tables of every file it parsed (binary/elfcache.py)
     assert listed["symbol_tables"] and all(e["ok"] for e in listed["symbol_tables"])
-    removed = 1 + len(listed["scans"]) + len(listed["symbol_tables"])
+    # and the copier's instruction entries of what the hybrid engine copied
+    # (capture/entry_cache.py), each named with its binary
+    assert listed["copier_entries"] and all(e["ok"] and e["binary"] for e in listed["copier_entries"])
+    removed = 1 + len(listed["scans"]) + len(listed["symbol_tables"]) + len(listed["copier_entries"])
     assert f"removed {removed} entries".encode() in cleared.stdout
     assert json.loads(_with_cache(cache, "cache", "list", "--json").stdout) == \
-        {"directory": str(cache), "entries": [], "scans": [], "symbol_tables": []}
+        {"directory": str(cache), "entries": [], "scans": [], "symbol_tables": [],
+         "copier_entries": []}
     shutil.rmtree(cache)
     assert _with_cache(cache, "cache", "list").returncode == 0
 

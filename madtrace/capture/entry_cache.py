@@ -11,8 +11,9 @@ three quarters of it these entries.
 
 Where: the symbol cache's directory (binary/symcache.py ``cache_dir``), one
 file per binary, ``<key>.mti``, the key the symbol cache's (build-id and
-size).  A file: ``MTINSN01``, u32 header length, the header (JSON: format,
-the analyser's version, the payload's length and CRC-32), then the payload:
+size), in its container (symcache ``write_entry``): ``MTINSN01``, u32 header
+length, the header (JSON: format, the analyser's version, the binary's path
+and build-id, the payload's length and CRC-32), then the payload:
 ``marshal`` of {bytes: the entry's fields} (plain values: marshal builds
 them ~10x faster than pickle builds the objects; the rare indirect jump's
 instruction view and an entry's error are pickled inside).  The version is a hash of the copier's source
@@ -30,13 +31,10 @@ some of them (at the end of data tracing).
 from __future__ import annotations
 
 import hashlib
-import json
 import marshal
 import os
 import pickle
-import struct
-import tempfile
-import zlib
+import time
 
 import capstone
 
@@ -44,9 +42,10 @@ from ..arch.x86_64 import insn_entries
 from ..arch.x86_64.insn_entries import Entry, ProbePlan
 from ..arch.x86_64.memops import MemInstruction, MemOperand
 from ..binary import symcache
+from ..binary.dwarf_native import DwarfFormatError
 
 MAGIC = b"MTINSN01"
-FORMAT = 2
+FORMAT = 3
 SUFFIX = ".mti"
 _ARCH_DIR = os.path.dirname(os.path.abspath(insn_entries.__file__))
 _version: str | None = None
@@ -73,54 +72,37 @@ def read_file(path: str) -> dict:
     """{bytes: the entry's fields (``restore`` makes the Entry)} of a cache file;
     CacheFormatError when it is damaged, from another analyser, or not the
     user's own."""
-    with open(path, "rb") as f:
-        st = os.fstat(f.fileno())
-        if st.st_uid != os.geteuid():
-            raise CacheFormatError("not owned by this user")
-        data = f.read()
-    if data[:8] != MAGIC or len(data) < 12:
-        raise CacheFormatError("bad magic")
-    (header_len,) = struct.unpack_from("<I", data, 8)
+    if os.stat(path).st_uid != os.geteuid():
+        raise CacheFormatError("not owned by this user")
     try:
-        header = json.loads(data[12:12 + header_len])
-        payload = data[12 + header_len:]
-        if header["format"] != FORMAT:
-            raise CacheFormatError(f"format {header['format']}")
-        if len(payload) != header["payload_bytes"]:
-            raise CacheFormatError("truncated")
-        if zlib.crc32(payload) != header["crc32"]:
-            raise CacheFormatError("checksum mismatch")
-        if header["analyser"] != analyser_version():
-            raise CacheFormatError("another analyser")      # not damage: replaced quietly
-        pairs = marshal.loads(payload)
-        if not isinstance(pairs, dict) or (pairs and not isinstance(next(iter(pairs)), bytes)):
-            raise CacheFormatError("unexpected content")
-    except (ValueError, KeyError, TypeError, IndexError, pickle.UnpicklingError, EOFError,
-            AttributeError, ImportError) as exc:
-        if isinstance(exc, CacheFormatError):
-            raise
+        header, payload = symcache.read_entry(path, MAGIC, FORMAT)
+    except DwarfFormatError as exc:
+        raise CacheFormatError(str(exc)) from None
+    if header.get("analyser") != analyser_version():
+        raise CacheFormatError("another analyser")      # not damage: replaced quietly
+    try:
+        stored = marshal.loads(payload)
+    except (ValueError, EOFError, TypeError) as exc:
         raise CacheFormatError(f"bad content ({exc})") from None
-    return pairs
+    if not isinstance(stored, dict) or (stored and not isinstance(next(iter(stored)), bytes)):
+        raise CacheFormatError("unexpected content")
+    return stored
 
 
-def write_file(path: str, encoded: dict) -> None:
-    """``encoded``: {bytes: ``encode(entry)``}."""
-    payload = marshal.dumps(encoded)
-    header = json.dumps({"format": FORMAT, "analyser": analyser_version(),
-                         "payload_bytes": len(payload), "crc32": zlib.crc32(payload),
-                         "entries": len(encoded)}).encode()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=SUFFIX)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC + struct.pack("<I", len(header)) + header + payload)
-        os.replace(tmp, path)        # readers see the old file or the whole new one
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+def write_file(path: str, encoded: dict, image=None) -> None:
+    """``encoded``: {bytes: ``encode(entry)``}; ``image``: the binary they are of."""
+    header: dict = {"analyser": analyser_version(), "entries": len(encoded), "created": time.time()}
+    if image is not None and getattr(image, "path", None):
+        header.update(path=os.path.realpath(image.path), build_id=symcache.build_id(image))
+    symcache.write_entry(path, header, marshal.dumps(encoded), MAGIC, FORMAT)
+
+
+def list_entries() -> list[dict]:
+    return symcache.list_entries(SUFFIX, MAGIC, FORMAT)
+
+
+def clear() -> tuple[int, int]:
+    return symcache.clear(SUFFIX)
 
 
 _PLAN = ("why", "reg", "lead", "rip", "disp", "rebased", "check", "after")
@@ -202,7 +184,7 @@ class EntryCache:
             encoded = {raw: encode(index[raw]) if raw in index else stored[raw]
                        for raw in known | used if raw in index or raw in stored}
             try:
-                write_file(path, encoded)
+                write_file(path, encoded, module.image)
                 self.stats["files_written"] += 1
             except OSError as exc:
                 self.notify(f"copier cache {path}: {exc.strerror}; not written")

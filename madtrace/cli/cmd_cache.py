@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """madtrace cache list|clear [--json]: the symbol cache (binary/symcache.py) and
-the module-scan cache (inject/scan_cache.py) and the ELF symbol cache
-(binary/elfcache.py) beside it."""
+the module-scan cache (inject/scan_cache.py), the ELF symbol cache
+(binary/elfcache.py) and the copier's instruction entries (capture/entry_cache.py)
+beside it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import time
 
 from ..binary import elfcache, symcache
+from ..capture import entry_cache
 from ..inject import scan_cache
 
 NAME = "cache"
@@ -26,20 +28,21 @@ def run(args) -> int:
     folder = symcache.cache_dir()
     if args.action == "clear":
         files, size = symcache.clear()
-        for kind in (scan_cache, elfcache):
+        for kind in (scan_cache, elfcache, entry_cache):
             more_files, more_size = kind.clear()
             files, size = files + more_files, size + more_size
         print(f"removed {files} entries ({size / 1e6:.1f} MB) from {folder}")
         return 0
     entries, scans, tables = symcache.list_entries(), scan_cache.list_entries(), elfcache.list_entries()
+    copier = entry_cache.list_entries()
     if args.json:
         print(json.dumps({"directory": folder, "entries": entries, "scans": scans,
-                          "symbol_tables": tables}))
+                          "symbol_tables": tables, "copier_entries": copier}))
         return 0
-    total = sum(e["bytes"] for e in entries + scans + tables)
+    total = sum(e["bytes"] for e in entries + scans + tables + copier)
     print(f"{folder}: {len(entries)} entries, {len(scans)} call-site scans, {len(tables)} symbol "
-          f"tables, {total / 1e6:.1f} MB")
-    for e in entries + scans + tables:
+          f"tables, {len(copier)} copier entry files, {total / 1e6:.1f} MB")
+    for e in entries + scans + tables + copier:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e["created"])) if e.get("created") \
             else "?"
         what = e["binary"] if e["ok"] else f"CORRUPT ({e.get('problem')}): rebuilt when next used"
