@@ -35,6 +35,7 @@ import marshal
 import os
 import pickle
 import time
+from typing import Any
 
 import capstone
 
@@ -142,7 +143,7 @@ class EntryCache:
     def __init__(self, notify=None):
         # as the symbol cache says it (one line, not under -q: session.py)
         self.notify = notify or (lambda message: symcache.notify(message))
-        self._modules: dict[str, tuple[object, str, set[bytes], set[bytes]]] = {}
+        self._modules: dict[str, tuple[Any, str, set[bytes], set[bytes]]] = {}
         self.stats = {"loaded": 0, "files_read": 0, "files_written": 0}
 
     def prepare(self, module) -> None:
