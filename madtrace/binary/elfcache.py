@@ -18,8 +18,6 @@ arrays.  A corrupt entry is rebuilt and one line says so.
 
 from __future__ import annotations
 
-import os
-import time
 
 import numpy as np
 
@@ -37,37 +35,19 @@ built = 0           # entries written
 
 
 def entry_path(image) -> str | None:
-    if image.path is None:
-        return None
-    try:
-        return os.path.join(symcache.cache_dir(), symcache.cache_key(image) + SUFFIX)
-    except OSError:
-        return None
+    return symcache.entry_path_of(image, SUFFIX)
 
 
 def tables_of(image, parse):
     """(symbols, [(name, address, size)] of the PLT) of ``image``; see the module doc."""
     global loaded, built
-    path = entry_path(image)
-    if path is not None and os.path.exists(path):
-        try:
-            result = decode(*symcache.read_entry(path, MAGIC, FORMAT), symbol_type=_symbol_type())
-            loaded += 1
-            return result
-        except (DwarfFormatError, OSError) as exc:
-            symcache.notify(f"symbol-table cache: {path} was corrupt ({exc}); rebuilt")
-    symbols, entries = parse()
-    if path is not None:
-        try:
-            header, payload = encode(symbols, entries)
-            source = os.path.realpath(image.path)
-            header.update(path=source, size=os.path.getsize(source),
-                          build_id=symcache.build_id(image), created=time.time())
-            symcache.write_entry(path, header, payload, MAGIC, FORMAT)
-            built += 1
-        except OSError as exc:
-            symcache.notify(f"ELF symbol cache: cannot write {path} ({exc})")
-    return symbols, entries
+    result, how = symcache.cached(
+        image, SUFFIX, MAGIC, FORMAT, "symbol-table cache",
+        lambda header, payload: decode(header, payload, symbol_type=_symbol_type()),
+        parse, lambda tables: encode(*tables))
+    loaded += how == "read"
+    built += how == "written"
+    return result
 
 
 def _symbol_type():

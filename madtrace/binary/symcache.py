@@ -100,6 +100,43 @@ def entry_path(image) -> str:
 
 
 # ------------------------------------------------------------------ entries
+def entry_path_of(image, suffix: str) -> str | None:
+    """Where ``image``'s entry of another kind (``suffix``) is; None: no file to
+    key it by (no path, or deleted since it was mapped)."""
+    if getattr(image, "path", None) is None:
+        return None
+    try:
+        return os.path.join(cache_dir(), cache_key(image) + suffix)
+    except OSError:
+        return None
+
+
+def cached(image, suffix: str, magic: bytes, fmt: int, what: str, decode, build, encode):
+    """(result, "read" | "written" | "built") of another kind of entry of ``image``: ``decode
+    (header, payload)`` of its file, else ``build()``, written as ``encode(result)``
+    -> (header, payload).  A corrupt entry is rebuilt and one line says so (``what``:
+    the cache's name in it); a cache that cannot be written only costs the next
+    process the build again."""
+    path = entry_path_of(image, suffix)
+    if path is not None and os.path.exists(path):
+        try:
+            return decode(*read_entry(path, magic, fmt)), "read"
+        except (DwarfFormatError, OSError) as exc:
+            notify(f"{what}: {path} was corrupt ({exc}); rebuilt")
+    result = build()
+    if path is not None:
+        try:
+            header, payload = encode(result)
+            source = os.path.realpath(image.path)
+            header.update(path=source, size=os.path.getsize(source), build_id=build_id(image),
+                          created=time.time())
+            write_entry(path, header, payload, magic, fmt)
+            return result, "written"
+        except OSError as exc:
+            notify(f"{what}: cannot write {path} ({exc})")
+    return result, "built"
+
+
 def read_entry(path: str, magic: bytes = MAGIC, fmt: int = FORMAT) -> tuple[dict, bytes]:
     """(header, payload) of a cache file; DwarfFormatError when it is corrupt.
     ``magic`` and ``fmt``: another kind of entry's (inject/scan_cache.py)."""

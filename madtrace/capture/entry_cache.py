@@ -150,8 +150,7 @@ class EntryCache:
         """The module's cached entries in the copier's index (once per module)."""
         if module.name in self._modules:
             return
-        path = os.path.join(symcache.cache_dir(), symcache.cache_key(module.image) + SUFFIX) \
-            if getattr(module.image, "path", None) else ""
+        path = symcache.entry_path_of(module.image, SUFFIX) or ""
         known: set[bytes] = set()
         if path and os.path.exists(path):
             try:

@@ -22,7 +22,6 @@ and written.  The in-process cache per image (plan.py) stays in front.
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -44,12 +43,7 @@ built = 0               # scans made and written
 
 def entry_path(image) -> str | None:
     """Where ``image``'s entry is (None: no file to key it by)."""
-    if image.path is None:
-        return None
-    try:
-        return os.path.join(symcache.cache_dir(), symcache.cache_key(image) + SUFFIX)
-    except OSError:                      # deleted since it was mapped
-        return None
+    return symcache.entry_path_of(image, SUFFIX)
 
 
 def scan_of(image) -> tuple[CallSiteScan, set[int]]:
@@ -57,26 +51,13 @@ def scan_of(image) -> tuple[CallSiteScan, set[int]]:
     global seconds, loaded, built
     started = time.perf_counter()
     try:
-        path = entry_path(image)
-        if path is not None and os.path.exists(path):
-            try:
-                result = decode(*symcache.read_entry(path, MAGIC, FORMAT))
-                loaded += 1
-                return result
-            except (DwarfFormatError, OSError) as exc:
-                symcache.notify(f"scan cache: {path} was corrupt ({exc}); rebuilt")
-        scan, taken = find_call_sites(image), address_taken(image)
-        if path is not None:
-            try:
-                header, payload = encode(scan, taken)
-                source = os.path.realpath(image.path)
-                header.update(path=source, size=os.path.getsize(source),
-                              build_id=symcache.build_id(image), created=time.time())
-                symcache.write_entry(path, header, payload, MAGIC, FORMAT)
-                built += 1
-            except OSError as exc:       # a read-only or full cache: scanned again next time
-                symcache.notify(f"scan cache: cannot write {path} ({exc})")
-        return scan, taken
+        result, how = symcache.cached(
+            image, SUFFIX, MAGIC, FORMAT, "scan cache", decode,
+            lambda: (find_call_sites(image), address_taken(image)),
+            lambda scanned: encode(*scanned))
+        loaded += how == "read"
+        built += how == "written"
+        return result
     finally:
         seconds += time.perf_counter() - started
 
