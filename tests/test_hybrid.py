@@ -231,6 +231,40 @@ def test_code_never_copied_jumping_back_is_moved_by_the_fault_loop(tmp_path, var
     assert got["step+0x16"] == {"L": n, "S": n}      # the store to total (an add)
 
 
+def test_detach_while_the_fault_loop_moves_threads(tmp_path):
+    """madtrace is sent SIGTERM while data_cold_split re-enters step's original
+    code at every odd value and the fault loop moves the thread into the copy
+    (thousands of moves a second): the detach finds the thread at a move, in
+    the copy or in the detour; the program then finishes untraced with the
+    native output, and nothing of madtrace's is left in it."""
+    argv = [prog("data_cold_split", "O2-pie"), "5000000"]
+    native = subprocess.run(argv, capture_output=True, timeout=60)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    for run, pause in enumerate((0.3, 0.8)):
+        tracer = subprocess.Popen([*MADTRACE, "record", "--data", "--no-functions", *HYBRID,
+                                   "-o", str(tmp_path / f"t{run}"), "--", *argv],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        try:
+            for line in tracer.stderr:
+                if b"tracing data accesses" in line:
+                    break
+            else:
+                pytest.fail("madtrace never started data tracing")
+            import time
+            time.sleep(pause)
+            tracer.send_signal(signal.SIGTERM)
+            out, err = tracer.communicate(timeout=300)
+        finally:
+            if tracer.poll() is None:
+                tracer.kill()
+        assert tracer.returncode == 0, (run, err)
+        assert out == native.stdout, (run, out)
+        meta = json.loads((tmp_path / f"t{run}" / "meta.json").read_text())
+        assert meta["outcome"] == "detached" and meta["released"]["kept"] == [], meta["released"]
+        rewriter = meta["data_tracing"]["paths"]["rewriter"]
+        assert rewriter["moved_by_fault_loop"] > 100, rewriter     # the detach came mid-run
+
+
 @pytest.mark.parametrize("copy_after", ["1", "32"])
 def test_functions_are_copied_once_hot(tmp_path, copy_after):
     """--copy-after N: a function is copied once N of its accesses faulted
