@@ -316,12 +316,8 @@ class DataEngine:
     # ----------------------------------------------------------------- waiting
     def _fast_wait(self, block: bool):
         got = self.area.loop.wait(block)
-        if self.paths is None:
-            self._drain_fast()
-        # hybrid: the fault loop writes into the rings, in each thread's order, and
-        # the drain thread takes them out; an event of the tracer's own drains
-        # first (_next_order), a fault handed back on a full ring drains below.
-        # (Draining here, at each of python3's ~8000 stops, cost ~3 s of 11.)
+        if self.paths is None:   # hybrid: the fault loop writes into the rings, the drain
+            self._drain_fast()   # thread takes them out; the tracer's own events drain first
         return got
 
     def _next_order(self) -> int:

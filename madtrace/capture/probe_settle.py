@@ -1,0 +1,120 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Moving a stopped thread out of a probe or an indirect jump's stub of a
+function copy (rewriting.py): before a signal is delivered to it, and at
+detach.  Back to the original instruction when the probe's record is not
+published yet (the registers are in the probe's frame), forward past the
+instruction otherwise (single steps).  Split from rewriting.py."""
+
+from __future__ import annotations
+
+from ..arch.x86_64.function_copy import FRAME as STUB_FRAME
+from ..arch.x86_64.function_copy import Probe
+from ..process import ptrace_raw as pr
+from ..process.events import SignalStop
+from .alias import ALIAS_BIT
+
+
+class ProbeSettler:
+    def __init__(self, rewriter):
+        self.rw = rewriter
+
+    def settle(self, tid: int, regs, synchronous: bool = False):
+        """Move a stopped thread out of a probe (see the module); returns its
+        registers as they are now.  ``synchronous``: the signal about to be
+        delivered was raised by the thread's own instruction (a fault)."""
+        copy = self.rw.copy_at(regs.rip)
+        stub = copy.stub_at(regs.rip) if copy is not None else None
+        if stub is not None:
+            return self._settle_stub(tid, regs, stub, synchronous)
+        probe = copy.probe_at(regs.rip) if copy is not None else None
+        if probe is None:
+            return regs
+        L = self.rw.L
+        marks = L.templates["probe"].marks
+        body, rip = probe.body, regs.rip
+        self.rw.stats["threads settled"] += 1
+        while probe.start < rip < body:           # saving the registers: a few steps on
+            regs = self._step(tid)
+            rip = regs.rip
+        slow = body + marks["slow"]
+        template_end = body + L.templates["probe"].size
+        if rip == probe.start:
+            return regs
+        if body <= rip < body + marks["published"] or slow <= rip < template_end:
+            return self._roll_back(tid, regs, probe, rip >= body + marks["flags"])
+        while rip < probe.insn:                    # published: on to the instruction
+            regs = self._step(tid)
+            rip = regs.rip
+        if rip == probe.insn:
+            frame = regs.rsp
+            used = self.rw.tracee.mem.read_u64(frame + L.MT_PF_ADDR)
+            if synchronous or not self.rw.engine.alias.covers(used ^ ALIAS_BIT, (used ^ ALIAS_BIT) + 1):
+                return self._roll_back(tid, regs, probe, True, restored=True)
+            regs = self._step(tid)                # the access itself, through the alias
+            rip = regs.rip
+        frame = regs.rsp
+        setattr(regs, probe.reg, self.rw.tracee.mem.read_u64(frame + L.MT_PF_SAVED))
+        regs.rsp = frame + L.MT_PROBE_FRAME
+        regs.rip = probe.end
+        self.rw.tracee.set_regs(regs, tid)
+        return regs
+
+    def _settle_stub(self, tid: int, regs, stub, synchronous: bool):
+        """A thread in an indirect jump's stub: on to the jump's target, or back to
+        the jump when its target's load faulted."""
+        if regs.rip == stub.start:
+            return regs
+        if synchronous and regs.rip == stub.load:
+            read = self.rw.tracee.mem.read_u64
+            regs.rax, regs.rcx = read(regs.rsp), read(regs.rsp + 8)
+            regs.rsp += STUB_FRAME
+            regs.rip = self._original_or_copy(stub.original, stub.start)
+            self.rw.tracee.set_regs(regs, tid)
+            return regs
+        while stub.start < regs.rip < stub.end:
+            regs = self._step(tid)
+        return regs
+
+    def _original_or_copy(self, original: int, copied: int) -> int:
+        """Where a thread moved back goes: the original instruction, unless it lies
+        in the bytes an entry jump took (the copy's or function tracing's: back
+        there, a call would be recorded twice)."""
+        bounds = self.rw._bounds(original)
+        state = self.rw.functions.get(bounds[1]) if bounds else None
+        patched = max(state.start + 5 if state.slot else 0,
+                      self.rw.engine.entry_hooks.patched_end(state.start)) if state else 0
+        if state is not None and state.start < original < patched:
+            return copied
+        if self.rw.links.patched(original, original + 1):
+            return copied
+        return original
+
+    def _roll_back(self, tid: int, regs, probe: Probe, flags_saved: bool, restored: bool = False):
+        """Back to the original instruction: the registers from the probe's frame."""
+        L = self.rw.L
+        frame = regs.rsp
+        read = self.rw.tracee.mem.read_u64
+        if restored:      # at the instruction: rax, rcx, rdx, flags are back; rA is not
+            setattr(regs, probe.reg, read(frame + L.MT_PF_SAVED))
+        else:
+            regs.rax, regs.rcx, regs.rdx = (read(frame + off) for off in
+                                            (L.MT_PF_RAX, L.MT_PF_RCX, L.MT_PF_RDX))
+            if flags_saved:
+                saved = read(frame + L.MT_PF_FLAGS)
+                ah, of = (saved >> 8) & 0xFF, saved & 1
+                regs.eflags = (regs.eflags & ~0x8D5) | (ah & 0xD5) | (of << 11)
+        regs.rsp = frame + L.MT_PROBE_FRAME
+        regs.rip = self._original_or_copy(probe.original, probe.start)
+        self.rw.tracee.set_regs(regs, tid)
+        return regs
+
+    def _step(self, tid: int):
+        state = self.rw.tracee.threads[tid]
+        while True:
+            pr.singlestep(tid, 0)
+            state.running = True
+            event = self.rw.tracee.wait_event(block=True, tid=tid)
+            if isinstance(event, SignalStop) and event.signum != 5:
+                state.pending_signal = state.pending_signal or event.signum
+                continue
+            return self.rw.tracee.get_regs(tid)
