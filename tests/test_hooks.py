@@ -29,7 +29,7 @@ import time
 import pytest
 
 from .test_data import _ranges_from_stderr, compare_with_lackey
-from .util import MADTRACE, ROOT, madtrace, prog
+from .util import madtrace, prog, start_data_tracing
 
 HYBRID = ["--data-engine", "hybrid"]
 
@@ -232,16 +232,9 @@ def test_target_finishes_when_the_tracer_is_killed_in_hooked_calls(tmp_path):
     fill up once, and the program finishes with its normal output."""
     argv = [prog("hooks_churn", "O2-pie"), "300000"]
     native = subprocess.run(argv, capture_output=True, timeout=120)
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    tracer = subprocess.Popen([*MADTRACE, "record", "--data", "--no-functions", *HYBRID, "-o",
-                               str(tmp_path / "t"), "--", *argv],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    tracer = start_data_tracing(["record", "--data", "--no-functions", *HYBRID, "-o",
+                                 str(tmp_path / "t"), "--", *argv])
     try:
-        for line in tracer.stderr:
-            if b"tracing data accesses" in line:
-                break
-        else:
-            pytest.fail("madtrace never started data tracing")
         time.sleep(1.0)
         os.kill(tracer.pid, signal.SIGKILL)
         tracer.wait(timeout=30)

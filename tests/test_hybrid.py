@@ -23,7 +23,7 @@ from madtrace.trace.compact import InstructionColumns
 from madtrace.trace.reader import iter_access_chunks
 
 from .test_data import _ranges_from_stderr, compare_with_lackey, sections
-from .util import MADTRACE, ROOT, madtrace, prog
+from .util import MADTRACE, ROOT, detach_after, madtrace, prog, start_data_tracing
 
 HYBRID = ["--data-engine", "hybrid"]
 
@@ -239,24 +239,10 @@ def test_detach_while_the_fault_loop_moves_threads(tmp_path):
     native output, and nothing of madtrace's is left in it."""
     argv = [prog("data_cold_split", "O2-pie"), "5000000"]
     native = subprocess.run(argv, capture_output=True, timeout=60)
-    env = dict(os.environ, PYTHONPATH=ROOT)
     for run, pause in enumerate((0.3, 0.8)):
-        tracer = subprocess.Popen([*MADTRACE, "record", "--data", "--no-functions", *HYBRID,
-                                   "-o", str(tmp_path / f"t{run}"), "--", *argv],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        try:
-            for line in tracer.stderr:
-                if b"tracing data accesses" in line:
-                    break
-            else:
-                pytest.fail("madtrace never started data tracing")
-            import time
-            time.sleep(pause)
-            tracer.send_signal(signal.SIGTERM)
-            out, err = tracer.communicate(timeout=300)
-        finally:
-            if tracer.poll() is None:
-                tracer.kill()
+        tracer = start_data_tracing(["record", "--data", "--no-functions", *HYBRID,
+                                     "-o", str(tmp_path / f"t{run}"), "--", *argv])
+        out, err = detach_after(tracer, pause)
         assert tracer.returncode == 0, (run, err)
         assert out == native.stdout, (run, out)
         meta = json.loads((tmp_path / f"t{run}" / "meta.json").read_text())
@@ -327,25 +313,10 @@ def test_detach_in_a_fault_path_loop_keeps_every_store(tmp_path, engine):
     read-back and the final value: output equal to the native one)."""
     argv = [prog("data_fault_store", "O2-nopie"), "store", "20000000"]
     native = subprocess.run(argv, capture_output=True, timeout=60)
-    env = dict(os.environ, PYTHONPATH=ROOT)
     for run, pause in enumerate((0.2, 0.5, 0.9, 1.4)):
-        tracer = subprocess.Popen([*MADTRACE, "record", "--data", "--no-functions",
-                                   "--data-engine", engine, "-o", str(tmp_path / f"t{run}"),
-                                   "--", *argv],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        try:
-            for line in tracer.stderr:
-                if b"tracing data accesses" in line:
-                    break
-            else:
-                pytest.fail("madtrace never started data tracing")
-            import time
-            time.sleep(pause)
-            tracer.send_signal(signal.SIGTERM)
-            out, err = tracer.communicate(timeout=300)
-        finally:
-            if tracer.poll() is None:
-                tracer.kill()
+        tracer = start_data_tracing(["record", "--data", "--no-functions", "--data-engine",
+                                     engine, "-o", str(tmp_path / f"t{run}"), "--", *argv])
+        out, err = detach_after(tracer, pause)
         assert tracer.returncode == 0, (run, err)
         assert out == native.stdout, (run, out)
         meta = json.loads((tmp_path / f"t{run}" / "meta.json").read_text())

@@ -25,7 +25,8 @@ from madtrace.binary.elf import ElfImage
 
 from .oracles import callgrind_calls, lackey_accesses
 from .test_data import _ranges_from_stderr, named_like_madtrace, sections
-from .util import check_live_output, finish_live, madtrace, prog, run_untraced, start_ready
+from .util import (check_live_output, finish_live, madtrace, prog, run_untraced, start_data_tracing,
+                   start_ready)
 
 HYBRID = ["--data-engine", "hybrid"]
 SHORT, LONG = 300, 1500
@@ -169,22 +170,13 @@ def test_target_finishes_when_the_tracer_is_killed_while_calls_run_the_copies(tm
     drop), and the program finishes with its native output."""
     import os
     import signal
-    import subprocess
     import time
 
-    from .util import MADTRACE, ROOT
     argv = [prog("data_calls", "O2-nopie"), "3000000"]
     native = run_untraced(argv, timeout=120)
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    tracer = subprocess.Popen([*MADTRACE, "record", "--data", *HYBRID, "--method", "entry", "-f",
-                               "bump", "-f", "scale", "-o", str(tmp_path / "t"), "--", *argv],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    tracer = start_data_tracing(["record", "--data", *HYBRID, "--method", "entry", "-f", "bump",
+                                 "-f", "scale", "-o", str(tmp_path / "t"), "--", *argv])
     try:
-        for line in tracer.stderr:
-            if b"tracing data accesses" in line:
-                break
-        else:
-            pytest.fail("madtrace never started data tracing")
         time.sleep(1.5)
         os.kill(tracer.pid, signal.SIGKILL)
         tracer.wait(timeout=30)

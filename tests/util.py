@@ -124,3 +124,31 @@ def madtrace_maps(pid: int) -> list[str]:
     """The lines of /proc/PID/maps that are madtrace's mappings (memfds madtrace-*)."""
     with open(f"/proc/{pid}/maps") as f:
         return [line.strip() for line in f if "/memfd:madtrace" in line]
+
+
+def start_data_tracing(args: list) -> subprocess.Popen:
+    """``madtrace ARGS`` (a recording with --data) started, once it says it is
+    tracing data accesses (its stdout and stderr are pipes)."""
+    import pytest
+    tracer = subprocess.Popen(MADTRACE + list(args), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=ROOT))
+    for line in tracer.stderr:
+        if b"tracing data accesses" in line:
+            return tracer
+    tracer.kill()
+    tracer.wait()
+    pytest.fail("madtrace never started data tracing")
+
+
+def detach_after(tracer: subprocess.Popen, pause: float) -> tuple[bytes, bytes]:
+    """SIGTERM to a recording ``pause`` seconds from now (a detach): its (stdout, stderr)."""
+    import signal
+    import time
+    try:
+        time.sleep(pause)
+        tracer.send_signal(signal.SIGTERM)
+        return tracer.communicate(timeout=300)
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+
