@@ -84,13 +84,7 @@ def decode(header: dict, payload: bytes, symbol_type):
         names = payload[:at].decode("utf-8", "surrogatepass").split("\0") if header["names"] else []
         if len(names) != header["names"]:
             raise DwarfFormatError("names and their count differ")
-        a = {}
-        for key, dtype, count in header["arrays"]:
-            dt = np.dtype(dtype)
-            a[key] = np.frombuffer(payload, dt, count, at)
-            at += dt.itemsize * count
-        if at != len(payload):
-            raise DwarfFormatError("arrays and payload differ in length")
+        a = symcache.unpack_arrays(header, payload, at)
         if len(a["name"]) and int(a["name"].max()) >= len(names) or \
                 len(a["plt_name"]) and int(a["plt_name"].max()) >= len(names):
             raise DwarfFormatError("a name out of range")

@@ -111,6 +111,20 @@ def entry_path_of(image, suffix: str) -> str | None:
         return None
 
 
+def unpack_arrays(header: dict, payload: bytes, at: int = 0) -> dict:
+    """The numpy arrays ``header["arrays"]`` lists ((name, dtype, count), laid end to
+    end from ``at``) read out of ``payload``, which they must fill to its end."""
+    import numpy as np
+    arrays = {}
+    for name, dtype, count in header["arrays"]:
+        dt = np.dtype(dtype)
+        arrays[name] = np.frombuffer(payload, dt, count, at)
+        at += dt.itemsize * count
+    if at != len(payload):
+        raise DwarfFormatError("arrays and payload differ in length")
+    return arrays
+
+
 def cached(image, suffix: str, magic: bytes, fmt: int, what: str, decode, build, encode):
     """(result, "read" | "written" | "built") of another kind of entry of ``image``: ``decode
     (header, payload)`` of its file, else ``build()``, written as ``encode(result)``

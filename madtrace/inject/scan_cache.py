@@ -101,13 +101,7 @@ def encode(scan: CallSiteScan, taken: set[int]) -> tuple[dict, bytes]:
 def decode(header: dict, payload: bytes) -> tuple[CallSiteScan, set[int]]:
     """What ``encode`` wrote; DwarfFormatError when it does not hold together."""
     try:
-        arrays, at = {}, 0
-        for name, dtype, count in header["arrays"]:
-            dt = np.dtype(dtype)
-            arrays[name] = np.frombuffer(payload, dt, count, at)
-            at += dt.itemsize * count
-        if at != len(payload):
-            raise DwarfFormatError("arrays and payload differ in length")
+        arrays = symcache.unpack_arrays(header, payload)
         names, bad_names, reasons = header["names"], header["bad_names"], header["reasons"]
         bad = [UnpatchableSite(a, _BAD_KINDS[k], t, bad_names[c] if c >= 0 else None, s, reasons[r])
                for a, k, t, c, s, r in zip(arrays["bad_address"].tolist(), arrays["bad_kind"].tolist(),
