@@ -91,7 +91,8 @@ def test_thread_per_request_server_stays_exact(tmp_path, variant):
     assert calls == {"handle": REQUESTS, "work": sum(sizes)}
     assert status["dropped_events"] == 0
     # the request threads were never traced: no ptrace stop, each took a ring itself
-    # (from the pool, or the one of the thread whose TCB glibc gave it)
+    # (from the pool, or the one of the thread whose TCB glibc gave it), even when
+    # the pool ran low and more rings were mapped (a stop of the traced threads only)
     assert status["tracer_events"] == before["tracer_events"]
     pool = status["ring_pool"]
     assert pool["on"] and pool["claimed"] + pool["taken_over"] == REQUESTS, pool

@@ -55,6 +55,7 @@ class RingPool:
         self.found_empty = 0       # times a thread found the pool empty (its records dropped)
         self.seize_requests = 0    # untraced threads seized before a fork or an exec
         self.need_rings = False    # fewer free rings than RESERVE: map more (a stop)
+        self.growth_stops = 0      # stops of the traced threads to map more rings
         # called (from the drain thread) when the run loop has work: a thread waits to
         # be seized, or rings are needed
         self.on_work: Callable[[], None] | None = None
@@ -251,7 +252,8 @@ class RingPool:
     def summary(self) -> dict:
         return {"on": self.active, "claimed": self.claims, "taken_back": self.taken_back,
                 "taken_over": self.taken_over,
-                "found_empty": self.found_empty, "seized_before_fork_or_exec": self.seize_requests}
+                "found_empty": self.found_empty, "seized_before_fork_or_exec": self.seize_requests,
+                "growth_stops": self.growth_stops}
 
     def close(self) -> None:
         if self._mem >= 0:

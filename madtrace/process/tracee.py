@@ -396,6 +396,13 @@ class Tracee:
             events += self._stop_known()
         return events
 
+    def stop_traced(self) -> list[Event]:
+        """``stop_all`` without seizing the threads not traced yet: they run on (a
+        ring pool's request threads, which must never wait for the tracer, nor
+        become traced by a stop of the tracer's own).  For work that needs one
+        stopped thread (a remote system call) and no change of the clone option."""
+        return self._stop_known()
+
     def hold_all(self) -> tuple[list[Event], list[int]]:
         """``stop_all`` for a caller that resumes afterwards the threads it stopped:
         (the events met, to be handled by the caller; the threads to resume).  The

@@ -254,7 +254,7 @@ class LiveSession:
 
     def _serve_pool(self) -> None:
         """Untraced threads about to fork or exec are seized (they do not stop);
-        more rings are mapped when the pool runs low (every thread stopped)."""
+        more rings are mapped when the pool runs low (the traced threads stopped)."""
         functions = self.recording.functions
         pool = functions.threads.pool if functions is not None else None
         if pool is None or functions.rings.closed:
@@ -265,16 +265,18 @@ class LiveSession:
             self.tracee.seize_running(tid)
             pool.seized(entry, tid)
         if need:
+            # the traced threads stop (a remote mmap); the untraced ones run on and
+            # stay untraced: seizing them here made each a traced thread until its end
             started = time.perf_counter()
-            events = self.controller.settle(self.tracee.stop_all())
+            events = self.controller.settle(self.tracee.stop_traced())
             try:
                 with functions.rings.lock:
                     functions.rings.ensure_free(len(functions.rings.free_rings) + 8)
                     pool.fill()
             finally:
-                self._follow_clones_if_needed()
                 self._resume(events)
                 self.last_pause = time.perf_counter() - started
+                pool.growth_stops += 1
 
     def _resume(self, events) -> None:
         """Give the stop events to the run loop's policy (which resumes their

@@ -20,7 +20,7 @@ def _pool_line(pool: dict) -> str:
     return (f"not traced, take a ring from the pool ({pool['claimed']} taken, "
             f"{pool['taken_back']} given back at their end, pool found empty "
             f"{pool['found_empty']} times, {pool['seized_before_fork_or_exec']} traced before a "
-            "fork or an exec)")
+            f"fork or an exec, {pool.get('growth_stops', 0)} stops to map more rings)")
 
 
 @register
