@@ -197,6 +197,7 @@
 #define MT_GUARD_BITMAP_SIZE  75528  /* u64: its size */
 #define MT_GUARD_TRACER       75536  /* u64: madtrace's pid (the sender of its death signal) */
 #define MT_UC_RIP             168    /* offsetof(ucontext_t, uc_mcontext.gregs[REG_RIP]) */
+#define MT_UC_ERR             192    /* offsetof(ucontext_t, uc_mcontext.gregs[REG_ERR]) */
 #define MT_GUARD_CODE         151552 /* page-aligned, after the table */
 #define MT_DATA_STUBS         155648 /* first stub, after the guard's code */
 

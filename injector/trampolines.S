@@ -815,7 +815,34 @@ mt_guard_start:
 mt_guard_pp_table_abs64:
         cmp qword ptr [rbx + MT_GUARD_FIRED], 0
         jne 60f                             /* it gave everything back already */
-        sub rsp, 4096
+        /* a fault on a page madtrace protected is never the target's own: a live
+           tracer takes every such fault itself, so its tracer is dead or dying (a
+           thread stopped at such a fault when madtrace was killed gets it at the
+           detach; TracerPid may still show the dying tracer then): give back */
+        cmp r14, 11
+        jne 15f
+        cmp dword ptr [r9 + 8], 2           /* SEGV_ACCERR */
+        jne 15f
+        mov rax, [r9 + 16]                  /* si_addr */
+        mov r12, [rbx + MT_GUARD_NRUNS]
+        lea r13, [rbx + MT_GUARD_RUNS]
+16:     test r12, r12
+        jz 15f
+        mov rdx, rax
+        sub rdx, [r13]
+        cmp rdx, [r13 + 8]
+        jb 17f
+        add r13, MT_GUARD_RUN_SIZE
+        dec r12
+        jmp 16b
+17:     mov rdx, [r13 + 16]                 /* the page's own protection allows it? */
+        test edx, 1                         /* PROT_READ */
+        jz 15f
+        test qword ptr [rbp + MT_UC_ERR], 2 /* a write... */
+        jz 40f
+        test edx, 2                         /* ...to a page the program may write */
+        jnz 40f
+15:     sub rsp, 4096
         mov edi, -100                       /* AT_FDCWD */
         lea rsi, [rip + 90f]
         xor edx, edx                        /* O_RDONLY */

@@ -251,6 +251,30 @@ def test_detach_while_the_fault_loop_moves_threads(tmp_path):
         assert rewriter["moved_by_fault_loop"] > 100, rewriter     # the detach came mid-run
 
 
+@pytest.mark.parametrize("variant", ["O0-nopie", "O2-nopie"])
+def test_indirect_jumps_through_a_traced_table(tmp_path, variant):
+    """data_dispatch: dispatch() jumps through a writable table in .data (at
+    -O2 a tail call, jmp [table + i*8]: in the copy, a stub whose load of the
+    target reads the traced page); every op stores into a global.  Per
+    instruction equal to lackey (the table's loads counted once each, the
+    jump translated); then a detach mid-run leaves the native output."""
+    n = 3000
+    got = compare_with_lackey(tmp_path, "data_dispatch", variant,
+                              lambda static, stderr: static, args=(str(n),), options=HYBRID)
+    assert sum(c["L"] for name, c in got.items() if name.startswith("dispatch+")) == n, got
+    # long enough that the detach comes mid-run (at -O0 the table's loads are probed:
+    # ~20 M accesses a second; at -O2 the stub's loads fault)
+    argv = [prog("data_dispatch", variant), "200000000" if variant.startswith("O0") else "3000000"]
+    native = subprocess.run(argv, capture_output=True, timeout=60)
+    tracer = start_data_tracing(["record", "--data", "--no-functions", *HYBRID,
+                                 "-o", str(tmp_path / "d"), "--", *argv])
+    out, err = detach_after(tracer, 0.5)
+    assert tracer.returncode == 0, err
+    assert out == native.stdout
+    meta = json.loads((tmp_path / "d" / "meta.json").read_text())
+    assert meta["outcome"] == "detached" and meta["released"]["kept"] == [], meta["released"]
+
+
 @pytest.mark.parametrize("copy_after", ["1", "32"])
 def test_functions_are_copied_once_hot(tmp_path, copy_after):
     """--copy-after N: a function is copied once N of its accesses faulted

@@ -482,7 +482,7 @@ def run_to_return(tracee, tid: int, returns: list[int], area: SharedArea, on_fau
     fault on the way goes to ``on_fault(event)`` (the data engine: it may resume
     the thread itself); the program's own signals are delivered later."""
     from ..process import ptrace_raw as pr
-    from ..process.events import SignalStop, ThreadExited, ThreadKilled
+    from ..process.events import SignalStop, ThreadExited, ThreadKilled, regenerated
     saved = {r: area.local[r - area.address] for r in returns}
     for r in returns:
         area.local[r - area.address] = INT3
@@ -503,6 +503,8 @@ def run_to_return(tracee, tid: int, returns: list[int], area: SharedArea, on_fau
             if isinstance(event, SignalStop) and event.signum == 11 and on_fault is not None \
                     and on_fault(event):
                 continue
+            if regenerated(event):
+                return False    # not carried out: it faults again when the thread runs on
             if isinstance(event, SignalStop) and event.signum != 5:
                 thread.pending_signal = thread.pending_signal or event.signum
         return False

@@ -7,11 +7,17 @@ instruction otherwise (single steps).  Split from rewriting.py."""
 
 from __future__ import annotations
 
+import signal
+
 from ..arch.x86_64.function_copy import FRAME as STUB_FRAME
 from ..arch.x86_64.function_copy import Probe
+from ..arch.x86_64.jump_stubs import pushf_offset
+from ..errors import TracerInternalError
 from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
 from .alias import ALIAS_BIT
+
+FAULTS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
 
 
 class ProbeSettler:
@@ -50,7 +56,11 @@ class ProbeSettler:
             used = self.rw.tracee.mem.read_u64(frame + L.MT_PF_ADDR)
             if synchronous or not self.rw.engine.alias.covers(used ^ ALIAS_BIT, (used ^ ALIAS_BIT) + 1):
                 return self._roll_back(tid, regs, probe, True, restored=True)
-            regs = self._step(tid)                # the access itself, through the alias
+            try:
+                regs = self._step(tid)            # the access itself, through the alias
+            except StepFaulted:                   # not carried out: back to the original
+                return self._roll_back(tid, self.rw.tracee.get_regs(tid), probe, True,
+                                       restored=True)
             rip = regs.rip
         frame = regs.rsp
         setattr(regs, probe.reg, self.rw.tracee.mem.read_u64(frame + L.MT_PF_SAVED))
@@ -60,16 +70,21 @@ class ProbeSettler:
         return regs
 
     def _settle_stub(self, tid: int, regs, stub, synchronous: bool):
-        """A thread in an indirect jump's stub: on to the jump's target, or back to
-        the jump when its target's load faulted."""
+        """A thread in an indirect jump's stub: back to the jump up to the stub's
+        pushfq (its target's load may read traced memory: stepping it faulted for
+        ever at detach), on to the jump's target after it (the stub's table and
+        the stack only)."""
         if regs.rip == stub.start:
             return regs
-        if synchronous and regs.rip == stub.load:
-            read = self.rw.tracee.mem.read_u64
-            regs.rax, regs.rcx = read(regs.rsp), read(regs.rsp + 8)
+        mem = self.rw.tracee.mem
+        pushf = stub.load + pushf_offset(mem.read(stub.load, 16))
+        if regs.rip <= pushf:
+            if regs.rip > stub.load:       # rax holds the target: the thread's is saved
+                regs.rax = mem.read_u64(regs.rsp)
             regs.rsp += STUB_FRAME
             regs.rip = self._original_or_copy(stub.original, stub.start)
             self.rw.tracee.set_regs(regs, tid)
+            self.rw.stats["threads put back at a jump"] += 1
             return regs
         while stub.start < regs.rip < stub.end:
             regs = self._step(tid)
@@ -109,12 +124,23 @@ class ProbeSettler:
         return regs
 
     def _step(self, tid: int):
+        """One instruction; the thread's own asynchronous signals met meanwhile are
+        kept for its next resume.  An instruction that faults is not carried out
+        (it would fault again at each step): StepFaulted."""
         state = self.rw.tracee.threads[tid]
         while True:
             pr.singlestep(tid, 0)
             state.running = True
             event = self.rw.tracee.wait_event(block=True, tid=tid)
+            if isinstance(event, SignalStop) and event.signum in FAULTS:
+                raise StepFaulted(f"thread {tid}: signal {event.signum} at "
+                                  f"{self.rw.tracee.get_regs(tid).rip:#x} while moved out of a copy")
             if isinstance(event, SignalStop) and event.signum != 5:
                 state.pending_signal = state.pending_signal or event.signum
                 continue
             return self.rw.tracee.get_regs(tid)
+
+
+class StepFaulted(TracerInternalError):
+    """A thread moved out of a probe or a stub met a fault: the instruction was
+    not carried out, the thread stays where it was."""

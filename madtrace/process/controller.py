@@ -27,7 +27,7 @@ from typing import Callable
 from ..errors import NoSuchProcessError
 from . import ptrace_raw as pr
 from .events import (GroupStop, PtraceEventStop, SignalStop, SyscallStop, ThreadExited,
-                     ThreadKilled, TrapStop)
+                     ThreadKilled, TrapStop, regenerated)
 from .tracee import Tracee, ThreadState, thread_group_of
 
 SIGTRAP = signal.SIGTRAP
@@ -407,14 +407,15 @@ class Controller:
                     self.handle(event, tracee)
                 except Exception:
                     # it stays stopped: detach resumes it (with its signal if it had one)
-                    if isinstance(event, SignalStop):
+                    if isinstance(event, SignalStop) and not regenerated(event):
                         state.pending_signal = event.signum
             releases = self.hooks(tracee).release
             if releases and tracee.threads:
                 try:     # the resumed threads again, keeping their own signals for the detach
                     for event in self._stop_settled(tracee):
                         state = tracee.threads.get(event.tid)
-                        if isinstance(event, SignalStop) and state is not None:
+                        if isinstance(event, SignalStop) and state is not None \
+                                and not regenerated(event):
                             state.pending_signal = event.signum
                 except NoSuchProcessError:
                     pass

@@ -44,6 +44,16 @@ class SignalStop:
     si_addr: int = 0
 
 
+def regenerated(event) -> bool:
+    """A fault raised by the thread's own instruction (SIGSEGV or SIGBUS from the
+    kernel, si_code > 0), met while madtrace ran the thread elsewhere (a remote
+    system call, a step) or stopped it: that instruction was not carried out
+    and runs again when the thread resumes where it was, faulting again if it
+    still must.  Kept for delivery instead, it killed a target at detach: the
+    page protection that raised it was gone, the injected SIGSEGV was not."""
+    return isinstance(event, SignalStop) and event.signum in (7, 11) and event.si_code > 0
+
+
 @dataclass(frozen=True)
 class PtraceEventStop:
     """A PTRACE_EVENT_{FORK,VFORK,CLONE,EXEC,VFORK_DONE,EXIT} stop; ``message`` from GETEVENTMSG."""

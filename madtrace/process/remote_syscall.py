@@ -39,7 +39,7 @@ import time
 from ..errors import TargetMemoryError, TracerInternalError
 from . import ptrace_raw as pr
 from .events import (EVENT_NAMES, GroupStop, PtraceEventStop, SignalStop, SyscallStop, ThreadExited,
-                     ThreadKilled, TrapStop)
+                     ThreadKilled, TrapStop, regenerated)
 from .cpu import last_cpu
 from .tracee import Tracee
 
@@ -194,14 +194,18 @@ class RemoteSyscalls:
                 raise TracerInternalError(f"thread {tid} died before a remote syscall")
             where = stop_kind(self.tracee.threads[tid])
             if isinstance(event, SignalStop):
-                self._keep_signal(state, event.signum)
+                self._keep_signal(state, event)
             if where is not None:
                 return where
             pr.syscall(tid, 0)
             state.running = True
 
-    def _keep_signal(self, state, signum: int) -> None:
-        """The target's own signal arrived meanwhile: delivered when the thread resumes."""
+    def _keep_signal(self, state, event) -> None:
+        """The target's own signal arrived meanwhile: delivered when the thread
+        resumes (a fault of its own instruction is not: it comes again)."""
+        if regenerated(event):
+            return
+        signum = event.signum
         if state.pending_signal and state.pending_signal != signum:
             self._requeue.append(signum)   # sent again at the end: never lost
         else:
@@ -255,7 +259,7 @@ class RemoteSyscalls:
                                           f"{pr.get_regs(self.tid, regs).rip:#x} on "
                                           f"{pr.get_siginfo(self.tid).si_addr:#x}")
             elif isinstance(event, SignalStop):
-                self._keep_signal(state, event.signum)
+                self._keep_signal(state, event)
             pr.cont(self.tid, 0)
             state.running = True
 

@@ -23,7 +23,7 @@ from ..errors import (CommandNotFoundError, KernelThreadError, NoSuchProcessErro
                       PermissionDeniedError, TracerInternalError)
 from . import ptrace_raw as pr
 from .events import (Event, GroupStop, PtraceEventStop, SignalStop, ThreadExited,
-                     ThreadKilled, TrapStop, decode_status)
+                     ThreadKilled, TrapStop, decode_status, regenerated)
 from .memory import ProcessMemory
 
 BASE_OPTIONS = (pr.PTRACE_O_TRACESYSGOOD | pr.PTRACE_O_TRACECLONE | pr.PTRACE_O_TRACEEXEC
@@ -540,7 +540,7 @@ class Tracee:
         """stop_all, keeping the target's own signals pending for delivery at detach."""
         try:
             for event in self.stop_all():
-                if isinstance(event, SignalStop):
+                if isinstance(event, SignalStop) and not regenerated(event):
                     self.threads[event.tid].pending_signal = event.signum
         except NoSuchProcessError:
             pass

@@ -16,6 +16,12 @@ copy, any other stays.  Every register and flag is as before when it jumps::
 
 ``stub_refusal(insn)``: why a jump cannot take a stub (None: it can);
 ``target_load_size(insn)``: the size of its ``mov rax, <target>``;
+``pushf_offset(code)``: where a stub's pushfq lies from its target's load
+(``code``: the stub's bytes from the load on); a thread stopped up to there
+has done nothing but lower rsp, save rax and rcx and load the target: it can
+be put back at the jump.  (Single-stepping over the pushfq saves the trap flag
+with the flags: the popfq then sets it for good and the thread, once
+untraced, dies of SIGTRAP.)
 ``stub_template(insn, start, end) -> (bytes, fields, rip_target)``: the stub
 with the fields that depend on where the copy is left zero: ``fields`` =
 (offset of the target's load, of its RIP displacement or -1, of the table's
@@ -30,6 +36,7 @@ import struct
 from capstone import x86_const as X
 
 from .copy_encode import REG, lea_rsp, load, load_rip, load_rsp, movabs, parent64, store_rsp
+from .decode import decode_one
 
 FRAME = 128 + 24          # the red zone, then rax, rcx, the target
 STUB_SIZE = 8 + 4 + 5 + 5 + 1 + 10 + 3 + 6 + 2 + 10 + 4 + 4 + 2 + 10 + 3 + 5 + 1 + 5 + 4 + 8 + 7
@@ -75,6 +82,13 @@ def target_load(insn, at: int) -> bytes | None:
     segment = {X.X86_REG_FS: "fs", X.X86_REG_GS: "gs"}.get(op.mem.segment)
     return load(REG["rax"], REG[base] if base else None, REG[index] if index else None,
                 op.mem.scale or 1, disp, segment)
+
+
+def pushf_offset(code: bytes) -> int:
+    loaded = decode_one(code, 0, detail=False)
+    if loaded is None:
+        raise ValueError("not a jump stub's target load")
+    return loaded.size + len(store_rsp(16, REG["rax"]))
 
 
 def stub_template(insn, start: int, end: int) -> tuple[bytes, tuple[int, int, int, int], int]:
