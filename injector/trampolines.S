@@ -836,7 +836,12 @@ mt_guard_pp_table_abs64:
         dec r12
         jmp 16b
 17:     mov rdx, [r13 + 16]                 /* the page's own protection allows it? */
-        test edx, 1                         /* PROT_READ */
+        test qword ptr [rbp + MT_UC_ERR], 16 /* an instruction fetch... */
+        jz 18f
+        test edx, 4                         /* ...from a page the program may run */
+        jnz 40f
+        jmp 15f
+18:     test edx, 1                         /* PROT_READ */
         jz 15f
         test qword ptr [rbp + MT_UC_ERR], 2 /* a write... */
         jz 40f
@@ -1065,7 +1070,21 @@ mt_guard_pp_table_abs64:
         add r13, MT_GUARD_RUN_SIZE
         dec r12
         jmp 63b
-64:     ret
+        /* ...if the page's own protection allows the access: any other fault there
+           is the program's (a jump into its heap spun here for ever) */
+64:     mov rdx, [r13 + 16]
+        test qword ptr [rbp + MT_UC_ERR], 16 /* an instruction fetch */
+        jz 65f
+        test edx, 4                         /* PROT_EXEC */
+        jz 30b
+        ret
+65:     test edx, 1                         /* PROT_READ */
+        jz 30b
+        test qword ptr [rbp + MT_UC_ERR], 2 /* a write */
+        jz 66f
+        test edx, 2                         /* PROT_WRITE */
+        jz 30b
+66:     ret
 90:     .asciz "/proc/self/status"
 mt_guard_end:
 
