@@ -847,52 +847,15 @@ mt_guard_pp_table_abs64:
         jz 40f
         test edx, 2                         /* ...to a page the program may write */
         jnz 40f
-15:     sub rsp, 4096
-        mov edi, -100                       /* AT_FDCWD */
-        lea rsi, [rip + 90f]
-        xor edx, edx                        /* O_RDONLY */
-        mov eax, 257                        /* openat */
+        /* the tracer marks the thread it delivers a signal of the target's own to
+           (MT_GUARD_DELIVER_TID); any other signal here means no tracer is left
+           (TracerPid was asked before: a dying tracer still showed there, and the
+           guard put itself aside for a fault of madtrace's, killing the target) */
+15:     mov eax, 186                        /* gettid */
         syscall
-        test rax, rax
-        js 40f                              /* cannot tell: as if no tracer were left */
-        mov r12, rax
-        mov rdi, rax
-        mov rsi, rsp
-        mov edx, 4000
-        xor eax, eax                        /* read */
-        syscall
-        mov r13, rax
-        mov rdi, r12
-        mov eax, 3                          /* close */
-        syscall
-        test r13, r13
-        jle 40f
-        xor ecx, ecx
-20:     lea rax, [rcx + 12]
-        cmp rax, r13
-        ja 40f                              /* no TracerPid line: as if no tracer */
-        movabs rax, 0x6950726563617254      /* "TracerPi" */
-        cmp [rsp + rcx], rax
-        jne 21f
-        cmp word ptr [rsp + rcx + 8], 0x3a64 /* "d:" */
-        jne 21f
-        add rcx, 10
-22:     movzx eax, byte ptr [rsp + rcx]
-        cmp al, 9                           /* tab */
-        je 23f
-        cmp al, 32
-        jne 24f
-23:     inc rcx
-        cmp rcx, r13
-        jb 22b
-        jmp 40f
-24:     cmp al, 0x30                        /* "0" then a newline: no tracer */
-        jne 30f
-        cmp byte ptr [rsp + rcx + 1], 10
-        je 40f
-        jmp 30f
-21:     inc rcx
-        jmp 20b
+        cmp rax, [rbx + MT_GUARD_DELIVER_TID]
+        jne 40f
+        mov qword ptr [rbx + MT_GUARD_DELIVER_TID], 0
 
         /* a tracer is there: a signal of the target's own, for the target's action:
            that action goes back and the signal is queued again with its own siginfo
@@ -1085,7 +1048,6 @@ mt_guard_pp_table_abs64:
         test edx, 2                         /* PROT_WRITE */
         jz 30b
 66:     ret
-90:     .asciz "/proc/self/status"
 mt_guard_end:
 
 /* the guard's sa_restorer */

@@ -365,7 +365,7 @@ class DataEngine:
                     or self.blocks.claim_trap(tracee, event, regs):
                 return True
             if self.guard is not None:
-                self.guard.delivering(signal.SIGTRAP)
+                self.guard.delivering(signal.SIGTRAP, event.tid)
             self._settle(event)
             return False
         if not self.active:
@@ -389,7 +389,7 @@ class DataEngine:
             return True
         self._last_open_fault.pop(event.tid, None)
         if event.si_code != SEGV_ACCERR or not self.is_protected(page):
-            self.guard.delivering(signal.SIGSEGV)
+            self.guard.delivering(signal.SIGSEGV, event.tid)
             self._settle(event)
             return False  # the target's own fault: delivered unchanged
         tid = event.tid

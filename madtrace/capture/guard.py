@@ -6,10 +6,10 @@ While pages are protected, the target's SIGSEGV action is madtrace's guard
 area; layout: injector/layout.h "The guard"), and while breakpoints are in
 (call_hooks.py: the allocation tracker, --data-in) its SIGTRAP action too.
 A live tracer never lets its own faults and traps reach the target, so the
-guard runs only for a signal of the target's own that the tracer delivers,
-or when no tracer is left: then it gives every page its original protection
-back (the runs table, kept current by ``update``), writes back finished
-slots, takes the breakpoints out (``add_breakpoint``), gives calls that were
+guard runs only for a signal of the target's own that the tracer delivers
+(it names the thread first: ``delivering``), or when no tracer is left:
+then it gives every page its original protection back (the runs table,
+kept current by ``update``), writes back finished slots, takes the breakpoints out (``add_breakpoint``), gives calls that were
 to return through a trap their real return address (``set_trap``), puts the
 target's own actions back, and the program goes on.
 
@@ -218,8 +218,11 @@ class SegvGuard:
     def reinstall_due(self) -> bool:
         return self.pending_reinstall or self.pending_trap_reinstall
 
-    def delivering(self, signum: int) -> None:
-        """A SIGSEGV or SIGTRAP of the target's own is about to be delivered."""
+    def delivering(self, signum: int, tid: int) -> None:
+        """A SIGSEGV or SIGTRAP of the target's own is about to be delivered to
+        thread ``tid``: the guard hands it to the target's action (any other
+        signal it gets means that no tracer is left)."""
+        self._u64(self.L.MT_GUARD_DELIVER_TID, tid)
         if signum == SIGSEGV and not self.installed:
             self.pending_reinstall = True
         elif signum == SIGTRAP and not self.traps_installed and self.trap_guard:
