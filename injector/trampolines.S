@@ -813,7 +813,21 @@ mt_guard_start:
         mov rbp, rdx
         movabs rbx, 0x1122334455667788
 mt_guard_pp_table_abs64:
+        /* madtrace's death (attached): the kernel's SIGSEGV for its death pipe
+           (si_code SI_SIGIO, si_fd ours: capture/guard.py watch_tracer) */
+        cmp r14, 11
+        jne 14f
+        cmp dword ptr [r9 + 8], -5          /* SI_SIGIO */
+        jne 14f
+        mov eax, [r9 + 24]                  /* si_fd */
+        test eax, eax
+        jz 14f
+        cmp rax, [rbx + MT_GUARD_DEATH_FD]
+        jne 14f
         cmp qword ptr [rbx + MT_GUARD_FIRED], 0
+        je 40f                              /* give everything back */
+        ret                                 /* given back already */
+14:     cmp qword ptr [rbx + MT_GUARD_FIRED], 0
         jne 60f                             /* it gave everything back already */
         /* a fault on a page madtrace protected is never the target's own: a live
            tracer takes every such fault itself, so its tracer is dead or dying (a

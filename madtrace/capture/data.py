@@ -177,6 +177,8 @@ class DataEngine:
                 self.sequence_address = self.paths.head_address
                 outer = self.original_address
                 self.original_address = lambda rips: outer(self.paths.original_array(rips))
+            if not self.tracee.launched:
+                self.guard.watch_tracer(rs)     # the same, through a pipe (guard.py)
             self.entry_hooks = entry_hooks_for(self, rs)
             inline = self.entry_hooks if self.entry_hooks.stubs else None
             if self.block_events:
@@ -539,6 +541,8 @@ class DataEngine:
         if self.death_signal and self.tracee.threads:
             with RemoteSyscalls(self.tracee) as rs:    # the new image has no guard
                 rs.call("prctl", PR_SET_PDEATHSIG, 0)
+        if self.guard is not None:
+            self.guard.unwatch(None)     # the target's end went with the exec (O_CLOEXEC)
         for hooks in self._all_hooks():
             hooks.active = False
         self.entry_hooks.forget()

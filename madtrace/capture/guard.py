@@ -28,6 +28,7 @@ itself with sigprocmask is not handled (README: known limits).
 
 from __future__ import annotations
 
+import os
 import struct
 
 from ..errors import TracerInternalError
@@ -40,6 +41,8 @@ SIGACTION_SIZE = 32     # kernel struct sigaction: handler, flags, restorer, mas
 SA_NODEFER = 0x40000000
 SEGV_BIT = 1 << (SIGSEGV - 1)
 SIG_DFL, SIG_IGN = 0, 1
+AT_FDCWD, O_RDONLY, O_NONBLOCK, O_CLOEXEC, O_ASYNC = -100, 0, 0o4000, 0o2000000, 0o20000
+SYS_FCNTL, F_SETFL, F_SETOWN, F_SETSIG = 72, 4, 8, 10
 
 
 def kernel_action(raw: bytes, signum: int) -> bytes:
@@ -70,6 +73,7 @@ class SegvGuard:
         self._free_traps = list(range(self.L.MT_GUARD_MAX_TRAPS - 1, -1, -1))
         self.pending_trap_reinstall = False
         self.trap_guard = False              # the guard is (or was) the SIGTRAP action
+        self._death_pipe = -1                # madtrace's end of the death pipe (watch_tracer)
         self.originals: dict[int, bytes] = {}   # signal -> the target's own action, where
         #                                         the kernel has kernel_action() of it
         guard = self.L.templates["guard"]
@@ -114,6 +118,41 @@ class SegvGuard:
     def set_tracer(self, pid: int) -> None:
         """madtrace's pid: its death signal (PR_SET_PDEATHSIG) is recognised."""
         self._u64(self.L.MT_GUARD_TRACER, pid)
+
+    def watch_tracer(self, rs: RemoteSyscalls) -> None:
+        """Attached (no death signal of a parent): a pipe whose only writer is
+        madtrace; the target holds its read end with O_ASYNC, owner itself and
+        F_SETSIG SIGSEGV, so that the kernel signals the target when madtrace
+        dies, whatever kills it, and the guard gives every page back before a
+        thread faults (a first fault in a thread that blocks SIGSEGV, as a new
+        glibc thread does at its start, makes the kernel reset the action to
+        SIG_DFL: the target died of it)."""
+        read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        try:
+            rs.tracee.mem.write(self.scratch, f"/proc/{os.getpid()}/fd/{read_end}".encode() + b"\0")
+            fd = rs.call("openat", AT_FDCWD, self.scratch, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        finally:
+            os.close(read_end)
+        try:
+            rs.call(SYS_FCNTL, fd, F_SETOWN, rs.tracee.pid)
+            rs.call(SYS_FCNTL, fd, F_SETSIG, SIGSEGV)
+            rs.call(SYS_FCNTL, fd, F_SETFL, O_ASYNC | O_NONBLOCK)
+        except BaseException:
+            rs.call("close", fd, check=False)
+            os.close(write_end)
+            raise
+        self._u64(self.L.MT_GUARD_DEATH_FD, fd)
+        self._death_pipe = write_end
+
+    def unwatch(self, rs: RemoteSyscalls | None) -> None:
+        """The target's end closed first (closing madtrace's would signal it)."""
+        fd = self._u64(self.L.MT_GUARD_DEATH_FD)
+        if fd and rs is not None:
+            rs.call("close", fd, check=False)
+        self._u64(self.L.MT_GUARD_DEATH_FD, 0)
+        if self._death_pipe >= 0:
+            os.close(self._death_pipe)
+            self._death_pipe = -1
 
     def set_bitmap(self, address: int, size: int) -> None:
         """The hybrid engine's alias bitmap: the guard maps zeros over it (no tracer)."""
@@ -230,6 +269,7 @@ class SegvGuard:
 
     def remove(self, rs: RemoteSyscalls) -> None:
         """The target's own actions back (tracing ends)."""
+        self.unwatch(rs)
         if not self.fired:
             rs.call("rt_sigaction", SIGSEGV, self.table + self.L.MT_GUARD_ACTION, 0, 8)
             self._u64(self.L.MT_GUARD_ACTIVE, 0)
@@ -244,7 +284,11 @@ class SegvGuard:
             rs.call("rt_sigaction", signum, self.scratch, 0, 8)
 
     def restore_in(self, rs: RemoteSyscalls) -> None:
-        """A fork child: the target's actions back in the child (same addresses)."""
+        """A fork child: the target's actions back in the child (same addresses);
+        its copy of the death pipe's end closed (its owner is the parent)."""
+        fd = self._u64(self.L.MT_GUARD_DEATH_FD)
+        if fd:
+            rs.call("close", fd, check=False)
         rs.call("rt_sigaction", SIGSEGV, self.table + self.L.MT_GUARD_ACTION, 0, 8)
         if self.trap_guard:
             rs.call("rt_sigaction", SIGTRAP, self.table + self.L.MT_GUARD_TRAP_ACTION, 0, 8)
