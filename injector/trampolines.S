@@ -799,6 +799,40 @@ mt_\name\()_end:
         HOOK_MEM hook_copy, 1
         HOOK_MEM hook_set, 0
 
+/* In the guard (r9: siginfo, rbp: ucontext, rbx: its table): a fault
+   (SEGV_ACCERR) on a page of the runs table whose own protection allows the
+   access (read, write, instruction fetch) goes on to \ours, anything else to
+   \other.  Clobbers rax, rdx, r12, r13. */
+.macro OURS_OR ours, other
+        cmp dword ptr [r9 + 8], 2           /* SEGV_ACCERR */
+        jne \other
+        mov rax, [r9 + 16]                  /* si_addr */
+        mov r12, [rbx + MT_GUARD_NRUNS]
+        lea r13, [rbx + MT_GUARD_RUNS]
+1:      test r12, r12
+        jz \other
+        mov rdx, rax
+        sub rdx, [r13]
+        cmp rdx, [r13 + 8]
+        jb 2f
+        add r13, MT_GUARD_RUN_SIZE
+        dec r12
+        jmp 1b
+2:      mov rdx, [r13 + 16]                 /* the page's own protection */
+        test qword ptr [rbp + MT_UC_ERR], 16 /* an instruction fetch */
+        jz 3f
+        test edx, 4                         /* PROT_EXEC */
+        jz \other
+        jmp \ours
+3:      test edx, 1                         /* PROT_READ */
+        jz \other
+        test qword ptr [rbp + MT_UC_ERR], 2 /* a write */
+        jz \ours
+        test edx, 2                         /* PROT_WRITE */
+        jz \other
+        jmp \ours
+.endm
+
 /* ---------------------------------------------------------------------------
  * The guard (layout.h "The guard"): the SIGSEGV and SIGTRAP handler installed
  * while data tracing is on (SA_SIGINFO | SA_RESTORER, restorer: mt_sigreturn).
@@ -835,32 +869,7 @@ mt_guard_pp_table_abs64:
            detach; TracerPid may still show the dying tracer then): give back */
         cmp r14, 11
         jne 15f
-        cmp dword ptr [r9 + 8], 2           /* SEGV_ACCERR */
-        jne 15f
-        mov rax, [r9 + 16]                  /* si_addr */
-        mov r12, [rbx + MT_GUARD_NRUNS]
-        lea r13, [rbx + MT_GUARD_RUNS]
-16:     test r12, r12
-        jz 15f
-        mov rdx, rax
-        sub rdx, [r13]
-        cmp rdx, [r13 + 8]
-        jb 17f
-        add r13, MT_GUARD_RUN_SIZE
-        dec r12
-        jmp 16b
-17:     mov rdx, [r13 + 16]                 /* the page's own protection allows it? */
-        test qword ptr [rbp + MT_UC_ERR], 16 /* an instruction fetch... */
-        jz 18f
-        test edx, 4                         /* ...from a page the program may run */
-        jnz 40f
-        jmp 15f
-18:     test edx, 1                         /* PROT_READ */
-        jz 15f
-        test qword ptr [rbp + MT_UC_ERR], 2 /* a write... */
-        jz 40f
-        test edx, 2                         /* ...to a page the program may write */
-        jnz 40f
+        OURS_OR 40f, 15f
         /* the tracer marks the thread it delivers a signal of the target's own to
            (MT_GUARD_DELIVER_TID); any other signal here means no tracer is left
            (TracerPid was asked before: a dying tracer still showed there, and the
@@ -1023,7 +1032,8 @@ mt_guard_pp_table_abs64:
 
         /* after it gave everything back: madtrace's death signal (SI_USER from its pid)
            and a fault on a page madtrace had protected (taken before, reported after)
-           end here; any other signal goes to the program's own action (30) */
+           that the page's own protection allows end here; any other signal goes to
+           the program's own action (30: a jump into its heap spun here for ever) */
 60:     cmp r14, 11
         jne 30b
         mov eax, [r9 + 8]                   /* si_code */
@@ -1033,34 +1043,7 @@ mt_guard_pp_table_abs64:
         cmp rax, [rbx + MT_GUARD_TRACER]
         jne 30b
         ret
-62:     cmp eax, 2                          /* SEGV_ACCERR */
-        jne 30b
-        mov rax, [r9 + 16]                  /* si_addr */
-        mov r12, [rbx + MT_GUARD_NRUNS]
-        lea r13, [rbx + MT_GUARD_RUNS]
-63:     test r12, r12
-        jz 30b
-        mov rdx, rax
-        sub rdx, [r13]
-        cmp rdx, [r13 + 8]
-        jb 64f                              /* open again: the instruction runs again */
-        add r13, MT_GUARD_RUN_SIZE
-        dec r12
-        jmp 63b
-        /* ...if the page's own protection allows the access: any other fault there
-           is the program's (a jump into its heap spun here for ever) */
-64:     mov rdx, [r13 + 16]
-        test qword ptr [rbp + MT_UC_ERR], 16 /* an instruction fetch */
-        jz 65f
-        test edx, 4                         /* PROT_EXEC */
-        jz 30b
-        ret
-65:     test edx, 1                         /* PROT_READ */
-        jz 30b
-        test qword ptr [rbp + MT_UC_ERR], 2 /* a write */
-        jz 66f
-        test edx, 2                         /* PROT_WRITE */
-        jz 30b
+62:     OURS_OR 66f, 30b                    /* open again: the instruction runs again */
 66:     ret
 mt_guard_end:
 

@@ -167,9 +167,7 @@ class DataEngine:
                 self._alias_all(rs, mappings)
                 self.paths = AccessPaths(self, self._rings)
                 self.paths.install(rs)
-                if self.tracee.launched:
-                    # rewritten code may never fault again: when madtrace dies, the kernel
-                    # sends the guard this signal, and it gives every page back
+                if self.tracee.launched:   # madtrace's death signals the guard: pages back
                     self.guard.set_tracer(os.getpid())
                     rs.call("prctl", PR_SET_PDEATHSIG, signal.SIGSEGV)
                     self.death_signal = True
@@ -178,7 +176,7 @@ class DataEngine:
                 outer = self.original_address
                 self.original_address = lambda rips: outer(self.paths.original_array(rips))
             if not self.tracee.launched:
-                self.guard.watch_tracer(rs)     # the same, through a pipe (guard.py)
+                self.guard.watch_tracer(rs)     # the same, through a pipe
             self.entry_hooks = entry_hooks_for(self, rs)
             inline = self.entry_hooks if self.entry_hooks.stubs else None
             if self.block_events:
@@ -228,8 +226,7 @@ class DataEngine:
         if not self.armed:
             return
         if self.area is not None and not self.area.loop.closed:
-            # the guard's table first: if the tracer dies between two mprotect calls,
-            # the guard restores every page that may be protected
+            # the guard's table first: a tracer dying between two mprotects is covered
             self.tables_changed()
         held = self.syscalls.held_open()     # open for another thread's running call
         runs = [(start, end) for start, end, prot in self.protected.runs() if prot] \

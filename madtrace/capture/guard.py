@@ -42,7 +42,7 @@ SA_NODEFER = 0x40000000
 SEGV_BIT = 1 << (SIGSEGV - 1)
 SIG_DFL, SIG_IGN = 0, 1
 AT_FDCWD, O_RDONLY, O_NONBLOCK, O_CLOEXEC, O_ASYNC = -100, 0, 0o4000, 0o2000000, 0o20000
-SYS_FCNTL, F_SETFL, F_SETOWN, F_SETSIG = 72, 4, 8, 10
+F_SETFL, F_SETOWN, F_SETSIG = 4, 8, 10
 
 
 def kernel_action(raw: bytes, signum: int) -> bytes:
@@ -134,9 +134,9 @@ class SegvGuard:
         finally:
             os.close(read_end)
         try:
-            rs.call(SYS_FCNTL, fd, F_SETOWN, rs.tracee.pid)
-            rs.call(SYS_FCNTL, fd, F_SETSIG, SIGSEGV)
-            rs.call(SYS_FCNTL, fd, F_SETFL, O_ASYNC | O_NONBLOCK)
+            rs.call("fcntl", fd, F_SETOWN, rs.tracee.pid)
+            rs.call("fcntl", fd, F_SETSIG, SIGSEGV)
+            rs.call("fcntl", fd, F_SETFL, O_ASYNC | O_NONBLOCK)
         except BaseException:
             rs.call("close", fd, check=False)
             os.close(write_end)

@@ -52,6 +52,7 @@ SYS = {  # x86-64 syscall numbers used by madtrace
     "read": 0, "write": 1, "close": 3, "mmap": 9, "mprotect": 10, "munmap": 11, "brk": 12,
     "rt_sigaction": 13, "rt_sigprocmask": 14, "getpid": 39, "gettid": 186, "ftruncate": 77,
     "openat": 257, "memfd_create": 319, "madvise": 28, "prctl": 157, "mremap": 25,
+    "fcntl": 72,
 }
 PROT_NONE, PROT_READ, PROT_WRITE, PROT_EXEC = 0, 1, 2, 4
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE = 0x01, 0x02, 0x10, 0x20, 0x100000
