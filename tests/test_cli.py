@@ -180,6 +180,19 @@ def test_output_exists_needs_force(tmp_path):
     one_line_error(madtrace("record", "--force", "-o", str(tmp_path / "notrace"), "--", *argv), 17,
                    "not a madtrace trace directory")
     assert (tmp_path / "notrace" / "precious").exists()
+    # what a recording killed before its meta.json leaves is replaced; not with a stranger in it
+    killed = tmp_path / "killed"
+    for sub in ("calls", "data"):
+        (killed / sub).mkdir(parents=True)
+    (killed / "maps.start.txt").write_text("")
+    (killed / "calls" / "1.rec").write_bytes(b"")
+    assert madtrace("record", "-q", "--force", "-o", str(killed), "--", *argv).returncode == 0
+    assert (killed / "meta.json").exists()
+    (tmp_path / "mixed" / "calls").mkdir(parents=True)
+    (tmp_path / "mixed" / "precious").write_text("x")
+    one_line_error(madtrace("record", "--force", "-o", str(tmp_path / "mixed"), "--", *argv), 17,
+                   "not a madtrace trace directory")
+    assert (tmp_path / "mixed" / "precious").exists()
 
 
 def test_corrupt_trace_directory(tmp_path):

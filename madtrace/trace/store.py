@@ -2,7 +2,9 @@
 layouts of what is in them: ``format``).
 
 A directory is never overwritten unless ``force`` is given: only a trace
-directory (one with a meta.json) or an empty one is replaced.
+directory (one with a meta.json, or a recording killed before it wrote one:
+a calls directory and nothing but what madtrace writes) or an empty one is
+replaced.
 """
 
 from __future__ import annotations
@@ -11,7 +13,13 @@ import os
 import shutil
 
 from ..errors import CorruptTraceError, OutputExistsError, writing
-from .format import BLOCKS_FILE, CALL_RECORDS, CALLS_DIR, META_FILE, STORE_DIR
+from .format import (BLOCKS_FILE, CALL_RECORDS, CALLS_DIR, DATA_DIR, EXEC_DIR_PREFIX,
+                     FORK_DIR_PREFIX, FUNCTIONS_FILE, MAPS_END_FILE, MAPS_START_FILE, META_FILE,
+                     STORE_DIR)
+
+# what a recording writes at the top of its directory
+_RECORDING_ENTRIES = {META_FILE, CALLS_DIR, DATA_DIR, STORE_DIR, FUNCTIONS_FILE, MAPS_START_FILE,
+                      MAPS_END_FILE}
 
 
 def create_trace_dir(path: str, force: bool) -> str:
@@ -24,7 +32,8 @@ def _create_trace_dir(path: str, force: bool) -> str:
         if not force:
             raise OutputExistsError(f"{path} already exists (use --force to overwrite it)")
         if os.path.isdir(path) and not os.path.islink(path):
-            if not os.path.exists(os.path.join(path, META_FILE)) and os.listdir(path):
+            if not os.path.exists(os.path.join(path, META_FILE)) and os.listdir(path) \
+                    and not _killed_recording(path):
                 raise OutputExistsError(
                     f"{path} exists and is not a madtrace trace directory; not overwriting it")
             shutil.rmtree(path)
@@ -32,6 +41,15 @@ def _create_trace_dir(path: str, force: bool) -> str:
             os.unlink(path)
     os.makedirs(path)
     return path
+
+
+def _killed_recording(path: str) -> bool:
+    """A recording killed before it wrote meta.json: its calls directory, and
+    only names a recording writes."""
+    entries = os.listdir(path)
+    return CALLS_DIR in entries and all(
+        e in _RECORDING_ENTRIES or e.startswith((EXEC_DIR_PREFIX, FORK_DIR_PREFIX))
+        for e in entries)
 
 
 def default_trace_dir(base: str = "madtrace.data") -> str:
