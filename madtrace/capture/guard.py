@@ -9,9 +9,10 @@ A live tracer never lets its own faults and traps reach the target, so the
 guard runs only for a signal of the target's own that the tracer delivers
 (it names the thread first: ``delivering``), or when no tracer is left:
 then it gives every page its original protection back (the runs table,
-kept current by ``update``), writes back finished slots, takes the breakpoints out (``add_breakpoint``), gives calls that were
-to return through a trap their real return address (``set_trap``), puts the
-target's own actions back, and the program goes on.
+kept current by ``update``), writes back finished slots, takes the
+breakpoints out (``add_breakpoint``), gives calls that were to return
+through a trap their real return address (``set_trap``), puts the target's
+own actions back, and the program goes on.
 
 The target's own ``rt_sigaction(SIGSEGV, ...)`` calls are answered from the
 table (``emulate``), so the target sees and sets its own action exactly as
@@ -123,10 +124,10 @@ class SegvGuard:
         """Attached (no death signal of a parent): a pipe whose only writer is
         madtrace; the target holds its read end with O_ASYNC, owner itself and
         F_SETSIG SIGSEGV, so that the kernel signals the target when madtrace
-        dies, whatever kills it, and the guard gives every page back before a
-        thread faults (a first fault in a thread that blocks SIGSEGV, as a new
-        glibc thread does at its start, makes the kernel reset the action to
-        SIG_DFL: the target died of it)."""
+        dies, whatever kills it, and the guard gives every page back then, not
+        only at the next fault (a first fault in a thread that blocks SIGSEGV,
+        as a new glibc thread does at its start, makes the kernel reset the
+        action to SIG_DFL).  README, Known limits: what it did not cure."""
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         try:
             rs.tracee.mem.write(self.scratch, f"/proc/{os.getpid()}/fd/{read_end}".encode() + b"\0")
