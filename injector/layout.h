@@ -196,12 +196,12 @@
                                         the address itself (capture/alias.py) */
 #define MT_GUARD_BITMAP_SIZE  75528  /* u64: its size */
 #define MT_GUARD_TRACER       75536  /* u64: madtrace's pid (the sender of its death signal) */
-#define MT_GUARD_DEATH_FD     75552  /* u64: the target's fd of madtrace's death pipe (0: none):
-                                        SIGSEGV with si_code SI_SIGIO and this si_fd when
-                                        madtrace dies (capture/guard.py watch_tracer) */
 #define MT_GUARD_DELIVER_TID  75544  /* u64: the thread the tracer delivers a signal of the
                                         target's own to (0: none): the guard hands that one to
                                         the target's action; any other means no tracer */
+#define MT_GUARD_DEATH_FD     75552  /* u64: the target's fd of madtrace's death pipe (0: none):
+                                        SIGSEGV with si_code SI_SIGIO and this si_fd when
+                                        madtrace dies (capture/guard.py watch_tracer) */
 #define MT_UC_RIP             168    /* offsetof(ucontext_t, uc_mcontext.gregs[REG_RIP]) */
 #define MT_UC_ERR             192    /* offsetof(ucontext_t, uc_mcontext.gregs[REG_ERR]) */
 #define MT_GUARD_CODE         151552 /* page-aligned, after the table */

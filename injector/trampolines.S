@@ -866,14 +866,13 @@ mt_guard_pp_table_abs64:
         /* a fault on a page madtrace protected is never the target's own: a live
            tracer takes every such fault itself, so its tracer is dead or dying (a
            thread stopped at such a fault when madtrace was killed gets it at the
-           detach; TracerPid may still show the dying tracer then): give back */
+           detach): give back, even on a thread marked below */
         cmp r14, 11
         jne 15f
         OURS_OR 40f, 15f
         /* the tracer marks the thread it delivers a signal of the target's own to
            (MT_GUARD_DELIVER_TID); any other signal here means no tracer is left
-           (TracerPid was asked before: a dying tracer still showed there, and the
-           guard put itself aside for a fault of madtrace's, killing the target) */
+           (not TracerPid: a dying tracer still shows there) */
 15:     mov eax, 186                        /* gettid */
         syscall
         cmp rax, [rbx + MT_GUARD_DELIVER_TID]

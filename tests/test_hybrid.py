@@ -23,7 +23,7 @@ from madtrace.trace.compact import InstructionColumns
 from madtrace.trace.reader import iter_access_chunks
 
 from .test_data import _ranges_from_stderr, compare_with_lackey, sections
-from .util import MADTRACE, ROOT, detach_after, madtrace, prog, start_data_tracing
+from .util import detach_after, madtrace, prog, start_data_tracing
 
 HYBRID = ["--data-engine", "hybrid"]
 
@@ -139,16 +139,9 @@ def test_target_finishes_when_the_tracer_is_killed_in_a_probed_loop(tmp_path):
 def output_when_killed(tmp_path, argv: list[str], after: float) -> bytes:
     """The program's output when madtrace recording it is SIGKILLed ``after``
     seconds into data tracing."""
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    tracer = subprocess.Popen([*MADTRACE, "record", "--data", "--no-functions", *HYBRID, "-o",
-                               str(tmp_path / "t"), "--", *argv],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    tracer = start_data_tracing(["record", "--data", "--no-functions", *HYBRID, "-o",
+                                 str(tmp_path / "t"), "--", *argv])
     try:
-        for line in tracer.stderr:
-            if b"tracing data accesses" in line:
-                break
-        else:
-            pytest.fail("madtrace never started data tracing")
         import time
         time.sleep(after)
         os.kill(tracer.pid, signal.SIGKILL)

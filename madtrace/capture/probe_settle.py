@@ -7,17 +7,13 @@ instruction otherwise (single steps).  Split from rewriting.py."""
 
 from __future__ import annotations
 
-import signal
-
 from ..arch.x86_64.function_copy import FRAME as STUB_FRAME
 from ..arch.x86_64.function_copy import Probe
 from ..arch.x86_64.jump_stubs import pushf_offset
 from ..errors import TracerInternalError
 from ..process import ptrace_raw as pr
-from ..process.events import SignalStop
+from ..process.events import INSTRUCTION_FAULTS, SignalStop
 from .alias import ALIAS_BIT
-
-FAULTS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
 
 
 class ProbeSettler:
@@ -31,7 +27,7 @@ class ProbeSettler:
         copy = self.rw.copy_at(regs.rip)
         stub = copy.stub_at(regs.rip) if copy is not None else None
         if stub is not None:
-            return self._settle_stub(tid, regs, stub, synchronous)
+            return self._settle_stub(tid, regs, stub)
         probe = copy.probe_at(regs.rip) if copy is not None else None
         if probe is None:
             return regs
@@ -69,7 +65,7 @@ class ProbeSettler:
         self.rw.tracee.set_regs(regs, tid)
         return regs
 
-    def _settle_stub(self, tid: int, regs, stub, synchronous: bool):
+    def _settle_stub(self, tid: int, regs, stub):
         """A thread in an indirect jump's stub: back to the jump up to the stub's
         pushfq (its target's load may read traced memory: stepping it faulted for
         ever at detach), on to the jump's target after it (the stub's table and
@@ -132,7 +128,7 @@ class ProbeSettler:
             pr.singlestep(tid, 0)
             state.running = True
             event = self.rw.tracee.wait_event(block=True, tid=tid)
-            if isinstance(event, SignalStop) and event.signum in FAULTS:
+            if isinstance(event, SignalStop) and event.signum in INSTRUCTION_FAULTS:
                 raise StepFaulted(f"thread {tid}: signal {event.signum} at "
                                   f"{self.rw.tracee.get_regs(tid).rip:#x} while moved out of a copy")
             if isinstance(event, SignalStop) and event.signum != 5:

@@ -40,10 +40,9 @@ import numpy as np
 from ..binary.maps import read_maps
 from ..errors import MadtraceError
 from ..process import ptrace_raw as pr
-from ..process.events import SignalStop, ThreadExited, ThreadKilled, TrapStop
+from ..process.events import INSTRUCTION_FAULTS, SignalStop, ThreadExited, ThreadKilled, TrapStop
 from ..process.remote_syscall import RemoteSyscalls
 
-_FAULTS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
 STEP_LIMIT = 4096      # instructions a thread may take to leave a trampoline
 
 
@@ -206,7 +205,7 @@ def step_until_out(tracee, tid: int, area) -> bool:
             event = tracee.wait_event(block=True, tid=tid)
             if event is None or isinstance(event, (ThreadExited, ThreadKilled)):
                 return True
-            if isinstance(event, SignalStop) and event.signum in _FAULTS:
+            if isinstance(event, SignalStop) and event.signum in INSTRUCTION_FAULTS:
                 # the instruction faulted (a data-traced page, or a real fault): not
                 # carried out, it faults again when the thread runs, where the engines
                 # see it; stepping stops here

@@ -27,7 +27,7 @@ from typing import Callable
 from ..errors import NoSuchProcessError
 from . import ptrace_raw as pr
 from .events import (GroupStop, PtraceEventStop, SignalStop, SyscallStop, ThreadExited,
-                     ThreadKilled, TrapStop, regenerated)
+                     ThreadKilled, TrapStop, keep_signal)
 from .tracee import Tracee, ThreadState, thread_group_of
 
 SIGTRAP = signal.SIGTRAP
@@ -406,17 +406,14 @@ class Controller:
                 try:
                     self.handle(event, tracee)
                 except Exception:
-                    # it stays stopped: detach resumes it (with its signal if it had one)
-                    if isinstance(event, SignalStop) and not regenerated(event):
-                        state.pending_signal = event.signum
+                    keep_signal(state, event)   # it stays stopped: detach resumes it
             releases = self.hooks(tracee).release
             if releases and tracee.threads:
                 try:     # the resumed threads again, keeping their own signals for the detach
                     for event in self._stop_settled(tracee):
                         state = tracee.threads.get(event.tid)
-                        if isinstance(event, SignalStop) and state is not None \
-                                and not regenerated(event):
-                            state.pending_signal = event.signum
+                        if state is not None:
+                            keep_signal(state, event)
                 except NoSuchProcessError:
                     pass
                 for hook in releases:

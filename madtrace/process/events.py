@@ -16,6 +16,8 @@ from . import ptrace_raw as pr
 
 STOP_SIGNALS = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU})
 FAULT_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS})
+# raised by an instruction, which is then not carried out (a single step stops at it)
+INSTRUCTION_FAULTS = FAULT_SIGNALS | {signal.SIGILL, signal.SIGFPE}
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,15 @@ def regenerated(event) -> bool:
     and runs again when the thread resumes where it was, faulting again if it
     still must.  Kept for delivery instead, it killed a target at detach: the
     page protection that raised it was gone, the injected SIGSEGV was not."""
-    return isinstance(event, SignalStop) and event.signum in (7, 11) and event.si_code > 0
+    return isinstance(event, SignalStop) and event.signum in FAULT_SIGNALS and event.si_code > 0
+
+
+def keep_signal(state, event) -> None:
+    """A signal met at a stop of madtrace's (``state``: the thread's ThreadState):
+    the target's own is delivered when the thread next resumes; a regenerated
+    fault is not."""
+    if isinstance(event, SignalStop) and not regenerated(event):
+        state.pending_signal = event.signum
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from ..errors import (CommandNotFoundError, KernelThreadError, NoSuchProcessError, NotElfError,
                       PermissionDeniedError, TracerInternalError)
 from . import ptrace_raw as pr
-from .events import (Event, GroupStop, PtraceEventStop, SignalStop, ThreadExited,
-                     ThreadKilled, TrapStop, decode_status, regenerated)
+from .events import (Event, GroupStop, PtraceEventStop, ThreadExited,
+                     ThreadKilled, TrapStop, decode_status, keep_signal)
 from .memory import ProcessMemory
 
 BASE_OPTIONS = (pr.PTRACE_O_TRACESYSGOOD | pr.PTRACE_O_TRACECLONE | pr.PTRACE_O_TRACEEXEC
@@ -540,8 +540,7 @@ class Tracee:
         """stop_all, keeping the target's own signals pending for delivery at detach."""
         try:
             for event in self.stop_all():
-                if isinstance(event, SignalStop) and not regenerated(event):
-                    self.threads[event.tid].pending_signal = event.signum
+                keep_signal(self.threads[event.tid], event)
         except NoSuchProcessError:
             pass
 
