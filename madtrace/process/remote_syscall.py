@@ -162,10 +162,9 @@ class RemoteSyscalls:
           kernel restarts it on the way out of a signal or trap stop, not of our
           call's exit stop: the thread goes on to a PTRACE_INTERRUPT trap;
         * else the call's exit stop serves.
-        The thread reaches that stop with the call's registers (a tracer killed
-        meanwhile leaves it the slot's restore code) and gets its own there (the
-        kernel's own restart, if the tracer dies after); a queued signal of its
-        own is enough at the exit stop (the kernel restarts on the way out)."""
+        What makes it leave our exit stop (a queued signal, a pending trap) is set
+        before its registers: a tracer killed in between leaves it the slot's
+        restore code, and after, the kernel's own restart."""
         saved = self._saved_regs
         if not self._at_exit:           # never resumed, or a call abandoned: as it is
             if self._left and isinstance(self._event, SignalStop) and not regenerated(self._event):
@@ -174,8 +173,8 @@ class RemoteSyscalls:
             return
         if isinstance(self._event, SignalStop):
             pr.tgkill(self.tracee.pid, self.tid, self._event.signum)
-            self._to_stop(state, self._event.signum)
             pr.set_regs(self.tid, saved)
+            self._to_stop(state, self._event.signum)
             if self._siginfo is not None:
                 pr.set_siginfo(self.tid, self._siginfo)
         elif call_page.needs_restart(saved):
@@ -183,10 +182,11 @@ class RemoteSyscalls:
                 self._requeue.insert(0, state.pending_signal)
                 state.pending_signal = 0
                 self._send_requeued()
+                pr.set_regs(self.tid, saved)
             else:
                 pr.interrupt(self.tid)
+                pr.set_regs(self.tid, saved)
                 self._to_stop(state, None)
-            pr.set_regs(self.tid, saved)
         else:
             pr.set_regs(self.tid, saved)
 
