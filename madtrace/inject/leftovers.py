@@ -7,8 +7,7 @@ goes on correctly.  The next session on that process, before it installs
 anything (every thread stopped), finds and removes all of it:
 
 * areas: every mapping of a memfd named ``madtrace-*`` (areas.py).  No live
-  session can own one (a process has one tracer, and that is us now) but for
-  our own call page (process/call_page.py), mapped by our first remote call;
+  session can own one: a process has one tracer, and that is us now;
 * recording off in the old rings (a control block is known by its magic), so
   that a thread still inside a trampoline leaves it without waiting;
 * trampolines: each 16-byte boundary of an old code area is tried against
@@ -114,12 +113,7 @@ def recover(tracee, space) -> Found:
     """Find and remove what an earlier session left (every thread stopped)."""
     found = Found()
     maps = read_maps(tracee.pid)
-    ours = tracee.call_page.address if tracee.call_page is not None else None
-    areas = [a for a in orphan_areas(maps) if a.address != ours]     # this session's
-    for area in areas:
-        # a thread the killed tracer had lent may still be in its restore code:
-        # straight code, run on to the thread's own rip (process/call_page.py)
-        area.steppable |= area.name == "madtrace-calls"
+    areas = orphan_areas(maps)
     if not areas:
         return found
     found.areas = len(areas)

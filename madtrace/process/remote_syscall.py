@@ -2,18 +2,15 @@
 
 ``RemoteSyscalls`` is a scope guard (as rr's AutoRemoteSyscalls): on entry it
 saves the stopped thread's registers, including ``orig_rax``; each call loads
-the syscall number and arguments, points rip at the ``syscall`` instruction of
-a slot of the call page (call_page.py) and runs the thread with PTRACE_SYSCALL
-to that call's exit stop; on exit the saved registers are restored exactly, so
-a thread that was stopped inside a blocking syscall (rax = -ERESTARTSYS...,
-orig_rax = its number) restarts that syscall normally (pitfall 3: at the
-call's exit stop the tracer makes the restart itself, ``call_page.continuation``;
-with a signal of the thread's own to deliver, the signal is queued and the
-kernel decides between the restart and EINTR).  No trap is ever raised: a
-tracer killed during a scope leaves the thread to the slot's restore code,
-which gives it its own registers back (call_page.py).  The call page itself is
-mapped by the first scope of a process, through a ``syscall`` instruction of
-the vDSO (or of an executable mapping), with nothing to restore it then.
+the syscall number and arguments, points rip at a ``syscall; int3`` gadget and
+continues to the int3; on exit the saved registers are restored exactly, so a
+thread that was stopped inside a blocking syscall (rax = -ERESTARTSYS...,
+orig_rax = its number) restarts that syscall normally (pitfall 3).
+
+The gadget: three bytes written over the executable's entry point (``_start``
+runs once, at start-up, never again) for the duration of the scope, and
+restored when it ends.  No other thread may run the executable's entry code
+while a scope is open (none does after start-up).
 
 The thread must be in a stop where a changed rip and rax reach user space
 intact (rr's AutoRemoteSyscalls makes the same distinction):
@@ -30,7 +27,6 @@ intact (rr's AutoRemoteSyscalls makes the same distinction):
 * a vfork parent (it would wait for its child), an exiting thread, a
   job-control-stopped one (PTRACE_CONT would end its stop): not usable.
 Without an explicit thread, a usable one is chosen, the main thread first.
-After the scope the thread's ``last_event`` is the stop it was lent from.
 """
 
 from __future__ import annotations
@@ -44,11 +40,11 @@ from ..errors import TargetMemoryError, TracerInternalError
 from . import ptrace_raw as pr
 from .events import (EVENT_NAMES, GroupStop, PtraceEventStop, SignalStop, SyscallStop, ThreadExited,
                      ThreadKilled, TrapStop, regenerated)
-from . import call_page
 from .cpu import last_cpu
 from .tracee import Tracee
 
-MFD_CLOEXEC = 1
+GADGET = b"\x0f\x05\xcc"  # syscall; int3
+SIGTRAP = 5
 SYS_FUTEX = 202
 PATIENCE = 0.005           # seconds a patient call runs before the tracer looks why
 
@@ -89,17 +85,11 @@ class RemoteSyscalls:
     def __init__(self, tracee: Tracee, tid: int | None = None):
         """``tid``: the thread to use (it must be stopped); without one, a usable
         stopped thread of ``tracee`` is chosen, the main thread first."""
-        if not tracee.options & pr.PTRACE_O_TRACESYSGOOD:
-            raise TracerInternalError("remote system calls need PTRACE_O_TRACESYSGOOD")
         self.tracee = tracee
         self.tid = tid
-        self.slot = 0                   # the call page's slot of this scope
-        self._syscall_at = 0            # the syscall instruction calls run
+        self.gadget = tracee.auxv_entry()
         self._saved_regs: pr.UserRegs | None = None
-        self._event = None              # the stop the thread was lent from
-        self._at_exit = False           # the thread is at the exit stop of a call of ours
-        self._left = False              # it left the stop it was lent from
-        self._siginfo: pr.SigInfo | None = None    # that stop's, if a signal-delivery stop
+        self._saved_code: bytes | None = None
         self._requeue: list[int] = []   # signals that arrived while one was already pending
 
     @property
@@ -119,114 +109,20 @@ class RemoteSyscalls:
                 raise TracerInternalError(
                     f"thread {self.tid} cannot run a system call now ({describe_stop(state)})")
         self._saved_regs = self._prepare(self.tid, where)
-        self._event = self.tracee.threads[self.tid].last_event
-        self._siginfo = pr.get_siginfo(self.tid) if isinstance(self._event, SignalStop) else None
+        self._saved_code = self.tracee.mem.read(self.gadget, len(GADGET))
+        self.tracee.mem.write(self.gadget, GADGET)
         self._pin()
-        try:
-            page = self.tracee.call_page
-            if page is None:
-                self._syscall_at = syscall_instruction(self.tracee)
-                page = self.tracee.call_page = self._map_call_page()
-            self.slot = page.take()
-            if self.slot is None:
-                raise TracerInternalError(f"more than {call_page.SLOTS} remote-call scopes at once "
-                                          f"in process {self.tracee.pid}")
-            self._syscall_at = self.slot + call_page.SYSCALL_AT
-            self.tracee.mem.write(self.slot + call_page.REGS_AT,
-                                  bytes(call_page.continuation(self._saved_regs)))
-        except BaseException:
-            self.__exit__()
-            raise
         return self
 
     def __exit__(self, *exc) -> None:
         try:
-            state = self.tracee.threads.get(self.tid)
-            if state is not None and not state.gone:
-                self._give_back(state)
-                state.last_event = self._event
+            self.tracee.mem.write(self.gadget, self._saved_code)
         finally:
-            if self.slot:
-                self.tracee.call_page.give_back(self.slot)
-                self.slot = 0
             self._unpin()
-            self._send_requeued()
-
-    def _give_back(self, state) -> None:
-        """The thread's own registers, in a stop of the kind it was lent from.
-
-        * From a signal-delivery stop: that signal is queued again and the thread
-          taken to its delivery stop, with the original siginfo, so that the
-          tracer's resume delivers or suppresses it as it would have;
-        * a call interrupted by the stop (-ERESTART*, no signal to deliver): the
-          kernel restarts it on the way out of a signal or trap stop, not of our
-          call's exit stop: the thread goes on to a PTRACE_INTERRUPT trap;
-        * else the call's exit stop serves.
-        What makes it leave our exit stop (a queued signal, a pending trap) is set
-        before its registers: a tracer killed in between leaves it the slot's
-        restore code, and after, the kernel's own restart."""
-        saved = self._saved_regs
-        if not self._at_exit:           # never resumed, or a call abandoned: as it is
-            if self._left and isinstance(self._event, SignalStop) and not regenerated(self._event):
-                self._requeue.insert(0, self._event.signum)     # (a fault comes again)
-            pr.set_regs(self.tid, saved)
-            return
-        if isinstance(self._event, SignalStop):
-            pr.tgkill(self.tracee.pid, self.tid, self._event.signum)
-            pr.set_regs(self.tid, saved)
-            self._to_stop(state, self._event.signum)
-            if self._siginfo is not None:
-                pr.set_siginfo(self.tid, self._siginfo)
-        elif call_page.needs_restart(saved):
-            if state.pending_signal:       # resuming from a trap stop would drop it
-                self._requeue.insert(0, state.pending_signal)
-                state.pending_signal = 0
-                self._send_requeued()
-                pr.set_regs(self.tid, saved)
-            else:
-                pr.interrupt(self.tid)
-                pr.set_regs(self.tid, saved)
-                self._to_stop(state, None)
-        else:
-            pr.set_regs(self.tid, saved)
-
-    def _send_requeued(self) -> None:
-        for signum in self._requeue:
-            pr.tgkill(self.tracee.pid, self.tid, signum)
-        self._requeue.clear()
-
-    def _to_stop(self, state, signum: int | None) -> None:
-        """On from our call's exit stop to the delivery stop of ``signum`` (None: to
-        the trap of a PTRACE_INTERRUPT); other signals met first are queued again."""
-        pr.cont(self.tid, 0)
-        state.running = True
-        while True:
-            event = self.tracee.wait_event(block=True, tid=self.tid)
-            if event is None or isinstance(event, (ThreadExited, ThreadKilled)):
-                return
-            if signum is None and isinstance(event, TrapStop):
-                return
-            if isinstance(event, SignalStop):
-                if event.signum == signum:
-                    return
-                self._keep_signal(state, event)
-            pr.cont(self.tid, 0)
-            state.running = True
-
-    def _map_call_page(self) -> call_page.CallPage:
-        """The call page (call_page.py), through a syscall instruction found in the
-        target: a tracer killed during these four calls leaves the thread with
-        their registers (the only calls not covered)."""
-        scratch = (self._saved_regs.rsp - 4096) & ~15       # well below the red zone
-        self.tracee.mem.write(scratch, call_page.NAME.encode() + b"\0")
-        fd = self.call("memfd_create", scratch, MFD_CLOEXEC)
-        try:
-            self.call("ftruncate", fd, call_page.SIZE)
-            address = self.mmap(0, call_page.SIZE, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0)
-        finally:
-            self.call("close", fd, check=False)
-        self.tracee.mem.write(address, call_page.page_image())
-        return call_page.CallPage(address, self.tracee.pid)
+            pr.set_regs(self.tid, self._saved_regs)
+            for signum in self._requeue:
+                pr.tgkill(self.tracee.pid, self.tid, signum)
+            self._requeue.clear()
 
     def _pin(self) -> None:
         """The thread runs on the tracer's CPU for the scope: each call is then a
@@ -274,7 +170,7 @@ class RemoteSyscalls:
 
     def _prepare(self, tid: int, where: str) -> pr.UserRegs:
         """The registers to restore at the end, with the thread in a stop where the
-        call's rip and rax survive the resume."""
+        gadget's rip and rax survive the resume."""
         if where == FINISH:
             where = self._finish_syscall(tid)
         regs = pr.get_regs(tid)
@@ -298,22 +194,23 @@ class RemoteSyscalls:
             if isinstance(event, (ThreadExited, ThreadKilled)) or event is None:
                 raise TracerInternalError(f"thread {tid} died before a remote syscall")
             where = stop_kind(self.tracee.threads[tid])
-            if isinstance(event, SignalStop) and not regenerated(event):
-                # the thread is lent from this stop: its signal is delivered at the resume
-                if state.pending_signal and state.pending_signal != event.signum:
-                    self._requeue.append(event.signum)
-                else:
-                    state.pending_signal = event.signum
+            if isinstance(event, SignalStop):
+                self._keep_signal(state, event)
             if where is not None:
                 return where
             pr.syscall(tid, 0)
             state.running = True
 
     def _keep_signal(self, state, event) -> None:
-        """The target's own signal arrived during a call: queued again at the end
-        (a fault of its own instruction is not: it comes again)."""
-        if not regenerated(event):
-            self._requeue.append(event.signum)
+        """The target's own signal arrived meanwhile: delivered when the thread
+        resumes (a fault of its own instruction is not: it comes again)."""
+        if regenerated(event):
+            return
+        signum = event.signum
+        if state.pending_signal and state.pending_signal != signum:
+            self._requeue.append(signum)   # sent again at the end: never lost
+        else:
+            state.pending_signal = signum
 
     def call(self, name: str, *args: int, check: bool = True) -> int:
         """Run syscall ``name`` (or a number) with up to 6 arguments; returns rax
@@ -322,25 +219,21 @@ class RemoteSyscalls:
         regs = self._saved_regs.copy()
         regs.rax = nr
         regs.orig_rax = NO_SYSCALL  # not in a syscall: no restart logic on resume
-        regs.rip = self._syscall_at
+        regs.rip = self.gadget
         for reg, value in zip(("rdi", "rsi", "rdx", "r10", "r8", "r9"), args):
             setattr(regs, reg, value & 0xFFFFFFFFFFFFFFFF)
         pr.set_regs(self.tid, regs)
         state = self.tracee.threads[self.tid]
-        result = self._run(state, regs).rax
+        result = self._run_to_trap(state, regs).rax
         if check and result >= 0xFFFFFFFFFFFFF001:
             raise RemoteSyscallError(str(name), -(result - (1 << 64)))
         return result
 
-    def _run(self, state, regs: pr.UserRegs, patient: bool = False) -> pr.UserRegs:
-        """Resume to the exit stop of the system call at ``self._syscall_at`` (a
-        called function returns to it); returns the registers there (in
-        ``regs``).  ``patient``: see ``call_function``."""
-        self._at_exit = False
-        self._left = True
-        after = self._syscall_at + SYSCALL_INSN_LEN
-        ours = 0                      # stops of our system call seen: its entry, its exit
-        pr.syscall(self.tid, 0)
+    def _run_to_trap(self, state, regs: pr.UserRegs, patient: bool = False) -> pr.UserRegs:
+        """Continue to the gadget's int3; returns the registers there (in ``regs``).
+        ``patient``: see ``call_function``."""
+        trap_rip = self.gadget + len(GADGET)
+        pr.cont(self.tid, 0)
         state.running = True
         deadline = time.monotonic() + PATIENCE if patient else None
         interrupted = False
@@ -355,22 +248,11 @@ class RemoteSyscalls:
                 continue
             if isinstance(event, (ThreadExited, ThreadKilled)) or event is None:
                 raise TracerInternalError(f"thread {self.tid} died during a remote syscall")
-            if isinstance(event, SyscallStop):
-                # by rip: a thread lent from a syscall-entry stop first reports the
-                # exit of the call it skips, a called function the stops of its own
-                ours += pr.get_regs(self.tid, regs).rip == after
-                if ours == 2:
-                    self._at_exit = True
-                    return regs
-            if isinstance(event, TrapStop):
-                pr.get_regs(self.tid, regs)
-            if interrupted and isinstance(event, (SyscallStop, TrapStop)):
-                # the interrupt's stop (any ptrace stop clears a pending interrupt:
-                # the exit stop of the call it broke, with -ERESTARTSYS, often)
-                if regs.orig_rax == SYS_FUTEX and (isinstance(event, TrapStop) or
-                                                   regs.rax == (1 << 64) - call_page.ERESTARTSYS):
-                    # back in its own registers from this stop (_give_back)
-                    self._at_exit = isinstance(event, SyscallStop)
+            if isinstance(event, SignalStop) and event.signum == SIGTRAP and \
+                    pr.get_regs(self.tid, regs).rip == trap_rip:
+                return regs
+            if patient and isinstance(event, TrapStop) and interrupted:
+                if pr.get_regs(self.tid, regs).orig_rax == SYS_FUTEX:
                     raise RemoteCallBlocked(f"thread {self.tid} waits on a lock in a remote call")
                 interrupted, deadline = False, time.monotonic() + PATIENCE
             elif patient and isinstance(event, SignalStop) and event.signum in (7, 11):
@@ -379,14 +261,13 @@ class RemoteSyscalls:
                                           f"{pr.get_siginfo(self.tid).si_addr:#x}")
             elif isinstance(event, SignalStop):
                 self._keep_signal(state, event)
-            pr.syscall(self.tid, 0)
+            pr.cont(self.tid, 0)
             state.running = True
 
     def call_function(self, address: int, *args: int, patient: bool = False) -> int:
         """Call a function of the target (SysV ABI, up to 6 integer arguments) and
-        return rax.  Its return address is the slot's return point (a getpid the
-        tracer stops at, rax in rdi); its stack frame goes well below the
-        thread's red zone, 16-byte aligned as at any call.
+        return rax.  Its return address is the gadget's int3; its stack frame goes
+        well below the thread's red zone, 16-byte aligned as at any call.
         ``patient``: a call that waits on a lock (a futex system call, looked at
         after PATIENCE seconds) is abandoned (RemoteCallBlocked): the lock may be
         held by a thread the tracer keeps stopped; a fault is an error."""
@@ -395,17 +276,17 @@ class RemoteSyscalls:
         regs.rax = 0
         regs.rip = address
         rsp = ((self._saved_regs.rsp - 8192) & ~15) - 8
-        self.tracee.mem.write_u64(rsp, self.slot)          # returns onto the return point
+        self.tracee.mem.write_u64(rsp, self.gadget + 2)  # returns onto the int3
         regs.rsp = rsp
         for reg, value in zip(("rdi", "rsi", "rdx", "rcx", "r8", "r9"), args):
             setattr(regs, reg, value & 0xFFFFFFFFFFFFFFFF)
         pr.set_regs(self.tid, regs)
         state = self.tracee.threads[self.tid]
         if not patient:
-            return self._run(state, regs).rdi
+            return self._run_to_trap(state, regs).rax
         last = state.last_event
         try:
-            return self._run(state, regs, patient=True).rdi
+            return self._run_to_trap(state, regs, patient).rax
         except RemoteCallBlocked:
             state.last_event = last        # the interrupt's stop is not the scope's
             raise
@@ -448,21 +329,3 @@ def describe_stop(state) -> str:
     if isinstance(event, GroupStop):
         return "job-control stopped"
     return type(event).__name__ if event is not None else "stopped"
-
-
-def syscall_instruction(tracee: Tracee) -> int:
-    """The address of a ``syscall`` instruction (0f 05) in an executable mapping
-    of the target, the vDSO's first: a remote call made there stops at its entry
-    and exit and never runs what follows."""
-    maps = [line.split() for line in open(f"/proc/{tracee.pid}/maps")]
-    executable = [m for m in maps if len(m) > 1 and "x" in m[1] and m[-1] != "[vsyscall]"]
-    executable.sort(key=lambda m: m[-1] != "[vdso]")
-    for fields in executable:
-        start, end = (int(x, 16) for x in fields[0].split("-"))
-        try:
-            at = tracee.mem.read(start, min(end - start, 1 << 20)).find(b"\x0f\x05")
-        except TargetMemoryError:
-            continue
-        if at >= 0:
-            return start + at
-    raise TracerInternalError(f"no syscall instruction found in process {tracee.pid}")
