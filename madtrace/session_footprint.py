@@ -49,6 +49,8 @@ class Footprints:
         released["bytes"] += sum(n for _, n in result.unmapped)
         released["returns_given_back"] = released.get("returns_given_back", 0) + result.returns
         released["kept"] += [{"area": name, "bytes": n, "why": why} for name, n, why in result.kept]
+        if result.ended:
+            released["ended_with_the_process"] = [{"area": n, "bytes": b} for n, b in result.ended]
 
     def _release_in_child(self, parent: Tracee, child: Tracee) -> None:
         """A fork child, after every engine undid its part there: madtrace's

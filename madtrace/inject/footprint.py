@@ -40,7 +40,8 @@ import numpy as np
 from ..binary.maps import read_maps
 from ..errors import MadtraceError
 from ..process import ptrace_raw as pr
-from ..process.events import INSTRUCTION_FAULTS, SignalStop, ThreadExited, ThreadKilled, TrapStop
+from ..process.events import (INSTRUCTION_FAULTS, PtraceEventStop, SignalStop, ThreadExited,
+                               ThreadKilled, TrapStop)
 from ..process.remote_syscall import RemoteSyscalls
 
 STEP_LIMIT = 4096      # instructions a thread may take to leave a trampoline
@@ -53,6 +54,8 @@ class Release:
     kept: list[tuple[str, int, str]] = field(default_factory=list)    # (name, bytes, why)
     returns: int = 0          # return addresses given back
     stepped: int = 0          # threads run out of a trampoline
+    # the process was ending (every thread at its exit event stop): these went with it
+    ended: list[tuple[str, int]] = field(default_factory=list)
 
     def line(self, pid: int) -> str:
         """One line for the user."""
@@ -113,6 +116,15 @@ class Footprint:
             if not copy:
                 self.areas = [a for a in self.areas if a.mapped]
             return result
+        if _ending(tracee):
+            # exit_group under way: no thread will run a user instruction again and
+            # the memory goes with the last one; nothing to take out, nothing kept
+            result.ended = [(a.name, a.size) for a in areas]
+            if not copy:
+                for area in areas:
+                    area.mapped = False
+                self.areas = [a for a in self.areas if a.mapped]
+            return result
         kept: dict[str, str] = {}             # group -> why
         result.stepped = _step_out(tracee, areas, kept)
         for source in self.return_sources:
@@ -150,6 +162,14 @@ class Footprint:
         if not copy:
             area.mapped = False
         result.unmapped.append((area.name, area.size))
+
+
+def _ending(tracee) -> bool:
+    """Every thread left is at its exit event stop: the process is ending."""
+    states = [s for s in tracee.threads.values() if not s.gone]
+    return bool(states) and all(
+        not s.running and isinstance(s.last_event, PtraceEventStop)
+        and s.last_event.event == pr.PTRACE_EVENT_EXIT for s in states)
 
 
 def _inside(areas, address: int):

@@ -280,14 +280,17 @@ class LiveSession:
 
     def _resume(self, events) -> None:
         """Give the stop events to the run loop's policy (which resumes their
-        threads), then resume the others."""
+        threads), then resume the others, except those whose stop an engine left
+        for the run loop (``Controller.deferred``: a data engine switched on or
+        off meets faults and system call stops; resumed here, the run loop later
+        resumed a running thread, ESRCH, and a deferred signal was lost)."""
         tracee = self.tracee
         for event in events:
             state = tracee.threads.get(event.tid)
             if state is not None and not state.running:
                 self.controller.handle(event)
         if tracee.threads:
-            tracee.resume_all()
+            tracee.resume_all(except_tids={event.tid for event in self.controller.deferred})
 
     def end(self, message: str) -> None:
         """The recording is over (tracer thread): answer and refuse what is queued."""
