@@ -117,6 +117,13 @@ def writing(path):
                           f"{exc.strerror or exc}") from None
 
 
+class LeftoversError(MadtraceError):
+    """The process still has what a killed session left that a new one cannot take
+    out safely (the hybrid data engine's memory aliases): refused, nothing changed."""
+
+    exit_code = 25
+
+
 class NoDataError(MadtraceError):
     """The trace lacks what an analysis needs (data accesses, call records, NUMA
     observations): record it again with the option the message names."""

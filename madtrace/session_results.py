@@ -98,7 +98,9 @@ class Results:
                                           "entries": engine.gate.entries,
                                           "arms": engine.gate.arms} if engine.gate else None,
                                  "guard": {"installed": engine.guard.installed if engine.guard else False,
-                                           "reinstalls": engine.guard.reinstalls if engine.guard else 0},
+                                           "reinstalls": engine.guard.reinstalls if engine.guard else 0,
+                                           "kernel_resets_undone":
+                                               engine.guard.resets_undone if engine.guard else 0},
                                  "held_stops": engine.held_stops,
                                  # vfork children that ran untraced in the shared memory
                                  "vfork_windows": engine.vfork.windows,

@@ -34,7 +34,7 @@ import urllib.request
 import pytest
 
 from .test_daemon import run, start_daemon, wait_gone
-from .util import MADTRACE, ROOT, madtrace_maps, prog, read_line, start_ready
+from .util import MADTRACE, ROOT, madtrace_maps, prog, read_line, start_data_tracing, start_ready
 
 CYCLES = 30
 
@@ -228,3 +228,45 @@ def test_thread_inside_the_bytes_to_patch_is_stepped_out(tmp_path, variant):
     finally:
         out, _ = target.communicate(timeout=60)
     assert out == b"calls=ok\n" and target.returncode == 0
+
+
+def test_a_killed_hybrid_session_is_refused_not_taken_out(tmp_path):
+    """attach --data (the hybrid engine), madtrace SIGKILLed once tracing; the
+    next attach finds the old session's aliases and refuses (exit 25), the
+    server untouched and answering.  The previous version read the old
+    guard's table at the wrong offsets ('cannot read 1 bytes at 0x3', exit
+    19); read right, taking the aliases and copies out under the program
+    killed the server 7 times in 8.  A server the SIGKILL itself took down
+    (README, Known limits) is replaced, up to 4 times."""
+    for attempt in range(4):
+        server, port = start_server(tmp_path)
+        try:
+            with RequestLoop(port) as loop:
+                while loop.answered < 3:
+                    time.sleep(0.05)
+                tracer = start_data_tracing(["attach", "--data", "--no-functions", "--duration", "60",
+                                             "-o", str(tmp_path / f"t{attempt}"), str(server.pid)])
+                time.sleep(0.5)
+                tracer.kill()
+                tracer.wait()
+                time.sleep(0.5)
+                if server.poll() is not None:
+                    continue
+                again = subprocess.run(MADTRACE + ["attach", "-q", "--data", "--no-functions", "--duration",
+                                                   "1", "-o", str(tmp_path / f"again{attempt}"),
+                                                   str(server.pid)],
+                                       capture_output=True, env=dict(os.environ, PYTHONPATH=ROOT),
+                                       timeout=120)
+                assert again.returncode == 25, again.stderr
+                assert b"hybrid data engine" in again.stderr and again.stderr.count(b"\n") == 1
+                answered = loop.answered
+                while loop.answered < answered + 3 and server.poll() is None:
+                    time.sleep(0.05)
+                assert server.poll() is None
+                with open(f"/proc/{server.pid}/status") as f:
+                    assert "TracerPid:\t0\n" in f.read()
+            return
+        finally:
+            server.kill()
+            server.wait()
+    pytest.fail("the SIGKILL of madtrace took the server down 4 times in 4")

@@ -66,7 +66,8 @@ def _run_in(tracee: Tracee, tid: int) -> None:
     with RemoteSyscalls(tracee, tid) as rs:
         _exercise(tracee, rs)
     if ready:
-        assert pr.get_regs(tid) == before
+        after = pr.get_regs(tid)
+        assert after == before, {k: (hex(v), hex(before.as_dict()[k])) for k, v in after.as_dict().items() if v != before.as_dict()[k]}
 
 
 def _launch_to_file(argv: list[str], out_path: str) -> Tracee:

@@ -120,10 +120,13 @@ def one_line_error(result: subprocess.CompletedProcess, code: int, needle: str) 
     assert lines[0].startswith("madtrace: ") and needle in lines[0], lines[0]
 
 
-def madtrace_maps(pid: int) -> list[str]:
-    """The lines of /proc/PID/maps that are madtrace's mappings (memfds madtrace-*)."""
+def madtrace_maps(pid: int, attached: bool = False) -> list[str]:
+    """The lines of /proc/PID/maps that are madtrace's mappings (memfds madtrace-*);
+    ``attached``: but for the call page a live session keeps for its remote
+    calls (process/call_page.py)."""
     with open(f"/proc/{pid}/maps") as f:
-        return [line.strip() for line in f if "/memfd:madtrace" in line]
+        return [line.strip() for line in f if "/memfd:madtrace" in line
+                and not (attached and "/memfd:madtrace-calls" in line)]
 
 
 def start_data_tracing(args: list) -> subprocess.Popen:

@@ -218,9 +218,12 @@ class AllocTracker:
     def _add(self, tid: int, kind: str, address: int, size: int, return_address: int,
              seq: int, next_order) -> int:
         site = self._site(return_address)
+        # the order first: it drains the rings, and an allocation met there (another
+        # thread's) takes the next id before this one ("block N out of order" before)
+        order = next_order()
         self.count += 1
         block_id = self.count
-        self.table.add(block_id, kind, address, size, site, tid, seq, next_order())
+        self.table.add(block_id, kind, address, size, site, tid, seq, order)
         # the address is reused: the freed block there is gone
         inner = self.live.block_added(self.freed, address, address + max(size, 1), block_id)
         if inner:       # operator new returns the block its malloc made

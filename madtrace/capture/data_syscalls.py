@@ -228,6 +228,7 @@ class SyscallGate:
             tracee.set_regs(regs, tid)
             if _signed(result) == 0:
                 engine.guard.answer_old(tracee.mem, signum, old)
+        engine.guard.look_for_reset(tracee.pid)
         if engine.guard.reinstall_due:
             # the target's own fault met the target's own action: the guard is back
             with RemoteSyscalls(tracee, tid) as rs:

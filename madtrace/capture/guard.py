@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 
 from ..errors import TracerInternalError
 from ..inject.templates import load_injector
@@ -42,6 +43,7 @@ SIGACTION_SIZE = 32     # kernel struct sigaction: handler, flags, restorer, mas
 SA_NODEFER = 0x40000000
 SEGV_BIT = 1 << (SIGSEGV - 1)
 SIG_DFL, SIG_IGN = 0, 1
+LOOK_INTERVAL = 0.02                 # seconds between two looks at SigCgt
 AT_FDCWD, O_RDONLY, O_NONBLOCK, O_CLOEXEC, O_ASYNC = -100, 0, 0o4000, 0o2000000, 0o20000
 F_SETFL, F_SETOWN, F_SETSIG = 4, 8, 10
 
@@ -68,6 +70,9 @@ class SegvGuard:
         self.scratch = self.code - 64
         self.truncated_runs = 0
         self.reinstalls = 0
+        self.lost = False                    # the kernel reset the action (look_for_reset)
+        self.resets_undone = 0
+        self._next_look = 0.0
         # the guard gave a fault of the target's own back to the target's action, and
         # the tracer delivered it: reinstall at the next system call exit
         self.pending_reinstall = False
@@ -243,7 +248,12 @@ class SegvGuard:
         self._write(self.L.MT_GUARD_DELIVER, kernel_action(raw, SIGSEGV))
 
     def reinstall(self, rs: RemoteSyscalls) -> None:
-        """After the guard handed a signal to the target's own action."""
+        """After the guard handed a signal to the target's own action, or the kernel
+        reset it (``look_for_reset``)."""
+        if self.lost and self.installed and not self.fired:
+            rs.call("rt_sigaction", SIGSEGV, self.table + self.L.MT_GUARD_SELF, 0, 8)
+            self.resets_undone += 1
+        self.lost = False
         if self.pending_reinstall and not self.installed and not self.fired:
             rs.call("rt_sigaction", SIGSEGV, self.table + self.L.MT_GUARD_SELF, 0, 8)
             self._u64(self.L.MT_GUARD_ACTIVE, 1)
@@ -256,7 +266,28 @@ class SegvGuard:
 
     @property
     def reinstall_due(self) -> bool:
-        return self.pending_reinstall or self.pending_trap_reinstall
+        return self.pending_reinstall or self.pending_trap_reinstall or self.lost
+
+    def look_for_reset(self, pid: int) -> None:
+        """Whether the kernel reset the SIGSEGV action to SIG_DFL behind the guard's
+        back (its bit gone from SigCgt in /proc/PID/status; looked at every
+        LOOK_INTERVAL seconds at most): a fault of madtrace's in a thread that
+        blocks SIGSEGV does (force_sig_info; glibc blocks every signal around a
+        thread's creation, in the creating thread and in the new one until it
+        runs its start function).  Seen on http.server in 2 of 3 attaches, from
+        2 s in to the end; a tracer killed then left every later fault, and the
+        death pipe's own signal, to SIG_DFL.  Put back at the next system call
+        exit (``reinstall``)."""
+        now = time.monotonic()
+        if now < self._next_look or not self.installed or self.fired or self.lost:
+            return
+        self._next_look = now + LOOK_INTERVAL
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                caught = int(f.read().split("SigCgt:", 1)[1].split(None, 1)[0], 16)
+        except (OSError, IndexError, ValueError):
+            return
+        self.lost = not caught & SEGV_BIT
 
     def delivering(self, signum: int, tid: int) -> None:
         """A SIGSEGV or SIGTRAP of the target's own is about to be delivered to

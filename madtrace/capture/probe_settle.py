@@ -7,6 +7,8 @@ instruction otherwise (single steps).  Split from rewriting.py."""
 
 from __future__ import annotations
 
+import signal
+
 from ..arch.x86_64.function_copy import FRAME as STUB_FRAME
 from ..arch.x86_64.function_copy import Probe
 from ..arch.x86_64.jump_stubs import pushf_offset
@@ -131,7 +133,7 @@ class ProbeSettler:
             if isinstance(event, SignalStop) and event.signum in INSTRUCTION_FAULTS:
                 raise StepFaulted(f"thread {tid}: signal {event.signum} at "
                                   f"{self.rw.tracee.get_regs(tid).rip:#x} while moved out of a copy")
-            if isinstance(event, SignalStop) and event.signum != 5:
+            if isinstance(event, SignalStop) and event.signum != signal.SIGTRAP:
                 state.pending_signal = state.pending_signal or event.signum
                 continue
             return self.rw.tracee.get_regs(tid)

@@ -111,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         args.argv = argv            # as given (the resident process runs it again: cmd_daemon)
         return COMMANDS[args.command].run(args)
     except MadtraceError as exc:
+        if os.environ.get("MADTRACE_DEBUG"):
+            import traceback
+            traceback.print_exc()
         print(f"madtrace: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

@@ -7,7 +7,8 @@ goes on correctly.  The next session on that process, before it installs
 anything (every thread stopped), finds and removes all of it:
 
 * areas: every mapping of a memfd named ``madtrace-*`` (areas.py).  No live
-  session can own one: a process has one tracer, and that is us now;
+  session can own one (a process has one tracer, and that is us now) but for
+  our own call page (process/call_page.py), mapped by our first remote call;
 * recording off in the old rings (a control block is known by its magic), so
   that a thread still inside a trampoline leaves it without waiting;
 * trampolines: each 16-byte boundary of an old code area is tried against
@@ -40,7 +41,7 @@ import numpy as np
 
 from ..arch.x86_64.encode import JMP_REL32
 from ..binary.maps import read_maps
-from ..errors import MadtraceError
+from ..errors import LeftoversError, MadtraceError
 from ..process.remote_syscall import RemoteSyscalls
 from .areas import MAPS_PREFIX, REL32_REACH, TargetArea
 from .footprint import Footprint, Release
@@ -113,9 +114,21 @@ def recover(tracee, space) -> Found:
     """Find and remove what an earlier session left (every thread stopped)."""
     found = Found()
     maps = read_maps(tracee.pid)
-    areas = orphan_areas(maps)
+    ours = tracee.call_page.address if tracee.call_page is not None else None
+    areas = [a for a in orphan_areas(maps) if a.address != ours]     # this session's
+    for area in areas:
+        # a thread the killed tracer had lent may still be in its restore code:
+        # straight code, run on to the thread's own rip (process/call_page.py)
+        area.steppable |= area.name == "madtrace-calls"
     if not areas:
         return found
+    if any(a.name == "madtrace-alias" for a in areas):
+        # the program's own traced memory is a shared memfd now, mapped twice, and
+        # functions run in copies that read the alias bitmap: taking them out needs
+        # what the killed session knew (README: Known limits); nothing is changed
+        raise LeftoversError(f"process {tracee.pid} still runs on a killed madtrace session's "
+                             "hybrid data engine (its traced memory aliased): a new session "
+                             "cannot take it out yet; the process runs on as it is")
     found.areas = len(areas)
     L = load_injector()
     rings = _recording_off(tracee.mem, areas, L)
@@ -281,12 +294,13 @@ def _shadow_returns(mem, rings: list[int], exit_stubs: set[int], L: Injector) ->
 
 
 def _undo_guard(tracee, area: TargetArea, L: Injector) -> str:
-    """What the old guard would do if it ran now, done from here."""
+    """What the old guard would do if it ran now, done from here (every field of
+    layout.h "The guard" is an offset in its table, MT_GUARD into the area)."""
     mem = tracee.mem
     table = area.address + L.MT_GUARD
     active, nruns, _fired, trap_active = struct.unpack("<QQQQ", mem.read(table, 32))
-    nbreaks = min(mem.read_u64(area.address + L.MT_GUARD_NBREAKS), L.MT_GUARD_MAX_BREAKS)
-    ntraps = min(mem.read_u64(area.address + L.MT_GUARD_NTRAPS), L.MT_GUARD_MAX_TRAPS)
+    nbreaks = min(mem.read_u64(table + L.MT_GUARD_NBREAKS), L.MT_GUARD_MAX_BREAKS)
+    ntraps = min(mem.read_u64(table + L.MT_GUARD_NTRAPS), L.MT_GUARD_MAX_TRAPS)
     nruns = min(nruns, L.MT_GUARD_MAX_RUNS)
     if not (active or trap_active or nruns or nbreaks or ntraps):
         return ""
@@ -304,23 +318,23 @@ def _undo_guard(tracee, area: TargetArea, L: Injector) -> str:
                 if data != mem.read(base + L.MT_DSLOT_ORIGINAL, length):
                     mem.write(address, data)
             mem.write_u64(base + L.MT_DSLOT_ADDR, 0)
-        breaks = area.address + L.MT_GUARD_BREAKS
+        breaks = table + L.MT_GUARD_BREAKS
         for i in range(nbreaks):
             address, byte, _prot = struct.unpack("<QQQ", mem.read(breaks + i * L.MT_GUARD_BREAK_SIZE, 24))
             if mem.read(address, 1) == b"\xcc":
                 mem.write(address, bytes([byte & 0xFF]))
-        traps = area.address + L.MT_GUARD_TRAPS
+        traps = table + L.MT_GUARD_TRAPS
         for i in range(ntraps):
             trap, ret, slot = struct.unpack("<QQQ", mem.read(traps + i * L.MT_GUARD_TRAP_SIZE, 24))
             if trap and mem.read_u64(slot) == trap:
                 mem.write_u64(slot, ret)
         if trap_active:
-            rs.call("rt_sigaction", SIGTRAP, area.address + L.MT_GUARD_TRAP_ACTION, 0, 8)
+            rs.call("rt_sigaction", SIGTRAP, table + L.MT_GUARD_TRAP_ACTION, 0, 8)
         if active:
             rs.call("rt_sigaction", SIGSEGV, table + L.MT_GUARD_ACTION, 0, 8)
     mem.write(table, struct.pack("<QQQQ", 0, 0, 1, 0))
-    mem.write_u64(area.address + L.MT_GUARD_NBREAKS, 0)
-    mem.write_u64(area.address + L.MT_GUARD_NTRAPS, 0)
+    mem.write_u64(table + L.MT_GUARD_NBREAKS, 0)
+    mem.write_u64(table + L.MT_GUARD_NTRAPS, 0)
     return (f"its data guard undone ({len(runs)} protected runs, {nbreaks} breakpoints, "
             f"signal actions back)")
 

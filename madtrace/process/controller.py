@@ -290,6 +290,8 @@ class Controller:
         self.forks_seen += 1
         child = Tracee(child_pid, launched=False, options=parent.options)
         child.threads[child_pid] = ThreadState(child_pid, running=True)
+        if parent.call_page is not None:     # a vfork child shares its parent's
+            child.call_page = parent.call_page if vfork else parent.call_page.inherit(child_pid)
         # the child's first stop (a TrapStop) may already have been read
         status = self._pending_foreign.pop(child_pid, None)
         if status is not None:
@@ -313,6 +315,12 @@ class Controller:
                 follow(child)
             child.resume(child_pid, 0)
             return
+        if child.call_page is not None:
+            try:
+                child.call_page.release(child)
+            except Exception as exc:     # it stays in the child, said
+                self.detach_failures.append(f"fork child {child_pid}: the call page: "
+                                            f"{type(exc).__name__}: {exc}")
         try:
             pr.detach(child_pid, 0)
         except NoSuchProcessError:
@@ -423,6 +431,7 @@ class Controller:
                         self.detach_failures.append(f"process {tracee.pid}: taking madtrace "
                                                     f"out: {type(exc).__name__}: {exc}")
             tracee.detach()   # stops the resumed threads again (keeping their own signals)
+            self.detach_failures += [f"process {tracee.pid}: {p}" for p in tracee.detach_problems]
 
     def _stop_settled(self, tracee: Tracee, deferred=()) -> list:
         """Every thread of ``tracee`` stopped, to restore or take out what madtrace

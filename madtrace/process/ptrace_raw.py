@@ -37,6 +37,7 @@ PTRACE_SYSCALL = 24
 PTRACE_SETOPTIONS = 0x4200
 PTRACE_GETEVENTMSG = 0x4201
 PTRACE_GETSIGINFO = 0x4202
+PTRACE_SETSIGINFO = 0x4203
 PTRACE_SEIZE = 0x4206
 PTRACE_INTERRUPT = 0x4207
 PTRACE_LISTEN = 0x4208
@@ -189,6 +190,10 @@ def get_siginfo(tid: int) -> SigInfo:
     info = SigInfo()
     ptrace(PTRACE_GETSIGINFO, tid, 0, ctypes.cast(ctypes.byref(info), ctypes.c_void_p))
     return info
+
+
+def set_siginfo(tid: int, info: SigInfo) -> None:
+    ptrace(PTRACE_SETSIGINFO, tid, 0, ctypes.cast(ctypes.byref(info), ctypes.c_void_p))
 
 
 def get_syscall_info(tid: int) -> SyscallInfo:

@@ -2,15 +2,18 @@
 
 ``RemoteSyscalls`` is a scope guard (as rr's AutoRemoteSyscalls): on entry it
 saves the stopped thread's registers, including ``orig_rax``; each call loads
-the syscall number and arguments, points rip at a ``syscall; int3`` gadget and
-continues to the int3; on exit the saved registers are restored exactly, so a
-thread that was stopped inside a blocking syscall (rax = -ERESTARTSYS...,
-orig_rax = its number) restarts that syscall normally (pitfall 3).
-
-The gadget: three bytes written over the executable's entry point (``_start``
-runs once, at start-up, never again) for the duration of the scope, and
-restored when it ends.  No other thread may run the executable's entry code
-while a scope is open (none does after start-up).
+the syscall number and arguments, points rip at the ``syscall`` instruction of
+a slot of the call page (call_page.py) and runs the thread with PTRACE_SYSCALL
+to that call's exit stop; on exit the saved registers are restored exactly, so
+a thread that was stopped inside a blocking syscall (rax = -ERESTARTSYS...,
+orig_rax = its number) restarts that syscall normally (pitfall 3: at the
+call's exit stop the tracer makes the restart itself, ``call_page.continuation``;
+with a signal of the thread's own to deliver, the signal is queued and the
+kernel decides between the restart and EINTR).  No trap is ever raised: a
+tracer killed during a scope leaves the thread to the slot's restore code,
+which gives it its own registers back (call_page.py).  The call page itself is
+mapped by the first scope of a process, through a ``syscall`` instruction of
+the vDSO (or of an executable mapping), with nothing to restore it then.
 
 The thread must be in a stop where a changed rip and rax reach user space
 intact (rr's AutoRemoteSyscalls makes the same distinction):
@@ -27,6 +30,7 @@ intact (rr's AutoRemoteSyscalls makes the same distinction):
 * a vfork parent (it would wait for its child), an exiting thread, a
   job-control-stopped one (PTRACE_CONT would end its stop): not usable.
 Without an explicit thread, a usable one is chosen, the main thread first.
+After the scope the thread's ``last_event`` is the stop it was lent from.
 """
 
 from __future__ import annotations
@@ -36,15 +40,15 @@ import os
 import threading
 import time
 
-from ..errors import TargetMemoryError, TracerInternalError
+from ..errors import NoSuchProcessError, TargetMemoryError, TracerInternalError
 from . import ptrace_raw as pr
 from .events import (EVENT_NAMES, GroupStop, PtraceEventStop, SignalStop, SyscallStop, ThreadExited,
                      ThreadKilled, TrapStop, regenerated)
+from . import call_page
 from .cpu import last_cpu
 from .tracee import Tracee
 
-GADGET = b"\x0f\x05\xcc"  # syscall; int3
-SIGTRAP = 5
+MFD_CLOEXEC = 1
 SYS_FUTEX = 202
 PATIENCE = 0.005           # seconds a patient call runs before the tracer looks why
 
@@ -85,11 +89,17 @@ class RemoteSyscalls:
     def __init__(self, tracee: Tracee, tid: int | None = None):
         """``tid``: the thread to use (it must be stopped); without one, a usable
         stopped thread of ``tracee`` is chosen, the main thread first."""
+        if not tracee.options & pr.PTRACE_O_TRACESYSGOOD:
+            raise TracerInternalError("remote system calls need PTRACE_O_TRACESYSGOOD")
         self.tracee = tracee
         self.tid = tid
-        self.gadget = tracee.auxv_entry()
+        self.slot = 0                   # the call page's slot of this scope
+        self._syscall_at = 0            # the syscall instruction calls run
         self._saved_regs: pr.UserRegs | None = None
-        self._saved_code: bytes | None = None
+        self._event = None              # the stop the thread was lent from
+        self._at_exit = False           # the thread is at the exit stop of a call of ours
+        self._left = False              # it left the stop it was lent from
+        self._siginfo: pr.SigInfo | None = None    # that stop's, if a signal-delivery stop
         self._requeue: list[int] = []   # signals that arrived while one was already pending
 
     @property
@@ -109,20 +119,130 @@ class RemoteSyscalls:
                 raise TracerInternalError(
                     f"thread {self.tid} cannot run a system call now ({describe_stop(state)})")
         self._saved_regs = self._prepare(self.tid, where)
-        self._saved_code = self.tracee.mem.read(self.gadget, len(GADGET))
-        self.tracee.mem.write(self.gadget, GADGET)
+        self._event = self.tracee.threads[self.tid].last_event
+        self._siginfo = pr.get_siginfo(self.tid) if isinstance(self._event, SignalStop) else None
         self._pin()
+        try:
+            page = self.tracee.call_page
+            if page is None:
+                self._syscall_at = syscall_instruction(self.tracee)
+                page = self.tracee.call_page = self._map_call_page()
+            self.slot = page.take()
+            if self.slot is None:
+                raise TracerInternalError(f"more than {call_page.SLOTS} remote-call scopes at once "
+                                          f"in process {self.tracee.pid}")
+            self._syscall_at = self.slot + call_page.SYSCALL_AT
+            self.tracee.mem.write(self.slot + call_page.REGS_AT,
+                                  bytes(call_page.continuation(self._saved_regs)))
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
         try:
-            self.tracee.mem.write(self.gadget, self._saved_code)
+            state = self.tracee.threads.get(self.tid)
+            if state is not None and not state.gone:
+                try:
+                    back = self._give_back(state)
+                except NoSuchProcessError:
+                    # killed while it was taken back to its stop (another thread's
+                    # exit_group): nothing is left to give back
+                    self._requeue.clear()
+                    back = False
+                if back:
+                    state.last_event = self._event
         finally:
+            if self.slot:
+                self.tracee.call_page.give_back(self.slot)
+                self.slot = 0
             self._unpin()
-            pr.set_regs(self.tid, self._saved_regs)
-            for signum in self._requeue:
-                pr.tgkill(self.tracee.pid, self.tid, signum)
-            self._requeue.clear()
+            self._send_requeued()
+
+    def _give_back(self, state) -> bool:
+        """The thread's own registers, in a stop of the kind it was lent from.
+
+        * From a signal-delivery stop: that signal is queued again and the thread
+          taken to its delivery stop, with the original siginfo, so that the
+          tracer's resume delivers or suppresses it as it would have;
+        * a call interrupted by the stop (-ERESTART*, no signal to deliver): the
+          kernel restarts it on the way out of a signal or trap stop, not of our
+          call's exit stop: the thread goes on to a PTRACE_INTERRUPT trap;
+        * else the call's exit stop serves.
+        The thread reaches that stop with the call's registers (a tracer killed
+        meanwhile leaves it the slot's restore code) and gets its own there (the
+        kernel's own restart, if the tracer dies after); a queued signal of its
+        own is enough at the exit stop (the kernel restarts on the way out).
+        False if the thread ended on the way (it keeps the stop it is in)."""
+        saved = self._saved_regs
+        if not self._at_exit:           # never resumed, or a call abandoned: as it is
+            if self._left and isinstance(self._event, SignalStop) and not regenerated(self._event):
+                self._requeue.insert(0, self._event.signum)     # (a fault comes again)
+            pr.set_regs(self.tid, saved)
+            return True
+        if isinstance(self._event, SignalStop):
+            pr.tgkill(self.tracee.pid, self.tid, self._event.signum)
+            if not self._to_stop(state, self._event.signum):
+                return False
+            pr.set_regs(self.tid, saved)
+            if self._siginfo is not None:
+                pr.set_siginfo(self.tid, self._siginfo)
+        elif call_page.needs_restart(saved):
+            if state.pending_signal:       # resuming from a trap stop would drop it
+                self._requeue.insert(0, state.pending_signal)
+                state.pending_signal = 0
+                self._send_requeued()
+            else:
+                pr.interrupt(self.tid)
+                if not self._to_stop(state, None):
+                    return False
+            pr.set_regs(self.tid, saved)
+        else:
+            pr.set_regs(self.tid, saved)
+        return True
+
+    def _send_requeued(self) -> None:
+        for signum in self._requeue:
+            pr.tgkill(self.tracee.pid, self.tid, signum)
+        self._requeue.clear()
+
+    def _to_stop(self, state, signum: int | None) -> bool:
+        """On from our call's exit stop to the delivery stop of ``signum`` (None: to
+        the trap of a PTRACE_INTERRUPT); other signals met first are queued again.
+        False if the thread ended meanwhile (another thread's exit_group)."""
+        pr.cont(self.tid, 0)
+        state.running = True
+        while True:
+            event = self.tracee.wait_event(block=True, tid=self.tid)
+            if event is None or isinstance(event, (ThreadExited, ThreadKilled)):
+                self._requeue.clear()
+                return False
+            if isinstance(event, PtraceEventStop) and event.event == pr.PTRACE_EVENT_EXIT:
+                self._requeue.clear()      # killed on its way: it cannot be given back
+                return False
+            if signum is None and isinstance(event, TrapStop):
+                return True
+            if isinstance(event, SignalStop):
+                if event.signum == signum:
+                    return True
+                self._keep_signal(state, event)
+            pr.cont(self.tid, 0)
+            state.running = True
+
+    def _map_call_page(self) -> call_page.CallPage:
+        """The call page (call_page.py), through a syscall instruction found in the
+        target: a tracer killed during these four calls leaves the thread with
+        their registers (the only calls not covered)."""
+        scratch = (self._saved_regs.rsp - 4096) & ~15       # well below the red zone
+        self.tracee.mem.write(scratch, call_page.NAME.encode() + b"\0")
+        fd = self.call("memfd_create", scratch, MFD_CLOEXEC)
+        try:
+            self.call("ftruncate", fd, call_page.SIZE)
+            address = self.mmap(0, call_page.SIZE, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0)
+        finally:
+            self.call("close", fd, check=False)
+        self.tracee.mem.write(address, call_page.page_image())
+        return call_page.CallPage(address, self.tracee.pid)
 
     def _pin(self) -> None:
         """The thread runs on the tracer's CPU for the scope: each call is then a
@@ -170,7 +290,7 @@ class RemoteSyscalls:
 
     def _prepare(self, tid: int, where: str) -> pr.UserRegs:
         """The registers to restore at the end, with the thread in a stop where the
-        gadget's rip and rax survive the resume."""
+        call's rip and rax survive the resume."""
         if where == FINISH:
             where = self._finish_syscall(tid)
         regs = pr.get_regs(tid)
@@ -194,23 +314,22 @@ class RemoteSyscalls:
             if isinstance(event, (ThreadExited, ThreadKilled)) or event is None:
                 raise TracerInternalError(f"thread {tid} died before a remote syscall")
             where = stop_kind(self.tracee.threads[tid])
-            if isinstance(event, SignalStop):
-                self._keep_signal(state, event)
+            if isinstance(event, SignalStop) and not regenerated(event):
+                # the thread is lent from this stop: its signal is delivered at the resume
+                if state.pending_signal and state.pending_signal != event.signum:
+                    self._requeue.append(event.signum)
+                else:
+                    state.pending_signal = event.signum
             if where is not None:
                 return where
             pr.syscall(tid, 0)
             state.running = True
 
     def _keep_signal(self, state, event) -> None:
-        """The target's own signal arrived meanwhile: delivered when the thread
-        resumes (a fault of its own instruction is not: it comes again)."""
-        if regenerated(event):
-            return
-        signum = event.signum
-        if state.pending_signal and state.pending_signal != signum:
-            self._requeue.append(signum)   # sent again at the end: never lost
-        else:
-            state.pending_signal = signum
+        """The target's own signal arrived during a call: queued again at the end
+        (a fault of its own instruction is not: it comes again)."""
+        if not regenerated(event):
+            self._requeue.append(event.signum)
 
     def call(self, name: str, *args: int, check: bool = True) -> int:
         """Run syscall ``name`` (or a number) with up to 6 arguments; returns rax
@@ -219,21 +338,25 @@ class RemoteSyscalls:
         regs = self._saved_regs.copy()
         regs.rax = nr
         regs.orig_rax = NO_SYSCALL  # not in a syscall: no restart logic on resume
-        regs.rip = self.gadget
+        regs.rip = self._syscall_at
         for reg, value in zip(("rdi", "rsi", "rdx", "r10", "r8", "r9"), args):
             setattr(regs, reg, value & 0xFFFFFFFFFFFFFFFF)
         pr.set_regs(self.tid, regs)
         state = self.tracee.threads[self.tid]
-        result = self._run_to_trap(state, regs).rax
+        result = self._run(state, regs).rax
         if check and result >= 0xFFFFFFFFFFFFF001:
             raise RemoteSyscallError(str(name), -(result - (1 << 64)))
         return result
 
-    def _run_to_trap(self, state, regs: pr.UserRegs, patient: bool = False) -> pr.UserRegs:
-        """Continue to the gadget's int3; returns the registers there (in ``regs``).
-        ``patient``: see ``call_function``."""
-        trap_rip = self.gadget + len(GADGET)
-        pr.cont(self.tid, 0)
+    def _run(self, state, regs: pr.UserRegs, patient: bool = False) -> pr.UserRegs:
+        """Resume to the exit stop of the system call at ``self._syscall_at`` (a
+        called function returns to it); returns the registers there (in
+        ``regs``).  ``patient``: see ``call_function``."""
+        self._at_exit = False
+        self._left = True
+        after = self._syscall_at + SYSCALL_INSN_LEN
+        ours = 0                      # stops of our system call seen: its entry, its exit
+        pr.syscall(self.tid, 0)
         state.running = True
         deadline = time.monotonic() + PATIENCE if patient else None
         interrupted = False
@@ -248,11 +371,22 @@ class RemoteSyscalls:
                 continue
             if isinstance(event, (ThreadExited, ThreadKilled)) or event is None:
                 raise TracerInternalError(f"thread {self.tid} died during a remote syscall")
-            if isinstance(event, SignalStop) and event.signum == SIGTRAP and \
-                    pr.get_regs(self.tid, regs).rip == trap_rip:
-                return regs
-            if patient and isinstance(event, TrapStop) and interrupted:
-                if pr.get_regs(self.tid, regs).orig_rax == SYS_FUTEX:
+            if isinstance(event, SyscallStop):
+                # by rip: a thread lent from a syscall-entry stop first reports the
+                # exit of the call it skips, a called function the stops of its own
+                ours += pr.get_regs(self.tid, regs).rip == after
+                if ours == 2:
+                    self._at_exit = True
+                    return regs
+            if isinstance(event, TrapStop):
+                pr.get_regs(self.tid, regs)
+            if interrupted and isinstance(event, (SyscallStop, TrapStop)):
+                # the interrupt's stop (any ptrace stop clears a pending interrupt:
+                # the exit stop of the call it broke, with -ERESTARTSYS, often)
+                if regs.orig_rax == SYS_FUTEX and (isinstance(event, TrapStop) or
+                                                   regs.rax == (1 << 64) - call_page.ERESTARTSYS):
+                    # back in its own registers from this stop (_give_back)
+                    self._at_exit = isinstance(event, SyscallStop)
                     raise RemoteCallBlocked(f"thread {self.tid} waits on a lock in a remote call")
                 interrupted, deadline = False, time.monotonic() + PATIENCE
             elif patient and isinstance(event, SignalStop) and event.signum in (7, 11):
@@ -261,13 +395,14 @@ class RemoteSyscalls:
                                           f"{pr.get_siginfo(self.tid).si_addr:#x}")
             elif isinstance(event, SignalStop):
                 self._keep_signal(state, event)
-            pr.cont(self.tid, 0)
+            pr.syscall(self.tid, 0)
             state.running = True
 
     def call_function(self, address: int, *args: int, patient: bool = False) -> int:
         """Call a function of the target (SysV ABI, up to 6 integer arguments) and
-        return rax.  Its return address is the gadget's int3; its stack frame goes
-        well below the thread's red zone, 16-byte aligned as at any call.
+        return rax.  Its return address is the slot's return point (a getpid the
+        tracer stops at, rax in rdi); its stack frame goes well below the
+        thread's red zone, 16-byte aligned as at any call.
         ``patient``: a call that waits on a lock (a futex system call, looked at
         after PATIENCE seconds) is abandoned (RemoteCallBlocked): the lock may be
         held by a thread the tracer keeps stopped; a fault is an error."""
@@ -276,17 +411,17 @@ class RemoteSyscalls:
         regs.rax = 0
         regs.rip = address
         rsp = ((self._saved_regs.rsp - 8192) & ~15) - 8
-        self.tracee.mem.write_u64(rsp, self.gadget + 2)  # returns onto the int3
+        self.tracee.mem.write_u64(rsp, self.slot)          # returns onto the return point
         regs.rsp = rsp
         for reg, value in zip(("rdi", "rsi", "rdx", "rcx", "r8", "r9"), args):
             setattr(regs, reg, value & 0xFFFFFFFFFFFFFFFF)
         pr.set_regs(self.tid, regs)
         state = self.tracee.threads[self.tid]
         if not patient:
-            return self._run_to_trap(state, regs).rax
+            return self._run(state, regs).rdi
         last = state.last_event
         try:
-            return self._run_to_trap(state, regs, patient).rax
+            return self._run(state, regs, patient=True).rdi
         except RemoteCallBlocked:
             state.last_event = last        # the interrupt's stop is not the scope's
             raise
@@ -329,3 +464,21 @@ def describe_stop(state) -> str:
     if isinstance(event, GroupStop):
         return "job-control stopped"
     return type(event).__name__ if event is not None else "stopped"
+
+
+def syscall_instruction(tracee: Tracee) -> int:
+    """The address of a ``syscall`` instruction (0f 05) in an executable mapping
+    of the target, the vDSO's first: a remote call made there stops at its entry
+    and exit and never runs what follows."""
+    maps = [line.split() for line in open(f"/proc/{tracee.pid}/maps")]
+    executable = [m for m in maps if len(m) > 1 and "x" in m[1] and m[-1] != "[vsyscall]"]
+    executable.sort(key=lambda m: m[-1] != "[vdso]")
+    for fields in executable:
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        try:
+            at = tracee.mem.read(start, min(end - start, 1 << 20)).find(b"\x0f\x05")
+        except TargetMemoryError:
+            continue
+        if at >= 0:
+            return start + at
+    raise TracerInternalError(f"no syscall instruction found in process {tracee.pid}")

@@ -19,12 +19,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..errors import (CommandNotFoundError, KernelThreadError, NoSuchProcessError, NotElfError,
-                      PermissionDeniedError, TracerInternalError)
+from ..errors import (CommandNotFoundError, NoSuchProcessError, NotElfError, PermissionDeniedError,
+                      TracerInternalError)
 from . import ptrace_raw as pr
 from .events import (Event, GroupStop, PtraceEventStop, ThreadExited,
                      ThreadKilled, TrapStop, decode_status, keep_signal)
 from .memory import ProcessMemory
+from .traceable import check_traceable
 
 BASE_OPTIONS = (pr.PTRACE_O_TRACESYSGOOD | pr.PTRACE_O_TRACECLONE | pr.PTRACE_O_TRACEEXEC
                 | pr.PTRACE_O_TRACEFORK | pr.PTRACE_O_TRACEVFORK | pr.PTRACE_O_TRACEVFORKDONE
@@ -47,45 +48,6 @@ class ThreadState:
     # the thread whose clone() made it (None: there at attach/launch, or unknown)
     creator: int | None = None
     last_event: Event | None = field(default=None, repr=False)
-
-
-def check_traceable(pid: int) -> None:
-    """Clear errors for PIDs that cannot be traced, before any ptrace call."""
-    if pid <= 0:
-        raise NoSuchProcessError(f"invalid PID: {pid}")
-    if pid == os.getpid():
-        raise PermissionDeniedError("madtrace cannot trace itself")
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            status = f.read()
-    except FileNotFoundError:
-        raise NoSuchProcessError(f"no such process: {pid}") from None
-    except PermissionError:
-        raise PermissionDeniedError(f"cannot read /proc/{pid}/status: permission denied") from None
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except FileNotFoundError:
-        exe = ""
-    except PermissionError:
-        raise PermissionDeniedError(f"cannot trace process {pid}: permission denied") from None
-    if not exe and _is_kthread(pid):
-        raise KernelThreadError(f"process {pid} is a kernel thread and cannot be traced")
-    for line in status.splitlines():
-        if line.startswith("TracerPid:") and int(line.split()[1]) != 0:
-            tracer = int(line.split()[1])
-            if tracer != os.getpid():
-                raise PermissionDeniedError(f"process {pid} is already traced by process {tracer}")
-        if line.startswith("State:") and line.split()[1] in ("Z", "X"):
-            raise NoSuchProcessError(f"process {pid} is a zombie (already exited)")
-
-
-def _is_kthread(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            flags = int(f.read().rsplit(")", 1)[1].split()[6])
-        return bool(flags & 0x00200000)  # PF_KTHREAD
-    except (OSError, IndexError, ValueError):
-        return False
 
 
 def tracer_of(tid: int) -> int | None:
@@ -188,6 +150,9 @@ class Tracee:
         # what madtrace mapped into this process (inject.footprint.Footprint), taken
         # out again when the session ends
         self.footprint = None
+        # where a thread lent to remote system calls finds its registers (call_page.py)
+        self.call_page = None
+        self.detach_problems: list[str] = []     # what detach could not take out, said
         # False: new threads are not traced (no PTRACE_O_TRACECLONE: they never wait
         # for the tracer); stop_all then seizes the threads it finds in /proc first
         # (``follow_clones``)
@@ -353,7 +318,7 @@ class Tracee:
                     self.threads.pop(other, None)
             self.mem.close()
             self.mem = ProcessMemory(self.pid)
-            self._entry = None
+            self._entry = self.call_page = None
             if self.footprint is not None:
                 self.footprint.image_replaced()
         return event
@@ -526,6 +491,11 @@ class Tracee:
         """Detach from every thread; each continues where it was, with its pending
         signal delivered. Safe to call in any state (threads may be running)."""
         self.stop_all_quietly()
+        if self.call_page is not None and self.threads:
+            try:
+                self.call_page.release(self)
+            except Exception as exc:        # it stays mapped; the next attach takes it out
+                self.detach_problems.append(f"the call page: {type(exc).__name__}: {exc}")
         for tid, state in list(self.threads.items()):
             try:
                 pr.detach(tid, state.pending_signal)
