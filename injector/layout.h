@@ -101,6 +101,9 @@
 #define MT_SPIN_LIMIT         16000000 /* pause iterations a writer waits on a full ring: ~0.25 s
                                         where a pause takes 15 ns (this project's VMs: 4 M were
                                         61 ms, shorter than a starved drain), ~0.8 s at 50 ns */
+#define MT_SPIN_YIELD         16384  /* a waiting writer calls sched_yield every that many
+                                        pauses (a power of 2): a drain thread starved by other
+                                        work gets the CPU this writer would spin on */
 
 /* Unwind information registered with the target's unwinder (inject/unwind.py,
  * inject/unwind_registry.py): areas named madtrace-unwind, each a chain of objects

@@ -171,8 +171,8 @@ mt_\name\()_pp_count\tag\()_imm32:
 .endm
 
 /* HEAD >= LIMIT: recording is off (LIMIT 0: no record), or the ring is full:
- * wait for the tracer to drain (it raises LIMIT), up to MT_SPIN_LIMIT pauses,
- * then drop the record and count it (and drop at once from then on, until
+ * wait for the tracer to drain (it raises LIMIT), up to MT_SPIN_LIMIT pauses
+ * (giving the CPU away every MT_SPIN_YIELD of them), then drop the record and count it (and drop at once from then on, until
  * the tracer drains again).  With timestamps, rdx holds the record's
  * timestamp, taken before the wait. */
 .macro EMIT_SLOW name, tag, ts
@@ -196,8 +196,17 @@ mt_\name\()_pp_count\tag\()_imm32:
         cmp rax, rdx
         jb 10f
         dec qword ptr [rsp]
+        jz 11f
+        test dword ptr [rsp], MT_SPIN_YIELD - 1
         jnz 7b
-        add rsp, 8 + 8 * \ts
+        push rcx                        /* a drain starved of CPU gets it (2 cores, this */
+        push r11                        /* writer spinning on one: drops in test_live_threads) */
+        mov eax, 24                     /* sched_yield */
+        syscall
+        pop r11
+        pop rcx
+        jmp 7b
+11:     add rsp, 8 + 8 * \ts
         mov byte ptr [rsi + MT_CTL_NOWAIT], 1
 8:      inc qword ptr [rcx + MT_RING_DROPS]
         pop rsi
