@@ -119,6 +119,14 @@ class CodeArea:
         self.area = area
         self.cursor = area.address
 
+    @property
+    def cursor(self) -> int:
+        return self.area.used_end
+
+    @cursor.setter
+    def cursor(self, value: int) -> None:
+        self.area.used_end = value     # the footprint's stack scan looks below it only
+
     def room(self) -> int:
         return self.area.end - self.cursor
 
@@ -525,6 +533,11 @@ class Rewriter:
         # the copies, which a thread returning into one may run until the session ends)
         self.links.reset()
         self.links.step_aside = self.links.copy_address = None
+        # threads go on running calls made in the copies, and loops of them, until
+        # the session ends: the footprint's release moves those stopped at one of
+        # their instructions back (every patch is reverted by then)
+        for area in self._all_areas:
+            area.area.move_out = self._to_original
 
     def fork_child(self, child) -> None:
         """A fork child (stopped at its first stop, not traced further): the

@@ -55,6 +55,12 @@ class TargetArea:
         self.steppable = False
         # called with a RemoteSyscalls scope just before the area is unmapped
         self.before_unmap: list = []
+        # a code area filled from its start (a bump allocator's): the end of what was
+        # handed out; no code lies past it (None: anywhere in the area)
+        self.used_end: int | None = None
+        # (tracee, tid, regs): takes a thread stopped inside the area to the code it
+        # stands for, if it can (the hybrid engine's copies, once data tracing is off)
+        self.move_out = None
         self.mapped = True
 
     @property

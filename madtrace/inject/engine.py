@@ -55,6 +55,14 @@ class CodeArea:
         self.area = area
         self.cursor = area.address
 
+    @property
+    def cursor(self) -> int:
+        return self.area.used_end
+
+    @cursor.setter
+    def cursor(self, value: int) -> None:
+        self.area.used_end = value     # the footprint's stack scan looks below it only
+
     def allocate(self, size: int) -> int:
         address = (self.cursor + 15) & ~15
         if address + size > self.area.end:

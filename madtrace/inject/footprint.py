@@ -21,7 +21,9 @@ reverted, ``release``:
    mapping: any other address inside madtrace's code (a signal frame of a
    handler that interrupted a trampoline, or a stale word of a live frame:
    the two cannot be told apart) keeps that area and its group mapped (a
-   code area writes the rings of its group), and says so;
+   code area writes the rings of its group), and says so; only the part of
+   a code area its allocator handed out counts (``used_end``: a number of
+   the program's may fall in the rest);
 4. unmaps the rest (``before_unmap`` first: unwind information is taken
    back from the target's unwinder).
 
@@ -126,6 +128,7 @@ class Footprint:
                 self.areas = [a for a in self.areas if a.mapped]
             return result
         kept: dict[str, str] = {}             # group -> why
+        _move_out(tracee, areas)
         result.stepped = _step_out(tracee, areas, kept)
         for source in self.return_sources:
             result.returns += _give_back(tracee.mem, source())
@@ -188,6 +191,18 @@ class _AnyOf:
 
     def contains(self, address: int) -> bool:
         return _inside(self.areas, address) is not None
+
+
+def _move_out(tracee, areas) -> None:
+    """Threads stopped inside an area that can send them back to the code it
+    stands for (a function's copy: the original instruction) go there."""
+    for tid, state in list(tracee.threads.items()):
+        if state.running or state.gone:
+            continue
+        regs = tracee.get_regs(tid)
+        area = _inside(areas, regs.rip)
+        if area is not None and area.move_out is not None:
+            area.move_out(tracee, tid, regs)
 
 
 def _step_out(tracee, areas, kept: dict[str, str]) -> int:
@@ -311,7 +326,10 @@ def _scan_stacks(tracee, maps, areas, kept: dict[str, str]) -> int:
         except MadtraceError:
             continue
         for area in code:
-            for index in np.nonzero((words >= area.address) & (words < area.end))[0]:
+            # not past what the area's allocator handed out: a nopie program's areas lie
+            # at 0x40000000 and up, where its integers are too (churn's i * i kept one)
+            end = area.end if area.used_end is None else area.used_end
+            for index in np.nonzero((words >= area.address) & (words < end))[0]:
                 value, slot = int(words[index]), rsp + 8 * int(index)
                 original = area.return_points.get(value)
                 if original is not None:
