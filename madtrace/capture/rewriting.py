@@ -48,7 +48,7 @@ from typing import Callable
 from ..arch.x86_64.function_copy import FunctionAnalysis, FunctionCopy, analyse, copy_function
 from ..arch.x86_64.relocate import Refusal
 from ..binary.eh_frame import EhFrame
-from ..inject.areas import SharedArea, gap_for_module
+from ..inject.areas import CodeArea, SharedArea, gap_for_module
 from ..inject.entry_links import EntryLinks
 from ..inject.patchset import PatchSet
 from ..process.remote_syscall import RemoteSyscalls
@@ -112,23 +112,6 @@ class FunctionState:
     def probed(self, address: int) -> bool:
         latest = self.latest
         return latest is not None and latest.probe_of(address) is not None
-
-
-class CodeArea:
-    def __init__(self, area: SharedArea):
-        self.area = area
-        self.cursor = area.address
-
-    @property
-    def cursor(self) -> int:
-        return self.area.used_end
-
-    @cursor.setter
-    def cursor(self, value: int) -> None:
-        self.area.used_end = value     # the footprint's stack scan looks below it only
-
-    def room(self) -> int:
-        return self.area.end - self.cursor
 
 
 class Rewriter:

@@ -126,6 +126,34 @@ class SharedArea(TargetArea):
         self.local[offset:offset + len(data)] = data
 
 
+class CodeArea:
+    """A bump allocator over one SharedArea mapped R-X: code is written from its
+    start up, and ``area.used_end`` follows the cursor (the footprint's stack
+    scan looks below it only)."""
+
+    def __init__(self, area: SharedArea):
+        self.area = area
+        self.cursor = area.address
+
+    @property
+    def cursor(self) -> int:
+        return self._cursor
+
+    @cursor.setter
+    def cursor(self, value: int) -> None:
+        self._cursor = self.area.used_end = value
+
+    def allocate(self, size: int) -> int:
+        address = (self.cursor + 15) & ~15
+        if address + size > self.area.end:
+            raise TracerInternalError(f"code area {self.area.name} is full")
+        self.cursor = address + size
+        return address
+
+    def room(self) -> int:
+        return self.area.end - self.cursor
+
+
 def find_gap_near(mappings: list[Mapping], lo: int, hi: int, size: int) -> int:
     """A free range of ``size`` bytes from which every address in [lo, hi) is
     within rel32 reach (and vice versa)."""

@@ -26,13 +26,12 @@ from ..arch.x86_64.relocate import relocate_entry
 from ..binary.address_space import AddressSpace
 from ..capture.rings import MADV_POPULATE_WRITE, RingSet
 from ..capture.tsc import start_calibration, tsc_flags, tsc_hz
-from ..errors import TracerInternalError
 from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_READ,
                                       PROT_WRITE, RemoteSyscalls)
 from ..process.events import SignalStop, TrapStop
 from ..process.tracee import Tracee
 from ..trace.format import FUNCTIONS_FILE, RECORD_FORMAT
-from .areas import SharedArea, gap_for_module, page_round
+from .areas import CodeArea, SharedArea, gap_for_module, page_round
 from .entry_links import EntryLinks
 from .footprint import Footprint, step_until_out
 from .patchset import Patch, PatchConflict, PatchSet
@@ -46,29 +45,6 @@ from .unwind_registry import Unwinder, UnwindObjects
 GROUP = "madtrace-functions"     # the areas of function tracing stay or go together
 ENTRY_SLOT = 6 + 7 + 8           # an entry trampoline's jmp [slot], padding, the slot
 start_calibration()     # the TSC's frequency is measured from here on, not while a target waits
-
-
-class CodeArea:
-    """A bump allocator over one SharedArea mapped R-X near a module."""
-
-    def __init__(self, area: SharedArea):
-        self.area = area
-        self.cursor = area.address
-
-    @property
-    def cursor(self) -> int:
-        return self.area.used_end
-
-    @cursor.setter
-    def cursor(self, value: int) -> None:
-        self.area.used_end = value     # the footprint's stack scan looks below it only
-
-    def allocate(self, size: int) -> int:
-        address = (self.cursor + 15) & ~15
-        if address + size > self.area.end:
-            raise TracerInternalError(f"code area {self.area.name} is full")
-        self.cursor = address + size
-        return address
 
 
 class FunctionTracer:

@@ -64,7 +64,7 @@ def place_thread_code(rs: RemoteSyscalls, rings, injector, group: str, code_area
     """mt_claim and mt_seizeme, in the first code area (none: an area of their own);
     their addresses in the control block (MT_CTL_CLAIM, MT_CTL_SEIZEME).
     Returns the code area."""
-    from .engine import CodeArea
+    from .areas import CodeArea
     claim = injector.templates["claim"]
     seize = injector.templates["seizeme"]
     if code_areas:
