@@ -137,6 +137,18 @@ def test_target_finishes_when_the_tracer_is_killed_in_a_probed_loop(tmp_path):
     assert output_when_killed(tmp_path, argv, after=1.0) == native.stdout
 
 
+def test_target_with_an_alternate_stack_in_the_heap_finishes_when_the_tracer_is_killed(tmp_path):
+    """The program keeps an alternate signal stack in the heap and a SIGSEGV
+    handler that runs on it (as python3 -X faulthandler does).  The heap's pages
+    are protected while data tracing: a guard run on that stack made the kernel
+    fail to write the signal frame and kill the program with SIGSEGV (an
+    http.server under faulthandler died at 6 of 10 SIGKILLs of the tracer).  The
+    guard runs on the thread's own stack; the program finishes with its output."""
+    argv = [prog("data_semantics", "O2-nopie"), "altstack", "4000"]
+    native = subprocess.run(argv, capture_output=True, timeout=60)
+    assert output_when_killed(tmp_path, argv, after=1.0) == native.stdout
+
+
 def output_when_killed(tmp_path, argv: list[str], after: float) -> bytes:
     """The program's output when madtrace recording it is SIGKILLed ``after``
     seconds into data tracing."""

@@ -38,7 +38,7 @@ from ..inject.templates import load_injector
 from ..process.remote_syscall import RemoteSyscalls
 
 SIGSEGV, SIGTRAP = 11, 5
-SA_SIGINFO, SA_RESTORER, SA_ONSTACK = 0x4, 0x04000000, 0x08000000
+SA_SIGINFO, SA_RESTORER = 0x4, 0x04000000
 SIGACTION_SIZE = 32     # kernel struct sigaction: handler, flags, restorer, mask (8 bytes)
 SA_NODEFER = 0x40000000
 SEGV_BIT = 1 << (SIGSEGV - 1)
@@ -86,10 +86,12 @@ class SegvGuard:
         restorer = self.code + guard.size
         area.area.write(self.code, bytes(guard.instantiate(self.code, table=self.table)))
         area.area.write(restorer, self.L.templates["sigreturn"].code)
-        # SA_ONSTACK: a target that overflows its stack still reaches the guard on its
-        # alternate stack, if it has one
+        # not SA_ONSTACK: a program's alternate stack is mostly in traced memory (the
+        # heap: python3 -X faulthandler's; an anonymous mapping, .bss), protected, so
+        # the kernel could not write the guard's signal frame there and killed the
+        # program with SIGSEGV (6 of 10 SIGKILLs of the tracer under faulthandler)
         self._write(self.L.MT_GUARD_SELF,
-                    struct.pack("<QQQQ", self.code, SA_SIGINFO | SA_RESTORER | SA_ONSTACK, restorer, 0))
+                    struct.pack("<QQQQ", self.code, SA_SIGINFO | SA_RESTORER, restorer, 0))
 
     # --------------------------------------------------------------- table
     def _offset(self, field: int) -> int:

@@ -8,6 +8,8 @@
  *   segv      the program's own SIGSEGV handler recovers from NULL dereferences
  *             between passes over traced data
  *   sigloop   a SIGALRM handler touches a traced global in the middle of a hot loop
+ *   altstack  an alternate signal stack in the heap and a SIGSEGV handler on it (as
+ *             python3 -X faulthandler has), never called, then passes over traced data
  * Each prints what it observed; the output is deterministic. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -224,6 +226,30 @@ static int do_sigloop(int rounds) {
     return 0;
 }
 
+static void on_segv_onstack(int sig) {
+    (void)sig;
+    _exit(3);
+}
+
+static int do_altstack(int rounds) {
+    stack_t ss = {.ss_sp = malloc(64 * 1024), .ss_size = 64 * 1024, .ss_flags = 0};
+    if (sigaltstack(&ss, NULL) != 0) { perror("sigaltstack"); return 1; }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_segv_onstack;
+    sa.sa_flags = SA_NODEFER | SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, NULL);
+    long *buf = calloc(8192, sizeof(long));
+    long sum = 0;
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < 8192; i++) {
+            buf[i] += i ^ r;
+            sum += buf[i] + bss_pages[i % sizeof bss_pages];
+        }
+    printf("altstack: sum %ld\n", sum);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     int rounds = argc > 2 ? atoi(argv[2]) : 100;
@@ -236,6 +262,8 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "threads")) return do_threads(rounds);
     if (!strcmp(mode, "segv")) return do_segv(rounds);
     if (!strcmp(mode, "sigloop")) return do_sigloop(rounds);
-    fprintf(stderr, "usage: %s fork|brk|madvise|realloc|threads|segv|sigloop [rounds]\n", argv[0]);
+    if (!strcmp(mode, "altstack")) return do_altstack(rounds);
+    fprintf(stderr, "usage: %s fork|brk|madvise|realloc|threads|segv|sigloop|altstack [rounds]\n",
+            argv[0]);
     return 2;
 }
