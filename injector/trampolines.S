@@ -172,9 +172,9 @@ mt_\name\()_pp_count\tag\()_imm32:
 
 /* HEAD >= LIMIT: recording is off (LIMIT 0: no record), or the ring is full:
  * wait for the tracer to drain (it raises LIMIT), up to MT_SPIN_LIMIT pauses
- * (giving the CPU away every MT_SPIN_YIELD of them), then drop the record and count it (and drop at once from then on, until
- * the tracer drains again).  With timestamps, rdx holds the record's
- * timestamp, taken before the wait. */
+ * (giving the CPU away every MT_SPIN_YIELD of them), then drop the record and
+ * count it (and drop at once from then on, until the tracer drains again).
+ * With timestamps, rdx holds the record's timestamp, taken before the wait. */
 .macro EMIT_SLOW name, tag, ts
 .Lfull_\name\tag:
         cmp qword ptr [rcx + MT_RING_LIMIT], 0
