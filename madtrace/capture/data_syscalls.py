@@ -95,8 +95,7 @@ class SyscallGate:
                 # skipped just before tracing stopped: put the call back so that it
                 # runs for real (every page is open now)
                 saved, _pages = self._skipping.pop(tid)
-                saved.rax, saved.rip, saved.orig_rax = saved.orig_rax, saved.rip - 2, NO_RESULT
-                tracee.set_regs(saved, tid)
+                tracee.set_regs(saved, tid)      # rewound at its entry
                 tracee.resume(tid, 0)
                 return True
             return False
@@ -140,8 +139,7 @@ class SyscallGate:
         # wait so answered made glibc abort)
         for tid, (saved, _pages) in self._skipping.items():
             if tid in tracee.threads:
-                saved.rax, saved.rip, saved.orig_rax = saved.orig_rax, saved.rip - 2, NO_RESULT
-                tracee.set_regs(saved, tid)
+                tracee.set_regs(saved, tid)      # rewound at its entry
         self._skipping.clear()
 
     def held_open(self) -> set[int]:
@@ -175,10 +173,12 @@ class SyscallGate:
         if not pages:
             tracee.resume(tid, 0)   # touches no traced page: runs as it is
             return True
-        # skip this attempt (orig_rax = -1), rewind at its exit, open, run it again
+        # skip this attempt (orig_rax = -1), rewound onto the syscall instruction at
+        # once (a tracer killed before the exit stop leaves the call to run again,
+        # not ENOSYS: http.server died of it), then open at the exit, run it again
         regs = tracee.get_regs(tid)
+        regs.rax, regs.rip, regs.orig_rax = regs.orig_rax, regs.rip - 2, NO_RESULT
         self._skipping[tid] = (regs.copy(), pages)
-        regs.orig_rax = NO_RESULT
         tracee.set_regs(regs, tid)
         tracee.resume(tid, 0)
         return True
@@ -235,10 +235,7 @@ class SyscallGate:
                 engine.guard.reinstall(rs)
         if tid in self._skipping:
             saved, pages = self._skipping.pop(tid)
-            saved.rax = saved.orig_rax
-            saved.rip -= 2          # back onto the syscall instruction
-            saved.orig_rax = NO_RESULT
-            tracee.set_regs(saved, tid)
+            tracee.set_regs(saved, tid)     # on the syscall instruction since its entry
             with RemoteSyscalls(tracee, tid) as rs:
                 engine._unprotect(rs, pages)
             self._open[tid] = pages
