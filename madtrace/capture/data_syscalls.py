@@ -134,9 +134,9 @@ class SyscallGate:
             tracee.set_regs(regs, tid)
         self._redirected.clear()
         self._restarting.clear()
-        # a call skipped to open its pages (fault engine), stopped at its exit: it
-        # runs again for real after the detach (else it returns ENOSYS: a futex
-        # wait so answered made glibc abort)
+        # a call skipped to open its pages (fault engine), stopped at its exit: on its
+        # syscall instruction since its entry, it runs again for real after the
+        # detach (answered ENOSYS instead, a futex wait made glibc abort)
         for tid, (saved, _pages) in self._skipping.items():
             if tid in tracee.threads:
                 tracee.set_regs(saved, tid)      # rewound at its entry

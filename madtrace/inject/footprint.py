@@ -42,8 +42,8 @@ import numpy as np
 from ..binary.maps import read_maps
 from ..errors import MadtraceError
 from ..process import ptrace_raw as pr
-from ..process.events import (INSTRUCTION_FAULTS, PtraceEventStop, SignalStop, ThreadExited,
-                               ThreadKilled, TrapStop)
+from ..process.events import (INSTRUCTION_FAULTS, SignalStop, ThreadExited, ThreadKilled,
+                               TrapStop, at_exit_event)
 from ..process.remote_syscall import RemoteSyscalls
 
 STEP_LIMIT = 4096      # instructions a thread may take to leave a trampoline
@@ -170,9 +170,7 @@ class Footprint:
 def _ending(tracee) -> bool:
     """Every thread left is at its exit event stop: the process is ending."""
     states = [s for s in tracee.threads.values() if not s.gone]
-    return bool(states) and all(
-        not s.running and isinstance(s.last_event, PtraceEventStop)
-        and s.last_event.event == pr.PTRACE_EVENT_EXIT for s in states)
+    return bool(states) and all(not s.running and at_exit_event(s.last_event) for s in states)
 
 
 def _inside(areas, address: int):

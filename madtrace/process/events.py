@@ -101,6 +101,11 @@ EVENT_NAMES = {
 }
 
 
+def at_exit_event(event) -> bool:
+    """A thread's PTRACE_EVENT_EXIT stop: it runs no user instruction again."""
+    return isinstance(event, PtraceEventStop) and event.event == pr.PTRACE_EVENT_EXIT
+
+
 def decode_status(tid: int, status: int) -> Event:
     if os.WIFEXITED(status):
         return ThreadExited(tid, os.WEXITSTATUS(status))

@@ -43,7 +43,7 @@ import time
 from ..errors import NoSuchProcessError, TargetMemoryError, TracerInternalError
 from . import ptrace_raw as pr
 from .events import (EVENT_NAMES, GroupStop, PtraceEventStop, SignalStop, SyscallStop, ThreadExited,
-                     ThreadKilled, TrapStop, regenerated)
+                     ThreadKilled, TrapStop, at_exit_event, regenerated)
 from . import call_page
 from .cpu import last_cpu
 from .tracee import Tracee
@@ -217,7 +217,7 @@ class RemoteSyscalls:
             if event is None or isinstance(event, (ThreadExited, ThreadKilled)):
                 self._requeue.clear()
                 return False
-            if isinstance(event, PtraceEventStop) and event.event == pr.PTRACE_EVENT_EXIT:
+            if at_exit_event(event):
                 self._requeue.clear()      # killed on its way: it cannot be given back
                 return False
             if signum is None and isinstance(event, TrapStop):
