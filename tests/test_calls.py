@@ -155,3 +155,18 @@ def test_function_spec_errors_say_where(tmp_path, pattern, needle):
     assert result.returncode == 16, (result.returncode, err)
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and needle in lines[0], err
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_call_in_the_first_bytes_of_an_entry_patched_caller(tmp_path, variant):
+    """data_globals -O2: main (its address is taken: patched at its entry) starts
+    with push rbp; mov rbp, rsp; call fill, so main's entry patch moves that call
+    into its trampoline.  fill is then patched at its entry too (plan.py
+    ``early_site``); its call-site patch was written over main's jump before, and
+    the program died of SIGSEGV at its first call.  Also without -f (every
+    function, the default)."""
+    argv = [prog("data_globals", variant)]
+    check_exact(tmp_path, argv, ["main", "fill", "sum", "count_vowels"])
+    native = untraced(tuple(argv))
+    result = madtrace("record", "-q", "--no-store", "-o", str(tmp_path / "all"), "--", *argv)
+    assert (result.returncode, result.stdout) == (native.returncode, native.stdout), result.stderr

@@ -304,6 +304,8 @@ class FunctionTracer:
         owner = self.rings.owner_offset
         mem = self.tracee.mem
         if site.kind in ("call", "tail"):
+            if self.patches.covering(site.address, site.address + 5):   # (plan.py early_site)
+                raise _Refused(f"its call site at {site.address:#x} lies in bytes patched already")
             original = mem.read(site.address, 5)
             target = site.address + 5 + struct.unpack("<i", original[1:])[0]
             tpl = self.injector.template("callsite" if site.kind == "call" else "tailsite", ts)
@@ -342,6 +344,8 @@ class FunctionTracer:
                                branches_into=lambda lo, hi: scan.branches_into(lo - bias, hi - bias))
         if not reloc:
             raise _Refused(f"entry of {fn.name} cannot be relocated: {reloc.reason}")
+        if self.patches.covering(fn.address, fn.address + reloc.consumed):
+            raise _Refused(f"entry of {fn.name}: its first bytes hold a patched call site")
         area.area.write(exit_at, bytes(exit_tpl.instantiate(
             exit_at, ctl_exit=ctl, code_exit=(site.sid << 1) | 1, owner_exit=owner)))
         body = bytes(entry_tpl.instantiate(entry_at, ctl_entry=ctl, code_entry=site.sid << 1,

@@ -149,6 +149,22 @@ class _ModuleScan:
             _image_scans[module.image] = cached
         self.cxx, self.scan, self.taken, self.unpatchable_by_target = cached
 
+    def early_site(self, target: int):
+        """A direct call or jmp to ``target`` that starts in the first 5 bytes of a
+        function (ELF-relative), or None.  Entry patching of that function moves
+        its first instructions into a trampoline (and writes its jump over them),
+        so a call-site patch there would be written over that jump (the program
+        then crashes), or lost with the moved copy; the callee is patched at its
+        entry instead."""
+        starts = self.__dict__.get("_starts")
+        if starts is None:
+            starts = self.__dict__["_starts"] = sorted(self.scan.function_starts)
+        for site in self.scan.sites_to(target):
+            i = bisect.bisect_right(starts, site.insn_address) - 1
+            if i >= 0 and site.insn_address - starts[i] < 5:
+                return site
+        return None
+
 
 def _implementation_size(scan: _ModuleScan, rel: int) -> int:
     """Size of a function known only by its start (an IFUNC implementation in a
@@ -220,6 +236,9 @@ def make_plan(space: AddressSpace, patterns: list[str],
             chosen, reason = "entry", "address taken: may be called through a pointer"
         elif rel in scan.unpatchable_by_target:
             chosen, reason = "entry", scan.unpatchable_by_target[rel][0].reason
+        elif not scan.cxx and (early := scan.early_site(rel)) is not None:
+            chosen, reason = "entry", (f"called at {early.insn_address:#x}, in the first bytes of "
+                                       f"{early.caller or 'its caller'}, which entry patching moves")
         else:
             chosen, reason = "callsite", "every call is a direct call or jmp rel32"
         if forced != "auto" and forced != chosen:
