@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
- * madtrace-ctl: the `madtrace daemon PID ...` and `madtrace ctl ...` commands
- * without starting a Python interpreter (built by the Makefile as
- * build/bin/madtrace-ctl).
+ * madtrace-ctl: the `madtrace daemon PID ...`, `madtrace ctl ...` and
+ * `madtrace record ... -- CMD` commands without starting a Python interpreter
+ * (built by the Makefile as build/bin/madtrace-ctl).
  *
  *   madtrace-ctl daemon PID [OPTIONS]     as madtrace daemon PID [OPTIONS]
  *   madtrace-ctl ctl PID COMMAND [ARGS]   as madtrace ctl PID COMMAND [ARGS]
+ *   madtrace-ctl record [OPTIONS] -- CMD  as madtrace record [OPTIONS] -- CMD (not --repl)
  *   madtrace-ctl ANYTHING ELSE            as madtrace ANYTHING ELSE
  *
  * It speaks the resident process's protocol (madtrace/repl/resident.py): one
@@ -13,7 +14,9 @@
  * stdin, stdout and stderr passed along (SCM_RIGHTS); the resident forks a
  * worker that runs the very same command line with them (same messages, same
  * terminal) and answers {"exit": N} (the command's exit code) or
- * {"refused": "why"}.  Without a resident process, when it refuses, for
+ * {"refused": "why"}.  For record, the program is forked here first (see
+ * fork_program) and goes along as "child" with its two pipes; the worker
+ * answers {"worker": PID} once it has taken it, then {"exit": N}.  Without a resident process, when it refuses, for
  * every other command, and when anything here fails, it runs the Python
  * command instead (exec: same pid, same arguments, environment and file
  * descriptors), which then does what `madtrace` always did and says so.
@@ -24,12 +27,17 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef MADTRACE_PYTHON
@@ -149,7 +157,7 @@ static int connect_resident(void) {
     return -1;
 }
 
-static void build_request(struct buf *b, int argc, char **argv) {
+static void build_request(struct buf *b, int argc, char **argv, pid_t child) {
     char cwd[8192];
     mode_t mask = umask(0);
     umask(mask);
@@ -186,21 +194,28 @@ static void build_request(struct buf *b, int argc, char **argv) {
     put_string(b, MADTRACE_PACKAGE);
     puts_(b, ", \"python\": ");
     put_string(b, MADTRACE_PYTHON);
+    if (child > 0) {
+        snprintf(tail, sizeof tail, ", \"child\": %d", (int)child);
+        puts_(b, tail);
+    }
     puts_(b, ", \"client\": \"madtrace-ctl\"}\n");
 }
 
-static int send_request(int fd, struct buf *b) {
-    int fds[3] = {0, 1, 2};
-    char control[CMSG_SPACE(sizeof fds)];
+/* the request, with stdin, stdout, stderr and the nfds - 3 descriptors in fds[3...] */
+static int send_request(int fd, struct buf *b, int *fds, int nfds) {
+    char control[CMSG_SPACE(5 * sizeof(int))];
     memset(control, 0, sizeof control);
+    fds[0] = 0;
+    fds[1] = 1;
+    fds[2] = 2;
     struct iovec iov = {.iov_base = b->data, .iov_len = b->len};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
-                         .msg_controllen = sizeof control};
+                         .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int))};
     struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
     cmsg->cmsg_level = SOL_SOCKET;
     cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN(sizeof fds);
-    memcpy(CMSG_DATA(cmsg), fds, sizeof fds);
+    cmsg->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+    memcpy(CMSG_DATA(cmsg), fds, (size_t)nfds * sizeof(int));
     ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0)
         return -1;
@@ -217,17 +232,18 @@ static int send_request(int fd, struct buf *b) {
     return 0;
 }
 
-/* the reply line ("" if the connection closed first) */
+/* one reply line ("" if the connection closed first); byte by byte: a record's
+   worker sends two, the second when the program has ended */
 static void read_reply(int fd, struct buf *line) {
-    char chunk[4096];
+    char c;
     for (;;) {
-        ssize_t n = read(fd, chunk, sizeof chunk);
+        ssize_t n = read(fd, &c, 1);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
             return;
-        put(line, chunk, (size_t)n);
-        if (memchr(chunk, '\n', (size_t)n))
+        put(line, &c, 1);
+        if (c == '\n')
             return;
     }
 }
@@ -251,12 +267,39 @@ static void run_python(char **argv) {
     exit(INTERNAL_ERROR);
 }
 
-/* the commands a worker of the resident runs as they would run here: clients of a daemon */
-static int for_resident(int argc, char **argv) {
+/* the resident closed the connection without an answer */
+static int resident_failed(void) {
+    const char *base = getenv("XDG_RUNTIME_DIR");
+    if (base && *base)
+        fprintf(stderr, "madtrace: the resident madtrace process failed while running the "
+                        "command (see %s/madtrace/resident.log)\n", base);
+    else
+        fprintf(stderr, "madtrace: the resident madtrace process failed while running the "
+                        "command (see /tmp/madtrace-%u/resident.log)\n", (unsigned)getuid());
+    return TRACER_INTERNAL_ERROR;
+}
+
+/* the commands a worker of the resident runs as they would run here: clients of a
+   daemon (1), and `record ... -- CMD ARGS` (2: the index of CMD is returned in *cmd) */
+static int for_resident(int argc, char **argv, int *cmd) {
     if (argc < 3)
         return 0;
     if (strcmp(argv[1], "ctl") == 0)
         return 1;
+    if (strcmp(argv[1], "record") == 0) {
+        for (int i = 2; i < argc; i++) {
+            if (strcmp(argv[i], "--") == 0) {
+                *cmd = i + 1;
+                return i + 1 < argc ? 2 : 0;
+            }
+            /* the REPL reads the terminal; help and version print and end */
+            if (strcmp(argv[i], "--repl") == 0 || strcmp(argv[i], "--batch") == 0 ||
+                strncmp(argv[i], "--batch=", 8) == 0 || strcmp(argv[i], "-h") == 0 ||
+                strcmp(argv[i], "--help") == 0)
+                return 0;
+        }
+        return 0;
+    }
     if (strcmp(argv[1], "daemon") != 0)
         return 0;
     for (int i = 2; i < argc; i++)
@@ -266,33 +309,144 @@ static int for_resident(int argc, char **argv) {
     return 1;
 }
 
+/* ----------------------------------------------------- record: the program */
+/* The program to record, forked here (madtrace/process/spawn_proxy.py): in this
+   session, process group and terminal, with this process's descriptors, limits
+   and signal state.  It waits for the path to exec on go[0] (the worker writes it
+   once it has seized the child; none: the command failed first, it exits 127),
+   then execs; a failed exec's errno goes to err[1].  Both pipes close on exec. */
+static pid_t fork_program(char **cmd, int sock, int go[2], int err[2]) {
+    if (pipe2(go, O_CLOEXEC) < 0)
+        return -1;
+    if (pipe2(err, O_CLOEXEC) < 0) {
+        close(go[0]);
+        close(go[1]);
+        return -1;
+    }
+    struct ucred peer;
+    socklen_t len = sizeof peer;
+    pid_t resident = getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 ? peer.pid : 0;
+    pid_t pid = fork();
+    if (pid != 0) {
+        close(go[0]);
+        close(err[1]);
+        if (pid < 0) {
+            close(go[1]);
+            close(err[0]);
+        }
+        return pid;
+    }
+    close(go[1]);
+    close(err[0]);
+    /* with Yama's ptrace_scope 1, the resident's worker (its descendant) may seize us */
+    if (resident > 0)
+        prctl(PR_SET_PTRACER, (unsigned long)resident, 0, 0, 0);
+    char path[PATH_MAX + 1];
+    size_t n = 0;
+    while (n < PATH_MAX) {
+        ssize_t r = read(go[0], path + n, PATH_MAX - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    if (n == 0 || n >= PATH_MAX)
+        _exit(127);
+    path[n] = 0;
+    execv(path, cmd);
+    int e = errno;
+    if (write(err[1], &e, sizeof e) < 0)
+        _exit(127);
+    _exit(127);
+}
+
+static volatile sig_atomic_t worker_pid;
+
+static void forward(int sig) {
+    if (worker_pid > 0)
+        kill(worker_pid, sig);
+}
+
+/* `record ... -- CMD ARGS` through the resident: returns the command's exit code */
+static int record(int fd, int argc, char **argv, int cmd) {
+    int go[2], err[2];
+    pid_t child = fork_program(argv + cmd, fd, go, err);
+    if (child < 0) {
+        close(fd);
+        run_python(argv);
+    }
+    /* the program is reaped by the system when it ends (the tracer saw its end
+       first); its own disposition of SIGCHLD is the one it was forked with */
+    struct sigaction reap = {.sa_handler = SIG_IGN};
+    sigemptyset(&reap.sa_mask);
+    struct sigaction before;
+    sigaction(SIGCHLD, &reap, &before);
+    struct buf request = {0};
+    build_request(&request, argc, argv, child);
+    fflush(stdout);
+    fflush(stderr);
+    int fds[5];
+    fds[3] = go[1];
+    fds[4] = err[0];
+    int sent = send_request(fd, &request, fds, 5);
+    close(go[1]);               /* the worker holds them now */
+    close(err[0]);
+    struct buf reply = {0};
+    if (sent == 0)
+        read_reply(fd, &reply);
+    if (strncmp(reply.data ? reply.data : "", "{\"worker\": ", 11) != 0) {
+        /* not taken: the child sees its pipe close and exits without exec */
+        close(fd);
+        waitpid(child, NULL, 0);
+        sigaction(SIGCHLD, &before, NULL);
+        if (reply.len && strncmp(reply.data, "{\"refused\": ", 12) != 0)
+            fprintf(stderr, "madtrace: unexpected answer of the resident process\n");
+        run_python(argv);       /* refused or gone: the Python command, which says why */
+    }
+    /* as the Python command once it launched the program: Ctrl-C reaches the
+       program (same process group), SIGTERM and SIGHUP make the tracer detach */
+    worker_pid = (pid_t)atoi(reply.data + 11);
+    struct sigaction sa = {.sa_handler = forward, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGINT, SIG_IGN);
+    reply.len = 0;
+    read_reply(fd, &reply);
+    close(fd);
+    if (!reply.len)
+        return resident_failed();
+    if (strncmp(reply.data, "{\"exit\": ", 9) == 0)
+        return atoi(reply.data + 9);
+    fprintf(stderr, "madtrace: unexpected answer of the resident process\n");
+    return TRACER_INTERNAL_ERROR;
+}
+
 int main(int argc, char **argv) {
-    if (!for_resident(argc, argv))
+    int cmd = 0;
+    int kind = for_resident(argc, argv, &cmd);
+    if (!kind)
         run_python(argv);
     int fd = connect_resident();
     if (fd < 0)
         run_python(argv);           /* no resident: the Python command says so */
+    if (kind == 2)
+        return record(fd, argc, argv, cmd);
     struct buf request = {0};
-    build_request(&request, argc, argv);
+    build_request(&request, argc, argv, 0);
     fflush(stdout);
     fflush(stderr);
-    if (send_request(fd, &request) < 0) {
+    int fds[3];
+    if (send_request(fd, &request, fds, 3) < 0) {
         close(fd);
         run_python(argv);
     }
     struct buf reply = {0};
     read_reply(fd, &reply);
     close(fd);
-    if (!reply.len) {
-        const char *base = getenv("XDG_RUNTIME_DIR");
-        if (base && *base)
-            fprintf(stderr, "madtrace: the resident madtrace process failed while running the "
-                            "command (see %s/madtrace/resident.log)\n", base);
-        else
-            fprintf(stderr, "madtrace: the resident madtrace process failed while running the "
-                            "command (see /tmp/madtrace-%u/resident.log)\n", (unsigned)getuid());
-        return TRACER_INTERNAL_ERROR;
-    }
+    if (!reply.len)
+        return resident_failed();
     const char *exit_at = strstr(reply.data, "{\"exit\": ");
     if (exit_at == reply.data)
         return atoi(exit_at + 9);

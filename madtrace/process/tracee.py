@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ..errors import (CommandNotFoundError, NoSuchProcessError, NotElfError, PermissionDeniedError,
                       TracerInternalError)
 from . import ptrace_raw as pr
+from . import spawn_proxy
 from .events import (Event, GroupStop, PtraceEventStop, ThreadExited,
                      ThreadKilled, TrapStop, decode_status, keep_signal)
 from .memory import ProcessMemory
@@ -164,15 +165,22 @@ class Tracee:
               options: int = BASE_OPTIONS) -> "Tracee":
         """fork + exec ``argv``; returns with the new image stopped at its exec stop."""
         path = resolve_command(argv[0])
-        go_r, go_w = os.pipe()
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
+        proxy = spawn_proxy.take()      # forked by madtrace-ctl (spawn_proxy.py)
+        if proxy is not None:
+            pid, go_w, err_r = proxy.pid, proxy.go_fd, proxy.err_fd
+        else:
+            go_r, go_w = os.pipe()
+            err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            pid = os.fork()
         if pid == 0:  # child: wait to be seized, then exec; report exec failure through err_w
             try:
                 os.close(go_w)
                 os.close(err_r)
                 os.read(go_r, 1)
                 os.close(go_r)
+                # Python ignores these at start-up; the program gets them as from a shell
+                for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+                    signal.signal(sig, signal.SIG_DFL)
                 if env is None:
                     os.execv(path, argv)
                 os.execve(path, argv, env)
@@ -180,17 +188,22 @@ class Tracee:
                 os.write(err_w, struct.pack("<i", exc.errno or errno.ENOEXEC))
             finally:
                 os._exit(127)
-        os.close(go_r)
-        os.close(err_w)
+        if proxy is None:
+            os.close(go_r)
+            os.close(err_w)
         try:
             pr.seize(pid, options | pr.PTRACE_O_EXITKILL)
         except Exception:
+            if proxy is not None:       # its parent reaps it
+                proxy.release()
+                raise
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             raise
         tracee = cls(pid, launched=True, options=options)
         tracee.threads[pid] = ThreadState(pid, running=True)
-        os.write(go_w, b"x")
+        # the proxied child execs the path written (it may differ in $PATH lookups)
+        os.write(go_w, os.fsencode(path) if proxy is not None else b"x")
         os.close(go_w)
         failure = os.read(err_r, 4)
         os.close(err_r)

@@ -31,6 +31,7 @@ import sys
 import time
 
 from ..errors import TracerInternalError
+from ..process import spawn_proxy
 from . import transport
 from .detached import INTERNAL_ERROR, report, report_failure, start_detached
 
@@ -318,7 +319,7 @@ def _serve(listener: socket.socket, stamp: float) -> None:
             if uid != os.getuid():
                 print(f"refused a connection from uid {uid}", flush=True)
                 continue
-            data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, 3)
+            data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, 5)
             while not data.endswith(b"\n"):
                 more = conn.recv(1 << 20)
                 if not more:
@@ -385,8 +386,12 @@ def _daemon_target(argv: list) -> int:
 
 
 def _refusal(request: dict, fds: list[int], stamp: float) -> str:
-    if len(fds) != 3:
-        return "a request passes stdin, stdout and stderr"
+    if len(fds) != (5 if "child" in request else 3):
+        return ("a request passes stdin, stdout and stderr (and a launched child's two pipes: "
+                "madtrace-ctl record)")
+    if "child" in request and (not isinstance(request["child"], int) or request["child"] <= 0
+                               or (request.get("argv") or [""])[0] != "record"):
+        return "a child to launch goes with a record command"
     if request.get("package") != _package_dir() or request.get("python") != sys.executable:
         return (f"the resident process {os.getpid()} runs madtrace from {_package_dir()} with "
                 f"{sys.executable}")
@@ -404,9 +409,13 @@ def _worker(conn: socket.socket, fds: list[int], request: dict) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        for target, fd in enumerate(fds):
+        for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
             os.close(fd)
+        if "child" in request:      # madtrace-ctl record: the program it forked (spawn_proxy.py)
+            go_fd, err_fd = fds[3:]
+            spawn_proxy.offer(spawn_proxy.ProxyChild(int(request["child"]), go_fd, err_fd))
+            transport.send(conn, {"worker": os.getpid()})    # where the client sends SIGTERM
         fds.clear()
         os.chdir(request["cwd"])
         os.environ.clear()
@@ -422,6 +431,9 @@ def _worker(conn: socket.socket, fds: list[int], request: dict) -> None:
               file=sys.stderr)
     finally:
         try:
+            child = spawn_proxy.take()
+            if child is not None:       # never launched: it exits without exec
+                child.release()
             sys.stdout.flush()
             sys.stderr.flush()
             transport.send(conn, {"exit": code})
