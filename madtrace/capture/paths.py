@@ -172,6 +172,7 @@ class AccessPaths:
     def detach(self) -> None:
         self.rewriter.detach()
         self.rewriter.entry_cache.save()
+        self.rewriter.analysis_cache.save()
         if self.own_rings:
             self.rings.set_enabled(False)
             self.rings.stop()
@@ -182,6 +183,7 @@ class AccessPaths:
         """The target is gone (or stays untraced): the last records, no more draining."""
         if self.rewriter is not None:
             self.rewriter.entry_cache.save()
+            self.rewriter.analysis_cache.save()
         if self.own_rings:
             self.rings.stop()
             self.rings.close()

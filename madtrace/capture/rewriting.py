@@ -55,6 +55,7 @@ from ..process.remote_syscall import RemoteSyscalls
 from .copy_frames import CopyFrames
 from .copy_sites import mirror
 from .entry_branches import to_original_entry
+from .analysis_cache import AnalysisCache
 from .entry_cache import EntryCache
 from .entry_redirect import redirect_entry
 from .instruction_table import InstructionTable
@@ -143,6 +144,7 @@ class Rewriter:
         self.plt = PltCopies(self)
         self._bounds_of: dict[int, tuple | None] = {}   # faulting instructions' functions
         self.entry_cache = EntryCache()
+        self.analysis_cache = AnalysisCache()
         self.settler = ProbeSettler(self)
         self.copy_after = COPY_AFTER  # 1: every function is copied at its first fault
         # the fault loop gives back no fault of these any more (cold before, copied now)
@@ -454,12 +456,15 @@ class Rewriter:
         """The function's analysis: made once, kept while its bytes stay the same
         (its instructions' entries from the copier cache where they are there)."""
         if state.analysis is None or state.analysis.code != code:
-            self.entry_cache.prepare(state.module)
-            made = analyse(code, state.start, state.end)
-            if isinstance(made, Refusal):
-                return made
-            self.entry_cache.used(state.module, (code[o:o + z] for o, z in
-                                                 zip(made.offset.tolist(), made.size)))
+            made = self.analysis_cache.get(state.module, code, state.start, state.end)
+            if made is None:
+                self.entry_cache.prepare(state.module)
+                made = analyse(code, state.start, state.end)
+                if isinstance(made, Refusal):
+                    return made
+                self.entry_cache.used(state.module, (code[o:o + z] for o, z in
+                                                     zip(made.offset.tolist(), made.size)))
+                self.analysis_cache.put(state.module, made)
             state.analysis = made
         return state.analysis
 
@@ -548,6 +553,7 @@ class Rewriter:
         if cache["files_read"] or cache["files_written"]:
             self.stats["instruction entries from the copier cache"] = cache["loaded"]
             self.stats["copier cache files written"] = cache["files_written"]
+        self.stats.update({k: v for k, v in self.analysis_cache.stats.items() if v})
         relocated = [s for s in self.functions.values() if s.copies]
         cold = [s for s in self.functions.values() if s.cold and not s.copies]
         return {"functions_relocated": len(relocated),

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """madtrace cache list|clear [--json]: the symbol cache (binary/symcache.py) and
 the module-scan cache (inject/scan_cache.py), the ELF symbol cache
-(binary/elfcache.py) and the copier's instruction entries (capture/entry_cache.py)
-beside it."""
+(binary/elfcache.py), the copier's instruction entries (capture/entry_cache.py)
+and its function analyses (capture/analysis_cache.py) beside it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import time
 
 from ..binary import elfcache, symcache
-from ..capture import entry_cache
+from ..capture import analysis_cache, entry_cache
 from ..inject import scan_cache
 
 NAME = "cache"
@@ -28,21 +28,23 @@ def run(args) -> int:
     folder = symcache.cache_dir()
     if args.action == "clear":
         files, size = symcache.clear()
-        for kind in (scan_cache, elfcache, entry_cache):
+        for kind in (scan_cache, elfcache, entry_cache, analysis_cache):
             more_files, more_size = kind.clear()
             files, size = files + more_files, size + more_size
         print(f"removed {files} entries ({size / 1e6:.1f} MB) from {folder}")
         return 0
     entries, scans, tables = symcache.list_entries(), scan_cache.list_entries(), elfcache.list_entries()
-    copier = entry_cache.list_entries()
+    copier, analyses = entry_cache.list_entries(), analysis_cache.list_entries()
     if args.json:
         print(json.dumps({"directory": folder, "entries": entries, "scans": scans,
-                          "symbol_tables": tables, "copier_entries": copier}))
+                          "symbol_tables": tables, "copier_entries": copier,
+                          "copier_analyses": analyses}))
         return 0
-    total = sum(e["bytes"] for e in entries + scans + tables + copier)
+    total = sum(e["bytes"] for e in entries + scans + tables + copier + analyses)
     print(f"{folder}: {len(entries)} entries, {len(scans)} call-site scans, {len(tables)} symbol "
-          f"tables, {len(copier)} copier entry files, {total / 1e6:.1f} MB")
-    for e in entries + scans + tables + copier:
+          f"tables, {len(copier)} copier entry files, {len(analyses)} copier analysis files, "
+          f"{total / 1e6:.1f} MB")
+    for e in entries + scans + tables + copier + analyses:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e["created"])) if e.get("created") \
             else "?"
         what = e["binary"] if e["ok"] else f"CORRUPT ({e.get('problem')}): rebuilt when next used"

@@ -65,7 +65,8 @@ class FunctionAnalysis:
         self.address: list[int] = addresses.tolist()
         self.size: list[int] = sizes.tolist()
         raws = [code[o:o + z] for o, z in zip(offsets.tolist(), self.size)]
-        self.entries = ents = entries(raws)
+        ents = entries(raws)
+        self.entries: list[Entry] | None = ents    # None once read from the disk (text())
         rows = np.array([e.row for e in ents], dtype=np.int64).reshape(-1, 6)
         kind, flags = rows[:, 0], rows[:, 4]
         self.kind = kind.astype(np.int8)
@@ -127,6 +128,9 @@ class FunctionAnalysis:
 
     def text(self, i: int) -> str:
         """Instruction ``i``'s disassembly (for a reason)."""
+        if self.entries is None:        # an analysis from the disk (capture/analysis_cache.py)
+            o = int(self.offset[i])
+            return entries([self.code[o:o + self.size[i]]])[0].text
         return self.entries[i].text
 
     def _refusals(self, ents: list[Entry], kind: np.ndarray, bi: np.ndarray, target: np.ndarray,
@@ -154,6 +158,7 @@ class FunctionAnalysis:
         return found
 
     def _head_why(self, i: int) -> str:
+        assert self.entries is not None
         why = self.entries[i].head_why or ""
         if why.startswith("unsupported relative branch"):     # its target, as printed here
             insn = decode_one(self.code[self.offset[i]:self.offset[i] + self.size[i]], self.address[i])

@@ -1,0 +1,227 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The copier's function analyses kept on disk, once per binary.
+
+The hybrid engine's copier analyses each function it copies
+(arch/x86_64/copy_analysis.py ``FunctionAnalysis``: its instructions, branch
+and RIP-relative tables, memory instructions and probe plans, the pieces laid
+end to end).  An analysis is a function of the function's bytes and of where
+they are; python3 running a short script copies ~1 100 functions of its own
+(non-PIE) image, whose analysis was a third of the tracer's time after the
+copier cache of instruction entries (entry_cache.py).  This cache keeps whole
+analyses of the functions of images that are always at the same addresses
+(bias 0: a non-PIE executable); a position-independent image lands elsewhere
+in each run, and its functions are analysed again.
+
+Where: beside the copier cache, one file per binary, ``<key>.mta``, in the
+symbol cache's container (symcache ``write_entry``): ``MTANAL01``, a JSON
+header (the analyser's version: a hash of the copier's source and of
+capstone's and numpy's versions; the binary's path and build-id), the
+payload: ``marshal`` of {"functions": {(start, end): the analysis as plain
+values (``encode``)}, "tables": its memory instructions and probe plans, each
+kept once}.  An analysis is used only when its bytes are the function's
+bytes now.  A damaged file, another analyser's, or one not owned by the user
+is not read (and is rebuilt); marshal runs no code.
+
+``get(module, code, start, end)`` gives the kept analysis or None; ``put``
+keeps a new one; ``save()`` writes the files that gained some (at the end of
+data tracing, as the copier cache).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+import os
+import time
+
+import numpy as np
+
+from ..arch.x86_64.copy_analysis import FunctionAnalysis
+from ..arch.x86_64.insn_entries import ProbePlan
+from ..arch.x86_64.memops import MemInstruction, _operand
+from ..binary import symcache
+from ..binary.dwarf_native import DwarfFormatError
+from .entry_cache import _PLAN, CacheFormatError, analyser_version
+
+MAGIC = b"MTANAL01"
+FORMAT = 1
+SUFFIX = ".mta"
+# numpy columns of an analysis, stored as (dtype, bytes)
+_ARRAYS = ("offset", "insn_size", "kind", "planned", "calls", "branch_index", "branch_target",
+           "branch_field", "rip_index", "rip_field", "rip_target", "blob_at")
+# plain values marshal keeps as they are
+_PLAIN = ("code", "start", "end", "n", "has_stub", "mem_index", "whys", "rip_targets",
+          "stub_index", "stub_fields", "stub_rip_target", "blob")
+_DICTS = ("sides", "branch_fails", "size_fails", "rip_fails")
+
+
+def version() -> str:
+    return hashlib.sha256(f"{analyser_version()} numpy {np.__version__}".encode()).hexdigest()[:32]
+
+
+def _fields(o) -> tuple:
+    """A MemOperand's fields, in its order (memops ``_operand`` makes it again)."""
+    return (o.base, o.index, o.scale, o.disp, o.segment, o.size, o.load, o.store)
+
+
+class _Tables:
+    """One file's memory instructions (at address 0) and probe plans, each kept
+    once: an analysis refers to them by index (made into objects once per file)."""
+
+    def __init__(self, stored: tuple = ((), ())):
+        mems, plans = stored
+        self.mems, self.plans = list(mems), list(plans)
+        self.mem_index = {m: i for i, m in enumerate(self.mems)}
+        self.plan_index = {p: i for i, p in enumerate(self.plans)}
+        new = tuple.__new__
+        self.mem_objects = [new(MemInstruction, (0, m[0], m[1], m[2],
+                                                 tuple(_operand(*o) for o in m[3]), m[4], m[5]))
+                            for m in self.mems]
+        self.plan_objects = [ProbePlan(*p) for p in self.plans]
+
+    def mem_ref(self, m: MemInstruction) -> int:
+        key = (m.size, m.mnemonic, m.text, tuple(_fields(o) for o in m.operands), m.rep, m.atomic)
+        i = self.mem_index.get(key)
+        if i is None:
+            i = self.mem_index[key] = len(self.mems)
+            self.mems.append(key)
+            self.mem_objects.append(m.at(0))
+        return i
+
+    def plan_ref(self, p: ProbePlan) -> int:
+        key = tuple(getattr(p, name) for name in _PLAN)
+        i = self.plan_index.get(key)
+        if i is None:
+            i = self.plan_index[key] = len(self.plans)
+            self.plans.append(key)
+            self.plan_objects.append(ProbePlan(*key))
+        return i
+
+    def stored(self) -> tuple:
+        return tuple(self.mems), tuple(self.plans)
+
+
+def encode(a: FunctionAnalysis, tables: _Tables) -> tuple:
+    """The analysis as plain values (marshal), its memory instructions and plans
+    as indices into ``tables``."""
+    arrays = tuple((a.__dict__[k].dtype.str, a.__dict__[k].tobytes()) for k in _ARRAYS)
+    plain = tuple(a.__dict__[k] for k in _PLAIN)
+    dicts = tuple(tuple(a.__dict__[k].items()) for k in _DICTS)
+    mems = (tuple(m.address for m in a.mems), tuple(tables.mem_ref(m) for m in a.mems))
+    plans = tuple(tables.plan_ref(p) for p in a.plans)
+    return arrays, plain, dicts, tuple(a.targets), mems, plans
+
+
+def decode(stored: tuple, tables: _Tables) -> FunctionAnalysis:
+    arrays, plain, dicts, targets, (addresses, refs), plans = stored
+    a = FunctionAnalysis.__new__(FunctionAnalysis)
+    d = a.__dict__
+    for k, (dtype, raw) in zip(_ARRAYS, arrays):
+        d[k] = np.frombuffer(raw, dtype=dtype)      # read-only: copies change their own
+    for k, v in zip(_PLAIN, plain):
+        d[k] = v
+    for k, items in zip(_DICTS, dicts):
+        d[k] = dict(items)
+    a.refusal = None
+    a.entries = None            # made again if a reason needs an instruction's text
+    a.address = (a.offset + a.start).tolist()
+    a.size = a.insn_size.tolist()
+    a.targets = set(targets)
+    new, objects = tuple.__new__, tables.mem_objects
+    a.mems = [new(MemInstruction, (address,) + objects[i][1:]) for address, i in zip(addresses, refs)]
+    a.plans = [tables.plan_objects[i] for i in plans]
+    return a
+
+
+def read_file(path: str) -> dict:
+    if os.stat(path).st_uid != os.geteuid():
+        raise CacheFormatError("not owned by this user")
+    try:
+        header, payload = symcache.read_entry(path, MAGIC, FORMAT)
+    except DwarfFormatError as exc:
+        raise CacheFormatError(str(exc)) from None
+    if header.get("analyser") != version():
+        raise CacheFormatError("another analyser")
+    try:
+        stored = marshal.loads(payload)
+    except (ValueError, EOFError, TypeError) as exc:
+        raise CacheFormatError(f"bad content ({exc})") from None
+    if not isinstance(stored, dict) or set(stored) != {"functions", "tables"}:
+        raise CacheFormatError("unexpected content")
+    return stored
+
+
+def write_file(path: str, stored: dict, image=None) -> None:
+    header: dict = {"analyser": version(), "functions": len(stored), "created": time.time()}
+    if image is not None and getattr(image, "path", None):
+        header.update(path=os.path.realpath(image.path), build_id=symcache.build_id(image))
+    symcache.write_entry(path, header, marshal.dumps(stored), MAGIC, FORMAT)
+
+
+def list_entries() -> list[dict]:
+    return symcache.list_entries(SUFFIX, MAGIC, FORMAT)
+
+
+def clear() -> tuple[int, int]:
+    return symcache.clear(SUFFIX)
+
+
+class AnalysisCache:
+    def __init__(self, notify=None):
+        self.notify = notify or (lambda message: symcache.notify(message))
+        # module name -> (module, file path, {(start, end): encoded}, tables, new keys)
+        self._modules: dict[str, tuple] = {}
+        self.stats = {"analyses from the cache": 0, "analyses cached": 0}
+
+    def _of(self, module) -> tuple | None:
+        entry = self._modules.get(module.name)
+        if entry is None:
+            path = symcache.entry_path_of(module.image, SUFFIX) if module.bias == 0 else None
+            stored: dict = {"functions": {}, "tables": ((), ())}
+            if path and os.path.exists(path):
+                try:
+                    stored = read_file(path)
+                except CacheFormatError as exc:
+                    if str(exc) not in ("another analyser", "not owned by this user"):
+                        self.notify(f"analysis cache {path}: {exc}; rebuilt")
+                except OSError as exc:
+                    self.notify(f"analysis cache {path}: {exc.strerror}; not used")
+                    path = None
+            entry = self._modules[module.name] = (module, path, stored["functions"],
+                                                  _Tables(stored["tables"]), set())
+        return entry if entry[1] else None
+
+    def get(self, module, code: bytes, start: int, end: int) -> FunctionAnalysis | None:
+        """The kept analysis of the function at [start, end) if its bytes are ``code``."""
+        entry = self._of(module)
+        if entry is None:
+            return None
+        stored = entry[2].get((start, end))
+        if stored is None or stored[1][0] != bytes(code[:end - start]):
+            return None
+        self.stats["analyses from the cache"] += 1
+        return decode(stored, entry[3])
+
+    def put(self, module, analysis: FunctionAnalysis) -> None:
+        entry = self._of(module)
+        if entry is None or analysis.refusal is not None:
+            return
+        key = (analysis.start, analysis.end)
+        encoded = encode(analysis, entry[3])
+        try:
+            marshal.dumps(encoded)      # plain values only (a numpy scalar would not be)
+        except ValueError:
+            return
+        entry[2][key] = encoded
+        entry[4].add(key)
+        self.stats["analyses cached"] += 1
+
+    def save(self) -> None:
+        for module, path, functions, tables, new in self._modules.values():
+            if not path or not new:
+                continue
+            try:
+                write_file(path, {"functions": functions, "tables": tables.stored()}, module.image)
+            except OSError as exc:
+                self.notify(f"analysis cache {path}: {exc.strerror}; not written")
+            new.clear()
