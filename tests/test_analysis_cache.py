@@ -12,6 +12,7 @@ a damaged file is said in one line and rebuilt."""
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import shutil
 
@@ -41,7 +42,7 @@ def copies_equal(path: str, limit: int | None = None, stride: int = 1) -> int:
         if not hasattr(fresh, "mems") or fresh.refusal is not None:
             continue
         stored = analysis_cache.encode(fresh, tables)
-        back = analysis_cache.decode(analysis_cache.marshal.loads(analysis_cache.marshal.dumps(stored)),
+        back = analysis_cache.decode(marshal.loads(marshal.dumps(stored)),
                                      analysis_cache._Tables(tables.stored()))
         address = 0x60000000
         made = []

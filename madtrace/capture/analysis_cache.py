@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
-import time
 
 import numpy as np
 
@@ -40,8 +39,7 @@ from ..arch.x86_64.copy_analysis import FunctionAnalysis
 from ..arch.x86_64.insn_entries import ProbePlan
 from ..arch.x86_64.memops import MemInstruction, _operand
 from ..binary import symcache
-from ..binary.dwarf_native import DwarfFormatError
-from .entry_cache import _PLAN, CacheFormatError, analyser_version
+from .entry_cache import _PLAN, CacheFormatError, analyser_version, read_marshalled, write_marshalled
 
 MAGIC = b"MTANAL01"
 FORMAT = 1
@@ -134,28 +132,15 @@ def decode(stored: tuple, tables: _Tables) -> FunctionAnalysis:
 
 
 def read_file(path: str) -> dict:
-    if os.stat(path).st_uid != os.geteuid():
-        raise CacheFormatError("not owned by this user")
-    try:
-        header, payload = symcache.read_entry(path, MAGIC, FORMAT)
-    except DwarfFormatError as exc:
-        raise CacheFormatError(str(exc)) from None
-    if header.get("analyser") != version():
-        raise CacheFormatError("another analyser")
-    try:
-        stored = marshal.loads(payload)
-    except (ValueError, EOFError, TypeError) as exc:
-        raise CacheFormatError(f"bad content ({exc})") from None
+    stored = read_marshalled(path, MAGIC, FORMAT, version())
     if not isinstance(stored, dict) or set(stored) != {"functions", "tables"}:
         raise CacheFormatError("unexpected content")
     return stored
 
 
 def write_file(path: str, stored: dict, image=None) -> None:
-    header: dict = {"analyser": version(), "functions": len(stored), "created": time.time()}
-    if image is not None and getattr(image, "path", None):
-        header.update(path=os.path.realpath(image.path), build_id=symcache.build_id(image))
-    symcache.write_entry(path, header, marshal.dumps(stored), MAGIC, FORMAT)
+    write_marshalled(path, stored, MAGIC, FORMAT, version(),
+                     {"functions": len(stored["functions"])}, image)
 
 
 def list_entries() -> list[dict]:

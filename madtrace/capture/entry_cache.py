@@ -69,22 +69,36 @@ class CacheFormatError(ValueError):
     pass
 
 
-def read_file(path: str) -> dict:
-    """{bytes: the entry's fields (``restore`` makes the Entry)} of a cache file;
+def read_marshalled(path: str, magic: bytes, fmt: int, version: str):
+    """The value kept in a cache file of the copier (this one's, analysis_cache.py's);
     CacheFormatError when it is damaged, from another analyser, or not the
     user's own."""
     if os.stat(path).st_uid != os.geteuid():
         raise CacheFormatError("not owned by this user")
     try:
-        header, payload = symcache.read_entry(path, MAGIC, FORMAT)
+        header, payload = symcache.read_entry(path, magic, fmt)
     except DwarfFormatError as exc:
         raise CacheFormatError(str(exc)) from None
-    if header.get("analyser") != analyser_version():
+    if header.get("analyser") != version:
         raise CacheFormatError("another analyser")      # not damage: replaced quietly
     try:
-        stored = marshal.loads(payload)
+        return marshal.loads(payload)
     except (ValueError, EOFError, TypeError) as exc:
         raise CacheFormatError(f"bad content ({exc})") from None
+
+
+def write_marshalled(path: str, value, magic: bytes, fmt: int, version: str, counts: dict,
+                     image=None) -> None:
+    """``value`` (plain values) in a cache file; ``image``: the binary it is of."""
+    header: dict = {"analyser": version, **counts, "created": time.time()}
+    if image is not None and getattr(image, "path", None):
+        header.update(path=os.path.realpath(image.path), build_id=symcache.build_id(image))
+    symcache.write_entry(path, header, marshal.dumps(value), magic, fmt)
+
+
+def read_file(path: str) -> dict:
+    """{bytes: the entry's fields (``restore`` makes the Entry)} of a cache file."""
+    stored = read_marshalled(path, MAGIC, FORMAT, analyser_version())
     if not isinstance(stored, dict) or (stored and not isinstance(next(iter(stored)), bytes)):
         raise CacheFormatError("unexpected content")
     return stored
@@ -92,10 +106,8 @@ def read_file(path: str) -> dict:
 
 def write_file(path: str, encoded: dict, image=None) -> None:
     """``encoded``: {bytes: ``encode(entry)``}; ``image``: the binary they are of."""
-    header: dict = {"analyser": analyser_version(), "entries": len(encoded), "created": time.time()}
-    if image is not None and getattr(image, "path", None):
-        header.update(path=os.path.realpath(image.path), build_id=symcache.build_id(image))
-    symcache.write_entry(path, header, marshal.dumps(encoded), MAGIC, FORMAT)
+    write_marshalled(path, encoded, MAGIC, FORMAT, analyser_version(), {"entries": len(encoded)},
+                     image)
 
 
 def list_entries() -> list[dict]:
