@@ -37,16 +37,20 @@ def _branches_to(code: bytes, at: int, target: int):
             yield insn
 
 
-def to_original_entry(code: bytes, start: int, copy) -> bool:
+def to_original_entry(code: bytes, start: int, copy, sources: list[int] | None = None) -> bool:
     """Re-aim the branches of ``copy`` (of the function at ``start``, whose bytes
-    are ``code``) that reach the copy's start; False when one is not found."""
-    sources = list(_branches_to(bytes(code), start, start))
+    are ``code``) that reach the copy's start; False when one is not found.
+    ``sources``: the addresses of the function's branches to its start when known
+    (the copier's analysis: a function as large as CPython's eval loop is not
+    disassembled again at each of its copies)."""
+    if sources is None:
+        sources = [insn.address for insn in _branches_to(bytes(code), start, start)]
     if not sources:
         return True
     positions = sorted(set(copy.old_to_new.values()))
     out = bytearray(copy.code)
     for source in sources:
-        at = copy.old_to_new.get(source.address)
+        at = copy.old_to_new.get(source)
         if at is None:
             return False
         i = bisect.bisect_right(positions, at)

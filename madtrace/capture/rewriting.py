@@ -373,7 +373,8 @@ class Rewriter:
                 (b"\x55\x48\x89\xe5", b"\x55\x48\x8b\xec")
         copy = self._copy(state, code)
         self_entry = ""
-        if copy and state.start in copy.targets and not to_original_entry(code, state.start, copy):
+        if copy and state.start in copy.targets and \
+                not to_original_entry(code, state.start, copy, _branches_to_start(state)):
             self_entry = "internal"
             if self.links.traced(state.start):   # a branch to the entry is a call for it
                 copy, self_entry = self._copy(state, self._code(state, entry=False)), "baked"
@@ -561,6 +562,15 @@ class Rewriter:
                 "copies": sum(len(s.copies) for s in relocated),
                 "probes": sum(len(s.latest.probes) for s in relocated),
                 "refused": dict(self.refused), **{k: v for k, v in self.stats.items()}}
+
+
+def _branches_to_start(state: FunctionState) -> list[int] | None:
+    """Where the function's direct branches to its own start are (its analysis)."""
+    a = state.analysis
+    if a is None or a.refusal is not None:
+        return None
+    return [a.address[i] for i, target in zip(a.branch_index.tolist(), a.branch_target.tolist())
+            if target == state.start]
 
 
 def _reason_kind(reason: str) -> str:
