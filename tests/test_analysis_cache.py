@@ -29,21 +29,28 @@ from .util import madtrace, prog
 PYTHON = "/usr/bin/python3"
 
 
-def copies_equal(path: str, limit: int | None = None, stride: int = 1) -> int:
+def copies_equal(path: str, limit: int | None = None, stride: int = 1, bias: int = 0,
+                 other: int = 0) -> int:
     """Every (``stride``-th) function of ``path``: the copy from a round-tripped
-    analysis equals the copy from the fresh one.  Returns how many were compared."""
+    analysis equals the copy from the fresh one.  With ``bias``: analysed as if
+    the image were loaded there, kept at the ELF file's addresses, and used as
+    if loaded at ``other`` (a position-independent image in two runs), against
+    a fresh analysis there.  Returns how many were compared."""
     injector = load_injector()
     tables = analysis_cache._Tables()
     compared = 0
     for k, (start, end, code) in enumerate(functions(path)):
         if k % stride:
             continue
-        fresh = analyse(code, start, end)
-        if not hasattr(fresh, "mems") or fresh.refusal is not None:
+        made = analyse(code, start + bias, end + bias)
+        if not hasattr(made, "mems") or made.refusal is not None or \
+                (bias != other and not analysis_cache.movable(made)):
             continue
-        stored = analysis_cache.encode(fresh, tables)
+        stored = analysis_cache.encode(made, tables, -bias)
         back = analysis_cache.decode(marshal.loads(marshal.dumps(stored)),
-                                     analysis_cache._Tables(tables.stored()))
+                                     analysis_cache._Tables(tables.stored()), other)
+        start, end = start + other, end + other
+        fresh = analyse(code, start, end)
         address = 0x60000000
         made = []
         for analysis in (fresh, back):
@@ -71,6 +78,18 @@ def test_copies_from_a_kept_analysis_equal_fresh_ones(name):
     assert copies_equal(prog(name, "O2-nopie")) > 5
 
 
+@pytest.mark.parametrize("name", ["data_dispatch", "calls_qsort"])
+def test_copies_from_a_moved_analysis_equal_fresh_ones(name):
+    """A position-independent program analysed in one run, used in another."""
+    assert copies_equal(prog(name, "O2-pie"), bias=0x555555554000, other=0x5600aa000000) >= 4
+
+
+def test_copies_from_moved_analyses_of_the_c_library():
+    libc = "/lib/x86_64-linux-gnu/libc.so.6"
+    assert copies_equal(libc, limit=200, stride=11, bias=0x7f0012340000,
+                        other=0x7fabc0000000) >= 200
+
+
 @pytest.mark.skipif(not os.path.exists(PYTHON), reason="no python3")
 def test_copies_from_kept_analyses_of_python3():
     assert copies_equal(os.path.realpath(PYTHON), limit=300, stride=7) >= 300
@@ -93,16 +112,18 @@ def test_a_warm_run_reads_its_analyses_and_records_the_same(tmp_path, monkeypatc
     assert out0 == out1 and acc0 == acc1
     assert rw0.get("analyses cached", 0) > 0 and "analyses from the cache" not in rw0
     assert rw1["analyses from the cache"] == rw0["analyses cached"]
+    # the program's and its libraries' (kept at their ELF addresses, moved by their bias)
     files = [f for f in os.listdir(tmp_path / "cache") if f.endswith(analysis_cache.SUFFIX)]
-    assert len(files) == 1
-    path = tmp_path / "cache" / files[0]
-    data = bytearray(path.read_bytes())
-    data[-100] ^= 0xFF
-    path.write_bytes(bytes(data))
+    assert len(files) >= 2
+    for name in files:
+        path = tmp_path / "cache" / name
+        data = bytearray(path.read_bytes())
+        data[-100] ^= 0xFF
+        path.write_bytes(bytes(data))
     result = madtrace("record", "--data", "--no-functions", "-o", str(tmp_path / "t2"), "--", *argv)
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stderr.decode().splitlines() if "analysis cache" in line]
-    assert len(lines) == 1 and "rebuilt" in lines[0], result.stderr
+    assert len(lines) == len(files) and all("rebuilt" in line for line in lines), result.stderr
     meta = json.loads((tmp_path / "t2" / "meta.json").read_text())
     assert meta["accesses"] == acc0
     shutil.rmtree(tmp_path / "cache")

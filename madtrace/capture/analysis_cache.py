@@ -8,9 +8,10 @@ end to end).  An analysis is a function of the function's bytes and of where
 they are; python3 running a short script copies ~1 100 functions of its own
 (non-PIE) image, whose analysis was a third of the tracer's time after the
 copier cache of instruction entries (entry_cache.py).  This cache keeps whole
-analyses of the functions of images that are always at the same addresses
-(bias 0: a non-PIE executable); a position-independent image lands elsewhere
-in each run, and its functions are analysed again.
+analyses at the addresses the image's ELF file gives (a position-independent
+image lands elsewhere in each run: its analyses are moved by the module's
+bias; those that cannot move, with an indirect jump's stub or a reason that
+names an address, are kept for images at fixed addresses only).
 
 Where: beside the copier cache, one file per binary, ``<key>.mta``, in the
 symbol cache's container (symcache ``write_entry``): ``MTANAL01``, a JSON
@@ -99,35 +100,70 @@ class _Tables:
         return tuple(self.mems), tuple(self.plans)
 
 
-def encode(a: FunctionAnalysis, tables: _Tables) -> tuple:
+_SHIFTED_ARRAYS = ("branch_target", "rip_target")     # addresses: moved with the function
+
+
+def movable(a: FunctionAnalysis) -> bool:
+    """Whether the analysis is right wherever the function is once its addresses
+    are moved: an indirect jump's stub holds the function's start in its code,
+    and reasons hold addresses in their text."""
+    return not (a.has_stub or a.branch_fails or a.size_fails or a.rip_fails)
+
+
+def _why_moved(why: str | None, plan: ProbePlan, old: int, new: int) -> str | None:
+    if why is None or plan.check is None or old == new:
+        return why
+    return why.replace(f" at {old:#x}: ", f" at {new:#x}: ", 1)     # ProbePlan.why_at
+
+
+def encode(a: FunctionAnalysis, tables: _Tables, delta: int = 0) -> tuple:
     """The analysis as plain values (marshal), its memory instructions and plans
-    as indices into ``tables``."""
-    arrays = tuple((a.__dict__[k].dtype.str, a.__dict__[k].tobytes()) for k in _ARRAYS)
-    plain = tuple(a.__dict__[k] for k in _PLAIN)
-    dicts = tuple(tuple(a.__dict__[k].items()) for k in _DICTS)
-    mems = (tuple(m.address for m in a.mems), tuple(tables.mem_ref(m) for m in a.mems))
+    as indices into ``tables``, its addresses moved by ``delta`` (to where the
+    image's ELF file puts them: minus the module's bias)."""
+    d = a.__dict__
+    columns = [d[k] + delta if k in _SHIFTED_ARRAYS else d[k] for k in _ARRAYS]
+    arrays = tuple((column.dtype.str, column.tobytes()) for column in columns)
+    moved = dict(start=a.start + delta, end=a.end + delta,
+                 rip_targets=[t + delta if t else 0 for t in a.rip_targets],
+                 stub_rip_target=[t + delta if t else 0 for t in a.stub_rip_target],
+                 whys=[_why_moved(w, p, m.address, m.address + delta)
+                       for w, p, m in zip(a.whys, a.plans, a.mems)])
+    plain = tuple(moved.get(k, d[k]) for k in _PLAIN)
+    dicts = tuple(tuple((key + delta, v) if k == "sides" else (key, v) for key, v in d[k].items())
+                  for k in _DICTS)
+    mems = (tuple(m.address + delta for m in a.mems), tuple(tables.mem_ref(m) for m in a.mems))
     plans = tuple(tables.plan_ref(p) for p in a.plans)
-    return arrays, plain, dicts, tuple(a.targets), mems, plans
+    return arrays, plain, dicts, tuple(t + delta for t in a.targets), mems, plans
 
 
-def decode(stored: tuple, tables: _Tables) -> FunctionAnalysis:
+def decode(stored: tuple, tables: _Tables, delta: int = 0) -> FunctionAnalysis:
+    """The analysis ``encode`` kept, its addresses moved by ``delta`` (plus the
+    module's bias)."""
     arrays, plain, dicts, targets, (addresses, refs), plans = stored
     a = FunctionAnalysis.__new__(FunctionAnalysis)
     d = a.__dict__
     for k, (dtype, raw) in zip(_ARRAYS, arrays):
-        d[k] = np.frombuffer(raw, dtype=dtype)      # read-only: copies change their own
+        column = np.frombuffer(raw, dtype=dtype)      # read-only: copies change their own
+        d[k] = column + delta if k in _SHIFTED_ARRAYS and delta else column
     for k, v in zip(_PLAIN, plain):
         d[k] = v
     for k, items in zip(_DICTS, dicts):
-        d[k] = dict(items)
+        d[k] = {key + delta: v for key, v in items} if k == "sides" else dict(items)
     a.refusal = None
     a.entries = None            # made again if a reason needs an instruction's text
+    a.start, a.end = a.start + delta, a.end + delta
     a.address = (a.offset + a.start).tolist()
     a.size = a.insn_size.tolist()
-    a.targets = set(targets)
+    a.targets = {t + delta for t in targets}
     new, objects = tuple.__new__, tables.mem_objects
-    a.mems = [new(MemInstruction, (address,) + objects[i][1:]) for address, i in zip(addresses, refs)]
+    a.mems = [new(MemInstruction, (address + delta,) + objects[i][1:])
+              for address, i in zip(addresses, refs)]
     a.plans = [tables.plan_objects[i] for i in plans]
+    if delta:
+        a.rip_targets = [t + delta if t else 0 for t in a.rip_targets]
+        a.stub_rip_target = [t + delta if t else 0 for t in a.stub_rip_target]
+        a.whys = [_why_moved(w, p, m.address - delta, m.address)
+                  for w, p, m in zip(a.whys, a.plans, a.mems)]
     return a
 
 
@@ -161,7 +197,7 @@ class AnalysisCache:
     def _of(self, module) -> tuple | None:
         entry = self._modules.get(module.name)
         if entry is None:
-            path = symcache.entry_path_of(module.image, SUFFIX) if module.bias == 0 else None
+            path = symcache.entry_path_of(module.image, SUFFIX)
             stored: dict = {"functions": {}, "tables": ((), ())}
             if path and os.path.exists(path):
                 try:
@@ -181,18 +217,22 @@ class AnalysisCache:
         entry = self._of(module)
         if entry is None:
             return None
-        stored = entry[2].get((start, end))
+        bias = module.bias
+        stored = entry[2].get((start - bias, end - bias))
         if stored is None or stored[1][0] != bytes(code[:end - start]):
             return None
+        if bias and (stored[1][_PLAIN.index("has_stub")] or any(stored[2][1:])):
+            return None         # kept from where it cannot move (``movable``)
         self.stats["analyses from the cache"] += 1
-        return decode(stored, entry[3])
+        return decode(stored, entry[3], bias)
 
     def put(self, module, analysis: FunctionAnalysis) -> None:
         entry = self._of(module)
-        if entry is None or analysis.refusal is not None:
+        bias = module.bias
+        if entry is None or analysis.refusal is not None or (bias and not movable(analysis)):
             return
-        key = (analysis.start, analysis.end)
-        encoded = encode(analysis, entry[3])
+        key = (analysis.start - bias, analysis.end - bias)
+        encoded = encode(analysis, entry[3], -bias)
         try:
             marshal.dumps(encoded)      # plain values only (a numpy scalar would not be)
         except ValueError:
