@@ -142,3 +142,26 @@ def test_a_resident_that_refuses_leaves_it_to_the_python_command(tmp_path):
     # the Python command launched it (exec'd in the client: same pid, its parent)
     assert int(c.stdout) != fake.requests[0]["child"]
     assert meta(tmp_path / "c")["outcome"] == "exited"
+
+
+def test_the_resident_reads_the_copiers_caches_for_the_worker(tmp_path, resident):
+    """The second record of a program through the resident: the worker finds the
+    copier's analysis files read already (the resident read them before forking
+    it), and records what the first run recorded."""
+    env = dict(madtrace_env(resident), MADTRACE_CACHE_DIR=str(tmp_path / "cache"))
+    argv = [prog("data_globals", "O2-pie")]
+    runs = []
+    for i in range(2):
+        out = tmp_path / f"t{i}"
+        c = subprocess.run([CTL, "record", "-q", "--data", "--no-functions", "--no-store", "-o",
+                            str(out), "--", *argv], capture_output=True, timeout=120, env=env)
+        assert c.returncode == 0, c.stderr
+        runs.append(meta(out))
+    first, second = (m["data_tracing"]["paths"]["rewriter"] for m in runs)
+    assert first.get("analyses cached", 0) > 0 and \
+        "analysis files read by the resident process" not in first
+    assert second["analysis files read by the resident process"] >= 1
+    assert second["analyses from the cache"] >= first["analyses cached"]
+    assert runs[0]["accesses"] == runs[1]["accesses"]
+    with open(os.path.join(resident, "madtrace", "resident.log")) as f:
+        assert "warm_copier" not in f.read()

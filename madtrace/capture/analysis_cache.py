@@ -40,7 +40,8 @@ from ..arch.x86_64.copy_analysis import FunctionAnalysis
 from ..arch.x86_64.insn_entries import ProbePlan
 from ..arch.x86_64.memops import MemInstruction, _operand
 from ..binary import symcache
-from .entry_cache import _PLAN, CacheFormatError, analyser_version, read_marshalled, write_marshalled
+from .entry_cache import (_PLAN, CacheFormatError, analyser_version, read_if_changed,
+                          read_marshalled, stamp, write_marshalled)
 
 MAGIC = b"MTANAL01"
 FORMAT = 1
@@ -187,29 +188,55 @@ def clear() -> tuple[int, int]:
     return symcache.clear(SUFFIX)
 
 
+# files the resident process read before forking a worker (repl/resident.py
+# ``warm_copier``), inherited by the worker: path -> (stamp, stored, tables)
+_preloaded: dict[str, tuple] = {}
+
+
+def preload(image) -> None:
+    """Read ``image``'s file now (the resident process), unless read already and
+    unchanged since."""
+    got = read_if_changed(_preloaded, image, SUFFIX, read_file)
+    if got is not None:
+        path, now, stored = got
+        _preloaded[path] = (now, stored, _Tables(stored["tables"]))
+
+
+def _read(path: str) -> tuple[dict, _Tables, bool]:
+    """The file's functions and tables, and whether they were preloaded (and the
+    file has not changed since)."""
+    kept = _preloaded.get(path)
+    if kept is not None and kept[0] == stamp(path):
+        return kept[1]["functions"], kept[2], True
+    stored = read_file(path)
+    return stored["functions"], _Tables(stored["tables"]), False
+
+
 class AnalysisCache:
     def __init__(self, notify=None):
         self.notify = notify or (lambda message: symcache.notify(message))
         # module name -> (module, file path, {(start, end): encoded}, tables, new keys)
         self._modules: dict[str, tuple] = {}
-        self.stats = {"analyses from the cache": 0, "analyses cached": 0}
+        self.stats = {"analyses from the cache": 0, "analyses cached": 0,
+                      "analysis files read by the resident process": 0}
 
     def _of(self, module) -> tuple | None:
         entry = self._modules.get(module.name)
         if entry is None:
             path = symcache.entry_path_of(module.image, SUFFIX)
-            stored: dict = {"functions": {}, "tables": ((), ())}
+            functions: dict = {}
+            tables = _Tables()
             if path and os.path.exists(path):
                 try:
-                    stored = read_file(path)
+                    functions, tables, preloaded = _read(path)
+                    self.stats["analysis files read by the resident process"] += preloaded
                 except CacheFormatError as exc:
                     if str(exc) not in ("another analyser", "not owned by this user"):
                         self.notify(f"analysis cache {path}: {exc}; rebuilt")
                 except OSError as exc:
                     self.notify(f"analysis cache {path}: {exc.strerror}; not used")
                     path = None
-            entry = self._modules[module.name] = (module, path, stored["functions"],
-                                                  _Tables(stored["tables"]), set())
+            entry = self._modules[module.name] = (module, path, functions, tables, set())
         return entry if entry[1] else None
 
     def get(self, module, code: bytes, start: int, end: int) -> FunctionAnalysis | None:

@@ -151,6 +151,45 @@ def restore(f: tuple) -> Entry:
     return e
 
 
+# files the resident process read before forking a worker (repl/resident.py
+# ``warm_copier``), their entries given to the copier's index: path -> (stamp, the
+# bytes of their instructions)
+_preloaded: dict[str, tuple] = {}
+
+
+def stamp(path: str | None) -> tuple[int, int] | None:
+    """(mtime_ns, size) of a cache file; None: there is none."""
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size) if st is not None else None
+
+
+def read_if_changed(preloaded: dict, image, suffix: str, read) -> tuple | None:
+    """(path, stamp, content read by ``read``) of ``image``'s cache file of kind
+    ``suffix``; None when there is none, it cannot be read, or ``preloaded`` has
+    it from the same stamp."""
+    path = symcache.entry_path_of(image, suffix)
+    now = stamp(path)
+    if path is None or now is None or preloaded.get(path, (None,))[0] == now:
+        return None
+    try:
+        return path, now, read(path)
+    except (OSError, CacheFormatError):
+        return None
+
+
+def preload(image) -> None:
+    """Read ``image``'s file now (the resident process), unless read already and
+    unchanged since."""
+    got = read_if_changed(_preloaded, image, SUFFIX, read_file)
+    if got is not None:
+        path, now, stored = got
+        insn_entries.store(stored, restore)
+        _preloaded[path] = (now, set(stored))
+
+
 class EntryCache:
     def __init__(self, notify=None):
         # as the symbol cache says it (one line, not under -q: session.py)
@@ -164,7 +203,12 @@ class EntryCache:
             return
         path = symcache.entry_path_of(module.image, SUFFIX) or ""
         known: set[bytes] = set()
-        if path and os.path.exists(path):
+        kept = _preloaded.get(path)
+        if kept is not None and kept[0] == stamp(path):
+            known = set(kept[1])            # in the copier's index already
+            self.stats["loaded"] += len(known)
+            self.stats["files_read"] += 1
+        elif path and os.path.exists(path):
             try:
                 stored = read_file(path)
                 insn_entries.store(stored, restore)   # made into entries when needed

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -45,6 +46,8 @@ PRELOAD = ("capture", "inject", "process", "binary", "arch", "kinds", "repl")
 LATE_IMPORTS = ("numpy.ma", "xxhash", "madtrace.trace.capture_file")
 IMAGE_CACHE_MAX = 256       # ELF images the resident keeps parsed (see warm_images)
 COMMON_LIBRARIES = ("libc.so", "ld-linux")   # parsed when the resident starts
+# what names madtrace's cache directory (binary/symcache.py cache_dir)
+CACHE_ENVIRONMENT = ("MADTRACE_CACHE_DIR", "XDG_CACHE_HOME", "HOME")
 # in a worker: the resident's pid (the command it runs must not ask the resident again)
 in_worker = 0
 
@@ -341,6 +344,8 @@ def _serve(listener: socket.socket, stamp: float) -> None:
             if target:
                 warm_images(target)
                 warm_plan(target, request["argv"])
+            if "child" in request:
+                warm_copier(request)
             # SIGTERM blocked across the fork: it must never run the resident's
             # cleanup (removing its socket) in the worker
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -376,6 +381,40 @@ def warm_plan(pid: int, argv: list) -> None:
         prepare(space)
     except (Exception, SystemExit) as exc:     # said by the worker, which does it again
         print(f"warm_plan: {exc!r}", flush=True)
+
+
+def warm_copier(request: dict) -> None:
+    """``record ... -- CMD``: the copier's disk caches (instruction entries, function
+    analyses: capture/entry_cache.py, analysis_cache.py) of CMD and of the
+    libraries parsed here, read now unless read before and unchanged, so that
+    the worker finds them read (python3's are ~15 MB)."""
+    try:
+        from ..binary import elf
+        from ..capture import analysis_cache, entry_cache
+        argv = request["argv"]
+        command = argv[argv.index("--") + 1]
+        path = command if "/" in command else shutil.which(
+            command, path=request["env"].get("PATH", os.defpath))
+        images = [elf.ElfImage.load(os.path.join(request["cwd"], path))] if path else []
+        images += [image for key, image in list(elf._cache.items())
+                   if os.path.basename(key[0]).startswith(COMMON_LIBRARIES)]
+        # the cache directory the worker will use: the client's environment's
+        saved = {name: os.environ.get(name) for name in CACHE_ENVIRONMENT}
+        try:
+            for name in CACHE_ENVIRONMENT:
+                os.environ.pop(name, None)
+                if name in request["env"]:
+                    os.environ[name] = request["env"][name]
+            for image in images:
+                entry_cache.preload(image)
+                analysis_cache.preload(image)
+        finally:
+            for name, value in saved.items():
+                os.environ.pop(name, None)
+                if value is not None:
+                    os.environ[name] = value
+    except Exception as exc:        # the worker reads them itself
+        print(f"warm_copier: {exc!r}", flush=True)
 
 
 def _daemon_target(argv: list) -> int:
