@@ -79,7 +79,11 @@ def test_recordings_with_the_cache_equal_those_without(tmp_path, monkeypatch):
     assert first["accesses"] == second["accesses"]
     assert first["data_tracing"]["paths"]["accesses_by_path"] == \
         second["data_tracing"]["paths"]["accesses_by_path"]
-    # a damaged file: rebuilt, said once, the recording unchanged
+    # a damaged file: rebuilt, said once, the recording unchanged (without the
+    # function analyses kept beside it, analysis_cache.py: the entries are needed)
+    for name in os.listdir(cache):
+        if name.endswith(".mta"):
+            os.remove(os.path.join(cache, name))
     victim = os.path.join(cache, files[0])
     raw = bytearray(open(victim, "rb").read())
     raw[len(raw) // 2] ^= 0xFF
