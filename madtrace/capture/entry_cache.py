@@ -155,6 +155,7 @@ def restore(f: tuple) -> Entry:
 # ``warm_copier``), their entries given to the copier's index: path -> (stamp, the
 # bytes of their instructions)
 _preloaded: dict[str, tuple] = {}
+PRELOAD_MAX = 32        # files of each kind the resident process keeps read (python3's: 15 MB)
 
 
 def stamp(path: str | None) -> tuple[int, int] | None:
@@ -172,7 +173,8 @@ def read_if_changed(preloaded: dict, image, suffix: str, read) -> tuple | None:
     it from the same stamp."""
     path = symcache.entry_path_of(image, suffix)
     now = stamp(path)
-    if path is None or now is None or preloaded.get(path, (None,))[0] == now:
+    if path is None or now is None or preloaded.get(path, (None,))[0] == now or \
+            (path not in preloaded and len(preloaded) >= PRELOAD_MAX):
         return None
     try:
         return path, now, read(path)
