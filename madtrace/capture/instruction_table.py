@@ -12,6 +12,8 @@ when a probe is built or an instruction joins the fault loop; 0 is never one.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..inject.templates import load_injector
@@ -27,14 +29,17 @@ COLUMNS = (("rip", np.uint64), ("size", np.uint16), ("kind", np.uint8), ("ilen",
 
 
 class InstructionTable:
-    """Rows appended to columns of doubling capacity: a new id costs the same
-    whatever the number of ids (python3 gives ~50 000 while the drain reads the
-    table after each batch of new ones)."""
+    """Rows kept in a list as they are given, and written into numpy columns of
+    doubling capacity when a reader asks for them (``arrays``, vectorised): a new
+    id costs a dictionary lookup and an append whatever the number of ids
+    (python3 gives ~50 000 while the drain reads the table after each batch)."""
 
     def __init__(self):
         self._rows: list[tuple[int, int, int, int, int, int]] = [(0, 0, 0, 0, 0, 0)]
         self._columns = {name: np.zeros(1024, dtype=dtype) for name, dtype in COLUMNS}
+        self._in_columns = 1          # rows written into the columns
         self._by_key: dict[tuple, int] = {}
+        self._lock = threading.Lock()    # the drain thread reads while the tracer adds
         L = load_injector()
         self._limit = L.MT_HOOK_CODE - L.MT_DATA_CODE
 
@@ -47,24 +52,34 @@ class InstructionTable:
         key = (rip, size, kind, ilen, first, path)
         ident = self._by_key.get(key)
         if ident is None:
-            ident = len(self._rows)
-            if ident >= self._limit:      # the codes above are the hook stubs' (layout.h)
-                raise OverflowError(f"more than {self._limit} instruction ids")
-            columns = self._columns
-            if ident >= len(columns["rip"]):   # a reader keeps the old columns it holds
-                columns = {name: np.concatenate([c, np.zeros_like(c)]) for name, c in columns.items()}
-                self._columns = columns
-            for (name, _), value in zip(COLUMNS, key):
-                columns[name][ident] = value
-            self._by_key[key] = ident
-            self._rows.append(key)     # last: a reader that counts the row finds its columns
+            with self._lock:
+                ident = len(self._rows)
+                if ident >= self._limit:      # the codes above are the hook stubs' (layout.h)
+                    raise OverflowError(f"more than {self._limit} instruction ids")
+                self._by_key[key] = ident
+                self._rows.append(key)
         return ident
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Columns indexed by id: rip, size, kind, ilen, first, path (views: rows
         added later do not show, the values shown never change)."""
-        n = len(self._rows)
-        return {name: column[:n] for name, column in self._columns.items()}
+        with self._lock:
+            n = len(self._rows)
+            done = self._in_columns
+            if done < n:
+                columns = self._columns
+                if n > len(columns["rip"]):     # a reader keeps the old columns it holds
+                    size = len(columns["rip"])
+                    while size < n:
+                        size *= 2
+                    grown = {name: np.zeros(size, dtype=c.dtype) for name, c in columns.items()}
+                    for name, c in columns.items():
+                        grown[name][:done] = c[:done]
+                    columns = self._columns = grown
+                for (name, _), values in zip(COLUMNS, zip(*self._rows[done:n])):
+                    columns[name][done:n] = values
+                self._in_columns = n
+            return {name: column[:n] for name, column in self._columns.items()}
 
     def rows_from(self, start: int) -> list[tuple[int, int, int, int, int, int]]:
         """The rows of ids ``start`` and after (another thread may be adding)."""
