@@ -4,8 +4,11 @@ Oracles: the program's own output and exit status, untraced vs traced."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -14,9 +17,11 @@ from madtrace.errors import NoSuchProcessError
 from madtrace.process.cpu import SameCpu
 from madtrace.process.remote_syscall import (MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ, PROT_WRITE,
                                              RemoteSyscalls)
+from madtrace.process import ptrace_raw as pr
+from madtrace.process.events import SignalStop, keep_signal
 from madtrace.process.tracee import Tracee
 
-from .util import VARIANTS, prog, run_untraced, start_ready, wait_in_syscall
+from .util import VARIANTS, prog, read_line, run_untraced, start_ready, wait_in_syscall
 
 
 def test_launch_stops_at_entry_and_runs_to_exit():
@@ -124,6 +129,111 @@ def test_detach_keeps_pending_signals_of_the_target():
     finally:
         proc.kill()
     assert proc.returncode == -signal.SIGTERM
+
+
+# the main thread queues itself a SIGSEGV as the kernel's fault would (si_code
+# SEGV_ACCERR), blocked for now, then waits for a line
+QUEUED_FAULT = r"""
+import ctypes, os, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGSEGV})
+info = (ctypes.c_int * 32)()
+info[0], info[2] = signal.SIGSEGV, 2
+ctypes.c_uint64.from_address(ctypes.addressof(info) + 16).value = 0x1000
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.syscall(297, os.getpid(), os.getpid(), signal.SIGSEGV, info) != 0:
+    sys.exit(f"rt_tgsigqueueinfo: errno {ctypes.get_errno()}")
+print("ready", flush=True)
+sys.stdin.readline()
+print("alive", flush=True)
+"""
+PTRACE_SETSIGMASK = 0x420B
+
+
+@pytest.mark.parametrize("take", [True, False], ids=["taken", "left"])
+def test_a_fault_queued_behind_an_interrupt_trap_is_not_delivered_at_detach(take):
+    """A thread that faults (or hits an int3) just before a PTRACE_INTERRUPT
+    reaches the interrupt's trap with the fault's SIGSEGV queued: the kernel takes
+    a pending trap before it dequeues a signal.  Detached from that trap, the
+    thread got the SIGSEGV untraced, its page long open again: a live http.server
+    died so (SIGSEGV at the detach, no dmesg line; SIGTRAP for an int3).  The race
+    made certain: the target queues the signal itself while blocking it, the
+    tracer unblocks it at the trap (PTRACE_SETSIGMASK).  ``take_queued_signals``
+    (the detach's) brings the thread to that signal's delivery stop, where it is
+    a fault to run again, not delivered; ``left``: the death without it."""
+    proc = subprocess.Popen([sys.executable, "-c", QUEUED_FAULT],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert read_line(proc) == b"ready\n"
+        tracee = Tracee.attach(proc.pid)
+        tid = proc.pid
+        assert [i.si_signo for i in pr.queued_signals(tid)] == [signal.SIGSEGV]
+        mask = ctypes.c_uint64(pr.get_sigmask(tid) & ~(1 << (signal.SIGSEGV - 1)))
+        pr.ptrace(PTRACE_SETSIGMASK, tid, 8, ctypes.cast(ctypes.byref(mask), ctypes.c_void_p))
+        if take:
+            events = tracee.take_queued_signals()
+            assert [(type(e), e.signum, e.si_code, e.si_addr) for e in events] == \
+                [(SignalStop, signal.SIGSEGV, 2, 0x1000)]
+            keep_signal(tracee.threads[tid], events[0])
+            assert tracee.threads[tid].pending_signal == 0     # a fault: it comes again
+        tracee.detach()
+        out, _ = proc.communicate(b"go\n", timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    if take:
+        assert (proc.returncode, out) == (0, b"alive\n")
+    else:
+        assert proc.returncode == -signal.SIGSEGV
+
+
+# pushfq; int3; popfq; nop; nop; ret in executable memory, called once a line is read
+POPF_STEPS = r"""
+import ctypes, mmap, sys
+buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+buf.write(b"\x9c\xcc\x9d\x90\x90\xc3")
+code = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+print(code, flush=True)
+sys.stdin.readline()
+ctypes.CFUNCTYPE(None)(code)()
+print("alive", flush=True)
+"""
+
+
+def test_stepping_over_a_popfq_leaves_no_trap_flag_at_detach():
+    """Stepping a popfq makes the kernel take the trap flag for the program's,
+    and each later step keeps it so: detached, the thread died of SIGTRAP one
+    instruction later (an http.server detached with a thread in a jump stub
+    past its pushfq, which probe_settle steps out: si_code TRAP_TRACE, TF set,
+    rip one instruction after the jump's target).  step_until_out over
+    ``popfq; nop; nop`` here, then detach: the program goes on."""
+    from madtrace.inject.footprint import step_until_out
+
+    class Range:
+        def __init__(self, start, end):
+            self.start, self.end = start, end
+
+        def contains(self, address):
+            return self.start <= address < self.end
+
+    proc = subprocess.Popen([sys.executable, "-c", POPF_STEPS],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        code = int(read_line(proc))
+        tracee = Tracee.attach(proc.pid)
+        tracee.resume_all()
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+        event = tracee.wait_event(block=True, tid=proc.pid)
+        assert isinstance(event, SignalStop) and event.signum == signal.SIGTRAP
+        assert tracee.get_regs(proc.pid).rip == code + 2          # after the int3
+        assert step_until_out(tracee, proc.pid, Range(code + 2, code + 5))
+        assert tracee.get_regs(proc.pid).rip == code + 5          # at the ret
+        tracee.detach()
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (proc.returncode, out) == (0, b"alive\n")
 
 
 @pytest.mark.parametrize("variant", ["O2-nopie"])

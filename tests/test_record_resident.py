@@ -85,8 +85,9 @@ def test_the_program_is_the_clients_child_with_its_descriptors_and_signals(tmp_p
     python = run(resident, "record", "-q", "--no-store", "-o", str(tmp_path / "py"), "--",
                  "sh", "-c", SELF)
     assert python.returncode == 0, python.stderr
+    # the same through the Python command: it gives the program back the SIGPIPE and
+    # SIGXFSZ that Python ignores (the untraced run shows what they were here)
     assert re.sub(rb"ppid=\d+", b"", python.stdout) == re.sub(rb"ppid=\d+", b"", out)
-    assert b"SigIgn:\t0000000000000000" in out
 
 
 def test_errors_and_codes_are_the_python_commands(tmp_path, resident):

@@ -289,11 +289,14 @@ def test_cache_list_and_clear(tmp_path):
     # and the copier's instruction entries of what the hybrid engine copied
     # (capture/entry_cache.py), each named with its binary
     assert listed["copier_entries"] and all(e["ok"] and e["binary"] for e in listed["copier_entries"])
-    removed = 1 + len(listed["scans"]) + len(listed["symbol_tables"]) + len(listed["copier_entries"])
+    # and its function analyses (capture/analysis_cache.py)
+    assert listed["copier_analyses"] and all(e["ok"] and e["binary"] for e in listed["copier_analyses"])
+    removed = 1 + len(listed["scans"]) + len(listed["symbol_tables"]) + \
+        len(listed["copier_entries"]) + len(listed["copier_analyses"])
     assert f"removed {removed} entries".encode() in cleared.stdout
     assert json.loads(_with_cache(cache, "cache", "list", "--json").stdout) == \
         {"directory": str(cache), "entries": [], "scans": [], "symbol_tables": [],
-         "copier_entries": []}
+         "copier_entries": [], "copier_analyses": []}
     shutil.rmtree(cache)
     assert _with_cache(cache, "cache", "list").returncode == 0
 

@@ -136,7 +136,8 @@ class ProbeSettler:
             if isinstance(event, SignalStop) and event.signum != signal.SIGTRAP:
                 state.pending_signal = state.pending_signal or event.signum
                 continue
-            return self.rw.tracee.get_regs(tid)
+            # a jump stub's popfq stepped: the trap flag would stay set (ptrace_raw)
+            return pr.clear_stepped_trap_flag(tid, self.rw.tracee.get_regs(tid))
 
 
 class StepFaulted(TracerInternalError):

@@ -250,7 +250,8 @@ def step_until_out(tracee, tid: int, area) -> bool:
                 else:
                     state.pending_signal = event.signum
                 continue
-            if not area.contains(tracee.get_regs(tid).rip):
+            # the call page's restore code has a popfq: the trap flag would stay set
+            if not area.contains(pr.clear_stepped_trap_flag(tid, tracee.get_regs(tid)).rip):
                 return True
         return False
     finally:

@@ -397,6 +397,10 @@ class Controller:
             done.add(tracee.pid)
             try:
                 events = self._stop_settled(tracee, [e for e in deferred if e.tid in tracee.threads])
+                # threads stopped before (a stop request's interrupt): a fault or int3 met
+                # just before that trap, still queued, is handled here, not left to kill
+                # the detached target
+                events += tracee.take_queued_signals()
             except NoSuchProcessError:
                 events = []
             for hook in self.hooks(tracee).before_detach:

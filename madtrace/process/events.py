@@ -18,6 +18,8 @@ STOP_SIGNALS = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal
 FAULT_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS})
 # raised by an instruction, which is then not carried out (a single step stops at it)
 INSTRUCTION_FAULTS = FAULT_SIGNALS | {signal.SIGILL, signal.SIGFPE}
+# raised by an instruction (an int3 included): the kernel's "synchronous" signals
+INSTRUCTION_SIGNALS = INSTRUCTION_FAULTS | {signal.SIGTRAP}
 
 
 @dataclass(frozen=True)

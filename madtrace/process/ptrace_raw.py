@@ -41,6 +41,8 @@ PTRACE_SETSIGINFO = 0x4203
 PTRACE_SEIZE = 0x4206
 PTRACE_INTERRUPT = 0x4207
 PTRACE_LISTEN = 0x4208
+PTRACE_PEEKSIGINFO = 0x4209
+PTRACE_GETSIGMASK = 0x420A
 PTRACE_GET_SYSCALL_INFO = 0x420E
 # PTRACE_GET_SYSCALL_INFO's op: where a thread stopped
 SYSCALL_INFO_NONE, SYSCALL_INFO_ENTRY, SYSCALL_INFO_EXIT, SYSCALL_INFO_SECCOMP = 0, 1, 2, 3
@@ -108,6 +110,12 @@ class SigInfo(ctypes.Structure):
         return self.si_addr & 0xFFFFFFFF
 
 
+class PeekSigInfoArgs(ctypes.Structure):
+    """struct ptrace_peeksiginfo_args (linux/ptrace.h)."""
+
+    _fields_ = [("off", ctypes.c_uint64), ("flags", ctypes.c_uint32), ("nr", ctypes.c_int32)]
+
+
 class SyscallInfo(ctypes.Structure):
     """struct ptrace_syscall_info (linux/ptrace.h) up to the entry arguments; at an
     exit stop ``nr`` holds the result (rval) and ``args[0]`` is_error."""
@@ -172,6 +180,23 @@ def singlestep(tid: int, signum: int = 0) -> None:
     ptrace(PTRACE_SINGLESTEP, tid, 0, signum)
 
 
+TRAP_FLAG = 0x100
+
+
+def clear_stepped_trap_flag(tid: int, regs: UserRegs) -> UserRegs:
+    """After a single step of madtrace's code (``regs``: the thread's registers
+    at the step's trap): a trap flag that shows is no longer the kernel's own
+    and is cleared.  Stepping a popfq makes the kernel take the flag for the
+    program's (is_setting_trap_flag), and every later step, which finds
+    TIF_SINGLESTEP set, keeps it so: the flag then stays set at PTRACE_CONT
+    and PTRACE_DETACH, and the thread dies of SIGTRAP (TRAP_TRACE) one
+    instruction later.  (GETREGS hides a flag the kernel set for a step.)"""
+    if regs.eflags & TRAP_FLAG:
+        regs.eflags &= ~TRAP_FLAG
+        set_regs(tid, regs)
+    return regs
+
+
 def detach(tid: int, signum: int = 0) -> None:
     ptrace(PTRACE_DETACH, tid, 0, signum)
 
@@ -194,6 +219,22 @@ def get_siginfo(tid: int) -> SigInfo:
 
 def set_siginfo(tid: int, info: SigInfo) -> None:
     ptrace(PTRACE_SETSIGINFO, tid, 0, ctypes.cast(ctypes.byref(info), ctypes.c_void_p))
+
+
+def queued_signals(tid: int, most: int = 16) -> list[SigInfo]:
+    """The first ``most`` signals queued for thread ``tid`` alone (not the process's
+    shared queue) and not dequeued yet, without dequeuing them (PTRACE_PEEKSIGINFO)."""
+    infos = (SigInfo * most)()
+    args = PeekSigInfoArgs(0, 0, most)
+    n = ptrace(PTRACE_PEEKSIGINFO, tid, ctypes.addressof(args), ctypes.cast(infos, ctypes.c_void_p))
+    return list(infos[:n])
+
+
+def get_sigmask(tid: int) -> int:
+    """The blocked-signal mask of a stopped thread (bit N-1: signal N)."""
+    mask = ctypes.c_uint64()
+    ptrace(PTRACE_GETSIGMASK, tid, 8, ctypes.cast(ctypes.byref(mask), ctypes.c_void_p))
+    return mask.value
 
 
 def get_syscall_info(tid: int) -> SyscallInfo:

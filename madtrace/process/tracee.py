@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from ..errors import (CommandNotFoundError, NoSuchProcessError, NotElfError, PermissionDeniedError,
                       TracerInternalError)
 from . import ptrace_raw as pr
-from . import spawn_proxy
+from . import queued_faults, spawn_proxy
 from .events import (Event, GroupStop, PtraceEventStop, ThreadExited,
                      ThreadKilled, TrapStop, decode_status, keep_signal)
 from .memory import ProcessMemory
@@ -461,10 +461,22 @@ class Tracee:
                         continue
                 else:
                     event = self.wait_event(block=True, tid=state.tid)
+                if isinstance(event, TrapStop):
+                    event = self.take_queued_signal(state.tid, event)
+                    if state.gone:
+                        continue
                 if event is None:
                     self.threads.pop(state.tid, None)
                 elif not isinstance(event, TrapStop):
                     other_events.append(event)
+
+    def take_queued_signal(self, tid: int, trap: TrapStop) -> Event | None:
+        """See queued_faults.py."""
+        return queued_faults.take_queued_signal(self, tid, trap)
+
+    def take_queued_signals(self) -> list[Event]:
+        """See queued_faults.py."""
+        return queued_faults.take_queued_signals(self)
 
     def _wait_leader(self) -> Event | None:
         """The leader's stop, polled: a blocking wait for it never returns if the
