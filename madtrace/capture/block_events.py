@@ -40,6 +40,7 @@ from collections import Counter
 from ..process.remote_syscall import RemoteSyscalls
 from ..trace.format import BLOCK_EVENTS_FILE, PAGE
 from .call_hooks import CallHooks
+from .open_window import open_window
 
 # system call -> (kind, ((pointer arg, length arg), ...) | ("iovec", arg, count arg) |
 #                 ("msghdr", arg))
@@ -216,8 +217,7 @@ class BlockEvents:
         engine = self.engine
         if self._through_alias(regs, dst, src, n):
             return dst
-        with RemoteSyscalls(engine.tracee, tid) as rs:
-            engine._unprotect(rs, pages)
+        open_window(engine, tid, pages, self._open)
         if len(engine.tracee.threads) > 1:
             self.open_windows += 1
             self.window_pages.update(pages)
@@ -245,8 +245,13 @@ class BlockEvents:
         if isinstance(pages, int):
             regs.rax = pages       # through the alias: it returns its destination, as given
         elif pages:
+            self._open.pop(tid, None)
             with RemoteSyscalls(self.engine.tracee, tid) as rs:
                 self.engine._protect(rs, pages)
+
+    def held_open(self) -> set[int]:
+        """Pages open for a thread's running memcpy/memmove/memset."""
+        return set().union(*self._open.values())
 
     # ---------------------------------------------------------------- results
     def counts(self) -> dict:

@@ -55,10 +55,10 @@ from .datastubs import DataArea
 from .guard import SegvGuard
 from .inline_hooks import NoEntryHooks, entry_hooks_for
 from .numa_record import NumaRecorder
+from .open_window import held_open, without_pages
 from ..trace.format import (ACCESS_DTYPE, ACCESS_FIELDS, ACCESS_RECORDS, DATA_DIR, KIND_LOAD,  # noqa: F401
                             KIND_STORE, PAGE)
-from .regions import (PageProtections, Region, RegionSet, default_regions, page_protections,
-                      page_runs)
+from .regions import PageProtections, Region, RegionSet, default_regions, page_protections, page_runs
 from .slow_path import SlowPath
 from .vfork_window import VforkWindow
 
@@ -210,10 +210,10 @@ class DataEngine:
         self.guard.set_bitmap(self.alias.bitmap.address, self.alias.bitmap.size)
 
     def tables_changed(self) -> None:
-        """The protected pages or the traced ranges changed: tell the C loop and
-        the guard."""
+        """The protected pages or the traced ranges changed: tell the C loop, the guard."""
         runs = [run for run in self.protected.runs() if run[2]] if self.armed else []
-        self.area.loop.set_protected(runs)
+        held = held_open(self) if runs else set()      # to the slow path (open_window.py)
+        self.area.loop.set_protected(without_pages(runs, held) if held else runs)
         self.area.loop.set_traced([(r.start, r.end) for r in self.regions.regions])
         self.entry_hooks.protected_changed([(start, end) for start, end, _ in runs])
         if self.guard is not None:
@@ -228,7 +228,7 @@ class DataEngine:
         if self.area is not None and not self.area.loop.closed:
             # the guard's table first: a tracer dying between two mprotects is covered
             self.tables_changed()
-        held = self.syscalls.held_open()     # open for another thread's running call
+        held = held_open(self)     # open for another thread's running call
         runs = [(start, end) for start, end, prot in self.protected.runs() if prot] \
             if pages is self.protected else \
             page_runs(p for p in pages if self.protected.get(p) and p not in held)
@@ -410,8 +410,7 @@ class DataEngine:
         return True
 
     def code_address(self, address: int) -> int:
-        """The original code's address of ``address`` (relocated code: paths.py;
-        function tracing's moved prologues)."""
+        """The original code's address (relocated code: paths.py; moved prologues)."""
         return int(self.original_address(np.array([address], dtype=np.uint64))[0])
 
     def _settle(self, event: SignalStop) -> None:
@@ -597,3 +596,4 @@ class DataEngine:
     def instruction_name(self, rip: int) -> str:
         """``func+0xoff`` of an instruction (``module+0xoff`` without a symbol)."""
         return self.space.code_location(rip)
+

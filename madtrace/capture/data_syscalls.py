@@ -29,6 +29,7 @@ from ..trace.format import PAGE
 from .regions import Region, page_runs
 from .syscall_alias import redirect
 from .syscall_memory import syscall_pages
+from .open_window import open_window
 
 SYS_MMAP, SYS_MPROTECT, SYS_MUNMAP, SYS_BRK, SYS_MREMAP, SYS_MADVISE = 9, 10, 11, 12, 25, 28
 MADV_ZEROING = frozenset({4, 8, 24})    # MADV_DONTNEED, MADV_FREE, MADV_DONTNEED_LOCKED
@@ -236,9 +237,7 @@ class SyscallGate:
         if tid in self._skipping:
             saved, pages = self._skipping.pop(tid)
             tracee.set_regs(saved, tid)     # on the syscall instruction since its entry
-            with RemoteSyscalls(tracee, tid) as rs:
-                engine._unprotect(rs, pages)
-            self._open[tid] = pages
+            open_window(engine, tid, pages, self._open)
             self.opened += 1
             if len(tracee.threads) > 1:
                 self.open_windows += 1   # other threads run while the call has the pages

@@ -185,8 +185,9 @@ class DataArea:
         """Move a stopped thread out of a stub (tracing ends): before its
         instruction ran, back onto the original instruction (which runs again
         natively on the open page); after it, on the next instruction (the
-        slot is written back by the flush that precedes this; an alias stub's
-        access is in memory already, and its register gets its value back)."""
+        slot is written back by the flush that precedes this, or here when the
+        thread stopped before the tail marked it done; an alias stub's access is
+        in memory already, and its register gets its value back)."""
         state = self.tracee.threads.get(tid)
         if state is None or state.running:
             return
@@ -198,6 +199,13 @@ class DataArea:
             raise TracerInternalError(f"thread {tid} at {regs.rip:#x} in the data area, in no stub")
         info = self._stub_info[self._stub_starts[i]]
         if info.reg is None:
+            if regs.rip >= info.tail and self.busy(info.slot) and \
+                    not self._slot_u64(info.slot, self.L.MT_DSLOT_DONE):
+                # stopped on the tail's first instruction: its instruction ran (the
+                # store is in the slot) but the slot is not marked done yet, and a
+                # discard_unfinished would drop the store: written back now
+                self._slot_u64(info.slot, self.L.MT_DSLOT_DONE, 1)
+                self.loop.flush()
             regs.rip = info.original if regs.rip < info.tail else info.next_insn
         else:
             start = self._stub_starts[i]
@@ -205,6 +213,12 @@ class DataArea:
                 setattr(regs, info.reg, self._slot_u64(info.slot, self.L.MT_DSLOT_SAVED))
             regs.rip = info.original if regs.rip <= info.insn_at else info.next_insn
         self.tracee.set_regs(regs, tid)
+
+    def copies_out(self) -> bool:
+        """Whether a slot holds a copy of an operand (a stub not run yet, or run
+        since the last flush): its bytes go back to memory at a later flush."""
+        return any(self.busy(slot) and self._slot_u64(slot, self.L.MT_DSLOT_LEN)
+                   for slot in range(self.L.MT_DATA_SLOTS))
 
     def pending_slots(self) -> int:
         """Slots whose stub has not run yet."""
