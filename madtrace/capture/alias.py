@@ -54,7 +54,7 @@ MEMFD_SIZE = 1 << 40                 # sparse: room for any growth of the range
 BITMAP_BYTES = 1 << 32               # one bit per page of the 47-bit user address space
 MAP_NORESERVE = 0x4000
 MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
-MADV_REMOVE, MADV_DONTFORK = 9, 10
+MADV_REMOVE, MADV_DONTFORK, MADV_DOFORK = 9, 10, 11
 MFD_CLOEXEC = 1
 O_RDONLY = 0
 MAX_ALIASES = 16384
@@ -317,6 +317,8 @@ class AliasMap:
         rs.call("mremap", (old_end - PAGE) ^ ALIAS_BIT, PAGE, new_end - old_end + PAGE, 0)
         rs.call("mremap", old_end ^ ALIAS_BIT, 0, new_end - old_end,
                 MREMAP_MAYMOVE | MREMAP_FIXED, old_end)
+        # that duplicate took the image's MADV_DONTFORK: a fork child would lack the pages
+        rs.call("madvise", old_end, new_end - old_end, MADV_DOFORK)
         origin = next((o for o in self.origins if o.start < old_end <= o.end), None)
         self.spans.add(old_end, new_end)
         self._add_origins(old_end, new_end, [Origin(old_end, new_end, origin.path if origin and

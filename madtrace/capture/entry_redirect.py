@@ -10,6 +10,7 @@ import struct
 
 from ..arch.x86_64.function_copy import FunctionCopy
 from ..inject.patchset import Patch, PatchConflict
+from ..inject.plan import module_scan
 
 ENTRY_SLOT = 16          # jmp [rip + 0]; 2 bytes of padding; .quad target
 
@@ -76,4 +77,7 @@ def _entry_unpatchable(rw, state, copy: FunctionCopy) -> str | None:
         return "patched by function tracing"
     if any(t in copy.targets for t in range(start + 1, start + 5)):
         return "a branch targets its first bytes"
+    bias = state.module.bias     # another function's (glibc's mempcpy jumps into memmove)
+    if module_scan(state.module).branches_into(start - bias, start + 5 - bias):
+        return "a branch of another function targets its first bytes"
     return None
