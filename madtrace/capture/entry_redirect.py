@@ -78,6 +78,10 @@ def _entry_unpatchable(rw, state, copy: FunctionCopy) -> str | None:
     if any(t in copy.targets for t in range(start + 1, start + 5)):
         return "a branch targets its first bytes"
     bias = state.module.bias     # another function's (glibc's mempcpy jumps into memmove)
-    if module_scan(state.module).branches_into(start - bias, start + 5 - bias):
+    try:
+        into = module_scan(state.module).branches_into(start - bias, start + 5 - bias)
+    except (OSError, ValueError) as exc:      # no scan: its first bytes may be a target
+        return f"its module's branches are unknown ({exc})"
+    if into:
         return "a branch of another function targets its first bytes"
     return None
