@@ -10,6 +10,7 @@ import struct
 
 from ..arch.x86_64.function_copy import FunctionCopy
 from ..inject.patchset import Patch, PatchConflict
+from ..errors import NotElfError
 from ..inject.plan import module_scan
 
 ENTRY_SLOT = 16          # jmp [rip + 0]; 2 bytes of padding; .quad target
@@ -80,7 +81,7 @@ def _entry_unpatchable(rw, state, copy: FunctionCopy) -> str | None:
     bias = state.module.bias     # another function's (glibc's mempcpy jumps into memmove)
     try:
         into = module_scan(state.module).branches_into(start - bias, start + 5 - bias)
-    except (OSError, ValueError) as exc:      # no scan: its first bytes may be a target
+    except (OSError, ValueError, NotElfError) as exc:   # no scan: its first bytes may be a target
         return f"its module's branches are unknown ({exc})"
     if into:
         return "a branch of another function targets its first bytes"
