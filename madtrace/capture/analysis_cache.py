@@ -40,7 +40,7 @@ from ..arch.x86_64.copy_analysis import FunctionAnalysis
 from ..arch.x86_64.insn_entries import ProbePlan
 from ..arch.x86_64.memops import MemInstruction, _operand
 from ..binary import symcache
-from .entry_cache import (_PLAN, CacheFormatError, analyser_version, read_if_changed,
+from .entry_cache import (_PLAN, CacheFormatError, analyser_version, read_if_changed, read_kept,
                           read_marshalled, stamp, write_marshalled)
 
 MAGIC = b"MTANAL01"
@@ -227,14 +227,11 @@ class AnalysisCache:
             functions: dict = {}
             tables = _Tables()
             if path and os.path.exists(path):
-                try:
-                    functions, tables, preloaded = _read(path)
+                got, usable = read_kept(path, _read, self.notify, "analysis cache")
+                if got is not None:
+                    functions, tables, preloaded = got
                     self.stats["analysis files read by the resident process"] += preloaded
-                except CacheFormatError as exc:
-                    if str(exc) not in ("another analyser", "not owned by this user"):
-                        self.notify(f"analysis cache {path}: {exc}; rebuilt")
-                except OSError as exc:
-                    self.notify(f"analysis cache {path}: {exc.strerror}; not used")
+                if not usable:
                     path = None
             entry = self._modules[module.name] = (module, path, functions, tables, set())
         return entry if entry[1] else None

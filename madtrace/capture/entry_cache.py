@@ -167,6 +167,21 @@ def stamp(path: str | None) -> tuple[int, int] | None:
     return (st.st_mtime_ns, st.st_size) if st is not None else None
 
 
+def read_kept(path: str, read, notify, what: str) -> tuple:
+    """(``read(path)`` or None, whether the file can be written later).  A damaged
+    file is said in one line and rebuilt; another analyser's or another user's
+    is replaced quietly; one that cannot be read is said and not used."""
+    try:
+        return read(path), True
+    except CacheFormatError as exc:
+        if str(exc) not in ("another analyser", "not owned by this user"):
+            notify(f"{what} {path}: {exc}; rebuilt")
+        return None, True
+    except OSError as exc:
+        notify(f"{what} {path}: {exc.strerror}; not used")
+        return None, False
+
+
 def read_if_changed(preloaded: dict, image, suffix: str, read) -> tuple | None:
     """(path, stamp, content read by ``read``) of ``image``'s cache file of kind
     ``suffix``; None when there is none, it cannot be read, or ``preloaded`` has
@@ -211,17 +226,13 @@ class EntryCache:
             self.stats["loaded"] += len(known)
             self.stats["files_read"] += 1
         elif path and os.path.exists(path):
-            try:
-                stored = read_file(path)
+            stored, usable = read_kept(path, read_file, self.notify, "copier cache")
+            if stored is not None:
                 insn_entries.store(stored, restore)   # made into entries when needed
                 known = set(stored)
                 self.stats["loaded"] += len(stored)
                 self.stats["files_read"] += 1
-            except CacheFormatError as exc:
-                if str(exc) not in ("another analyser", "not owned by this user"):
-                    self.notify(f"copier cache {path}: {exc}; rebuilt")
-            except OSError as exc:
-                self.notify(f"copier cache {path}: {exc.strerror}; not used")
+            if not usable:
                 path = ""
         self._modules[module.name] = (module, path, known, set())
 
