@@ -19,11 +19,9 @@ from .binary.address_space import AddressSpace
 from .capture.data import DataEngine
 from .capture.regions import Region, region_matcher
 from .inject.engine import FunctionTracer
-from .inject.ahead import decode_ahead
 from .inject.entry_links import EntryLinks
 from .inject.loader_watch import LoaderWatch
-from .inject.plan import prepare_plan, split_patterns
-from .inject.thread_pool import prepare as prepare_thread_pool
+from .inject.plan import split_patterns
 from .session_footprint import Footprints
 from .session_results import Results
 from .session_images import ImageChanges, parent_of, read_cmdline
@@ -299,17 +297,6 @@ class Recording(ImageChanges, Footprints, Results):
         """Live sessions, the target running again: what the commands deferred."""
         if self.functions is not None:
             self.functions.after_stop()
-
-    def prepare_functions(self, patterns: list[str]) -> None:
-        """While the target runs: what ``add_functions`` can do ahead (plan.py, and
-        for the ring pool of a live session: thread_pool.py)."""
-        prepare_plan(self.address_space, patterns)
-        if self.defer_while_stopped and not self.tracee.launched:
-            prepare_thread_pool(self.address_space)
-            first = self.functions is None or self.functions.plan is None
-            if first and self._engine_ahead is None:    # its set-up is not the target's pause
-                self._engine_ahead = self._new_engine(self.tracee, self.address_space)
-            decode_ahead(self.tracee, self.address_space, patterns, self.options.method, pool=first)
 
     def add_functions(self, patterns: list[str]) -> dict:
         """Instrument more functions of the live target (every thread stopped; the

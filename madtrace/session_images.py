@@ -31,6 +31,7 @@ from .inject.ahead import decode_ahead
 from .inject.entry_links import EntryLinks
 from .inject.loader_watch import LoaderWatch
 from .inject.plan import prepare_plan, split_patterns
+from .inject.staging import stage
 from .inject.thread_pool import prepare as prepare_thread_pool
 from .process.memory import ProcessMemory
 from .process.entry_start import EntryStart
@@ -217,6 +218,27 @@ class ImageChanges:
         except (MadtraceError, OSError):
             return None
         return image_mappings(maps), space
+
+    def prepare_functions(self, patterns: list[str], stop_for=None) -> None:
+        """While the target runs: what ``add_functions`` can do ahead (plan.py, and
+        for the ring pool of a live session: thread_pool.py); with ``stop_for`` (a
+        live session's brief stop), all but the patching (inject/staging.py)."""
+        prepare_plan(self.address_space, patterns)
+        if self.defer_while_stopped and not self.tracee.launched:
+            prepare_thread_pool(self.address_space)
+            first = self.functions is None or self.functions.plan is None
+            if first and self._engine_ahead is None:    # its set-up is not the target's pause
+                self._engine_ahead = self._new_engine(self.tracee, self.address_space)
+            decode_ahead(self.tracee, self.address_space, patterns, self.options.method, pool=first)
+            if stop_for is not None and self.data is None:
+                engine = self._engine_ahead if first else self.functions
+                engine.tracee, engine.defer_tables = self.tracee, True
+                try:
+                    stage(engine, patterns, stop_for, pool=not self.options.follow_forks)
+                except BaseException:
+                    if first:        # a fresh engine next time (its areas go at detach)
+                        self._engine_ahead = None
+                    raise
 
     def _load_address_space(self, ahead: tuple | None = None) -> None:
         """``ahead``: see ``_space_ahead``; kept if the target mapped no file since."""

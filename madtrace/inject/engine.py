@@ -10,7 +10,8 @@
  mapped, because a frame may still return into them.  ``detach`` restores
  everything and stops recording; the process's footprint (footprint.py)
  then takes the areas out, with the return addresses of pending calls
- (``return_points`` of the code areas, ``_pending_returns``).
+ (``return_points`` of the code areas, ``_pending_returns``).  A live, attached
+ session does 1-2 in a brief stop and 4 while the target runs (``staging``).
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ from ..arch.x86_64.relocate import relocate_entry
 from ..binary.address_space import AddressSpace
 from ..capture.rings import MADV_POPULATE_WRITE, RingSet
 from ..capture.tsc import start_calibration, tsc_flags, tsc_hz
-from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_READ,
-                                      PROT_WRITE, RemoteSyscalls)
+from ..process.remote_syscall import RemoteSyscalls
 from ..process.events import SignalStop, TrapStop
 from ..process.tracee import Tracee
 from ..trace.format import FUNCTIONS_FILE, RECORD_FORMAT
 from .areas import CodeArea, SharedArea, gap_for_module, page_round
 from .entry_links import EntryLinks
+from .child_rings import private_rings
 from .footprint import Footprint, step_until_out
+from . import staging
 from .patchset import Patch, PatchConflict, PatchSet
 from .plan import Plan, Site, TracedFunction, make_plan
 from .templates import load_injector
@@ -86,9 +88,45 @@ class FunctionTracer:
         self._start_pending = False        # the drain thread waits for after_stop
         self.threads = ThreadPool(self)      # live sessions: new threads take pool rings
         self.thread_code: CodeArea | None = None     # mt_claim, mt_seizeme (and the hooks)
+        self.staged: staging.Staged | None = None    # built ahead for install/add (staging.py)
 
     # --------------------------------------------------------------- install
     def install(self, patterns: list[str]) -> dict:
+        """Every thread stopped: plan, areas and patches (``stage`` did the first two
+        and the trampolines ahead if it was given the same patterns)."""
+        staged = staging.take(self, patterns)
+        if staged is None:
+            self.map_areas(patterns)
+        built = staged.built if staged is not None else {}
+        tracee, plan = self.tracee, self.plan
+        # attached, the target waits: the rings' pages are allocated once it runs again
+        # (after_stop), and each is mapped at its first touch (launched: before it runs)
+        self.rings.defer_populate = not tracee.launched
+        try:
+            for tid in list(tracee.threads):
+                self.register_thread(tid)
+        finally:
+            self.rings.defer_populate = False
+        if tracee.launched:
+            self._map_rings(tracee)
+        rips = [tracee.get_regs(tid).rip for tid in tracee.threads]
+        for fn in plan.functions:
+            self._patch_function(fn, rips, built.get(fn.fid))
+        self._register_unwind()
+        self.rings.set_enabled(True)
+        if tracee.launched:
+            self.rings.start()
+        else:       # the drain thread starts once the target runs again (after_stop)
+            self._start_pending = True
+        self.active = True
+        self._write_tables()
+        return self.report
+
+    def map_areas(self, patterns: list[str], pool: bool = False) -> None:
+        """Every thread stopped: the plan, and what it needs mapped in the target
+        (the remote system calls of an install): the control block, a code area
+        per module, the rings of the threads there are; ``pool``: the ring pool's
+        rings and the C library's code area too (thread_pool.py)."""
         self.links.watch(self.patches)
         tracee = self.tracee
         with RemoteSyscalls(tracee) as rs:
@@ -106,28 +144,8 @@ class FunctionTracer:
                                                  list(self.code_areas.values()))
         Footprint.of(tracee).return_sources.append(self._pending_returns)
         self.rings.ensure_free(len(tracee.threads))
-        # attached, the target waits: the rings' pages are allocated once it runs again
-        # (after_stop), and each is mapped at its first touch (launched: before it runs)
-        self.rings.defer_populate = not tracee.launched
-        try:
-            for tid in list(tracee.threads):
-                self.register_thread(tid)
-        finally:
-            self.rings.defer_populate = False
-        if tracee.launched:
-            self._map_rings(tracee)
-        rips = [tracee.get_regs(tid).rip for tid in tracee.threads]
-        for fn in plan.functions:
-            self._patch_function(fn, rips)
-        self._register_unwind()
-        self.rings.set_enabled(True)
-        if tracee.launched:
-            self.rings.start()
-        else:       # the drain thread starts once the target runs again (after_stop)
-            self._start_pending = True
-        self.active = True
-        self._write_tables()
-        return self.report
+        if pool:
+            self.threads.map_ahead()
 
     def add(self, patterns: list[str]) -> dict:
         """Instrument more functions while tracing (every thread stopped). Functions
@@ -135,12 +153,26 @@ class FunctionTracer:
         counts go on). Returns the report of this addition alone."""
         if self.plan is None or self.rings is None:
             return self.install(patterns)
-        tracee = self.tracee
-        with RemoteSyscalls(tracee) as rs:
+        staged = staging.take(self, patterns) or self.plan_more(patterns)
+        rips = [self.tracee.get_regs(tid).rip for tid in self.tracee.threads]
+        for fn in staged.functions:
+            self._patch_function(fn, rips, staged.built.get(fn.fid))
+        self._register_unwind()
+        self._write_tables()
+        return {key: self.report[key][start:] for key, start in staged.report_from.items()}
+
+    def plan_more(self, patterns: list[str], stop_for=None) -> "staging.Staged":
+        """The functions ``add`` patches, planned and merged into the plan, with the
+        code areas they need.  Without ``stop_for`` every thread is stopped; with
+        it (``stage``: the target runs) the remote system calls, if any (an IFUNC
+        to resolve, a code area to map), go through ``stop_for(work)``."""
+        staged = staging.Staged(patterns)
+
+        def work(rs):
             fresh = self._make_plan(rs, patterns)
             chosen = self._merge_plan(fresh)
             self.rings.reserve_sites(len(self.plan.sites))
-            before = {key: len(self.report[key]) for key in ("patched", "skipped", "inexact")}
+            staged.report_from = {key: len(self.report[key]) for key in staging.REPORT_KEYS}
             self.report["skipped"] += [{"what": w, "why": y} for w, y in fresh.skipped]
             for module in {fn.module.name: fn.module for fn in chosen}.values():
                 need = self._code_size(self.plan, [fn for fn in chosen if fn.module is module])
@@ -150,12 +182,16 @@ class FunctionTracer:
                 if area is not None:
                     self.retired_code_areas.append(area)   # its trampolines stay in use
                 self._new_code_area(rs, module, need)
-        rips = [tracee.get_regs(tid).rip for tid in tracee.threads]
-        for fn in chosen:
-            self._patch_function(fn, rips)
-        self._register_unwind()
-        self._write_tables()
-        return {key: self.report[key][start:] for key, start in before.items()}
+            staged.functions = chosen
+
+        if stop_for is not None and not staging.needs_target(self, patterns):
+            work(None)
+        else:
+            def stopped():
+                with RemoteSyscalls(self.tracee) as rs:
+                    work(rs)
+            (stop_for or (lambda run: run()))(stopped)
+        return staged
 
     def _map_chunk(self, size: int) -> SharedArea:
         """Ring blocks for more threads (a stopped thread runs the system calls)."""
@@ -178,9 +214,10 @@ class FunctionTracer:
                 address, size = self.rings.records_range(tid)
                 rs.call("madvise", address, size, MADV_POPULATE_WRITE, check=False)
 
-    def _make_plan(self, rs: RemoteSyscalls, patterns: list[str]) -> Plan:
+    def _make_plan(self, rs: RemoteSyscalls | None, patterns: list[str]) -> Plan:
+        """``rs`` None: no IFUNC to resolve (staging.needs_target)."""
         return make_plan(self.space, patterns, method=self.method,
-                         resolve_ifunc=lambda ms: rs.call_function(ms.address),
+                         resolve_ifunc=rs and (lambda ms: rs.call_function(ms.address)),
                          cxx_unwind=self._register_frame_info() is not None)
 
     def _register_frame_info(self) -> int | None:
@@ -272,23 +309,36 @@ class FunctionTracer:
                                                     self.timestamps).size + 16
         return total
 
-    def _patch_function(self, fn: TracedFunction, rips: list[int]) -> None:
+    def build(self, fn: TracedFunction):
+        """The trampolines of ``fn``'s sites, written into its code area: (its
+        patches, entry slots, return slots) to apply, or why it cannot be patched
+        (an exception).  Nothing in the target runs them before the patches are
+        applied, so this may run while the target runs (``stage``)."""
         area = self.code_areas[fn.module.name]
-        patches: list[Patch] = []
         self._new_slots, self._new_returns = [], []
         try:
-            for sid in fn.site_ids:
-                site = self.plan.sites[sid]
-                patches.append(self._build_site(site, area))
+            patches = [self._build_site(self.plan.sites[sid], area) for sid in fn.site_ids]
+        except (PatchConflict, _Refused) as exc:
+            return exc
+        return patches, self._new_slots, self._new_returns
+
+    def _patch_function(self, fn: TracedFunction, rips: list[int], built=None) -> None:
+        """Every thread stopped: ``fn``'s patches applied (``built``: its trampolines,
+        built ahead; the patches check that the code is still what they replace)."""
+        built = self.build(fn) if built is None else built
+        try:
+            if isinstance(built, Exception):
+                raise built
+            patches, new_slots, new_returns = built
             rips = self._step_out_of(patches, rips)
             self.patches.apply(self.tracee.mem, patches, rips)
         except (PatchConflict, _Refused) as exc:
             self.report["skipped"].append({"what": fn.name, "why": str(exc)})
             fn.method = "skipped"
             return
-        for start, slot_area, slot, moved in self._new_slots:
+        for start, slot_area, slot, moved in new_slots:
             self.links.add(start, slot_area, slot, moved)
-        for back, slot_area, slot in self._new_returns:
+        for back, slot_area, slot in new_returns:
             self.links.add_return(back, slot_area, slot)
         self.links.applied(patches)         # the sites in the data engine's copies too
         self.patches_of[fn.fid] = [p.address for p in patches]
@@ -431,6 +481,7 @@ class FunctionTracer:
     def forget_after_exec(self) -> None:
         """The image was replaced: no patch exists any more, nothing to restore."""
         self._start_pending = False
+        self.staged = None
         self.patches.applied.clear()
         self.patches_of.clear()
         if self.rings is not None and not self.rings.closed:
@@ -440,6 +491,7 @@ class FunctionTracer:
     def forget_range(self, lo: int, hi: int) -> int:
         """A module was unmapped (dlclose): its patches went with it. Returns how many."""
         gone = [a for a in self.patches.applied if lo <= a < hi]
+        self.staged = None
         self.links.forget_range(lo, hi)
         for address in gone:
             del self.patches.applied[address]
@@ -464,24 +516,7 @@ class FunctionTracer:
         copies of the rings with recording off, so that it never writes into ours."""
         if self.rings is not None and not self.rings.closed and \
                 any(name.startswith("madtrace-rings") for name, _, _ in kept):
-            self._private_rings(child)
-
-    def _private_rings(self, child: Tracee) -> None:
-        L, rings = self.injector, self.rings
-        areas = [rings.area] + rings.chunks
-        with RemoteSyscalls(child) as rs:
-            for area in areas:
-                rs.mmap(area.address, area.size, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED)
-        # control block and slot table, recording off; then each ring's header and shadow stack
-        control = bytearray(rings.area.local[:L.MT_CONTROL_AREA])
-        control[L.MT_CTL_FLAGS] &= ~L.MT_FLAG_ENABLED & 0xFF
-        child.mem.write(rings.area.address, bytes(control))
-        for index in rings.thread_ring.values():
-            mem, off = rings._where(index)
-            header = bytearray(mem[off: off + L.MT_RING_RECORDS_OFF])
-            header[L.MT_RING_LIMIT: L.MT_RING_LIMIT + 8] = bytes(8)   # no room: nothing recorded
-            child.mem.write(rings.ring_address(index), bytes(header))
+            private_rings(self.rings, self.injector, child)
 
     # ------------------------------------------------------------- results
     def _write_tables(self) -> None:

@@ -122,6 +122,7 @@ class ThreadPool:
         self.engine = engine
         self.pool: RingPool | None = None
         self.hooks: list[int] = []          # addresses of the hook patches
+        self.staged_hooks = None            # stage_hooks: patches (or why not) for start
         self.why_off = "not started"
 
     @property
@@ -150,8 +151,11 @@ class ThreadPool:
             self.why_off = why
             return why
         engine = self.engine
+        staged, self.staged_hooks = self.staged_hooks, None
         try:
-            patches = self._hook_patches()
+            if isinstance(staged, Exception):
+                raise staged
+            patches = staged or self._hook_patches()
             rips = [engine.tracee.get_regs(tid).rip for tid in engine.tracee.threads]
             engine.patches.apply(engine.tracee.mem, patches, rips)
         except (PatchConflict, _Refused) as exc:
@@ -165,13 +169,34 @@ class ThreadPool:
         self.why_off = ""
         return ""
 
+    def map_ahead(self) -> None:
+        """Every thread stopped, before ``start`` (inject/staging.py): the C library's
+        code area and the pool's rings mapped now, so that ``start`` maps nothing."""
+        if self.why_not():
+            return
+        engine = self.engine
+        engine.code_area_for(engine.space.module_named(LIBC), self._hooks_size())
+        engine.rings.ensure_free(engine.injector.MT_POOL_ENTRIES + RESERVE)
+
+    def stage_hooks(self) -> None:
+        """While the target runs, after ``map_ahead``: the hooks' code written, their
+        patches kept for ``start`` (which checks the code is unchanged)."""
+        if not self.why_not():
+            try:
+                self.staged_hooks = self._hook_patches()
+            except _Refused as exc:
+                self.staged_hooks = exc
+
+    def _hooks_size(self) -> int:
+        return len(HOOKED) * (self.engine.injector.templates["forkhook"].size + HOOK_ROOM)
+
     def _hook_patches(self) -> list[Patch]:
         engine = self.engine
         libc = engine.space.module_named(LIBC)
         from .plan import _ModuleScan        # the module's branches (prepared ahead)
         scan, bias = _ModuleScan(libc).scan, libc.bias
         template = engine.injector.templates["forkhook"]
-        area = engine.code_area_for(libc, len(HOOKED) * (template.size + HOOK_ROOM))
+        area = engine.code_area_for(libc, self._hooks_size())
         patches = []
         for name in HOOKED:
             found = [ms for ms in engine.space.find_functions(name)

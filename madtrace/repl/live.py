@@ -59,7 +59,10 @@ class LiveSession:
         self._waiting_for_end: list[Future] = []
         self._names: dict[str, list[str]] = {"functions": [], "variables": [], "modules": [],
                                              "regions": []}
-        self.last_pause = 0.0            # s the target was stopped for the last command batch
+        self.last_pause = 0.0            # s: the longest stop of the last command batch
+        self.last_stops: list[float] = []   # s: each stop of that batch
+        self._stops: list[float] = []
+        self.alone = False               # the command prepared is alone in its batch
         if recording.controller.running:
             self._refresh_names()
         else:                            # not while the target waits (0.5 ms of its pause)
@@ -172,10 +175,14 @@ class LiveSession:
             except queue.Empty:
                 break
         ready = []
+        self._stops = []
+        # a command alone in its batch may stop the target ahead of the batch's stop
+        # (stop_for); with others, what it prepares could be changed by theirs
+        self.alone = len(batch) == 1
         for invocation, future in batch:
             try:
                 invocation.command.prepare(self, invocation.args)
-            except Exception as exc:      # the reply; the target was not stopped for it
+            except Exception as exc:      # the reply; its changes were not made
                 future.set_result(failure(exc))
                 continue
             ready.append((invocation, future))
@@ -195,13 +202,29 @@ class LiveSession:
                 self._start_pool()
                 self._follow_clones_if_needed()
                 self._resume(events)
-                self.last_pause = time.perf_counter() - started
+                self._stops.append(time.perf_counter() - started)
+            if self._stops:
+                self.last_pause, self.last_stops = max(self._stops), self._stops
             try:
                 self.recording.after_commands()
             finally:
                 # answered once what they changed is written (functions.json...)
                 for future, reply in replies:
                     future.set_result(reply)
+
+    def stop_for(self, work) -> None:
+        """Tracer thread, in a command's ``prepare`` (the target running): every
+        thread stopped for ``work`` alone, then resumed.  A first ``instrument``
+        maps its areas so, in a stop shorter than one that also patches
+        (inject/staging.py).  One of the batch's stops (``last_stops``)."""
+        started = time.perf_counter()
+        events = self.controller.settle(self.tracee.stop_all())
+        try:
+            work()
+        finally:
+            self._follow_clones_if_needed()
+            self._resume(events)
+            self._stops.append(time.perf_counter() - started)
 
     def _execute(self, invocation: Invocation, future: Future) -> Reply | None:
         command = invocation.command

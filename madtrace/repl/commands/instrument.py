@@ -11,7 +11,8 @@ class Instrument(Command):
     """Start counting the calls of the functions matching GLOB (main executable;
     'libc.so.6:mem*' for a library). The target is stopped while its code is
     patched, then resumes. Functions already instrumented stay as they are;
-    restored ones are instrumented again and their counts go on."""
+    restored ones are instrumented again and their counts go on.  Attached, the
+    trampolines are written while the target runs (inject/staging.py)."""
 
     name = "instrument"
     arguments = "GLOB..."
@@ -23,7 +24,8 @@ class Instrument(Command):
     completes = "functions"
 
     def prepare(self, session, args):
-        session.recording.prepare_functions(list(args))
+        session.recording.prepare_functions(
+            list(args), stop_for=session.stop_for if session.alone else None)
 
     def run(self, session, args):
         return session.recording.add_functions(list(args))

@@ -49,7 +49,9 @@ class Status(Command):
             "patches": len(engine.patches) - len(engine.threads.hooks) if engine is not None else 0,
             "records": 0, "dropped_events": 0, "ring_fill": {}, "ring_peak": {}, "ring_waits": 0,
             "data_tracing": _data_state(session.recording.data, session.scratch.get("data_in", [])),
+            # the longest stop of the last command batch, and each of its stops
             "last_pause_ms": round(session.last_pause * 1000, 3),
+            "last_stops_ms": [round(s * 1000, 3) for s in session.last_stops],
             # how long the attach kept the target stopped (seize to resume; None: launched)
             "attach_pause_ms": None if session.controller.attach_pause is None
             else round(session.controller.attach_pause * 1000, 3),
