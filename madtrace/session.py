@@ -142,6 +142,9 @@ class Recording(ImageChanges, Footprints, Results):
         # called once function tracing is installed in an image (every thread stopped;
         # at an exec's entry or a dlopen too): a live session's ring pool starts
         self.on_functions_installed: list = []
+        # attached by a daemon: -f (or every function) left to the live session
+        self.functions_after_attach = False
+        self.attach_patterns: list[str] = []
         self.symbols_seconds = 0.0      # reading the modules' symbols (ELF)
         symcache.notify = self.log      # a corrupt cache entry rebuilt: one line, not under -q
         symcache.progress_out = None if options.quiet else sys.stderr
@@ -317,6 +320,7 @@ class Recording(ImageChanges, Footprints, Results):
     def _install_function_tracing(self, patterns: list[str] | None = None) -> None:
         """``patterns``: a live addition (errors at once); None: the -f patterns, of
         which those matching nothing yet wait for an exec or a dlopen."""
+        at_start = patterns is None
         if patterns is None and self.options.functions:
             patterns, self.pending_functions = split_patterns(self.address_space,
                                                               self.options.functions)
@@ -330,6 +334,12 @@ class Recording(ImageChanges, Footprints, Results):
         if not patterns and not self.address_space.main.image.functions():
             self.log(f"{self.address_space.main.name} has no function symbols: "
                      "function tracing is off (name functions with -f)")
+            return
+        if at_start and self.functions_after_attach and not self.tracee.launched \
+                and not self.options.data:
+            # a daemon's attach: its live session instruments them once the target runs
+            # again, in short stops (inject/staging.py), not in the attach's stop
+            self.functions_after_attach, self.attach_patterns = False, patterns or ["*"]
             return
         try:
             engine, self._engine_ahead = self._engine_ahead, None

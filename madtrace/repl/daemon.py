@@ -152,7 +152,9 @@ def _daemon_main(pid: int, options: RecordOptions, status_fd: int) -> int:
         server = ControlServer(pid)
         recording = Recording(options)
         recording.defer_while_stopped = True   # a live session (LiveSession): from the attach on
+        recording.functions_after_attach = True    # (LiveSession.instrument_attach_patterns)
         recording.attach(pid)
+        recording.functions_after_attach = False
     except BaseException as exc:
         if server is not None:
             server.close()

@@ -24,7 +24,7 @@ from fnmatch import fnmatch
 from ..capture.regions import default_regions
 from ..errors import MadtraceError, NoSuchProcessError
 from ..process.events import ThreadKilled
-from .parser import Invocation
+from .parser import Invocation, parse
 from .reply import Reply
 from .registry import WAIT_FOR_END
 
@@ -74,6 +74,20 @@ class LiveSession:
         recording.hooks.on_exec.append(lambda tracee: self._refresh_names())
         recording.on_functions_installed.append(self._functions_installed)
         self._functions_installed()         # the target is stopped (attached, not run yet)
+        self._instrument_attach_patterns()
+
+    def _instrument_attach_patterns(self) -> None:
+        """A daemon's -f (or every function), left by the attach (Recording.
+        attach_patterns): the first command, run once the target runs again, as
+        ``instrument`` is (its stops short: inject/staging.py); a failure is logged."""
+        patterns, self.recording.attach_patterns = self.recording.attach_patterns, []
+        if not patterns:
+            return
+        future: Future = Future()
+        future.add_done_callback(lambda done: done.result().ok or self.recording.log(
+            f"functions not instrumented: {done.result().error}"))
+        self._queue.put((parse(shlex.join(["instrument", *patterns])), future))
+        self.controller.wake()
 
     # ------------------------------------------------------------ state
     @property
