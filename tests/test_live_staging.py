@@ -1,0 +1,130 @@
+"""Issue 17, instrumenting a live, attached target in short stops
+(inject/staging.py): the areas are mapped in a brief stop of their own, the
+trampolines written while the target runs, and the command's stop only
+writes the jumps.  The result must be what one long stop gave: exact counts,
+the same checks, nothing left behind."""
+
+import re
+import subprocess
+
+import pytest
+
+from madtrace.binary.address_space import AddressSpace
+from madtrace.inject.engine import FunctionTracer
+from madtrace.inject.staging import stage
+from madtrace.process.tracee import Tracee
+
+from .test_daemon import ctl_json, run, runtime  # noqa: F401 (a fixture)
+from .util import check_live_output, finish_live, prog, start_ready, summary_json
+
+
+def _calls(target, n: int) -> None:
+    target.stdin.write(f"calls {n}\n".encode())
+    target.stdin.flush()
+    assert re.match(rb"calls \d+ checksum", target.stdout.readline())
+
+
+@pytest.mark.parametrize("variant", ["O2-pie", "O0-nopie"])
+def test_attached_instrument_stops_to_map_then_to_patch_and_counts_exactly(
+        tmp_path, runtime, variant):  # noqa: F811
+    """A first `instrument` stops the target twice (the areas, then the jumps);
+    a second one, with room left in its code area, once.  Every call made
+    after each reply is counted, and the ring pool's hooks are in place."""
+    target = subprocess.Popen([prog("bench_live", variant)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    out = tmp_path / "t"
+    try:
+        assert target.stdout.readline() == b"ready\n"
+        result = run(runtime, "daemon", str(target.pid), "-o", str(out), "--no-functions", "-q")
+        assert result.returncode == 0, result.stderr
+        first = ctl_json(runtime, target.pid, "instrument", "wrapper")
+        assert [p["function"] for p in first["patched"]] == ["wrapper"]
+        status = ctl_json(runtime, target.pid, "status")
+        assert len(status["last_stops_ms"]) == 2
+        assert status["last_pause_ms"] == max(status["last_stops_ms"])
+        assert status["ring_pool"]["on"] and status["ring_pool"]["hooks"] >= 2
+        _calls(target, 100_000)
+        second = ctl_json(runtime, target.pid, "instrument", "leaf")
+        assert [p["function"] for p in second["patched"]] == ["leaf"]
+        assert len(ctl_json(runtime, target.pid, "status")["last_stops_ms"]) == 1
+        _calls(target, 50_000)
+        result = run(runtime, "ctl", str(target.pid), "stop")
+        assert result.returncode == 0, result.stderr
+        target.stdin.write(b"quit\n")
+        target.stdin.flush()
+        assert target.wait(timeout=60) == 0
+    finally:
+        target.kill()
+        target.wait()
+    calls = summary_json(out)["calls"]
+    assert calls["wrapper"] == 150_000 and calls["leaf"] == 50_000
+
+
+def test_daemon_f_instruments_after_the_attach_in_short_stops(tmp_path, runtime):  # noqa: F811
+    """`daemon PID -f F` attaches, then its live session instruments F as
+    `instrument` does (two stops, none of them the attach's)."""
+    target = subprocess.Popen([prog("bench_live", "O2-pie")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    out = tmp_path / "t"
+    try:
+        assert target.stdout.readline() == b"ready\n"
+        result = run(runtime, "daemon", str(target.pid), "-o", str(out), "-f", "leaf", "-q")
+        assert result.returncode == 0, result.stderr
+        status = ctl_json(runtime, target.pid, "status")
+        assert status["functions_instrumented"] == 1 and len(status["last_stops_ms"]) == 2
+        _calls(target, 70_000)
+        assert run(runtime, "ctl", str(target.pid), "stop").returncode == 0
+    finally:
+        target.kill()
+        target.wait()
+    assert summary_json(out)["calls"]["leaf"] == 70_000
+
+
+def _stopped_for(tracee):
+    """A live session's brief stop, as LiveSession.stop_for makes it."""
+    def stop_for(work):
+        tracee.stop_all()
+        try:
+            work()
+        finally:
+            tracee.resume_all()
+    return stop_for
+
+
+def test_code_changed_after_staging_is_not_patched(tmp_path):
+    """The trampolines are built from the code as it was while the target ran;
+    a function whose first bytes changed before the patching is refused with
+    its reason (never patched over), the others are patched, and the program
+    ends as an untraced run does."""
+    argv = [prog("live_calls", "O2-pie")]
+    proc = start_ready(argv)      # runs until its stdin is closed
+    try:
+        tracee = Tracee.attach(proc.pid)
+        space = AddressSpace.from_pid(proc.pid)
+        engine = FunctionTracer(tracee, space, str(tmp_path))
+        tracee.resume_all()
+        staged = stage(engine, ["tick", "tock"], _stopped_for(tracee), pool=False)
+        assert {fn.name for fn in staged.functions} == {"tick", "tock"}
+        tracee.stop_all()
+        tick = next(fn for fn in engine.plan.functions if fn.name == "tick")
+        # the first bytes tick's first patch replaces, changed after its trampoline was built
+        changed = engine.plan.sites[tick.site_ids[0]].address
+        original = tracee.mem.read(changed, 1)
+        tracee.mem.write(changed, b"\xcc")
+        report = engine.install(["tick", "tock"])
+        tracee.mem.write(changed, original)
+        assert [p["function"] for p in report["patched"]] == ["tock"]
+        assert any(s["what"] == "tick" and "not what was analysed" in s["why"]
+                   for s in report["skipped"])
+        assert tracee.mem.read(changed, 1) == original
+        tracee.on_new_thread.append(engine.register_thread)
+        tracee.resume_all()
+        engine.after_stop()              # the drain starts (attached)
+        tracee.stop_all()
+        engine.detach()
+        tracee.detach()
+        out = finish_live(proc)
+    finally:
+        proc.kill()
+    check_live_output(argv[0], out)
+    assert proc.returncode == 0
