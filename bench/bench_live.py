@@ -14,7 +14,9 @@ python3 -m http.server (127.0.0.1, a bounded request loop):
   before, unmeasured: "warm", its ELF files parsed; each other mode starts a
   resident process of its own: "cold");
 - the longest pause of the target while attaching and instrumenting (the
-  program's own loop measures it: "watch");
+  program's own loop measures it: "watch"), and, split by the stops
+  madtrace reports (status stop_windows, on the program's clock), the
+  longest pause during a stop and the longest other one (the machine's);
 - the time to instrument 20 and ~900 libpython functions (madtrace: the ctl
   command, and how long the target was stopped);
 - request latency of http.server untraced / attached with nothing
@@ -172,6 +174,22 @@ def first_record(directory: str, started: float, timeout: float = 60) -> float:
     raise RuntimeError("no record")
 
 
+def split_gaps(watched: str, windows: list) -> tuple[float, float]:
+    """The program's pauses (bench_live's watch: each longer than 1 ms, START:LENGTH
+    in ns of CLOCK_MONOTONIC) split by madtrace's stops (status stop_windows, s
+    of the same clock): (the longest pause that overlaps a stop, the longest of
+    the others: the machine's, e.g. another process on the CPU), in us."""
+    during = other = 0.0
+    for start, length in re.findall(r" (\d+):(\d+)", watched.split(" gaps", 1)[-1]):
+        lo, hi = int(start) / 1e9, (int(start) + int(length)) / 1e9
+        overlaps = any(lo < end and begin < hi for begin, end in windows)
+        if overlaps:
+            during = max(during, int(length) / 1e3)
+        else:
+            other = max(other, int(length) / 1e3)
+    return during, other
+
+
 def madtrace_c(tmp: str) -> dict:
     """attach -> first event (a daemon started from scratch, and forked by the
     resident process), longest pause, ns per call attached, drops (C target)."""
@@ -179,6 +197,7 @@ def madtrace_c(tmp: str) -> dict:
     out: dict[str, list] = {"first": [], "first_resident": [], "first_resident_f": [],
                             "first_ctl_f": [], "first_ctl_f_warm": [], "pause": [], "ns": [],
                             "ns_notime": [], "stopped": [], "floor": [],
+                            "pause_stops": [], "pause_other": [],
                             "drops": [], "missed": []}
     for _ in range(REPEATS):
         # the machine's floor: the longest pause of the same loop, untraced, now
@@ -205,12 +224,16 @@ def madtrace_c(tmp: str) -> dict:
                             first_record(directory, started, timeout=WATCH_MS / 1000))
                     except RuntimeError:  # the loop ended first (a machine too loaded): said
                         out["missed"].append(1)
+                    watched = target.reply()
                     out["pause"].append(float(re.search(r"longest_us ([\d.]+)",
-                                                        target.reply()).group(1)))
+                                                        watched).group(1)))
                     # the tracer's account: the longest stop, attach (and -f) or instrument
                     status = tool.status(target.pid)
                     out["stopped"].append(max(status.get("attach_pause_ms") or 0,
                                               status["last_pause_ms"]))
+                    during, other = split_gaps(watched, status["stop_windows"])
+                    out["pause_stops"].append(during)
+                    out["pause_other"].append(other)
                     if resident:
                         tool.detach(target.pid)
                         continue
@@ -445,6 +468,8 @@ def main() -> int:
              f"{stats(server['first_ctl_f_warm'])}"),
             ("longest pause attaching + instrumenting, C (ms)", stats(c["pause"], 1e-3),
              f"untraced (the floor) {stats(c['floor'], 1e-3)}"),
+            ("  of it, pauses during madtrace's stops / the others (ms)",
+             stats(c["pause_stops"], 1e-3), stats(c["pause_other"], 1e-3)),
             ("target stopped, attach or instrument, C (ms, tracer's account)",
              stats(c["stopped"]), ""),
             ("target stopped attaching http.server (ms)", stats(server["attach_pause"]), ""),

@@ -72,6 +72,7 @@ class Controller:
         self.after_resume: list[Callable[[], None]] = []
         self.running = False            # ``run`` has resumed the target
         self.attach_pause: float | None = None   # s from the seize to that resume (attached)
+        self.attach_window: tuple[float, float] | None = None   # (seize, resume), perf_counter
         self._wake_r = self._wake_w = -1     # the run loop's wake-up pipe, while it runs
 
     def wake(self) -> None:
@@ -167,7 +168,9 @@ class Controller:
         tracee.resume_all(except_tids={event.tid for event in self.deferred})
         self.running = True
         if tracee.attach_started is not None:
-            self.attach_pause = time.perf_counter() - tracee.attach_started
+            now = time.perf_counter()
+            self.attach_pause = now - tracee.attach_started
+            self.attach_window = (tracee.attach_started, now)
             tracee.attach_started = None
         while self.after_resume:
             self.after_resume.pop(0)()

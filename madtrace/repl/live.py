@@ -14,6 +14,7 @@ commands waiting for it (detach, kill) and refuses the rest.
 
 from __future__ import annotations
 
+import collections
 import queue
 import shlex
 import threading
@@ -27,6 +28,8 @@ from ..process.events import ThreadKilled
 from .parser import Invocation, parse
 from .reply import Reply
 from .registry import WAIT_FOR_END
+
+STOP_WINDOWS = 32          # the stops status reports (stop_windows)
 
 INTERNAL_ERROR = 70
 
@@ -62,6 +65,9 @@ class LiveSession:
         self.last_pause = 0.0            # s: the longest stop of the last command batch
         self.last_stops: list[float] = []   # s: each stop of that batch
         self._stops: list[float] = []
+        # (start, end) of the last stops, perf_counter (CLOCK_MONOTONIC: the
+        # target's own clock), oldest first (status: stop_windows)
+        self.stop_windows: collections.deque = collections.deque(maxlen=STOP_WINDOWS)
         self.alone = False               # the command prepared is alone in its batch
         if recording.controller.running:
             self._refresh_names()
@@ -216,7 +222,7 @@ class LiveSession:
                 self._start_pool()
                 self._follow_clones_if_needed()
                 self._resume(events)
-                self._stops.append(time.perf_counter() - started)
+                self._stopped(started)
             if self._stops:
                 self.last_pause, self.last_stops = max(self._stops), self._stops
             try:
@@ -238,7 +244,13 @@ class LiveSession:
         finally:
             self._follow_clones_if_needed()
             self._resume(events)
-            self._stops.append(time.perf_counter() - started)
+            self._stopped(started)
+
+    def _stopped(self, started: float) -> None:
+        """A stop of the target that began at ``started`` (perf_counter) is over."""
+        now = time.perf_counter()
+        self._stops.append(now - started)
+        self.stop_windows.append((started, now))
 
     def _execute(self, invocation: Invocation, future: Future) -> Reply | None:
         command = invocation.command
@@ -313,6 +325,7 @@ class LiveSession:
             finally:
                 self._resume(events)
                 self.last_pause = time.perf_counter() - started
+                self.stop_windows.append((started, started + self.last_pause))
                 pool.growth_stops += 1
 
     def _resume(self, events) -> None:

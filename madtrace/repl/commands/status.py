@@ -52,6 +52,11 @@ class Status(Command):
             # the longest stop of the last command batch, and each of its stops
             "last_pause_ms": round(session.last_pause * 1000, 3),
             "last_stops_ms": [round(s * 1000, 3) for s in session.last_stops],
+            # when the target was stopped: the attach, then the last commands' stops,
+            # [start, end] in s of CLOCK_MONOTONIC (the clock of the target's own timing)
+            "stop_windows": [list(w) for w in ([session.controller.attach_window]
+                                               if session.controller.attach_window else [])
+                             + list(session.stop_windows)],
             # how long the attach kept the target stopped (seize to resume; None: launched)
             "attach_pause_ms": None if session.controller.attach_pause is None
             else round(session.controller.attach_pause * 1000, 3),
