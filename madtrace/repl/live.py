@@ -69,6 +69,7 @@ class LiveSession:
         # target's own clock), oldest first (status: stop_windows)
         self.stop_windows: collections.deque = collections.deque(maxlen=STOP_WINDOWS)
         self.alone = False               # the command prepared is alone in its batch
+        self._held: list = []            # queued commands left for the next batch
         if recording.controller.running:
             self._refresh_names()
         else:                            # not while the target waits (0.5 ms of its pause)
@@ -186,18 +187,24 @@ class LiveSession:
     # ----------------------------------------------- the tracer thread
     def poll(self) -> None:
         self._serve_pool()
-        if self._queue.empty():
+        if self._queue.empty() and not self._held:
             return
-        batch = []
+        queued, self._held = self._held, []
         while True:
             try:
-                batch.append(self._queue.get_nowait())
+                queued.append(self._queue.get_nowait())
             except queue.Empty:
                 break
+        # a command that stops the target ahead (stops_ahead) runs alone: no other
+        # command of its batch changes what it prepared; the rest is the next batch
+        alone = [i for i, (invocation, _) in enumerate(queued)
+                 if invocation.command.stops_ahead]
+        cut = 1 if alone and alone[0] == 0 else (alone[0] if alone else len(queued))
+        batch, self._held = queued[:cut], queued[cut:]
+        if self._held:
+            self.controller.wake()
         ready = []
         self._stops = []
-        # a command alone in its batch may stop the target ahead of the batch's stop
-        # (stop_for); with others, what it prepares could be changed by theirs
         self.alone = len(batch) == 1
         for invocation, future in batch:
             try:
@@ -346,7 +353,7 @@ class LiveSession:
         """The recording is over (tracer thread): answer and refuse what is queued."""
         with self._lock:
             self.ended_message = message
-            pending = []
+            pending, self._held = self._held, []
             while not self._queue.empty():
                 pending.append(self._queue.get_nowait())
         self.controller.command_poll = None

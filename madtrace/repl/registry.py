@@ -29,6 +29,9 @@ class Command:
     json_form = False              # accepts --json
     side = "tracer"                # "tracer" or "frontend"
     stops_target = False           # needs every thread stopped while it runs
+    # its prepare may stop the target on its own (LiveSession.stop_for): it runs alone
+    # in its batch, so that no other command of the batch changes what it prepared
+    stops_ahead = False
     completes: str | None = None   # what its arguments complete to (see LiveSession.complete)
     flags: tuple[str, ...] = ()    # its own options, e.g. ("--force",)
 
@@ -53,7 +56,8 @@ class Command:
     def prepare(self, session, args: list[str]) -> None:
         """Tracer side, before the target is stopped (it still runs): the work that
         needs no stopped thread (reading files, planning), so that the stop is
-        short.  A failure here is the command's reply; the target is not stopped."""
+        short (``stops_ahead``: also a brief stop of its own).  A failure here is
+        the command's reply; nothing was changed for it.""" 
 
     def execute(self, session, invocation):
         """Tracer side: run the invocation (flags included); most commands only

@@ -21,6 +21,7 @@ class Instrument(Command):
     max_args = None
     json_form = True
     stops_target = True
+    stops_ahead = True
     completes = "functions"
 
     def prepare(self, session, args):
