@@ -93,8 +93,14 @@ class LiveSession:
         future: Future = Future()
         future.add_done_callback(lambda done: done.result().ok or self.recording.log(
             f"functions not instrumented: {done.result().error}"))
-        self._queue.put((parse(shlex.join(["instrument", *patterns])), future))
-        self.controller.wake()
+
+        def queue_it():         # (parsing imports every command: not while the target waits)
+            self._queue.put((parse(shlex.join(["instrument", *patterns])), future))
+            self.controller.wake()
+        if self.controller.running:
+            queue_it()
+        else:
+            self.controller.after_resume.append(queue_it)
 
     # ------------------------------------------------------------ state
     @property
