@@ -122,15 +122,15 @@ class FunctionTracer:
         self._write_tables()
         return self.report
 
-    def map_areas(self, patterns: list[str], pool: bool = False) -> None:
+    def map_areas(self, patterns: list[str], pool: bool = False, plan: Plan | None = None) -> None:
         """Every thread stopped: the plan, and what it needs mapped in the target
         (the remote system calls of an install): the control block, a code area
         per module, the rings of the threads there are; ``pool``: the ring pool's
-        rings and the C library's code area too (thread_pool.py)."""
+        rings and the C library's code area too; ``plan``: made ahead (no IFUNC)."""
         self.links.watch(self.patches)
         tracee = self.tracee
         with RemoteSyscalls(tracee) as rs:
-            plan = self.plan = self._make_plan(rs, patterns)
+            plan = self.plan = plan or self._make_plan(rs, patterns)
             self.report["skipped"] = [{"what": w, "why": y} for w, y in plan.skipped]
             control = SharedArea(rs, RingSet.size_for(self.injector), "madtrace-rings",
                                  executable=False, group=GROUP)

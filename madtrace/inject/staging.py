@@ -43,7 +43,9 @@ def stage(engine, patterns: list[str], stop_for, pool: bool) -> Staged:
     engine.staged = None
     first = engine.plan is None
     if first:
-        stop_for(lambda: engine.map_areas(patterns, pool=pool))
+        ahead = engine._make_plan(None, patterns)
+        plan = None if _unresolved_ifunc(ahead) else ahead     # (planned in the stop)
+        stop_for(lambda: engine.map_areas(patterns, pool=pool, plan=plan))
         staged = Staged(patterns)
         staged.functions = list(engine.plan.functions)
     else:
@@ -69,7 +71,7 @@ def needs_target(engine, patterns: list[str]) -> bool:
     IFUNC to resolve, or a code area without room for the new trampolines
     (counted as if every matching function were new)."""
     fresh = engine._make_plan(None, patterns)
-    if any(why.startswith(IFUNC_SKIPPED) for _, why in fresh.skipped):
+    if _unresolved_ifunc(fresh):
         return True
     for module in {fn.module.name: fn.module for fn in fresh.functions}.values():
         need = engine._code_size(fresh, [fn for fn in fresh.functions if fn.module is module])
@@ -77,3 +79,7 @@ def needs_target(engine, patterns: list[str]) -> bool:
         if area is None or area.cursor + need + 16 > area.area.end:
             return True
     return False
+
+
+def _unresolved_ifunc(plan) -> bool:
+    return any(why.startswith(IFUNC_SKIPPED) for _, why in plan.skipped)
