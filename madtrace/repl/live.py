@@ -25,6 +25,7 @@ from fnmatch import fnmatch
 from ..capture.regions import default_regions
 from ..errors import MadtraceError, NoSuchProcessError
 from ..process.events import ThreadKilled
+from ..process.remote_syscall import RemoteSyscalls
 from .parser import Invocation, parse
 from .reply import Reply
 from .registry import WAIT_FOR_END
@@ -90,6 +91,9 @@ class LiveSession:
         patterns, self.recording.attach_patterns = self.recording.attach_patterns, []
         if not patterns:
             return
+        if self.tracee.call_page is None and not self.controller.running:
+            with RemoteSyscalls(self.tracee):   # the call page: made in the attach's stop,
+                pass                            # not in the instrument's first (4 calls)
         future: Future = Future()
         future.add_done_callback(lambda done: done.result().ok or self.recording.log(
             f"functions not instrumented: {done.result().error}"))
