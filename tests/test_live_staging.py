@@ -6,6 +6,7 @@ the same checks, nothing left behind."""
 
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -42,6 +43,12 @@ def test_attached_instrument_stops_to_map_then_to_patch_and_counts_exactly(
         status = ctl_json(runtime, target.pid, "status")
         assert len(status["last_stops_ms"]) == 2
         assert status["last_pause_ms"] == max(status["last_stops_ms"])
+        # when: the attach, then these two stops, on CLOCK_MONOTONIC, in order
+        windows = status["stop_windows"]
+        assert len(windows) == 3 and all(a < b for a, b in windows)
+        assert all(windows[i][1] <= windows[i + 1][0] for i in range(2))
+        assert [round((b - a) * 1000, 3) for a, b in windows[1:]] == status["last_stops_ms"]
+        assert windows[-1][1] <= time.monotonic()
         assert status["ring_pool"]["on"] and status["ring_pool"]["hooks"] >= 2
         _calls(target, 100_000)
         second = ctl_json(runtime, target.pid, "instrument", "leaf")
