@@ -236,6 +236,74 @@ def test_stepping_over_a_popfq_leaves_no_trap_flag_at_detach():
     assert (proc.returncode, out) == (0, b"alive\n")
 
 
+# a loop in executable memory (inc rax; jmp back), entered once a line is read
+SPIN = r"""
+import ctypes, mmap, sys
+buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+buf.write(b"\x48\xff\xc0\xeb\xfb")
+code = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+print(code, flush=True)
+sys.stdin.readline()
+ctypes.CFUNCTYPE(None)(code)()
+"""
+
+
+def _traced_stop(tid: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with open(f"/proc/{tid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "t":
+                return
+        time.sleep(0.001)
+    raise AssertionError(f"thread {tid} never stopped")
+
+
+@pytest.mark.parametrize("stepper", ["probe_settle", "step"])
+def test_a_step_after_a_stop_request_runs_its_instruction(stepper):
+    """A stop request (SIGTERM: ``Controller.request_stop``) interrupts a
+    running thread; when the thread reaches that trap before the detach's
+    ``stop_all`` reaps it, stop_all interrupts it again, and the kernel keeps
+    that second interrupt for the thread's next resume.  The detach's first
+    single step then came back with its trap and nothing run: the probe
+    settler took it for the step of a probe's access and moved the thread on
+    without it (data_dispatch -O0 detached mid-run called ``x`` instead of its
+    op: SIGSEGV, no output; madtrace exited 0).  The sequence made certain
+    here: the thread is seen in its trap stop before stop_all.  A step must
+    run one instruction of ``inc rax; jmp back``."""
+    from types import SimpleNamespace
+
+    from madtrace.capture.probe_settle import ProbeSettler
+    from madtrace.process.controller import Controller
+    from madtrace.process.stepping import step
+
+    proc = subprocess.Popen([sys.executable, "-c", SPIN],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        code = int(read_line(proc))
+        tracee = Tracee.attach(proc.pid)
+        tid = proc.pid
+        controller = Controller(tracee)
+        tracee.resume_all()
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+        time.sleep(0.2)
+        controller.request_stop("SIGTERM")       # the signal handler's interrupt
+        _traced_stop(tid)                        # its trap reached, not reaped yet
+        assert tracee.stop_all() == []           # interrupts it again
+        before = tracee.get_regs(tid).rip
+        assert before in (code, code + 3)
+        if stepper == "probe_settle":
+            after = ProbeSettler(SimpleNamespace(tracee=tracee))._step(tid).rip
+        else:
+            step(tracee, tid)
+            after = tracee.get_regs(tid).rip
+        assert after == {code: code + 3, code + 3: code}[before]
+        tracee.detach()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.parametrize("variant", ["O2-nopie"])
 def test_threads_made_while_every_thread_is_held_are_resumed(capfd, variant):
     """A program creates and joins a thread per round (and forks, vforks) while

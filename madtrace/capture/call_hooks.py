@@ -23,9 +23,9 @@ from typing import Callable
 
 from ..binary.maps import read_maps
 from ..inject.areas import SharedArea
-from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
 from ..process.remote_syscall import RemoteSyscalls
+from ..process.stepping import step
 from ..process.tracee import Tracee
 
 INT3 = b"\xcc"
@@ -174,9 +174,7 @@ class CallHooks:
         self.tracee.mem.write(address, self.saved_byte[address])
         thread = self.tracee.threads[tid]
         while True:
-            pr.singlestep(tid, 0)
-            thread.running = True
-            event = self.tracee.wait_event(block=True, tid=tid)
+            event = step(self.tracee, tid)
             if isinstance(event, SignalStop) and event.signum != signal.SIGTRAP:
                 thread.pending_signal = event.signum
                 continue

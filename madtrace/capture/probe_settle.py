@@ -15,6 +15,7 @@ from ..arch.x86_64.jump_stubs import pushf_offset
 from ..errors import TracerInternalError
 from ..process import ptrace_raw as pr
 from ..process.events import INSTRUCTION_FAULTS, SignalStop
+from ..process.stepping import step
 from .alias import ALIAS_BIT
 
 
@@ -127,9 +128,7 @@ class ProbeSettler:
         (it would fault again at each step): StepFaulted."""
         state = self.rw.tracee.threads[tid]
         while True:
-            pr.singlestep(tid, 0)
-            state.running = True
-            event = self.rw.tracee.wait_event(block=True, tid=tid)
+            event = step(self.rw.tracee, tid)      # never a stale interrupt's trap
             if isinstance(event, SignalStop) and event.signum in INSTRUCTION_FAULTS:
                 raise StepFaulted(f"thread {tid}: signal {event.signum} at "
                                   f"{self.rw.tracee.get_regs(tid).rip:#x} while moved out of a copy")

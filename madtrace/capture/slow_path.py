@@ -13,9 +13,9 @@ import signal
 import numpy as np
 
 from ..arch.x86_64.memops import effective_address
-from ..process import ptrace_raw as pr
 from ..process.events import SignalStop
 from ..process.remote_syscall import RemoteSyscalls
+from ..process.stepping import step
 from .data_records import append_rows
 from ..trace.format import ACCESS_DTYPE, ACCESS_FIELDS, KIND_LOAD, KIND_STORE, PAGE
 
@@ -109,9 +109,7 @@ class SlowPath:
                 with RemoteSyscalls(e.tracee, tid) as rs:
                     e._unprotect(rs, new)
                 opened |= new
-            pr.singlestep(tid, 0)
-            state.running = True
-            event = e.tracee.wait_event(block=True, tid=tid)
+            event = step(e.tracee, tid)
             if isinstance(event, SignalStop) and event.signum == signal.SIGTRAP:
                 break
             if isinstance(event, SignalStop) and event.signum == signal.SIGSEGV:

@@ -45,6 +45,7 @@ from ..process import ptrace_raw as pr
 from ..process.events import (INSTRUCTION_FAULTS, SignalStop, ThreadExited, ThreadKilled,
                                TrapStop, at_exit_event)
 from ..process.remote_syscall import RemoteSyscalls
+from ..process.stepping import step
 
 STEP_LIMIT = 4096      # instructions a thread may take to leave a trampoline
 
@@ -233,9 +234,7 @@ def step_until_out(tracee, tid: int, area) -> bool:
     extra: list[int] = []
     try:
         for _ in range(STEP_LIMIT):
-            pr.singlestep(tid, 0)
-            state.running = True
-            event = tracee.wait_event(block=True, tid=tid)
+            event = step(tracee, tid)
             if event is None or isinstance(event, (ThreadExited, ThreadKilled)):
                 return True
             if isinstance(event, SignalStop) and event.signum in INSTRUCTION_FAULTS:
