@@ -175,6 +175,72 @@ int mt_drain_ring_upto(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, u
     return err;
 }
 
+/*
+ * As mt_drain_ring_upto, but the records are copied to dst (room for
+ * max_records), not written: the drain thread then never waits for the disk
+ * (a file system that stalls for a second under load: the writer would find
+ * its ring full all that time, and drop).  madtrace/capture/record_spill.py
+ * writes them out from its own thread (mt_write_chunks).  Returns 0, or
+ * -EPROTO if HEAD is not within one ring of TAIL (nothing is consumed).
+ */
+int mt_drain_ring_take(uint8_t *ring, uint8_t *dst, uint64_t max_records, uint64_t *counts,
+                       uint64_t from, uint64_t to, int recording, uint64_t *moved, uint64_t upto)
+{
+    volatile uint64_t *head_p = (volatile uint64_t *)(ring + MT_RING_HEAD);
+    volatile uint64_t *tail_p = (volatile uint64_t *)(ring + MT_RING_TAIL);
+    volatile uint64_t *limit_p = (volatile uint64_t *)(ring + MT_RING_LIMIT);
+    uint64_t head = __atomic_load_n(head_p, __ATOMIC_ACQUIRE);
+    uint64_t tail = *tail_p;
+    *moved = 0;
+    if (upto < head)
+        head = upto;
+    if (head <= tail)
+        return 0;
+    if (head - tail > MT_RING_RECORDS)
+        return -EPROTO;
+    if (head - tail > max_records)
+        head = tail + max_records;
+    const uint8_t *records = ring + MT_RING_RECORDS_OFF;
+    uint64_t position = tail;
+    while (position != head) {
+        uint64_t index = position & MT_RING_MASK;
+        uint64_t count = head - position;
+        if (count > MT_RING_RECORDS - index)
+            count = MT_RING_RECORDS - index;
+        if (count > PIECE_RECORDS)
+            count = PIECE_RECORDS;
+        const uint8_t *piece = records + index * MT_RECORD_SIZE;
+        memcpy(dst + (position - tail) * MT_RECORD_SIZE, piece, count * MT_RECORD_SIZE);
+        if (from < to)
+            count_codes(piece, count, counts, from, to);
+        position += count;
+        __atomic_store_n(tail_p, position, __ATOMIC_RELEASE);
+        if (recording)
+            __atomic_store_n(limit_p, position + MT_RING_RECORDS, __ATOMIC_RELEASE);
+    }
+    *moved = position - tail;
+    return 0;
+}
+
+/* size bytes of records appended to fd as chunks of PIECE_RECORDS records at
+ * most (mt_drain_ring_take's, later).  Returns 0 or -errno; *written: the
+ * bytes of records written (whole chunks) */
+int mt_write_chunks(int fd, const uint8_t *data, uint64_t size, uint64_t *written)
+{
+    *written = 0;
+    while (*written < size) {
+        uint64_t piece = size - *written;
+        if (piece > PIECE_RECORDS * MT_RECORD_SIZE)
+            piece = PIECE_RECORDS * MT_RECORD_SIZE;
+        size_t done;
+        int err = write_records(fd, data + *written, piece, &done);
+        *written += done;
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
 /* mt_drain_ring_upto, every record up to HEAD */
 int mt_drain_ring(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, uint64_t to,
                   int recording, uint64_t *moved)

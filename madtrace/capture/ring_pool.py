@@ -33,6 +33,8 @@ import struct
 import time
 from typing import Callable
 
+from ..trace.format import CALL_RECORDS
+
 REAP_INTERVAL = 0.005     # s between two looks at the claiming threads' owner words
 # s a ring of a dead thread stays as it is, while the pool has rings: the next thread
 # glibc gives that thread's TCB takes it over (no pool ring, no race with the tracer)
@@ -214,6 +216,7 @@ class RingPool:
         fd = rings.files.pop(old, None)
         if fd is not None:
             os.close(fd)
+        rings.spill.close_file(CALL_RECORDS.path(rings.out_dir, old))
         self.claimed.discard(old)
         self.claimed.add(new)
         self.taken_over += 1

@@ -13,8 +13,9 @@ only ever reads records below HEAD, which the target wrote before it
 published HEAD (x86 stores are seen in order).
 
 Each drain of a ring is one call into C (madtrace/capture/ring_drain.c,
-through ctypes, which lets go of the GIL meanwhile): write the records out,
-publish TAIL and LIMIT.  No per-record work happens in Python.
+through ctypes, which lets go of the GIL meanwhile): copy the records out,
+publish TAIL and LIMIT; capture/record_spill.py's thread writes them to their
+file (the drain never waits for the disk).  No per-record work in Python.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import numpy as np
 from ..errors import OutputError, TracerInternalError
 from ..inject.templates import Injector
 from ..native import load
+from .record_spill import RecordSpill, create_file
+from .record_spill import declare as declare_spill
 from .slot_table import SlotTable
 from ..trace.format import CALL_RECORDS, CALLS_DIR, CAPTURE_FORMAT_VERSION, CHUNK_HEADER, RECORD_DTYPE
 from .ring_split import RingSplitter
@@ -57,6 +60,7 @@ def _library() -> ctypes.CDLL:
                                   ctypes.c_int, ctypes.POINTER(U64)]
     lib.mt_drain_ring_upto.restype = ctypes.c_int
     lib.mt_drain_ring_upto.argtypes = lib.mt_drain_ring.argtypes + [U64]
+    declare_spill(lib)
     lib.mt_slot_cas.restype = lib.mt_word_cas.restype = ctypes.c_int
     lib.mt_slot_cas.argtypes = [ctypes.c_void_p, U64, U64, U64, U64]
     lib.mt_word_cas.argtypes = [ctypes.c_void_p, U64, U64]
@@ -120,6 +124,8 @@ class RingSet:
         self._lib = _library()
         _check_build(self._lib, injector)
         self.slots = SlotTable(self.mem, injector, self._lib)
+        # the records on their way to calls/<tid>.rec
+        self.spill = RecordSpill(self._lib, injector.MT_RING_RECORDS * injector.MT_RECORD_SIZE)
         self._moved = ctypes.c_uint64()
         self.dropped = 0
         self.exits_lost = 0
@@ -147,6 +153,7 @@ class RingSet:
     def data_sink(self, sink: Callable[[int, np.ndarray, np.ndarray], None]) -> None:
         """``sink(tid, data records, hook groups)``, in order (ring_split.py)."""
         with self.lock:
+            self.spill.flush()        # the splitter appends to the same files, after them
             self.splitter = RingSplitter(self, sink)
 
     @classmethod
@@ -386,6 +393,7 @@ class RingSet:
             fd = self.files.pop(tid, None)
             if fd is not None:
                 os.close(fd)
+            self.spill.close_file(CALL_RECORDS.path(self.out_dir, tid))
 
     def _fold(self, index: int, clear: bool) -> None:
         """A ring's counters and drop counts into the totals of released rings."""
@@ -421,26 +429,6 @@ class RingSet:
             peaks, self.peak_used = self.peak_used, {}
         return {tid: used / self.L.MT_RING_RECORDS for tid, used in peaks.items()}
 
-    def shadow_entries(self) -> list[tuple[int, int]]:
-        """(real return address, stack slot) of every call of an entry-patched
-        function that has not returned, per thread from the newest; an entry
-        whose slot is not above the newer one's was left by longjmp (as the exit
-        stub decides)."""
-        L = self.L
-        out = []
-        with self.lock:
-            for index in self.thread_ring.values():
-                top = min(self._ring_u64(index, L.MT_RING_SHADOW_TOP), L.MT_SHADOW_ENTRIES)
-                mem, offset = self._where(index)
-                entries = np.frombuffer(mem, dtype="<u8", count=2 * top,
-                                        offset=offset + L.MT_RING_SHADOW).reshape(-1, 2).copy()
-                newer = 0
-                for ret, slot in entries[::-1].tolist():
-                    if slot > newer:
-                        out.append((ret, slot))
-                        newer = slot
-        return out
-
     # ------------------------------------------------------------- draining
     def _drain_one(self, tid: int) -> int:
         if self.splitter is not None:
@@ -450,39 +438,31 @@ class RingSet:
         return self.drain_records(tid)
 
     def drain_records(self, tid: int, upto: int = ALL_RECORDS) -> int:
-        """The records of ``tid``'s ring below record number ``upto`` to its file."""
+        """The records of ``tid``'s ring below record number ``upto``, taken out for its
+        file (record_spill.py: as many as may wait for the disk)."""
         index = self.thread_ring[tid]
         head = min(self._ring_u64(index, self.L.MT_RING_HEAD), upto)
         used = head - self._ring_u64(index, self.L.MT_RING_TAIL)
         if used > self.peak_used.get(tid, 0):
             self.peak_used[tid] = used
-        fd = self.files.get(tid)
-        if fd is None:
-            if used <= 0:
-                return 0
-            fd = self.files[tid] = self._create(CALL_RECORDS.path(self.out_dir, tid))
-        counts = self.code_counts
-        first = 2 * self.L.MT_COUNTED_SITES
-        err = self._lib.mt_drain_ring_upto(self.ring_local(index), fd, counts.ctypes.data, first,
-                                           first + len(counts) - 1, int(self.recording(tid)),
-                                           self._moved, upto)
-        n = self._moved.value
-        self.records_per_thread[tid] = self.records_per_thread.get(tid, 0) + n
+        take = min(used, self.spill.room(self.L.MT_RECORD_SIZE))
+        if take <= 0:
+            return 0
+        out = self.spill.buffer(take * self.L.MT_RECORD_SIZE)
+        counts, first = self.code_counts, 2 * self.L.MT_COUNTED_SITES
+        err = self._lib.mt_drain_ring_take(self.ring_local(index), out.ctypes.data, take,
+                                           counts.ctypes.data, first, first + len(counts) - 1,
+                                           int(self.recording(tid)), self._moved, head)
         if err == -errno.EPROTO:
             raise TracerInternalError(f"ring of thread {tid}: head {self.head_of(tid)} more than "
                                       f"one ring ahead of tail")
-        if err:
-            raise OutputError(f"cannot write {os.path.join(self.out_dir, 'calls', f'{tid}.rec')}: "
-                              f"{os.strerror(-err)}")
+        n = self._moved.value
+        self.records_per_thread[tid] = self.records_per_thread.get(tid, 0) + n
+        if n:
+            self.spill.put(CALL_RECORDS.path(self.out_dir, tid), out, n * self.L.MT_RECORD_SIZE)
         return n
 
-    @staticmethod
-    def _create(path: str) -> int:
-        """calls/<tid>.rec opened for the drain's chunks, its header written."""
-        try:
-            return CALL_RECORDS.create(path)
-        except OSError as exc:
-            raise OutputError(f"cannot write {path}: {exc.strerror}") from None
+    _create = staticmethod(create_file)     # calls/<tid>.rec, its header written (ring_split)
 
     def drain_all(self) -> int:
         with self.lock:
@@ -501,6 +481,7 @@ class RingSet:
         stops recording instead of raising, in whichever thread meets it (the
         tracer's main thread may be in the middle of a stop): ``failure``."""
         with self.lock:
+            self._spill_failed()
             if self.closed or self.failure is not None or tid not in self.thread_ring:
                 return 0
             try:
@@ -517,12 +498,19 @@ class RingSet:
         if self.on_failure is not None:
             self.on_failure(exc)
 
+    def _spill_failed(self) -> None:
+        """A write error of the spill's thread stops recording (said once)."""
+        with self.lock:
+            if self.spill.error is not None and self.failure is None and not self.closed:
+                self._fail(self.spill.error)
+
     @contextlib.contextmanager
     def quiesced(self):
         """Drain every ring and flush the record files; nothing more is drained
         until the block ends (a consistent copy of calls/ and of the counts)."""
         with self.lock:
             self.drain_all()
+            self.spill.flush()
             yield self
 
     def start(self, interval: float = 0.0002, idle_max: float = 0.004) -> None:
@@ -558,6 +546,8 @@ class RingSet:
             with self.lock:
                 self.splitter.finish()    # the last drain: no stamp is coming any more
         self.drain_all()
+        self.spill.flush()
+        self._spill_failed()
 
     def totals(self) -> dict:
         """Drop accounting of every ring still registered plus those already released;
@@ -588,6 +578,8 @@ class RingSet:
                 self._fold(index, clear=False)
             self.thread_ring.clear()
             self.thread_key.clear()
+            self.spill.stop()          # every record written, the files closed
+            self._spill_failed()
             self.unregistered_records = self._u64(self.L.MT_CTL_UNREGISTERED)
             self.closed = True
             for fd in self.files.values():
