@@ -1,10 +1,15 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""A fork child's own rings: after the footprint took madtrace's areas out of
-a fork child whose thread may still return through a trampoline, the child
-keeps the code, and its rings become private copies with recording off, so
-that it never writes into the parent's (inject/engine.py ``child_released``)."""
+"""What the footprint needs of the rings: the calls of entry-patched functions
+that have not returned (``shadow_entries``: their real return addresses,
+given back at detach), and a fork child's own rings (``private_rings``:
+after the footprint took madtrace's areas out of a fork child whose thread
+may still return through a trampoline, the child keeps the code, and its
+rings become private copies with recording off, so that it never writes
+into the parent's; inject/engine.py ``child_released``)."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from ..process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_READ,
                                       PROT_WRITE, RemoteSyscalls)
@@ -28,3 +33,24 @@ def private_rings(rings, injector, child) -> None:
         header = bytearray(mem[off: off + L.MT_RING_RECORDS_OFF])
         header[L.MT_RING_LIMIT: L.MT_RING_LIMIT + 8] = bytes(8)   # no room: nothing recorded
         child.mem.write(rings.ring_address(index), bytes(header))
+
+
+def shadow_entries(rings) -> list[tuple[int, int]]:
+    """(real return address, stack slot) of every call of an entry-patched
+    function that has not returned, per thread of ``rings`` (a RingSet) from
+    the newest; an entry whose slot is not above the newer one's was left by
+    longjmp (as the exit stub decides)."""
+    L = rings.L
+    out = []
+    with rings.lock:
+        for index in rings.thread_ring.values():
+            top = min(rings._ring_u64(index, L.MT_RING_SHADOW_TOP), L.MT_SHADOW_ENTRIES)
+            mem, offset = rings._where(index)
+            entries = np.frombuffer(mem, dtype="<u8", count=2 * top,
+                                    offset=offset + L.MT_RING_SHADOW).reshape(-1, 2).copy()
+            newer = 0
+            for ret, slot in entries[::-1].tolist():
+                if slot > newer:
+                    out.append((ret, slot))
+                    newer = slot
+    return out

@@ -33,7 +33,7 @@ from ..process.tracee import Tracee
 from ..trace.format import FUNCTIONS_FILE, RECORD_FORMAT
 from .areas import CodeArea, SharedArea, gap_for_module, page_round
 from .entry_links import EntryLinks
-from .child_rings import private_rings
+from .child_rings import private_rings, shadow_entries
 from .footprint import Footprint, step_until_out
 from . import staging
 from .patchset import Patch, PatchConflict, PatchSet
@@ -582,27 +582,6 @@ class FunctionTracer:
             if site.sid < len(per_site) and site.function.name in counts:
                 counts[site.function.name] += int(per_site[site.sid])
         return counts
-
-
-def shadow_entries(rings: RingSet) -> list[tuple[int, int]]:
-    """(real return address, stack slot) of every call of an entry-patched
-    function that has not returned, per thread from the newest; an entry whose
-    slot is not above the newer one's was left by longjmp (as the exit stub
-    decides)."""
-    L = rings.L
-    out = []
-    with rings.lock:
-        for index in rings.thread_ring.values():
-            top = min(rings._ring_u64(index, L.MT_RING_SHADOW_TOP), L.MT_SHADOW_ENTRIES)
-            mem, offset = rings._where(index)
-            entries = np.frombuffer(mem, dtype="<u8", count=2 * top,
-                                    offset=offset + L.MT_RING_SHADOW).reshape(-1, 2).copy()
-            newer = 0
-            for ret, slot in entries[::-1].tolist():
-                if slot > newer:
-                    out.append((ret, slot))
-                    newer = slot
-    return out
 
 
 class _Ranges:
