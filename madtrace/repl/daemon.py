@@ -117,14 +117,18 @@ class ControlServer:
             return failure(exc)
         return self.session.submit(invocation)
 
-    def close(self) -> None:
-        """Stop accepting; let replies in flight go out; drop idle connections."""
-        self._closing.set()
-        self.listener.close()
+    def unlink(self) -> None:
+        """The socket's name goes (no new client finds it; those connected go on)."""
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+    def close(self) -> None:
+        """Stop accepting; let replies in flight go out; drop idle connections."""
+        self._closing.set()
+        self.listener.close()
+        self.unlink()
         with self._lock:
             connections = dict(self._connections)
         for conn, busy in connections.items():
@@ -161,6 +165,8 @@ def _daemon_main(pid: int, options: RecordOptions, status_fd: int) -> int:
         return report_failure(status_fd, exc)
     session = LiveSession(recording)
     session.scratch["daemon"] = True
+    # a client told "detached" finds no socket any more (it went after the reply before)
+    session.before_end_replies.append(server.unlink)
 
     def serve():
         # once the target runs again (Controller.after_resume): starting the socket's

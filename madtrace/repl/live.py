@@ -57,6 +57,7 @@ class LiveSession:
         self.recording = recording
         self.scratch: dict = {"start": time.monotonic()}   # per-command state (top)
         self.on_end: list = []           # callables(message), run in the tracer thread
+        self.before_end_replies: list = []  # callables(), run before the session's last replies
         self.ended_message: str | None = None
         self._queue: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
@@ -367,6 +368,8 @@ class LiveSession:
             while not self._queue.empty():
                 pending.append(self._queue.get_nowait())
         self.controller.command_poll = None
+        for callback in self.before_end_replies:
+            callback()
         for future in self._waiting_for_end:
             future.set_result(Reply(True, text=message, data={"ended": message}, ended=True))
         self._waiting_for_end.clear()
