@@ -118,19 +118,34 @@ uint64_t mt_drain_chunk_header_size(void)
     return MT_CHUNK_HEADER_SIZE;
 }
 
-/*
- * Drains one ring.  ring: the tracer's address of the ring block; fd: the
- * record file (opened for appending); counts: to - from + 1 counters for the
- * codes [from, to) and the unknown ones (from >= to: no code is counted);
- * recording: nonzero to give the writer room again (LIMIT), zero to leave
- * LIMIT alone (recording is off: LIMIT is 0).  *moved: the records written
- * out and consumed (TAIL moved past them).  Returns 0, -errno if writing
- * failed (the records before the failed write are consumed all the same), or
- * -EPROTO if HEAD is not within one ring of TAIL (nothing is consumed).
- * upto: no record from there on is taken (UINT64_MAX: none is left).
- */
-int mt_drain_ring_upto(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, uint64_t to,
-                       int recording, uint64_t *moved, uint64_t upto)
+/* Where consume() puts a piece of count records (done: those it put before):
+ * returns how many it took (all of them, but for a short write), *err set. */
+typedef uint64_t (*piece_sink)(void *where, const uint8_t *piece, uint64_t count,
+                               uint64_t done, int *err);
+
+static uint64_t to_file(void *where, const uint8_t *piece, uint64_t count, uint64_t done, int *err)
+{
+    (void)done;
+    size_t written;
+    *err = write_records(*(int *)where, piece, count * MT_RECORD_SIZE, &written);
+    return written / MT_RECORD_SIZE;
+}
+
+static uint64_t to_memory(void *where, const uint8_t *piece, uint64_t count, uint64_t done, int *err)
+{
+    memcpy((uint8_t *)where + done * MT_RECORD_SIZE, piece, count * MT_RECORD_SIZE);
+    *err = 0;
+    return count;
+}
+
+/* The records from TAIL to HEAD (upto at most, max_records at most), a piece
+ * at a time, to sink; each piece taken is consumed at once (TAIL, and LIMIT
+ * when recording, published).  Returns 0, the sink's error (what it took before
+ * is consumed all the same), or -EPROTO (HEAD not within one ring of TAIL:
+ * nothing is consumed). */
+static int consume(uint8_t *ring, piece_sink sink, void *where, uint64_t max_records,
+                   uint64_t *counts, uint64_t from, uint64_t to, int recording,
+                   uint64_t *moved, uint64_t upto)
 {
     volatile uint64_t *head_p = (volatile uint64_t *)(ring + MT_RING_HEAD);
     volatile uint64_t *tail_p = (volatile uint64_t *)(ring + MT_RING_TAIL);
@@ -138,18 +153,18 @@ int mt_drain_ring_upto(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, u
     /* records below HEAD were written before HEAD was (x86 stores are seen in order) */
     uint64_t head = __atomic_load_n(head_p, __ATOMIC_ACQUIRE);
     uint64_t tail = *tail_p;
+    *moved = 0;
     if (upto < head)
         head = upto;            /* the records of a ring's next owner stay (ring_pool.py) */
-    if (head < tail)
-        return 0;
-    int err = 0;
-    *moved = 0;
-    if (head == tail)
+    if (head <= tail)
         return 0;
     if (head - tail > MT_RING_RECORDS)
         return -EPROTO;
+    if (head - tail > max_records)
+        head = tail + max_records;
     const uint8_t *records = ring + MT_RING_RECORDS_OFF;
     uint64_t position = tail;
+    int err = 0;
     while (position != head) {
         uint64_t index = position & MT_RING_MASK;
         uint64_t count = head - position;
@@ -158,9 +173,7 @@ int mt_drain_ring_upto(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, u
         if (count > PIECE_RECORDS)
             count = PIECE_RECORDS;
         const uint8_t *piece = records + index * MT_RECORD_SIZE;
-        size_t written;
-        err = write_records(fd, piece, count * MT_RECORD_SIZE, &written);
-        count = written / MT_RECORD_SIZE;
+        count = sink(where, piece, count, position - tail, &err);
         if (from < to)
             count_codes(piece, count, counts, from, to);
         position += count;
@@ -176,6 +189,23 @@ int mt_drain_ring_upto(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, u
 }
 
 /*
+ * Drains one ring.  ring: the tracer's address of the ring block; fd: the
+ * record file (opened for appending); counts: to - from + 1 counters for the
+ * codes [from, to) and the unknown ones (from >= to: no code is counted);
+ * recording: nonzero to give the writer room again (LIMIT), zero to leave
+ * LIMIT alone (recording is off: LIMIT is 0).  *moved: the records written
+ * out and consumed (TAIL moved past them).  Returns 0, -errno if writing
+ * failed (the records before the failed write are consumed all the same), or
+ * -EPROTO if HEAD is not within one ring of TAIL (nothing is consumed).
+ * upto: no record from there on is taken (UINT64_MAX: none is left).
+ */
+int mt_drain_ring_upto(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, uint64_t to,
+                       int recording, uint64_t *moved, uint64_t upto)
+{
+    return consume(ring, to_file, &fd, MT_RING_RECORDS, counts, from, to, recording, moved, upto);
+}
+
+/*
  * As mt_drain_ring_upto, but the records are copied to dst (room for
  * max_records), not written: the drain thread then never waits for the disk
  * (a file system that stalls for a second under load: the writer would find
@@ -186,40 +216,7 @@ int mt_drain_ring_upto(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, u
 int mt_drain_ring_take(uint8_t *ring, uint8_t *dst, uint64_t max_records, uint64_t *counts,
                        uint64_t from, uint64_t to, int recording, uint64_t *moved, uint64_t upto)
 {
-    volatile uint64_t *head_p = (volatile uint64_t *)(ring + MT_RING_HEAD);
-    volatile uint64_t *tail_p = (volatile uint64_t *)(ring + MT_RING_TAIL);
-    volatile uint64_t *limit_p = (volatile uint64_t *)(ring + MT_RING_LIMIT);
-    uint64_t head = __atomic_load_n(head_p, __ATOMIC_ACQUIRE);
-    uint64_t tail = *tail_p;
-    *moved = 0;
-    if (upto < head)
-        head = upto;
-    if (head <= tail)
-        return 0;
-    if (head - tail > MT_RING_RECORDS)
-        return -EPROTO;
-    if (head - tail > max_records)
-        head = tail + max_records;
-    const uint8_t *records = ring + MT_RING_RECORDS_OFF;
-    uint64_t position = tail;
-    while (position != head) {
-        uint64_t index = position & MT_RING_MASK;
-        uint64_t count = head - position;
-        if (count > MT_RING_RECORDS - index)
-            count = MT_RING_RECORDS - index;
-        if (count > PIECE_RECORDS)
-            count = PIECE_RECORDS;
-        const uint8_t *piece = records + index * MT_RECORD_SIZE;
-        memcpy(dst + (position - tail) * MT_RECORD_SIZE, piece, count * MT_RECORD_SIZE);
-        if (from < to)
-            count_codes(piece, count, counts, from, to);
-        position += count;
-        __atomic_store_n(tail_p, position, __ATOMIC_RELEASE);
-        if (recording)
-            __atomic_store_n(limit_p, position + MT_RING_RECORDS, __ATOMIC_RELEASE);
-    }
-    *moved = position - tail;
-    return 0;
+    return consume(ring, to_memory, dst, max_records, counts, from, to, recording, moved, upto);
 }
 
 /* size bytes of records appended to fd as chunks of PIECE_RECORDS records at
