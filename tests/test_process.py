@@ -344,3 +344,34 @@ def test_threads_made_while_every_thread_is_held_are_resumed(capfd, variant):
             os.kill(tracee.pid, signal.SIGKILL)
     assert tracee.exit_event.status == 0 and holds > 100
     assert capfd.readouterr().out.encode() == expected
+
+
+def test_a_failed_restore_leaves_madtraces_areas_in_place():
+    """A restore that fails at detach (an engine's before_detach hook raises) leaves
+    madtrace's areas mapped, as a dead tracer would (a patch or a protected page
+    may still lead there), says so, and still detaches: the release hooks are
+    not run, and the program finishes as an untraced run does."""
+    from madtrace.process.controller import Controller
+    from .util import check_live_output, finish_live
+    argv = [prog("live_calls", "O2-pie")]
+    proc = start_ready(argv)          # runs until its stdin is closed
+    released = []
+    try:
+        tracee = Tracee.attach(proc.pid)
+        controller = Controller(tracee)
+
+        def failing(t):
+            raise RuntimeError("injected")
+        controller.hooks(tracee).before_detach.append(failing)
+        controller.hooks(tracee).release.append(released.append)
+        tracee.resume_all()
+        time.sleep(0.1)
+        controller.detach_all()
+        out = finish_live(proc)
+    finally:
+        proc.kill()
+    assert released == []
+    assert any("restoring: RuntimeError: injected" in f for f in controller.detach_failures)
+    assert any("areas stay mapped" in f for f in controller.detach_failures)
+    check_live_output(argv[0], out)
+    assert proc.returncode == 0

@@ -406,12 +406,14 @@ class Controller:
                 events += tracee.take_queued_signals()
             except NoSuchProcessError:
                 events = []
+            restored = True
             for hook in self.hooks(tracee).before_detach:
                 try:
                     hook(tracee)
                 except Exception as exc:
                     # keep restoring and detaching: a half-restored target is still
                     # better than one left stopped under a dead tracer; said at the end
+                    restored = False
                     self.detach_failures.append(f"process {tracee.pid}: restoring: "
                                                 f"{type(exc).__name__}: {exc}")
             for event in events:
@@ -423,6 +425,13 @@ class Controller:
                 except Exception:
                     keep_signal(state, event)   # it stays stopped: detach resumes it
             releases = self.hooks(tracee).release
+            if releases and not restored:
+                # what was not restored may still lead into madtrace's areas (a patch
+                # to a trampoline, a protected page whose fault handler is there):
+                # they stay, as when the tracer dies; the next attach takes them out
+                releases = []
+                self.detach_failures.append(f"process {tracee.pid}: madtrace's areas stay "
+                                            "mapped (restoring failed)")
             if releases and tracee.threads:
                 try:     # the resumed threads again, keeping their own signals for the detach
                     for event in self._stop_settled(tracee):
