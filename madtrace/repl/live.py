@@ -93,8 +93,11 @@ class LiveSession:
         if not patterns:
             return
         if self.tracee.call_page is None and not self.controller.running:
-            with RemoteSyscalls(self.tracee):   # the call page: made in the attach's stop,
-                pass                            # not in the instrument's first (4 calls)
+            try:            # the call page: made in the attach's stop, not in the first
+                with RemoteSyscalls(self.tracee):           # of the instrument's (4 calls)
+                    pass
+            except MadtraceError:
+                pass        # (no thread can run a call now: made in that stop after all)
         future: Future = Future()
         future.add_done_callback(lambda done: done.result().ok or self.recording.log(
             f"functions not instrumented: {done.result().error}"))
