@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import OutputError, TracerInternalError
 from ..trace.format import CALL_RECORDS
+from .record_spill import create_file
 
 # ring_drain.c struct mt_data_out / struct mt_hook_out
 DATA_OUT_DTYPE = np.dtype([("addr", "<u8"), ("seq", "<u8"), ("id", "<u4"), ("pad", "<u4")])
@@ -139,7 +140,7 @@ class RingSplitter:
                 self.sink(tid, self._data[:state.out_n], self._hooks[:state.hooks_n])
             path = CALL_RECORDS.path(rings.out_dir, tid)
             if err == -errno.ENOENT:
-                rings.files[tid] = rings._create(path)
+                rings.files[tid] = create_file(path)
                 continue
             if err == 1:
                 continue

@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import OutputError, TracerInternalError
 from ..inject.templates import Injector
 from ..native import load
-from .record_spill import RecordSpill, create_file
+from .record_spill import RecordSpill
 from .record_spill import declare as declare_spill
 from .slot_table import SlotTable
 from ..trace.format import CALL_RECORDS, CALLS_DIR, CAPTURE_FORMAT_VERSION, CHUNK_HEADER, RECORD_DTYPE
@@ -462,7 +462,6 @@ class RingSet:
             self.spill.put(CALL_RECORDS.path(self.out_dir, tid), out, n * self.L.MT_RECORD_SIZE)
         return n
 
-    _create = staticmethod(create_file)     # calls/<tid>.rec, its header written (ring_split)
 
     def drain_all(self) -> int:
         with self.lock:
