@@ -186,12 +186,19 @@ class ImageChanges:
                 from .trace.store_writer import FINISH_AT_END_EVENTS, StoreWriter
                 self.store_writer = StoreWriter(self.output,
                                                 accesses_possible=lambda: self.data is not None,
-                                                defer_above=FINISH_AT_END_EVENTS)
+                                                defer_above=FINISH_AT_END_EVENTS,
+                                                busy=self._rings_busy)
                 self.store_writer.start()
         if self.tracee.launched or self.controller.running:
             write()
         else:
             self.controller.after_resume.append(write)
+
+    def _rings_busy(self) -> bool:
+        """Records pour into the function tracer's or the data engine's rings."""
+        functions, paths = self.functions, self.data and self.data.paths
+        return any(part is not None and part.rings is not None and part.rings.busy()
+                   for part in (functions, paths))
 
     def _space_ahead(self, pid: int) -> tuple | None:
         """Attach: the address space loaded before the target is stopped (parsing its

@@ -34,6 +34,7 @@ import numpy as np
 from ..errors import OutputError, TracerInternalError
 from ..inject.templates import Injector
 from ..native import load
+from .drain_loop import DrainLoop
 from .record_spill import RecordSpill
 from .record_spill import declare as declare_spill
 from .slot_table import SlotTable
@@ -133,12 +134,11 @@ class RingSet:
         self.unregistered_threads = 0
         self.unregistered_records = 0
         self.closed = False
-        self._stop = threading.Event()
         # the drain's write error (OutputError): recording stopped there; on_failure(exc)
         # is called from the drain thread (say it at once; no ptrace from there)
         self.failure: OutputError | TracerInternalError | None = None
         self.on_failure = None
-        self._thread: threading.Thread | None = None
+        self._loop: DrainLoop | None = None
         # the hybrid data engine's rings hold data records and hook groups too: they
         # go to the splitter's sink (``data_sink``, ring_split.py); None: none
         self.splitter: RingSplitter | None = None
@@ -362,12 +362,15 @@ class RingSet:
         self._lib.madvise(self.ring_local(index) + self.L.MT_RING_RECORDS_OFF,
                           self.L.MT_RING_RECORDS * self.L.MT_RECORD_SIZE, MADV_POPULATE_WRITE)
 
-    def populate_pending(self) -> None:
-        """The rings ``_populate`` left for later (``defer_populate``): populated now."""
+    def populate_pending(self) -> list[tuple[int, int]]:
+        """The rings ``_populate`` left for later (``defer_populate``): populated now;
+        the target's ranges of their records."""
         with self.lock:
             pending, self.pending_populate = self.pending_populate, []
             for index in pending:
                 self._populate(index)
+            return [(self.ring_address(i) + self.L.MT_RING_RECORDS_OFF,
+                     self.L.MT_RING_RECORDS * self.L.MT_RECORD_SIZE) for i in pending]
 
     def unregister(self, tid: int) -> None:
         """At a thread's exit: drain its ring, free its slot (tombstone) and ring."""
@@ -486,10 +489,10 @@ class RingSet:
             try:
                 return self._drain_one(tid)
             except OutputError as exc:
-                self._fail(exc)
+                self.fail(exc)
                 return 0
 
-    def _fail(self, exc: OutputError | TracerInternalError) -> None:
+    def fail(self, exc: OutputError | TracerInternalError) -> None:
         """Recording stops, so no writer ever waits for a drain; the session
         reports it (exit 23) at its end."""
         self.failure = exc
@@ -501,7 +504,7 @@ class RingSet:
         """A write error of the spill's thread stops recording (said once)."""
         with self.lock:
             if self.spill.error is not None and self.failure is None and not self.closed:
-                self._fail(self.spill.error)
+                self.fail(self.spill.error)
 
     @contextlib.contextmanager
     def quiesced(self):
@@ -512,35 +515,29 @@ class RingSet:
             self.spill.flush()
             yield self
 
-    def start(self, interval: float = 0.0002, idle_max: float = 0.004) -> None:
-        """Drains in the background: at once again while a ring fills fast (the
-        writer must rarely find its ring full), every ``interval`` s while
-        records come, backing off to ``idle_max`` s while none do."""
-        busy = self.L.MT_RING_RECORDS // 16
+    def start(self) -> None:
+        """Drains in the background (capture/drain_loop.py)."""
+        self._loop = DrainLoop(self)
 
-        def loop():
-            idle = interval
-            while not self._stop.is_set():
-                try:
-                    moved = self.drain_all()
-                except Exception as exc:    # a bug: said at the end, and no writer waits on
-                    with self.lock:
-                        self._fail(TracerInternalError(f"the ring drain failed: {exc!r}"))
-                if self.failure is not None:
-                    return
-                if moved >= busy:
-                    idle = interval
-                    continue
-                idle = interval if moved else min(idle * 2, idle_max)
-                self._stop.wait(idle)
-
-        self._thread = threading.Thread(target=loop, name="madtrace-drain", daemon=True)
-        self._thread.start()
+    def busy(self) -> bool:
+        """Records come fast (the drain's last rate), or more than 1/64 of a ring waits
+        in one now (a burst the drain has not seen yet): other work of the tracer's
+        had better wait, the drain needs its CPU and its GIL."""
+        if self._loop is None or self._loop.busy():
+            return self._loop is not None
+        if not self.lock.acquire(blocking=False):
+            return True                     # draining (or closing) now
+        try:
+            waiting = self.L.MT_RING_RECORDS // 64
+            return not self.closed and any(
+                self._ring_u64(i, self.L.MT_RING_HEAD) - self._ring_u64(i, self.L.MT_RING_TAIL)
+                > waiting for i in self.thread_ring.values())
+        finally:
+            self.lock.release()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join()
+        if self._loop is not None:
+            self._loop.stop()
         if self.splitter is not None:
             with self.lock:
                 self.splitter.finish()    # the last drain: no stamp is coming any more

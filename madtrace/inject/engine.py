@@ -525,14 +525,14 @@ class FunctionTracer:
             self.flush_tables()
 
     def after_stop(self) -> None:
-        """Attached, once the target runs again after ``install`` or ``add``: the
-        drain thread starts, the rings registered meanwhile get their pages, and
-        functions.json is written (if deferred)."""
+        """Attached, once the target runs again after ``install`` or ``add``: the drain
+        starts, the rings registered meanwhile get their pages, mapped in the target too
+        (1034 faults in a ring's first 4 MB: +5-20 ns per call in a VM), functions.json."""
         if self._start_pending and self.rings is not None and not self.rings.closed:
             self._start_pending = False
             self.rings.start()
-        if self.rings is not None:
-            self.rings.populate_pending()
+        for address, size in self.rings.populate_pending() if self.rings is not None else ():
+            self.tracee.mem.map_in(address, size)
         self.flush_tables()
 
     def flush_tables(self) -> None:

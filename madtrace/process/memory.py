@@ -78,6 +78,18 @@ class ProcessMemory:
             out += data
         return out
 
+    def map_in(self, addr: int, size: int, page: int = 4096) -> None:
+        """Maps the pages of a shared mapping into the process's page tables, while it
+        runs: a read through /proc/PID/mem faults each page in as the process's own
+        read would, and a page of a shared writable mapping is mapped writable.  Its
+        first write then takes no page fault.  Best effort: an unreadable page ends
+        it."""
+        for at in range(addr, addr + size, page):
+            try:
+                os.pread(self._fd, 1, at)
+            except OSError:
+                return
+
     def _error(self, what: str, addr: int, size: int, exc: OSError) -> Exception:
         if exc.errno == errno.ESRCH:
             return NoSuchProcessError(f"process {self.pid} is gone")

@@ -106,11 +106,15 @@ class RecordFollower:
 
 class StoreWriter:
     """See the module docstring.  ``accesses_possible()``: whether data
-    accesses may still be recorded (data tracing is or was on)."""
+    accesses may still be recorded (data tracing is or was on); ``busy()``:
+    records pour in, and the tracer's drain needs the CPU and the GIL (the
+    live pass waits: pyarrow's import alone held the GIL long enough for a
+    ring to fill)."""
 
     def __init__(self, directory: str, accesses_possible=None, live_min_rows: int = LIVE_MIN_ROWS,
-                 interval: float = LIVE_INTERVAL, defer_above: int | None = None):
+                 interval: float = LIVE_INTERVAL, defer_above: int | None = None, busy=None):
         self.directory = directory
+        self.busy = busy or (lambda: False)
         # a store of more events than this is left to its first use (see finish)
         self.defer_above = defer_above
         self.accesses_possible = accesses_possible or (lambda: False)
@@ -135,14 +139,22 @@ class StoreWriter:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
         except OSError:
             pass
+        while self.busy() and not self._stop.wait(self.interval):
+            pass
+        try:
+            # pyarrow at once, before records pour in: loading its libraries holds the
+            # GIL for 50-300 ms, which a ring filling at full speed does not have
+            from .columnar import Flusher
+            self._flusher = Flusher(nice=NICE)
+        except BaseException as exc:    # reported by finish(), which rebuilds
+            self.error = exc
+            return
         while not self._stop.wait(self.interval):
+            if self.busy():
+                continue
             if self.defer_above is not None and self._captured_events() > self.defer_above:
                 return      # the store will be built on first use: leave the CPU to the target
             try:
-                if self._flusher is None:
-                    # pyarrow is imported here, once there is something to write
-                    from .columnar import Flusher
-                    self._flusher = Flusher(nice=NICE)
                 self.live_rows += self._pass(final=False)
             except BaseException as exc:    # reported by finish(), which rebuilds
                 self.error = exc
