@@ -107,9 +107,9 @@ class RecordFollower:
 class StoreWriter:
     """See the module docstring.  ``accesses_possible()``: whether data
     accesses may still be recorded (data tracing is or was on); ``busy()``:
-    records pour in, and the tracer's drain needs the CPU and the GIL (the
-    live pass waits: pyarrow's import alone held the GIL long enough for a
-    ring to fill)."""
+    records pour in, and the tracer's drain needs the CPU and the GIL: the
+    live pass waits (pyarrow's import holds the GIL 10-35 ms at a time, longer
+    than a ring takes to fill at full speed, ~3 ms)."""
 
     def __init__(self, directory: str, accesses_possible=None, live_min_rows: int = LIVE_MIN_ROWS,
                  interval: float = LIVE_INTERVAL, defer_above: int | None = None, busy=None):
@@ -139,22 +139,16 @@ class StoreWriter:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
         except OSError:
             pass
-        while self.busy() and not self._stop.wait(self.interval):
-            pass
-        try:
-            # pyarrow at once, before records pour in: loading its libraries holds the
-            # GIL for 50-300 ms, which a ring filling at full speed does not have
-            from .columnar import Flusher
-            self._flusher = Flusher(nice=NICE)
-        except BaseException as exc:    # reported by finish(), which rebuilds
-            self.error = exc
-            return
         while not self._stop.wait(self.interval):
             if self.busy():
                 continue
             if self.defer_above is not None and self._captured_events() > self.defer_above:
                 return      # the store will be built on first use: leave the CPU to the target
             try:
+                if self._flusher is None:
+                    # pyarrow is imported here, once there is something to write
+                    from .columnar import Flusher
+                    self._flusher = Flusher(nice=NICE)
                 self.live_rows += self._pass(final=False)
             except BaseException as exc:    # reported by finish(), which rebuilds
                 self.error = exc
