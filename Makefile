@@ -20,11 +20,11 @@ EXAMPLE_BINS := $(patsubst examples/%.c,build/examples/%,$(EXAMPLE_SRCS))
 
 CFLAGS_COMMON := -g -Wall -Wno-unused-result -fno-omit-frame-pointer -pthread
 
-.PHONY: all setup deps venv programs injector native footprint-native demo example-reports check test parity bench clean distclean
+.PHONY: all setup deps venv bytecode programs injector native footprint-native demo example-reports check test parity bench clean distclean
 
 all: setup
 
-setup: deps venv programs
+setup: deps venv bytecode programs
 
 # apt packages the tests use as oracles (valgrind, uftrace) and to build.
 deps: $(APT_STAMP)
@@ -43,6 +43,16 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 	$(VPY) -m pip install -q -c constraints.txt -e '.[test,bench]'
+	@touch $@
+
+# madtrace's modules compiled once: every madtrace command starts a Python process,
+# and where PYTHONDONTWRITEBYTECODE is set (CI machines) each would compile every
+# module it imports again (daemon modules: 0.36 s to import, 0.26-0.31 s compiled)
+PYC_STAMP := build/.bytecode
+bytecode: $(PYC_STAMP)
+$(PYC_STAMP): $(shell find madtrace -name '*.py') $(STAMP)
+	@mkdir -p build
+	@$(VPY) -m compileall -q madtrace
 	@touch $@
 
 # libraries the test programs load with dlopen

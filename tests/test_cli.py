@@ -96,7 +96,8 @@ def test_attach_duration_then_target_finishes_unchanged(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_tracer_signal_detaches_and_interrupted_syscall_restarts(tmp_path, sig):
-    proc = start_ready([prog("blocking", "O0-pie"), "sleep", "1500"])
+    # long enough for the attach of a loaded machine (1.5 s was not, one run in nine)
+    proc = start_ready([prog("blocking", "O0-pie"), "sleep", "4000"])
     try:
         wait_in_syscall(proc.pid, 230)
         env = dict(os.environ, PYTHONPATH=ROOT)
@@ -110,7 +111,7 @@ def test_tracer_signal_detaches_and_interrupted_syscall_restarts(tmp_path, sig):
         out, _ = proc.communicate(timeout=30)
     finally:
         proc.kill()
-    assert out == b"slept 1500\n"
+    assert out == b"slept 4000\n"
     assert proc.returncode == 0
     assert summary_json(tmp_path / "a")["stop_reason"] == signal.Signals(sig).name
 
