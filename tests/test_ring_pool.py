@@ -274,3 +274,30 @@ def test_data_tracing_closes_the_pool_and_threads_are_traced_again(tmp_path):
         assert program.proc.wait(timeout=60) == 0
     finally:
         program.proc.kill()
+
+
+def test_status_counts_the_pool_after_its_drain():
+    """``status`` drains the rings first (the drain adopts the rings claimed so far and
+    reads the owners of those taken over): its ring_pool counts are those after that
+    drain.  Counted before it, a drain thread behind on a loaded machine made
+    claimed + taken_over fall short of the threads that took a ring (1 + 127 of 301
+    in test_new_threads_take_rings_without_stopping_and_every_call_counts)."""
+    from types import SimpleNamespace as NS
+
+    from madtrace.repl.commands.status import Status
+
+    pool = {"claimed": 1, "taken_over": 0}
+
+    def drain_all():
+        pool["taken_over"] = 300        # what the drain reads of the rings' owners
+        return 0
+    rings = NS(take_peaks=dict, drain_all=drain_all, records_per_thread={}, fill=dict,
+               totals=lambda: {"dropped": 0, "unregistered_records": 0, "ring_waits": 0})
+    engine = NS(patches_of={}, patches=[], rings=rings,
+                threads=NS(hooks=[], summary=lambda: dict(pool, on=True)))
+    session = NS(functions=engine, traced_functions=lambda: [], pid=1, scratch={},
+                 recording=NS(meta={}, options=NS(output="t"), data=None),
+                 tracee=NS(threads={1: None}), last_pause=0.0, last_stops=[], stop_windows=[],
+                 controller=NS(attach_window=None, attach_pause=None, events_handled=0))
+    status = Status().run(session, None)
+    assert status["ring_pool"]["claimed"] + status["ring_pool"]["taken_over"] == 301
