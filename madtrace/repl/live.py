@@ -98,6 +98,7 @@ class LiveSession:
                     pass
             except MadtraceError:
                 pass        # (no thread can run a call now: made in that stop after all)
+            self._follow_clones_if_needed()     # the page is madtrace's: until the pool is on
         future: Future = Future()
         future.add_done_callback(lambda done: done.result().ok or self.recording.log(
             f"functions not instrumented: {done.result().error}"))
@@ -293,15 +294,19 @@ class LiveSession:
         threads take their rings themselves); without it (data tracing, a
         followed fork child, a target the pool cannot serve), and when launched,
         every thread is traced from its creation (a fork made by an untraced
-        thread would keep madtrace's mappings in the child).  Every thread is
-        stopped here."""
+        thread would keep madtrace's mappings in the child).  The call page
+        (process/call_page.py) is one of them: ``daemon -f`` makes it in the
+        attach's stop, and a thread made before the instrument's stops that
+        forked left it in its child (the child's maps held madtrace-calls).
+        Every thread is stopped here."""
         tracee = self.tracee
         functions = self.recording.functions
         pool = functions is not None and functions.threads.active
         if pool and (self.recording.data is not None or self.controller.children):
             functions.threads.stop()
             pool = False
-        mapped = tracee.footprint is not None and bool(tracee.footprint.areas)
+        mapped = (tracee.footprint is not None and bool(tracee.footprint.areas)) \
+            or tracee.call_page is not None
         tracee.follow_clones(tracee.launched or (mapped and not pool)
                              or self.recording.data is not None or bool(self.controller.children))
 
