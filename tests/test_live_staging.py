@@ -19,6 +19,15 @@ from .test_daemon import ctl_json, run, runtime  # noqa: F401 (a fixture)
 from .util import check_live_output, finish_live, prog, start_ready, summary_json
 
 
+def _stop_and_quit(runtime, target) -> None:  # noqa: F811
+    """The daemon stopped, then the program told to quit: it ends well."""
+    result = run(runtime, "ctl", str(target.pid), "stop")
+    assert result.returncode == 0, result.stderr
+    target.stdin.write(b"quit\n")
+    target.stdin.flush()
+    assert target.wait(timeout=60) == 0
+
+
 def _calls(target, n: int) -> None:
     target.stdin.write(f"calls {n}\n".encode())
     target.stdin.flush()
@@ -55,11 +64,7 @@ def test_attached_instrument_stops_to_map_then_to_patch_and_counts_exactly(
         assert [p["function"] for p in second["patched"]] == ["leaf"]
         assert len(ctl_json(runtime, target.pid, "status")["last_stops_ms"]) == 1
         _calls(target, 50_000)
-        result = run(runtime, "ctl", str(target.pid), "stop")
-        assert result.returncode == 0, result.stderr
-        target.stdin.write(b"quit\n")
-        target.stdin.flush()
-        assert target.wait(timeout=60) == 0
+        _stop_and_quit(runtime, target)
     finally:
         target.kill()
         target.wait()
@@ -176,11 +181,7 @@ def test_attached_rings_are_mapped_in_the_target_before_its_first_records(
         _calls(target, 200_000)         # 400 000 records: the whole ring, and around again
         assert _minor_faults(target.pid) - before < 100
         assert ctl_json(runtime, target.pid, "status")["dropped_events"] == 0
-        result = run(runtime, "ctl", str(target.pid), "stop")
-        assert result.returncode == 0, result.stderr
-        target.stdin.write(b"quit\n")
-        target.stdin.flush()
-        assert target.wait(timeout=60) == 0
+        _stop_and_quit(runtime, target)
     finally:
         target.kill()
         target.wait()
