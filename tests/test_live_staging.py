@@ -19,6 +19,21 @@ from .test_daemon import ctl_json, run, runtime  # noqa: F401 (a fixture)
 from .util import check_live_output, finish_live, prog, start_ready, summary_json
 
 
+def _attached(runtime, variant: str, out) -> subprocess.Popen:  # noqa: F811
+    """bench_live, ready, with a daemon attached that traces nothing yet."""
+    target = subprocess.Popen([prog("bench_live", variant)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    try:
+        assert target.stdout.readline() == b"ready\n"
+        result = run(runtime, "daemon", str(target.pid), "-o", str(out), "--no-functions", "-q")
+        assert result.returncode == 0, result.stderr
+    except BaseException:
+        target.kill()
+        target.wait()
+        raise
+    return target
+
+
 def _stop_and_quit(runtime, target) -> None:  # noqa: F811
     """The daemon stopped, then the program told to quit: it ends well."""
     result = run(runtime, "ctl", str(target.pid), "stop")
@@ -40,13 +55,9 @@ def test_attached_instrument_stops_to_map_then_to_patch_and_counts_exactly(
     """A first `instrument` stops the target twice (the areas, then the jumps);
     a second one, with room left in its code area, once.  Every call made
     after each reply is counted, and the ring pool's hooks are in place."""
-    target = subprocess.Popen([prog("bench_live", variant)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE)
     out = tmp_path / "t"
+    target = _attached(runtime, variant, out)
     try:
-        assert target.stdout.readline() == b"ready\n"
-        result = run(runtime, "daemon", str(target.pid), "-o", str(out), "--no-functions", "-q")
-        assert result.returncode == 0, result.stderr
         first = ctl_json(runtime, target.pid, "instrument", "wrapper")
         assert [p["function"] for p in first["patched"]] == ["wrapper"]
         status = ctl_json(runtime, target.pid, "status")
@@ -165,13 +176,9 @@ def test_attached_rings_are_mapped_in_the_target_before_its_first_records(
     target's page tables (a read of each through /proc/PID/mem): the thread's first
     4 MB of records take no page fault.  They took 1034, 5-20 ns more per call over
     a first burst in a VM."""
-    target = subprocess.Popen([prog("bench_live", "O2-pie")], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE)
     out = tmp_path / "t"
+    target = _attached(runtime, "O2-pie", out)
     try:
-        assert target.stdout.readline() == b"ready\n"
-        result = run(runtime, "daemon", str(target.pid), "-o", str(out), "--no-functions", "-q")
-        assert result.returncode == 0, result.stderr
         ctl_json(runtime, target.pid, "instrument", "leaf")
         deadline = time.monotonic() + 30
         while _rings_resident(target.pid) < 4 << 20:     # mapped once the stop is over
