@@ -90,9 +90,11 @@ CAPTURE_HEADER_H := build/native/capture_format.h
 $(CAPTURE_HEADER_H): madtrace/trace/format.py $(STAMP)
 	@mkdir -p $(@D)
 	$(VPY) -m madtrace.trace.capture_file > $@.tmp && mv $@.tmp $@
-$(DRAIN_OUT): madtrace/capture/ring_drain.c injector/layout.h $(CAPTURE_HEADER_H) | $(APT_STAMP)
+$(DRAIN_OUT): madtrace/capture/ring_drain.c madtrace/capture/drain_thread.c injector/layout.h \
+	    $(CAPTURE_HEADER_H) | $(APT_STAMP)
 	@mkdir -p $(@D)
-	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -Ibuild/native -o $@ $< -lxxhash
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -pthread -Iinjector -Ibuild/native -o $@ \
+	    madtrace/capture/ring_drain.c madtrace/capture/drain_thread.c -lxxhash
 $(REPLAY_OUT): madtrace/trace/replay.c
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<

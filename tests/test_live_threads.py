@@ -249,7 +249,7 @@ def test_attached_burst_is_exact_while_the_disk_stalls(tmp_path):
     nobody reads yet in its place; as a file system whose journal stalls under
     load, which took 0.66 s to create a file beside the test suite): the
     drain still takes the records out of the ring (they wait in the tracer,
-    capture/record_spill.py), so the burst ends without a drop, every call
+    capture/drain_thread.c), so the burst ends without a drop, every call
     counted, and every record reaches the file once it can be written.
     Before, the drain waited in open(): the writer found its ring full,
     waited its bounded time and dropped the rest (131072 calls counted)."""

@@ -1,8 +1,12 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""The background thread that drains a RingSet's rings (capture/rings.py), and
-when it does.
+"""The background thread that looks after a RingSet's rings (capture/rings.py),
+and when it does.
 
-It drains again at once while a ring fills fast (more than 1/16 of a ring
+While the C drain thread runs (capture/drain_thread.c), this one only looks
+after the ring pool (claims, threads that ended) and the drain's failures,
+every ``SERVICE`` s while records come, backing off to ``idle_max`` s while
+none do.  Otherwise (the hybrid data engine's rings: ring_split.py) it drains
+them itself: again at once while a ring fills fast (more than 1/16 of a ring
 moved: a writer must rarely find its ring full), every ``interval`` s while
 records come, and backs off to ``idle_max`` s while none do.  (A drain timed
 for takes of 1/16 of a ring took 12-20% off the tracer's CPU at a steady call
@@ -25,6 +29,7 @@ import time
 
 from ..errors import TracerInternalError
 
+SERVICE = 0.001            # s: the pool's claims are adopted this soon while records come
 BUSY_WINDOW = 0.1          # s: busy() while more than a ring's worth comes per window
 SWITCH_INTERVAL = 0.0005   # s: the drain waits for the GIL at most about that long
 
@@ -41,7 +46,20 @@ class DrainLoop:
         self._thread.start()
 
     def busy(self) -> bool:
-        return self.rate * BUSY_WINDOW > self.rings.L.MT_RING_RECORDS
+        """Records come fast (the last rate), or more than 1/64 of a ring waits in one
+        now (a burst not seen yet): the drain needs the CPU."""
+        rings = self.rings
+        if self.rate * BUSY_WINDOW > rings.L.MT_RING_RECORDS:
+            return True
+        if not rings.lock.acquire(blocking=False):
+            return True                     # draining (or closing) now
+        try:
+            waiting = rings.L.MT_RING_RECORDS // 64
+            return not rings.closed and any(
+                rings._ring_u64(i, rings.L.MT_RING_HEAD) - rings._ring_u64(i, rings.L.MT_RING_TAIL)
+                > waiting for i in rings.thread_ring.values())
+        finally:
+            rings.lock.release()
 
     def stop(self) -> None:
         self._stop.set()
@@ -55,7 +73,7 @@ class DrainLoop:
         last = time.monotonic()
         while not self._stop.is_set():
             try:
-                moved = rings.drain_all()
+                moved = rings.drain_all(background=True)
             except Exception as exc:    # a bug: said at the end, and no writer waits on
                 with rings.lock:
                     rings.fail(TracerInternalError(f"the ring drain failed: {exc!r}"))
@@ -64,8 +82,10 @@ class DrainLoop:
             now = time.monotonic()
             self.rate = moved / max(now - last, 1e-6)
             last = now
-            if moved >= busy:
+            native = rings.spill.active
+            if moved >= busy and not native:
                 idle = self.interval
                 continue
-            idle = self.interval if moved else min(idle * 2, self.idle_max)
+            step = SERVICE if native else self.interval
+            idle = step if moved else min(max(idle, step) * 2, self.idle_max)
             self._stop.wait(idle)

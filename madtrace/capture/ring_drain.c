@@ -209,7 +209,7 @@ int mt_drain_ring_upto(uint8_t *ring, int fd, uint64_t *counts, uint64_t from, u
  * As mt_drain_ring_upto, but the records are copied to dst (room for
  * max_records), not written: the drain thread then never waits for the disk
  * (a file system that stalls for a second under load: the writer would find
- * its ring full all that time, and drop).  madtrace/capture/record_spill.py
+ * its ring full all that time, and drop).  madtrace/capture/drain_thread.c
  * writes them out from its own thread (mt_write_chunks).  Returns 0, or
  * -EPROTO if HEAD is not within one ring of TAIL (nothing is consumed).
  */

@@ -204,9 +204,22 @@ class RingPool:
             rings._ring_u64(index, L.MT_RING_OWNERS_R, read)
         return moved + rings.drain_records(tid, head)
 
+    def hand_overs(self) -> int:
+        """Drains the rings whose owner changed since the last look (the C drain
+        leaves them alone), up to each change; the records moved."""
+        rings, L = self.rings, self.L
+        moved = 0
+        for tid, index in list(rings.thread_ring.items()):
+            if rings.thread_ring.get(tid) == index and \
+                    rings._ring_u64(index, L.MT_RING_OWNERS_W) != \
+                    rings._ring_u64(index, L.MT_RING_OWNERS_R):
+                moved += self.drain(tid)
+        return moved
+
     def _hand_over(self, old: int, new: int, index: int) -> int:
         """Ring ``index`` is ``new``'s from here on (``old`` is gone)."""
         rings = self.rings
+        rings._collect()    # what the takes moved so far: old's (the C drain skips the ring)
         if rings.thread_ring.get(new, index) != index:
             rings.unregister(new)              # an earlier thread of that id is gone too
         rings.thread_ring.pop(old, None)
@@ -216,6 +229,8 @@ class RingPool:
         fd = rings.files.pop(old, None)
         if fd is not None:
             os.close(fd)
+        rings.spill.set_ring(index, rings.ring_local(index), CALL_RECORDS.path(rings.out_dir, new),
+                             rings.recording(new))
         rings.spill.close_file(CALL_RECORDS.path(rings.out_dir, old))
         self.claimed.discard(old)
         self.claimed.add(new)

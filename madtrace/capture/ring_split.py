@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import OutputError, TracerInternalError
 from ..trace.format import CALL_RECORDS
-from .record_spill import create_file
+from .native_drain import create_file
 
 # ring_drain.c struct mt_data_out / struct mt_hook_out
 DATA_OUT_DTYPE = np.dtype([("addr", "<u8"), ("seq", "<u8"), ("id", "<u4"), ("pad", "<u4")])

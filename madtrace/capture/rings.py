@@ -12,17 +12,17 @@ while recording, 0 while not), the one value the writer tests.  The tracer
 only ever reads records below HEAD, which the target wrote before it
 published HEAD (x86 stores are seen in order).
 
-Each drain of a ring is one call into C (madtrace/capture/ring_drain.c,
-through ctypes, which lets go of the GIL meanwhile): copy the records out,
-publish TAIL and LIMIT; capture/record_spill.py's thread writes them to their
-file (the drain never waits for the disk).  No per-record work in Python.
+The drain and the writing are threads of C (capture/drain_thread.c, through
+capture/native_drain.py), which never wait for the GIL: this class tells them
+which ring goes to which file; Python takes a ring itself only where its owner
+changed (ring_pool.py), or for the hybrid data engine's rings (ring_split.py).
+No per-record work in Python.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import functools
 import os
 import struct
@@ -35,8 +35,8 @@ from ..errors import OutputError, TracerInternalError
 from ..inject.templates import Injector
 from ..native import load
 from .drain_loop import DrainLoop
-from .record_spill import RecordSpill
-from .record_spill import declare as declare_spill
+from .native_drain import NativeDrain
+from .native_drain import declare as declare_native
 from .slot_table import SlotTable
 from ..trace.format import CALL_RECORDS, CALLS_DIR, CAPTURE_FORMAT_VERSION, CHUNK_HEADER, RECORD_DTYPE
 from .ring_split import RingSplitter
@@ -61,7 +61,7 @@ def _library() -> ctypes.CDLL:
                                   ctypes.c_int, ctypes.POINTER(U64)]
     lib.mt_drain_ring_upto.restype = ctypes.c_int
     lib.mt_drain_ring_upto.argtypes = lib.mt_drain_ring.argtypes + [U64]
-    declare_spill(lib)
+    declare_native(lib)
     lib.mt_slot_cas.restype = lib.mt_word_cas.restype = ctypes.c_int
     lib.mt_slot_cas.argtypes = [ctypes.c_void_p, U64, U64, U64, U64]
     lib.mt_word_cas.argtypes = [ctypes.c_void_p, U64, U64]
@@ -125,9 +125,10 @@ class RingSet:
         self._lib = _library()
         _check_build(self._lib, injector)
         self.slots = SlotTable(self.mem, injector, self._lib)
-        # the records on their way to calls/<tid>.rec
-        self.spill = RecordSpill(self._lib, injector.MT_RING_RECORDS * injector.MT_RECORD_SIZE)
-        self._moved = ctypes.c_uint64()
+        # the records on their way to calls/<tid>.rec (the C threads)
+        self.spill = NativeDrain(self._lib, self._mem_address() + injector.MT_CTL_NOWAIT,
+                                 injector.MT_SLOTS)
+        self.spill.set_counts(self.code_counts, 2 * injector.MT_COUNTED_SITES)
         self.dropped = 0
         self.exits_lost = 0
         self.waits = 0
@@ -153,6 +154,8 @@ class RingSet:
     def data_sink(self, sink: Callable[[int, np.ndarray, np.ndarray], None]) -> None:
         """``sink(tid, data records, hook groups)``, in order (ring_split.py)."""
         with self.lock:
+            self.spill.set_active(False)    # the splitter takes every ring from now on
+            self._collect()
             self.spill.flush()        # the splitter appends to the same files, after them
             self.splitter = RingSplitter(self, sink)
 
@@ -166,6 +169,9 @@ class RingSet:
         return injector.MT_RINGS_PER_CHUNK * injector.MT_RING_BLOCK
 
     # ------------------------------------------------------------ raw access
+    def _mem_address(self) -> int:
+        return ctypes.addressof(ctypes.c_char.from_buffer(self.mem))
+
     def _u64(self, offset: int, value: int | None = None) -> int:
         if value is None:
             return struct.unpack_from("<Q", self.mem, offset)[0]
@@ -228,10 +234,8 @@ class RingSet:
                 self._set_limit(index)
 
     def _set_limit(self, index: int, recording: bool | None = None) -> None:
-        L = self.L
         on = self.enabled if recording is None else recording
-        limit = self._ring_u64(index, L.MT_RING_TAIL) + L.MT_RING_RECORDS if on else 0
-        self._ring_u64(index, L.MT_RING_LIMIT, limit)
+        self.spill.set_limit(index, self.ring_local(index), on)   # between two takes
 
     def recording(self, tid: int) -> bool:
         return self.enabled and tid not in self.muted
@@ -267,9 +271,11 @@ class RingSet:
             released[:len(self.released_counts)] = self.released_counts
             self.released_counts = released
             codes = np.zeros(2 * (n - counted) + 1, dtype=np.uint64)
-            codes[:len(self.code_counts) - 1] = self.code_counts[:-1]
-            codes[-1] = self.code_counts[-1]
-            self.code_counts = codes
+            with self.spill.held():         # no take counts meanwhile
+                codes[:len(self.code_counts) - 1] = self.code_counts[:-1]
+                codes[-1] = self.code_counts[-1]
+                self.code_counts = codes
+                self.spill.set_counts(codes, 2 * self.L.MT_COUNTED_SITES)
             self.sites = n
 
     def counter_offset(self, sid: int) -> int:
@@ -344,6 +350,8 @@ class RingSet:
             self.thread_ring[tid] = index
             self.thread_key[tid] = key
             self.records_per_thread.setdefault(tid, 0)
+            self.spill.set_ring(index, self.ring_local(index), CALL_RECORDS.path(self.out_dir, tid),
+                                self.recording(tid))
 
     def records_range(self, tid: int) -> tuple[int, int]:
         """(address in the target, size) of the thread's records."""
@@ -387,7 +395,10 @@ class RingSet:
                 self.splitter.state.final = 1
                 self.drain_one(tid)
                 self.splitter.state.final = final
-            index = self.thread_ring.pop(tid)
+            with self.spill.held():         # no take between the count and the end
+                self._collect()
+                index = self.thread_ring.pop(tid)
+                self.spill.clear_ring(index)
             key = self.thread_key.pop(tid) or self._ring_u64(index, self.L.MT_RING_KEY)
             self._fold(index, clear=True)
             if key:
@@ -442,41 +453,46 @@ class RingSet:
 
     def drain_records(self, tid: int, upto: int = ALL_RECORDS) -> int:
         """The records of ``tid``'s ring below record number ``upto``, taken out for its
-        file (record_spill.py: as many as may wait for the disk)."""
-        index = self.thread_ring[tid]
-        head = min(self._ring_u64(index, self.L.MT_RING_HEAD), upto)
-        used = head - self._ring_u64(index, self.L.MT_RING_TAIL)
-        if used > self.peak_used.get(tid, 0):
-            self.peak_used[tid] = used
-        take = min(used, self.spill.room(self.L.MT_RECORD_SIZE))
-        if take <= 0:
-            return 0
-        out = self.spill.buffer(take * self.L.MT_RECORD_SIZE)
-        counts, first = self.code_counts, 2 * self.L.MT_COUNTED_SITES
-        err = self._lib.mt_drain_ring_take(self.ring_local(index), out.ctypes.data, take,
-                                           counts.ctypes.data, first, first + len(counts) - 1,
-                                           int(self.recording(tid)), self._moved, head)
-        if err == -errno.EPROTO:
-            raise TracerInternalError(f"ring of thread {tid}: head {self.head_of(tid)} more than "
-                                      f"one ring ahead of tail")
-        n = self._moved.value
-        self.records_per_thread[tid] = self.records_per_thread.get(tid, 0) + n
-        if n:
-            self.spill.put(CALL_RECORDS.path(self.out_dir, tid), out, n * self.L.MT_RECORD_SIZE)
-        return n
+        file now (as many as may wait for the disk); counted by ``_collect``."""
+        return self.spill.take(self.thread_ring[tid], upto)
 
+    def _collect(self) -> int:
+        """The records the takes moved since the last call, each ring's to its thread
+        (called before a ring changes hands)."""
+        moved, peak = self.spill.collect()
+        total = int(moved.sum())
+        for tid, index in self.thread_ring.items():
+            if moved[index]:
+                self.records_per_thread[tid] = self.records_per_thread.get(tid, 0) + \
+                    int(moved[index])
+            if peak[index] > self.peak_used.get(tid, 0):
+                self.peak_used[tid] = int(peak[index])
+        return total
 
-    def drain_all(self) -> int:
+    def drain_all(self, background: bool = False) -> int:
+        """Every ring now (``background``: the drain loop's pass, which leaves the
+        rings to the C thread while it runs); the records moved since the last call."""
         with self.lock:
-            if self.pool is not None and not self.closed:
+            if self.closed:
+                return 0
+            if self.pool is not None:
                 self.pool.service()     # rings claimed meanwhile are drained too
+            total = 0
             if self.splitter is not None:
                 total = self.splitter.drain_all()
             else:
-                total = sum(self.drain_one(tid) for tid in list(self.thread_ring))
-            if not self.closed and self.mem[self.L.MT_CTL_NOWAIT]:
+                if self.pool is not None:
+                    self.pool.hand_overs()   # rings whose owner changed: up to each change
+                if not (background and self.spill.active):
+                    self.spill.pass_now()
+            if self.mem[self.L.MT_CTL_NOWAIT] and (self.splitter is not None or
+                                                   not self.spill.active):
                 self.mem[self.L.MT_CTL_NOWAIT] = 0  # writers may wait again: we are alive
-            return total
+            failure = self.spill.failure()
+            if failure is not None and self.failure is None:
+                self.fail(failure)
+            self._spill_failed()
+            return total + self._collect()
 
     def drain_one(self, tid: int) -> int:
         """Drains the thread's ring; a write error (the disk is full, or gone)
@@ -516,28 +532,20 @@ class RingSet:
             yield self
 
     def start(self) -> None:
-        """Drains in the background (capture/drain_loop.py)."""
+        """Drains in the background: the C thread, and the loop that looks after the
+        pool and the splitter (capture/drain_loop.py)."""
+        if self.splitter is None:
+            self.spill.start()
         self._loop = DrainLoop(self)
 
     def busy(self) -> bool:
-        """Records come fast (the drain's last rate), or more than 1/64 of a ring waits
-        in one now (a burst the drain has not seen yet): other work of the tracer's
-        had better wait, the drain needs its CPU and its GIL."""
-        if self._loop is None or self._loop.busy():
-            return self._loop is not None
-        if not self.lock.acquire(blocking=False):
-            return True                     # draining (or closing) now
-        try:
-            waiting = self.L.MT_RING_RECORDS // 64
-            return not self.closed and any(
-                self._ring_u64(i, self.L.MT_RING_HEAD) - self._ring_u64(i, self.L.MT_RING_TAIL)
-                > waiting for i in self.thread_ring.values())
-        finally:
-            self.lock.release()
+        """Records pour in: other work of the tracer's had better wait (DrainLoop.busy)."""
+        return self._loop is not None and self._loop.busy()
 
     def stop(self) -> None:
         if self._loop is not None:
             self._loop.stop()
+        self.spill.stop()
         if self.splitter is not None:
             with self.lock:
                 self.splitter.finish()    # the last drain: no stamp is coming any more
@@ -574,7 +582,7 @@ class RingSet:
                 self._fold(index, clear=False)
             self.thread_ring.clear()
             self.thread_key.clear()
-            self.spill.stop()          # every record written, the files closed
+            self.spill.close()         # every record written, the files closed
             self._spill_failed()
             self.unregistered_records = self._u64(self.L.MT_CTL_UNREGISTERED)
             self.closed = True
