@@ -58,6 +58,15 @@ def kernel_action(raw: bytes, signum: int) -> bytes:
     return struct.pack("<QQQQ", handler, flags, restorer, mask)
 
 
+def _same_file(path: str, fd: int) -> bool:
+    """Whether ``path`` (a target's /proc/PID/fd/N) is the file of our ``fd``."""
+    try:
+        there, here = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (there.st_dev, there.st_ino) == (here.st_dev, here.st_ino)
+
+
 class SegvGuard:
     def __init__(self, area):
         """``area``: the data area (DataArea): the guard's table and code live there."""
@@ -153,9 +162,18 @@ class SegvGuard:
         self._death_pipe = write_end
 
     def unwatch(self, rs: RemoteSyscalls | None) -> None:
-        """The target's end closed first (closing madtrace's would signal it)."""
+        """The target's end closed first (closing madtrace's would signal it), and
+        O_ASYNC taken off it before: the signal goes to whoever holds that open
+        file, not to an fd.  A vfork child holds a copy until its exit releases
+        its file table, which comes after the release of its memory (its
+        parent's vfork-done): closing madtrace's end in that gap sent the target
+        SIGSEGV (SI_SIGIO), which the detach then delivered as the target's own
+        (test_detach_death_pipe.py).  An fd that is no longer the pipe (the
+        program closed it, the number was given again) is left alone."""
         fd = self._u64(self.L.MT_GUARD_DEATH_FD)
-        if fd and rs is not None:
+        if fd and rs is not None and self._death_pipe >= 0 and \
+                _same_file(f"/proc/{rs.tracee.pid}/fd/{fd}", self._death_pipe):
+            rs.call("fcntl", fd, F_SETFL, O_NONBLOCK)
             rs.call("close", fd, check=False)
         self._u64(self.L.MT_GUARD_DEATH_FD, 0)
         if self._death_pipe >= 0:
