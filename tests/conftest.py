@@ -48,7 +48,9 @@ def symbol_cache(tmp_path_factory):
 def built_programs():
     """Make sure every tests/progs/*.c is compiled in all variants."""
     if _programs_stale():
-        r = subprocess.run(["make", "-s", "programs"], cwd=ROOT,
+        # -o .venv/.installed: never the venv (a worktree sharing it would point
+        # its editable install at itself: every madtrace command then ran that tree)
+        r = subprocess.run(["make", "-s", "-o", ".venv/.installed", "programs"], cwd=ROOT,
                            capture_output=True, text=True)
         if r.returncode != 0:
             pytest.fail(f"`make programs` failed:\n{r.stdout}\n{r.stderr}")
