@@ -162,6 +162,8 @@ class StoreWriter:
                 follower = self.followers[tid] = RecordFollower(self.directory, tid,
                                                                 self._flusher)
             while not self._stop.is_set() or final:
+                if not final and self.busy():
+                    return written      # a burst began: the next pass goes on from here
                 n = follower.step(final, self.accesses_possible, self.live_min_rows)
                 if not n:
                     break
