@@ -21,7 +21,11 @@ python3 -m http.server (127.0.0.1, a bounded request loop):
   command, and how long the target was stopped);
 - request latency of http.server untraced / attached with nothing
   instrumented / with PyDict_* instrumented (median of REQUESTS);
-- ns per call, attached and launched (the program's own loop, N calls);
+- ns per call, attached and launched (the program's own loop, N calls), each
+  run starting with the disk quiet (``quiet_disk``): the watch before it has
+  the tracer write ~4 GB of records in 6 s, whose write-back, were it left to
+  the kernel, ran into the next run (21-37 ns per call instead of 19-26 in
+  three pairs on the project's VM: the disk's figure, not the calls');
 - events dropped on an attached run of 11 M calls (--no-time).
 Each figure is the min / median of REPEATS interleaved repeats.
 MADTRACE_BENCH_QUICK=1 runs fewer repeats and smaller N."""
@@ -160,6 +164,12 @@ class Madtrace:
             self.run("daemon", "--stop-resident", "-q")
 
 
+def quiet_disk() -> None:
+    """The records of the runs before are on disk (the tracer's writer has them
+    already: its ``status`` waits for that), so that a run's figure is its own."""
+    os.sync()
+
+
 def first_record(directory: str, started: float, timeout: float = 60) -> float:
     """Seconds from ``started`` until a record reached calls/ (polled every ms)."""
     calls = os.path.join(directory, "calls")
@@ -237,11 +247,13 @@ def madtrace_c(tmp: str) -> dict:
                     if resident:
                         tool.detach(target.pid)
                         continue
+                    quiet_disk()
                     out["ns"].append(target.calls(CALLS))
                     out["drops"].append(tool.status(target.pid)["dropped_events"])
                     tool.detach(target.pid)
                     directory = tool.attach(target.pid, "--no-time")
                     tool.instrument(target.pid, "leaf")
+                    quiet_disk()
                     out["ns_notime"].append(target.calls(CALLS))
                     out["drops"].append(tool.status(target.pid)["dropped_events"])
                     tool.detach(target.pid)
@@ -255,6 +267,7 @@ def launched_c(tmp: str) -> dict:
     out: dict[str, list] = {"ns": [], "ns_notime": [], "untraced": []}
     for _ in range(REPEATS):
         for key, extra in (("ns", []), ("ns_notime", ["--no-time"])):
+            quiet_disk()
             run = subprocess.run([*MADTRACE, "record", "-q", "--force", "-o",
                                   os.path.join(tmp, "launched"), "-f", "leaf", *extra, "--",
                                   prog("bench_live", "O2-pie")],
@@ -373,6 +386,7 @@ def other_c(tool, addresses_of) -> dict:
             pause = float(re.search(r"longest_us ([\d.]+)", target.reply()).group(1))
             if pause < 4e6:        # longer than the watch itself: the loop's clock was wrong
                 out["pause"].append(pause)
+            quiet_disk()           # as madtrace's runs (nothing of Frida's to write)
             ns, checksum = target.checked_calls(CALLS // 10)
             out["ns"].append(ns)
             out["wrong"].append(checksum != reference)

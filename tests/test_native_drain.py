@@ -153,3 +153,23 @@ def test_a_write_error_is_said_with_its_file(drain, tmp_path):
     drain.flush()
     error = drain.error
     assert isinstance(error, OutputError) and path in str(error)
+
+
+def _thread_named(name: str) -> int | None:
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            if f.read().strip() == name:
+                return int(tid)
+    return None
+
+
+def test_the_writer_leaves_the_cpu_to_the_drain(drain):
+    """The threads are named (top -H, perf), and the writer runs at a lower priority
+    than the drain: a burst waits in buffers, not in the program's ring."""
+    drain.start()
+    _wait(lambda: _thread_named("madtrace-drain") and _thread_named("madtrace-write"))
+    drain_nice = os.getpriority(os.PRIO_PROCESS, _thread_named("madtrace-drain"))
+    writer_nice = os.getpriority(os.PRIO_PROCESS, _thread_named("madtrace-write"))
+    assert writer_nice == min(drain_nice + 5, 19)
+    drain.stop()
+    assert _thread_named("madtrace-drain") is None
