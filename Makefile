@@ -87,7 +87,7 @@ $(NATIVE_OUT): madtrace/process/fault_loop.c madtrace/capture/data_expand.c inje
 	    madtrace/capture/data_expand.c
 # the capture container's constants for the drain, from the one definition (trace/format.py)
 CAPTURE_HEADER_H := build/native/capture_format.h
-$(CAPTURE_HEADER_H): madtrace/trace/format.py $(STAMP)
+$(CAPTURE_HEADER_H): madtrace/trace/format.py madtrace/trace/capture_file.py $(STAMP)
 	@mkdir -p $(@D)
 	$(VPY) -m madtrace.trace.capture_file > $@.tmp && mv $@.tmp $@
 $(DRAIN_OUT): madtrace/capture/ring_drain.c madtrace/capture/drain_thread.c injector/layout.h \

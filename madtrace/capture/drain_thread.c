@@ -95,8 +95,12 @@ struct mt_drainer {
     char error_path[PATH_BYTES];
     pthread_t writer;
     int writer_running;
-    uint8_t header[MT_CAPTURE_HEADER_SIZE];
 };
+
+/* a new calls/<tid>.rec's header (trace/format.py CALL_RECORDS, through the
+ * generated capture_format.h: computed in Python inside a stop of the target,
+ * its import took 3 ms of it) */
+static const uint8_t call_header[MT_CAPTURE_HEADER_SIZE] = MT_CALL_RECORDS_HEADER;
 
 static int log2_ceil(uint64_t n)
 {
@@ -108,7 +112,7 @@ static int log2_ceil(uint64_t n)
 
 /* ------------------------------------------------------------- the writer */
 
-static int open_file(struct mt_drainer *d, struct mt_record_file *f)
+static int open_file(struct mt_record_file *f)
 {
     int fd = open(f->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
@@ -120,8 +124,8 @@ static int open_file(struct mt_drainer *d, struct mt_record_file *f)
         return err;
     }
     if (st.st_size == 0) {
-        ssize_t w = write(fd, d->header, sizeof d->header);
-        if (w != (ssize_t)sizeof d->header) {
+        ssize_t w = write(fd, call_header, sizeof call_header);
+        if (w != (ssize_t)sizeof call_header) {
             int err = w < 0 ? -errno : -EIO;
             close(fd);
             return err;
@@ -141,7 +145,7 @@ static int write_item(struct mt_drainer *d, struct item *it)
     }
     if (d->error)
         return 0;                    /* let go: recording stops at the first error */
-    int err = it->file->fd >= 0 ? 0 : open_file(d, it->file);
+    int err = it->file->fd >= 0 ? 0 : open_file(it->file);
     uint64_t written;
     if (!err)
         err = mt_write_chunks(it->file->fd, it->buf, it->size, &written);
@@ -366,8 +370,7 @@ static void *drain_main(void *arg)
 
 /* ----------------------------------------------------------- Python's side */
 
-struct mt_drainer *mt_drainer_new(uint8_t *nowait, const uint8_t *header, uint64_t limit,
-                                  uint64_t keep)
+struct mt_drainer *mt_drainer_new(uint8_t *nowait, uint64_t limit, uint64_t keep)
 {
     struct mt_drainer *d = calloc(1, sizeof *d);
     if (!d)
@@ -384,7 +387,6 @@ struct mt_drainer *mt_drainer_new(uint8_t *nowait, const uint8_t *header, uint64
     d->limit = limit;
     d->keep = keep;
     d->to = d->from = 0;
-    memcpy(d->header, header, sizeof d->header);
     if (pthread_create(&d->writer, NULL, writer_main, d) != 0) {
         free(d);
         return NULL;

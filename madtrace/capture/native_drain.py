@@ -35,7 +35,7 @@ def declare(lib) -> None:
     """The ctypes signatures of drain_thread.c."""
     P, U64, I = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int
     sigs = {
-        "mt_drainer_new": (P, [P, P, U64, U64]),
+        "mt_drainer_new": (P, [P, U64, U64]),
         "mt_drainer_lock": (None, [P]), "mt_drainer_unlock": (None, [P]),
         "mt_drainer_set_counts": (None, [P, P, U64, U64]),
         "mt_drainer_set_ring": (None, [P, I, P, P, I]),
@@ -72,8 +72,7 @@ class NativeDrain:
         """``nowait_address``: the tracer's address of the control block's NOWAIT
         byte (cleared by each pass); ``rings``: entries of the table (MT_SLOTS)."""
         self._lib = lib
-        header = CALL_RECORDS.container().header()
-        self._d = lib.mt_drainer_new(nowait_address, header, limit, keep)
+        self._d = lib.mt_drainer_new(nowait_address, limit, keep)
         if not self._d:
             raise TracerInternalError("cannot start the record writer (no memory, or threads)")
         self._files: dict[str, int] = {}       # path -> the C side's file

@@ -354,6 +354,9 @@ def c_header() -> str:
         assert CHUNK_HEADER.fields is not None and CHUNK_HEADER.fields[name][1] == offset
         values[f"MT_CHUNK_{name.upper()}_OFFSET"] = offset
     lines += [f"#define {name} {hex(value)}ULL" for name, value in values.items()]
+    from .format import CALL_RECORDS      # the call record files' header, whole
+    head = CALL_RECORDS.container().header()
+    lines.append("#define MT_CALL_RECORDS_HEADER {" + ", ".join(hex(b) for b in head) + "}")
     return "\n".join(lines) + "\n"
 
 
