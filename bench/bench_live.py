@@ -36,6 +36,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -118,6 +119,7 @@ class Madtrace:
         self.env = dict(os.environ, PYTHONPATH=ROOT, XDG_RUNTIME_DIR=os.path.join(tmp, "run"))
         os.makedirs(self.env["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
         self.tmp = tmp
+        self.directories: dict[int, str] = {}     # pid -> its session's trace
 
     def run(self, *args, check=True, client=MADTRACE) -> subprocess.CompletedProcess:
         result = subprocess.run([*client, *args], capture_output=True, env=self.env, timeout=300)
@@ -129,6 +131,7 @@ class Madtrace:
         out = tempfile.mkdtemp(prefix="t", dir=self.tmp)
         os.rmdir(out)                   # the daemon makes it (it never overwrites one)
         self.run("daemon", str(pid), "-o", out, *extra, client=client)
+        self.directories[pid] = out
         return out
 
     def attach_and_instrument(self, pid: int, mode: str, spec: str) -> str:
@@ -149,7 +152,15 @@ class Madtrace:
         return json.loads(self.run("ctl", str(pid), "status", "--json").stdout)
 
     def detach(self, pid: int) -> None:
+        """The session ends, and its trace goes once its daemon is gone: each 6 s
+        watch writes ~4 GB, and ~60 GB kept over a run filled the page cache and the
+        disk (its third repeat: 72.8 ns per call against 27.1 and 23.7)."""
+        daemon = tracer_of(pid)
         self.run("ctl", str(pid), "stop")
+        deadline = time.monotonic() + 120
+        while daemon and os.path.exists(f"/proc/{daemon}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        shutil.rmtree(self.directories.pop(pid, ""), ignore_errors=True)
 
     @contextlib.contextmanager
     def resident(self, on: bool = True):
@@ -162,6 +173,11 @@ class Madtrace:
             yield
         finally:
             self.run("daemon", "--stop-resident", "-q")
+
+
+def tracer_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"^TracerPid:\s+(\d+)", f.read(), re.M).group(1))
 
 
 def quiet_disk() -> None:
