@@ -83,7 +83,7 @@ struct mt_drainer {
     int active;                      /* the thread takes records (not while split) */
     pthread_t thread;
     int running, stop;
-    uint64_t interval_ns, idle_max_ns, moved_total;
+    uint64_t interval_ns, idle_max_ns;
     int failed_err, failed_index;    /* the thread's pass failed there: it stopped taking */
 
     pthread_mutex_t spill;           /* the queue, the buffers, the writer's state */
@@ -356,7 +356,6 @@ static void *drain_main(void *arg)
             pthread_mutex_unlock(&d->lock);
             continue;
         }
-        __atomic_add_fetch(&d->moved_total, (uint64_t)moved, __ATOMIC_RELAXED);
         if ((uint64_t)moved >= MT_RING_RECORDS / 16) {
             idle = d->interval_ns;   /* a ring fills fast: again at once */
             continue;
@@ -514,11 +513,6 @@ int mt_drainer_failed(struct mt_drainer *d, int *index)
     *index = d->failed_index;
     pthread_mutex_unlock(&d->lock);
     return err;
-}
-
-uint64_t mt_drainer_moved_total(struct mt_drainer *d)
-{
-    return __atomic_load_n(&d->moved_total, __ATOMIC_RELAXED);
 }
 
 /* A record file (path: calls/<tid>.rec), opened by the writer at its first records. */

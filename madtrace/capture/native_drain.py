@@ -46,7 +46,6 @@ def declare(lib) -> None:
         "mt_drainer_set_active": (None, [P, I]), "mt_drainer_active": (I, [P]),
         "mt_drainer_start": (I, [P, U64, U64]), "mt_drainer_stop": (None, [P]),
         "mt_drainer_failed": (I, [P, ctypes.POINTER(I)]),
-        "mt_drainer_moved_total": (U64, [P]),
         "mt_drainer_file": (P, [P, ctypes.c_char_p]), "mt_drainer_close_file": (I, [P, P]),
         "mt_drainer_flush": (None, [P]), "mt_drainer_pending": (U64, [P]),
         "mt_drainer_error": (I, [P, ctypes.c_char_p, U64]),
@@ -193,10 +192,6 @@ class NativeDrain:
         except TracerInternalError as exc:
             return exc
         return None
-
-    @property
-    def moved_total(self) -> int:
-        return self._lib.mt_drainer_moved_total(self._d)
 
     # -------------------------------------------------------- the writer
     @property

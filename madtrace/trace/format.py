@@ -134,10 +134,9 @@ def fork_dir(directory: str, pid: int) -> str:
 
 
 # ------------------------------------------------------------------- records
-# A call record (calls/<tid>.rec), as the trampolines write it into the ring
-# (injector/layout.h) and the drain copies it out: the TSC (0 with --no-time);
-# code = site id << 1 | 1 for an exit record; the low 32 bits of the callee's
-# stack pointer at entry (closes frames left by longjmp and tail calls).
+# A call record (calls/<tid>.rec), as the trampolines write it into the ring (layout.h)
+# and the drain copies it out: the TSC (0 with --no-time); code = site id << 1 | 1 for
+# exits; the callee's rsp at entry, low 32 bits (closes frames left by longjmp, tail calls).
 RECORD_DTYPE = np.dtype([("tsc", "<u8"), ("code", "<u4"), ("rsp", "<u4")])
 # how functions.json describes it (a reader of the files without madtrace)
 RECORD_FORMAT = {
