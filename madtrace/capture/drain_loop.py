@@ -8,11 +8,9 @@ every ``SERVICE`` s while records come, backing off to ``idle_max`` s while
 none do.  Otherwise (the hybrid data engine's rings: ring_split.py) it drains
 them itself: again at once while a ring fills fast (more than 1/16 of a ring
 moved: a writer must rarely find its ring full), every ``interval`` s while
-records come, and backs off to ``idle_max`` s while none do.  (A drain timed
-for takes of 1/16 of a ring took 12-20% off the tracer's CPU at a steady call
-rate, but a detach during a vfork with hybrid data tracing then killed the
-target in 2 runs of 12 beside a CPU hog, against 0 of 8 without it: left out
-until that is understood.)
+records come, and backs off to ``idle_max`` s while none do.  (A Python drain timed
+for takes of 1/16 of a ring took 12-20% off the tracer's CPU; the C drain,
+paced so, measured the same as unpaced, and is not.)
 
 The drain holds the GIL in its Python parts, so another thread of the tracer
 holding it (the store's writer converting, or importing pyarrow) delays it:

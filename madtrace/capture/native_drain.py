@@ -158,6 +158,8 @@ class NativeDrain:
 
     # --------------------------------------------------------- the thread
     def start(self) -> None:
+        if self.running or self._d is None:
+            return
         err = self._lib.mt_drainer_start(self._d, INTERVAL_NS, IDLE_MAX_NS)
         if err:
             raise TracerInternalError(f"cannot start the drain thread: {os.strerror(-err)}")
