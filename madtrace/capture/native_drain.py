@@ -23,7 +23,6 @@ import os
 import numpy as np
 
 from ..errors import OutputError, TracerInternalError
-from ..trace.format import CALL_RECORDS
 
 LIMIT = 512 << 20          # bytes of buffers waiting for the disk, at most (plus one)
 KEEP = 64 << 20            # bytes of written buffers kept for the next takes
@@ -54,15 +53,6 @@ def declare(lib) -> None:
     for name, (restype, argtypes) in sigs.items():
         function = getattr(lib, name)
         function.restype, function.argtypes = restype, argtypes
-
-
-def create_file(path: str) -> int:
-    """calls/<tid>.rec opened for appending chunks, its header written if it is new
-    (the splitter's files: capture/ring_split.py)."""
-    try:
-        return CALL_RECORDS.create(path)
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror}") from None
 
 
 class NativeDrain:

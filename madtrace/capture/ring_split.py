@@ -32,7 +32,6 @@ import numpy as np
 
 from ..errors import OutputError, TracerInternalError
 from ..trace.format import CALL_RECORDS
-from .native_drain import create_file
 
 # ring_drain.c struct mt_data_out / struct mt_hook_out
 DATA_OUT_DTYPE = np.dtype([("addr", "<u8"), ("seq", "<u8"), ("id", "<u4"), ("pad", "<u4")])
@@ -41,6 +40,15 @@ HOOK_OUT_DTYPE = np.dtype([("a0", "<u8"), ("a1", "<u8"), ("a2", "<u8"), ("ret", 
                            ("code", "<u4"), ("stamp", "<u4"), ("rsp", "<u4"), ("flags", "<u4")])
 DATA_OUT_ROWS = 1 << 16
 HOOK_OUT_ROWS = 4096
+
+
+def create_file(path: str) -> int:
+    """calls/<tid>.rec opened for appending chunks, its header written if it is new."""
+    try:
+        return CALL_RECORDS.create(path)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror}") from None
+
 PASSES = 256            # drain passes over the rings while stamps unblock records (each
 #                         pass takes at least one stamp: threads' stamps interleave)
 STAMP_WAIT = 2.0        # seconds the tracer waits for an earlier stamp (apply_stamped)

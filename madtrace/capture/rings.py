@@ -485,12 +485,9 @@ class RingSet:
                     self.pool.hand_overs()   # rings whose owner changed: up to each change
                 if not (background and self.spill.active):
                     self.spill.pass_now()
-            if self.mem[self.L.MT_CTL_NOWAIT] and (self.splitter is not None or
-                                                   not self.spill.active):
-                self.mem[self.L.MT_CTL_NOWAIT] = 0  # writers may wait again: we are alive
-            failure = self.spill.failure()
-            if failure is not None and self.failure is None:
-                self.fail(failure)
+            # writers may wait again: we are alive (each pass in C says so itself)
+            if self.splitter is not None and self.mem[self.L.MT_CTL_NOWAIT]:
+                self.mem[self.L.MT_CTL_NOWAIT] = 0
             self._spill_failed()
             return total + self._collect()
 
@@ -517,10 +514,13 @@ class RingSet:
             self.on_failure(exc)
 
     def _spill_failed(self) -> None:
-        """A write error of the spill's thread stops recording (said once)."""
+        """A write error of the writer thread, or a failed pass of the drain thread,
+        stops recording (said once)."""
         with self.lock:
-            if self.spill.error is not None and self.failure is None and not self.closed:
-                self.fail(self.spill.error)
+            if self.failure is None and not self.closed:
+                failure = self.spill.error or self.spill.failure()
+                if failure is not None:
+                    self.fail(failure)
 
     @contextlib.contextmanager
     def quiesced(self):
