@@ -69,7 +69,7 @@ static int madtrace_mappings(void) {
     char line[4096];
     int n = 0;
     while (f && fgets(line, sizeof line, f))
-        if (strstr(line, "madtrace"))
+        if (strstr(line, "/memfd:madtrace-"))   /* madtrace's own memfds, not a path */
             n++;
     if (f)
         fclose(f);

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ...binary.maps import read_maps
+from ...inject.areas import MAPS_PREFIX
 from ..registry import Command, register
 
 
@@ -18,7 +19,7 @@ class Maps(Command):
 
     def run(self, session, args):
         return [{"start": m.start, "end": m.end, "perms": m.perms, "offset": m.offset,
-                 "path": m.path, "label": m.label, "madtrace": "madtrace-" in m.path}
+                 "path": m.path, "label": m.label, "madtrace": m.path.startswith(MAPS_PREFIX)}
                 for m in read_maps(session.pid)]
 
     def render(self, maps):
