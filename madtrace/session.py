@@ -437,9 +437,12 @@ class Recording(ImageChanges, Footprints, Results):
 
     # live control (REPL / daemon), every thread stopped -------------------------
     def start_data_tracing(self, **selection) -> str:
+        if self.data is not None and self.data.active:
+            raise UsageError("data tracing is on already ('trace data off' ends it)")
         if self.data is not None:
-            raise UsageError("data tracing was already on once in this session; "
-                             "its results are kept (start a new session to trace again)")
+            raise UsageError("data tracing was on once in this session, and a session traces "
+                             "data once: its results are kept (start a new session to trace "
+                             "again)")
         self._install_data_tracing(**selection)
         labels = ", ".join(r.label for r in self.data.regions.regions[:6])
         more = "..." if len(self.data.regions.regions) > 6 else ""

@@ -140,6 +140,10 @@ def test_kernel_thread(tmp_path):
 
 def test_not_a_pid(tmp_path):
     one_line_error(madtrace("attach", "12ab", "-o", str(tmp_path / "k")), 2, "not a PID")
+    for command in ("attach", "repl", "daemon", "ctl"):     # one rule for every command
+        for pid in ("-5", "0"):
+            one_line_error(madtrace(command, pid, *(["status"] if command == "ctl" else [])),
+                           2, f"not a PID: '{pid}'")
 
 
 def test_already_traced(tmp_path):
@@ -194,6 +198,19 @@ def test_output_exists_needs_force(tmp_path):
     one_line_error(madtrace("record", "--force", "-o", str(tmp_path / "mixed"), "--", *argv), 17,
                    "not a madtrace trace directory")
     assert (tmp_path / "mixed" / "precious").exists()
+    # a file is not a trace directory: --force leaves it as it is
+    (tmp_path / "file").write_text("x")
+    one_line_error(madtrace("record", "--force", "-o", str(tmp_path / "file"), "--", *argv), 17,
+                   "is a file, not a trace directory")
+    assert (tmp_path / "file").read_text() == "x"
+
+
+def test_output_parent_must_exist(tmp_path):
+    """A mistyped -o is an error (exit 23), not a new tree of directories."""
+    argv = [prog("threads", "O0-pie"), "1", "10"]
+    one_line_error(madtrace("record", "-o", str(tmp_path / "missing" / "t"), "--", *argv), 23,
+                   "No such file or directory")
+    assert not (tmp_path / "missing").exists()
 
 
 def test_corrupt_trace_directory(tmp_path):
@@ -207,6 +224,9 @@ def test_corrupt_trace_directory(tmp_path):
 def test_usage_errors(tmp_path):
     one_line_error(madtrace("record", "-o", str(tmp_path / "t")), 2, "no command given")
     one_line_error(madtrace("frobnicate"), 2, "invalid choice")
+    bogus = madtrace("--bogus")
+    one_line_error(bogus, 2, "unrecognized arguments: --bogus")
+    assert bogus.stderr.decode().startswith("madtrace: unrecognized")     # said once
     one_line_error(madtrace("attach", "1", "--duration", "-3", "-o", str(tmp_path / "d")), 2,
                    "--duration")
 

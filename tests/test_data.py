@@ -37,6 +37,7 @@ def _locked_rmw(image, text, addresses) -> set[int]:
 
 
 def madtrace_accesses(tmp_path, argv, options=()) -> tuple[dict, dict, bytes]:
+    tmp_path.mkdir(parents=True, exist_ok=True)     # -o needs its parent to exist
     result = madtrace("record", "-q", "--data", "--no-functions", "-o", str(tmp_path / "t"),
                       *options, "--", *argv, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -255,6 +256,7 @@ def test_target_finishes_when_the_tracer_is_killed_mid_trace(tmp_path, options):
 
 
 def _record_data(tmp_path, argv, *options):
+    tmp_path.mkdir(parents=True, exist_ok=True)     # -o needs its parent to exist
     out = tmp_path / "t"
     result = madtrace("record", "-q", "--data", "--no-functions", "-o", str(out), *options, "--",
                       *argv, timeout=300)

@@ -82,7 +82,7 @@ def test_export_needs_a_data_trace(tmp_path):
     directory = tmp_path / "t"
     assert madtrace("record", "-q", "--no-functions", "-o", str(directory), "--",
                     prog("data_globals", "O0-pie")).returncode == 0
-    one_line_error(madtrace("export", str(directory), "--format", "madt"), 18, "without --data")
+    one_line_error(madtrace("export", str(directory), "--format", "madt"), 24, "record it with --data")
     one_line_error(madtrace("export", str(tmp_path / "nothing"), "--format", "madt"), 18, "nothing")
 
 

@@ -35,6 +35,7 @@ def hybrid_engine(monkeypatch):
 
 
 def record(tmp_path, argv, *options, timeout=300) -> tuple[dict, bytes, str]:
+    tmp_path.mkdir(parents=True, exist_ok=True)     # -o needs its parent to exist
     out = tmp_path / "t"
     result = madtrace("record", "-q", "--data", "--no-functions", "-o", str(out), *HYBRID,
                       *options, "--", *argv, timeout=timeout)

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from ..errors import UsageError
-from .options import add_recording_arguments, recording_options
+from .options import add_recording_arguments, parse_pid, recording_options
 
 NAME = "attach"
 HELP = ("attach to a running process (every thread), trace it until it exits, "
@@ -27,10 +27,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    try:
-        pid = int(args.pid)
-    except ValueError:
-        raise UsageError(f"not a PID: {args.pid!r}") from None
+    pid = parse_pid(args.pid)
     if args.target_command:
         raise UsageError("attach takes a PID, not a command after --")
     if args.batch is not None and not args.repl:

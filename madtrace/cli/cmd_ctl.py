@@ -9,7 +9,7 @@ import shlex
 import sys
 
 from ..errors import UsageError
-from .cmd_repl import parse_pid
+from .options import parse_pid
 
 NAME = "ctl"
 HELP = ("send one REPL command to the madtrace daemon that traces PID (e.g. instrument tick, "

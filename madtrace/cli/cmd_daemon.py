@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from .cmd_repl import parse_pid
+from .options import parse_pid
 from .options import add_recording_arguments, recording_options
 
 if TYPE_CHECKING:       # the tracer is imported when the command runs

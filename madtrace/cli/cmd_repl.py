@@ -5,7 +5,7 @@ madtrace repl --connect PID [--batch FILE]"""
 from __future__ import annotations
 
 from ..errors import UsageError
-from .options import add_recording_arguments, recording_options
+from .options import add_recording_arguments, parse_pid, recording_options
 
 NAME = "repl"
 HELP = ("attach to a running process and control it interactively (instrument, restore, "
@@ -19,13 +19,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch", metavar="FILE",
                         help="run the commands of FILE (REPL grammar, one per line), then detach")
     add_recording_arguments(parser, default_output=None)
-
-
-def parse_pid(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise UsageError(f"not a PID: {text!r}") from None
 
 
 def run(args) -> int:
@@ -48,7 +41,7 @@ def run(args) -> int:
     pid = parse_pid(args.pid)
     from ..repl.host import repl_options, run_with_frontend
     from ..session import Recording
-    from ..trace import store       # numpy: not for ctl and daemon, which share parse_pid
+    from ..trace import store       # numpy: imported once a session starts
     output = args.output or store.default_trace_dir()
     recording = Recording(repl_options(recording_options(args, output)))
     recording.attach(pid)

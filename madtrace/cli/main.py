@@ -60,7 +60,9 @@ COMMANDS = _Commands()
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, our exit code for usage errors
-        raise UsageError(f"{self.prog}: {message}")
+        # printed after "madtrace: ": a command's parser names its command
+        command = self.prog.removeprefix("madtrace").strip()
+        raise UsageError(f"{command}: {message}" if command else message)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

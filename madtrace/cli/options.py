@@ -15,6 +15,17 @@ if TYPE_CHECKING:       # the tracer is imported by the commands that record, wh
 DEFAULT_DATA_ENGINE = "hybrid"
 
 
+def parse_pid(text: str) -> int:
+    """A process id as given on the command line: a positive decimal integer."""
+    try:
+        pid = int(text, 10)
+    except (TypeError, ValueError):
+        pid = 0
+    if pid <= 0:
+        raise UsageError(f"not a PID: {text!r}")
+    return pid
+
+
 def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str | None) -> None:
     parser.add_argument("-o", "--output", default=default_output, metavar="DIR",
                         help="trace directory to write (default: %(default)s)")

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import os
 
-from ..errors import CorruptTraceError
+from ..errors import NoDataError
 from ..trace.format import DATA_DIR
 from . import Export, write_lines
 
 
 def require_data(directory: str) -> None:
     if not os.path.isdir(os.path.join(directory, DATA_DIR)):
-        raise CorruptTraceError(f"{directory}: no data accesses (recorded without --data)")
+        raise NoDataError(f"{directory} has no data accesses: record it with --data")
 
 
 def lackey_lines(directory: str):

@@ -37,9 +37,12 @@ def _create_trace_dir(path: str, force: bool) -> str:
                 raise OutputExistsError(
                     f"{path} exists and is not a madtrace trace directory; not overwriting it")
             shutil.rmtree(path)
+        elif os.path.islink(path):
+            os.unlink(path)     # the link goes, not what it points to
         else:
-            os.unlink(path)
-    os.makedirs(path)
+            raise OutputExistsError(f"{path} exists and is a file, not a trace directory; "
+                                    "not overwriting it")
+    os.mkdir(path)      # its parent must exist (a mistyped path is an error, not a new tree)
     return path
 
 
