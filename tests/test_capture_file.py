@@ -5,10 +5,11 @@ Every raw file a recording writes (calls/<tid>.rec, data/<tid>.acc of the fault
 engine, data/<tid>.dat of the hybrid one, data/allocator_calls.bin,
 data/blocks.bin) is damaged the ways disks and people damage files: one byte
 flipped in the middle, the whole file replaced by random bytes of the same
-size, cut mid-chunk, its header's version bumped.  summary and query then exit
-18 with one line naming the file and the byte offset of the damaged chunk.  A
-recording whose tracer was killed, cut mid-chunk, stays readable: partial, its
-counts those of the complete chunks.
+size, its header's version bumped: summary and query then exit 18 with one
+line naming the file and the byte offset of the damaged chunk.  A file cut
+mid-chunk stays readable, its counts those of the complete chunks: silently
+when the tracer was killed (a partial trace), with one line saying what was
+lost when the recording had ended.
 
 Oracle: a naive walk of the container written here from the layout in the
 README (32-byte file header, then 16-byte chunk headers: magic, length,
@@ -111,13 +112,27 @@ def test_random_bytes_of_the_same_size_are_corrupt(traces, kind, tmp_path):
 
 
 @pytest.mark.parametrize("kind", list(FILE_KINDS))
-def test_a_finished_trace_cut_mid_chunk_is_corrupt(traces, kind, tmp_path):
+def test_a_finished_trace_cut_mid_chunk_reads_its_complete_chunks(traces, kind, tmp_path):
+    """A file cut short after the recording ended (a copy stopped half-way, a
+    full disk): its complete chunks are read, and one line says what was lost."""
     directory, path = copy_of(traces, kind, tmp_path)
+    shutil.rmtree(directory / "store")
     chunks, _ = naive_chunks(path)
     offset, length = chunks[-1]
     with open(path, "r+b") as f:
         f.truncate(offset + 16 + length // 2)
-    check_error(directory, f"truncated at offset {offset} ", path)
+    for args in (["summary", str(directory)],
+                 ["query", str(directory), "SELECT count(*) AS n FROM records", "--json"]):
+        r = madtrace(*args)
+        err = r.stderr.decode()
+        assert r.returncode == 0, (args, err)
+        lines = [line for line in err.splitlines() if line.strip() and "building the store" not in line]
+        assert len(lines) == (1 if args[0] == "summary" else 0), err   # said as the store is built
+        assert all(line.startswith(f"madtrace: {path}: truncated at offset {offset} ")
+                   and "what followed is lost" in line for line in lines), lines
+    if kind == "calls":     # the records are those of the complete chunks
+        records = sum(n // 16 for rec in directory.glob("calls/*.rec") for _, n in naive_chunks(rec)[0])
+        assert json.loads(r.stdout)[0]["n"] == records
 
 
 @pytest.mark.parametrize("kind", list(FILE_KINDS))
@@ -195,3 +210,23 @@ def test_rows_read_by_range_and_in_chunks_match_what_was_written(tmp_path):
         assert all(len(p) <= chunk_rows for p in parts)
         assert np.concatenate(parts).tobytes() == rows.tobytes()
     assert [len(p) for p in rebatch([rows[:3], rows[3:10], rows[10:11]], 4)] == [3, 4, 4]
+
+
+@pytest.mark.parametrize("name", ["maps.end.txt", "maps.start.txt"])
+def test_a_memory_map_cut_short_is_read_up_to_the_cut(traces, tmp_path, name):
+    """A saved memory map cut in the middle of a line: read up to its last whole
+    line, and said (the mappings after it go unnamed)."""
+    directory = tmp_path / "t"
+    shutil.copytree(traces["fault"], directory)
+    shutil.rmtree(directory / "store")
+    if name == "maps.start.txt":
+        (directory / "maps.end.txt").unlink()       # the start map is read when no end map is
+    text = (directory / name).read_text()
+    cut = text.index("\n", len(text) // 2) + 6       # inside the line after the middle
+    (directory / name).write_text(text[:cut])
+    whole = text[:cut].count("\n")
+    r = madtrace("summary", str(directory))
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.decode().splitlines() if "damaged at line" in line]
+    assert said == [f"madtrace: {directory / name}: damaged at line {whole + 1} (cut short?): "
+                    f"read up to there, the mappings after it go unnamed"], r.stderr

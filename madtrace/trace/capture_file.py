@@ -13,14 +13,16 @@
 
 Everything that is not what a writer wrote is CorruptTraceError (exit 18), in
 one line naming the file and the byte offset.  A last chunk cut short is left
-out while the recording is unfinished (still running, or its tracer killed:
-trace/partial.py); in a finished trace it is corruption.
+out: while the recording is unfinished (still running, or its tracer killed:
+trace/partial.py) silently, in a finished trace with a one-line warning (the
+complete chunks before it are intact: each is checked).
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import sys
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -36,6 +38,8 @@ _CHUNK = struct.Struct("<IIQ")               # CHUNK_HEADER
 assert _HEADER.size + 8 == CAPTURE_HEADER.itemsize and _CHUNK.size == CHUNK_HEADER.itemsize
 HEADER_SIZE = CAPTURE_HEADER.itemsize
 CHUNK_HEADER_SIZE = CHUNK_HEADER.itemsize
+# (file, offset) of the cut-short files already reported
+_CUT_SHORT: set[tuple[str, int]] = set()
 READ_BUFFER = 1 << 16   # chunk headers and small chunks come from it; a large payload mostly not
 
 
@@ -150,10 +154,15 @@ class CaptureFormat:
         return length
 
     def _tail(self, path: str, offset: int) -> None:
-        """A chunk cut short at ``offset``: the end of an unfinished recording's file."""
-        if not _unfinished(path):
-            raise CorruptTraceError(f"{path}: truncated at offset {offset} (an incomplete chunk "
-                                    f"in a trace whose recording ended)")
+        """A chunk cut short at ``offset``: the end of an unfinished recording's
+        file, or of a file cut short since (a copy stopped half-way, a full
+        disk): the complete chunks before it are read, and the loss is said
+        once."""
+        if not _unfinished(path) and (path, offset) not in _CUT_SHORT:
+            _CUT_SHORT.add((path, offset))
+            print(f"madtrace: {path}: truncated at offset {offset} (an incomplete chunk in a "
+                  f"trace whose recording ended): read up to there, what followed is lost",
+                  file=sys.stderr, flush=True)
 
     def index(self, path: str) -> ChunkIndex:
         """The chunks of ``path`` from their headers (kept, and extended as the file grows)."""
