@@ -388,11 +388,12 @@ class Recording(ImageChanges, Footprints, Results):
         if kind == "hybrid" and selection.get("data_in"):
             # rewritten code records wherever it runs: --data-in needs every access to stop
             kind = "fault"
-            self.log("--data-in: the fault engine records the accesses (one stop each)")
+            self.log("data tracing inside chosen functions: the fault engine records the "
+                     "accesses (one stop each)")
         engine = DataEngine(self.tracee, self.address_space, self.output,
                             sequence_of=functions.sequence_of if functions else None,
                             sequence_address=functions.sequence_address if functions else None,
-                            patched_addresses=set(functions.patches.applied) if functions else None,
+                            patched_addresses=self.entry_patched(),
                             defer=self.controller.deferred.extend,
                             track_allocations=self.options.track_allocations,
                             loads=self.options.loads, stores=self.options.stores,
@@ -406,9 +407,11 @@ class Recording(ImageChanges, Footprints, Results):
         # read now, while the target runs (a child process each), not at the write-out
         self.prefetches.append(symcache.Prefetch(m.image for m in self.address_space.modules).start())
         try:
-            engine.install()
+            engine.install()        # a failure takes back what it did
         except BaseException:
-            engine.detach()
+            self.data = None        # the session as it was: data tracing can be asked again
+            for warning in engine.warnings:
+                self.log(warning)
             raise
         if engine.paths is None:
             # every access costs ptrace stops: ~10x cheaper with tracer and target on one CPU
@@ -429,6 +432,10 @@ class Recording(ImageChanges, Footprints, Results):
                  f"({len(engine.protected)} pages)")
         for warning in engine.warnings:
             self.log(warning)
+
+    def entry_patched(self) -> set[int]:
+        """The functions function tracing patches at their entry (their addresses)."""
+        return set(self.functions.patches.applied) if self.functions is not None else set()
 
     def _original_addresses(self, rips):
         """Instruction addresses as recorded: relocated prologue instructions

@@ -65,7 +65,8 @@ class Results:
         windows = engine.syscalls.open_windows + engine.blocks.open_windows
         pages = engine.syscalls.window_pages + engine.blocks.window_pages
         if windows:
-            self.log(open_windows_line(windows, pages))
+            self.log(open_windows_line(windows, pages, {"engine": engine.engine_kind,
+                                                        "gate": engine.gate is not None}))
         return {"accesses": engine.access_counts(),
                 "data_tracing": {"faults": engine.faults,
                                  # breakpoint stops of the allocator, memcpy & co. and
@@ -146,11 +147,16 @@ class Results:
                      "it is built when a query, export or report needs it")
 
 
-def open_windows_line(windows: int, pages: dict) -> str:
-    """What an open window costs, said (summary, the end of a recording)."""
+def open_windows_line(windows: int, pages: dict, tracing: dict) -> str:
+    """What an open window costs, said (summary, the end of a recording);
+    ``tracing``: meta.json's data_tracing (the fault engine's windows are the
+    ones the hybrid engine does without, unless tracing inside chosen
+    functions needed the fault engine)."""
     top = sorted(pages.items(), key=lambda kv: -kv[1])[:3]
     where = ", ".join(f"{int(p, 16) if isinstance(p, str) else p:#x} ({n}x)" for p, n in top)
-    return (f"{windows} times, traced pages ({where}{', ...' if len(pages) > 3 else ''}) were "
+    line = (f"{windows} times, traced pages ({where}{', ...' if len(pages) > 3 else ''}) were "
             "open for a system call or memcpy/memset while other threads ran: accesses those "
-            "threads made to them meanwhile may be missing (the hybrid engine reaches that memory "
-            "through its alias instead: --data-engine hybrid)")
+            "threads made to them meanwhile may be missing")
+    if tracing.get("engine") == "fault" and not tracing.get("gate"):
+        line += " (the hybrid engine reaches that memory through its alias: --data-engine hybrid)"
+    return line

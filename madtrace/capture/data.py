@@ -40,6 +40,7 @@ from ..arch.x86_64.memops import MemInstruction, memory_accesses
 from ..binary.address_space import AddressSpace
 from ..binary.maps import read_maps
 from ..errors import UsageError
+from ..inject.footprint import Footprint
 from ..process.events import SignalStop
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
 from ..process.tracee import Tracee
@@ -155,40 +156,61 @@ class DataEngine:
             raise UsageError("no data region to trace")   # nor any the program could create
         self.regions = RegionSet(regions)
         self.protected = page_protections(mappings, self.regions.pages())
+        if self.gate is not None:
+            self.gate.resolve(self.patched_addresses)   # refused before anything changes
         os.makedirs(os.path.join(self.out_dir, DATA_DIR), exist_ok=True)
-        with RemoteSyscalls(self.tracee) as rs:
-            self.area = DataArea(self.tracee, rs)
-            self.area.loop.set_kinds(self.loads, self.stores)
-            self.area.loop.set_safe_syscalls(self.syscalls.safe_numbers())
-            self.guard = SegvGuard(self.area)
-            self.tables_changed()
-            self.guard.install(rs)            # before any page is protected
-            if self.engine_kind == "hybrid":
-                self._alias_all(rs, mappings)
-                self.paths = AccessPaths(self, self._rings)
-                self.paths.install(rs)
-                if self.tracee.launched:   # madtrace's death signals the guard: pages back
-                    self.guard.set_tracer(os.getpid())
-                    rs.call("prctl", PR_SET_PDEATHSIG, signal.SIGSEGV)
-                    self.death_signal = True
-                self.sequence_of = self.paths.calls_before
-                self.sequence_address = self.paths.head_address
-                outer = self.original_address
-                self.original_address = lambda rips: outer(self.paths.original_array(rips))
-            if not self.tracee.launched:
-                self.guard.watch_tracer(rs)     # the same, through a pipe
-            self.entry_hooks = entry_hooks_for(self, rs)
-            inline = self.entry_hooks if self.entry_hooks.stubs else None
-            if self.block_events:
-                self.warnings += self.blocks.install(rs, self.patched_addresses, inline)
-            if self.gate is not None:
-                self.gate.install(rs, self.patched_addresses)
-            if self.track_allocations:
-                self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of, self._next_order,
-                                          self.guard, self.out_dir, self.code_address)
-                self.alloc.lock = self.paths.rings.lock if self.paths else self.alloc.lock
-                self.warnings += self.alloc.install(rs, self.patched_addresses, inline)
-            self._protect(rs, self.protected)   # last: the hooks may call into the target
+        footprint = Footprint.of(self.tracee)
+        mark = footprint.mark()
+        # what to take back, newest last, should a later step fail: each undo is
+        # registered before its step when it can undo a half-done one
+        undo: list = []
+        try:
+            with RemoteSyscalls(self.tracee) as rs:
+                self.area = DataArea(self.tracee, rs)
+                undo.append(lambda rs: self.area.close())
+                self.area.loop.set_kinds(self.loads, self.stores)
+                self.area.loop.set_safe_syscalls(self.syscalls.safe_numbers())
+                self.guard = SegvGuard(self.area)
+                self.tables_changed()
+                undo.append(self.guard.take_back)
+                self.guard.install(rs)            # before any page is protected
+                if self.engine_kind == "hybrid":
+                    undo.append(lambda rs: self.alias.privatize(rs, self.protected)
+                                if self.alias is not None else None)
+                    self._alias_all(rs, mappings)
+                    self.paths = AccessPaths(self, self._rings)
+                    self.paths.install(rs)
+                    undo.append(lambda rs: self.paths.detach())
+                    if self.tracee.launched:   # madtrace's death signals the guard: pages back
+                        self.guard.set_tracer(os.getpid())
+                        undo.append(lambda rs: rs.call("prctl", PR_SET_PDEATHSIG, 0))
+                        rs.call("prctl", PR_SET_PDEATHSIG, signal.SIGSEGV)
+                        self.death_signal = True
+                    self.sequence_of = self.paths.calls_before
+                    self.sequence_address = self.paths.head_address
+                    outer = self.original_address
+                    self.original_address = lambda rips: outer(self.paths.original_array(rips))
+                if not self.tracee.launched:
+                    self.guard.watch_tracer(rs)     # the same, through a pipe
+                self.entry_hooks = entry_hooks_for(self, rs)
+                undo.append(lambda rs: self.entry_hooks.detach())
+                inline = self.entry_hooks if self.entry_hooks.stubs else None
+                undo.append(lambda rs: [hooks.remove() for hooks in self._all_hooks()])
+                if self.block_events:
+                    self.warnings += self.blocks.install(rs, self.patched_addresses, inline)
+                if self.gate is not None:
+                    self.gate.install(rs, self.patched_addresses)
+                if self.track_allocations:
+                    self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of,
+                                              self._next_order, self.guard, self.out_dir,
+                                              self.code_address)
+                    self.alloc.lock = self.paths.rings.lock if self.paths else self.alloc.lock
+                    self.warnings += self.alloc.install(rs, self.patched_addresses, inline)
+                undo.append(lambda rs: self._unprotect(rs, self.protected))
+                self._protect(rs, self.protected)   # last: the hooks may call into the target
+        except BaseException:
+            self._take_back(undo, footprint, mark)
+            raise
         self.numa.initial_threads(list(self.tracee.threads))
         for tid in self.tracee.threads:
             self.add_thread(tid)
@@ -198,6 +220,25 @@ class DataEngine:
         self.tracee.fast_wait = self._fast_wait
         self.tracee.after_stop = self.area.loop.flush
         self.active = True
+
+    def _take_back(self, undo: list, footprint: Footprint, mark: int) -> None:
+        """An install that failed: every step it made undone, newest first, then the
+        areas it mapped taken out; the target is as it was before.  An undo that
+        fails too is said, and the others still run (the tracer's error is the one
+        the caller reports)."""
+        self.warnings = []
+        if not self.tracee.threads:
+            return
+        with RemoteSyscalls(self.tracee) as rs:
+            for step in reversed(undo):
+                try:
+                    step(rs)
+                except Exception as exc:     # noqa: BLE001 - the rest must still run
+                    self.warnings.append(f"undoing data tracing's set-up: {exc}")
+        self.alias = self.paths = self.guard = None
+        release = footprint.release(self.tracee, since=mark)
+        if release.kept:
+            self.warnings.append(release.line(self.tracee.pid))
 
     def _alias_all(self, rs: RemoteSyscalls, mappings) -> None:
         """Every run of traced pages backed by shared memory mapped twice (alias.py)."""

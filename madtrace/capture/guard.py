@@ -330,6 +330,19 @@ class SegvGuard:
                 self._u64(self.L.MT_GUARD_TRAP_ACTIVE, 0)
         self._restore_others(rs)
 
+    def take_back(self, rs: RemoteSyscalls) -> None:
+        """An install that failed, undone as far as it went: the death pipe, the
+        actions the guard took (not a table it never filled), the others' masks."""
+        self.unwatch(rs)
+        if self.installed:
+            rs.call("rt_sigaction", SIGSEGV, self.table + self.L.MT_GUARD_ACTION, 0, 8)
+            self._u64(self.L.MT_GUARD_ACTIVE, 0)
+        if self.traps_installed:
+            rs.call("rt_sigaction", SIGTRAP, self.table + self.L.MT_GUARD_TRAP_ACTION, 0, 8)
+            self._u64(self.L.MT_GUARD_TRAP_ACTIVE, 0)
+        self._restore_others(rs)
+        self.originals.clear()
+
     def _restore_others(self, rs: RemoteSyscalls) -> None:
         for signum, raw in self.originals.items():
             rs.tracee.mem.write(self.scratch, raw)

@@ -140,8 +140,9 @@ def print_human_summary(meta: dict, directory: str, out, totals: dict | None = N
     windows = (meta.get("data_tracing") or {}).get("open_windows", 0)
     if windows:
         from ..session_results import open_windows_line
-        print(f"   warning  : {open_windows_line(windows, meta['data_tracing'].get('open_window_pages', {}))}",
-              file=out)
+        tracing = meta["data_tracing"]
+        line = open_windows_line(windows, tracing.get("open_window_pages", {}), tracing)
+        print(f"   warning  : {line}", file=out)
     tracer = s.get("tracer") or {}
     if tracer:
         print(f"   tracer   : peak RSS {tracer['peak_rss_bytes'] / 2**20:.0f} MB, write-out "

@@ -101,18 +101,23 @@ class Footprint:
         self.areas.clear()
         self.return_sources.clear()
 
-    def release(self, tracee, copy: bool = False) -> Release:
+    def mark(self) -> int:
+        """Where the areas made from now on begin (``release(since=...)``)."""
+        return len(self.areas)
+
+    def release(self, tracee, copy: bool = False, since: int = 0) -> Release:
         """Unmap every area no thread can still need (every thread of ``tracee``
         stopped).  ``copy``: ``tracee`` is a fork child holding copies of these
         areas (and of the stacks they are returned to); the bookkeeping here
-        stays the parent's."""
+        stays the parent's.  ``since``: only the areas made after that
+        ``mark()`` (a step that failed takes back what it mapped)."""
         result = Release()
         maps = read_maps(tracee.pid)
         # only what is still madtrace's memfd there (a fork child made before an area
         # existed has none of it, and a target may have unmapped one itself)
-        areas = [a for a in self.areas if a.mapped and _still_ours(maps, a)]
+        areas = [a for a in self.areas[since:] if a.mapped and _still_ours(maps, a)]
         if not copy:
-            for area in self.areas:
+            for area in self.areas[since:]:
                 if area.mapped and area not in areas:
                     area.mapped = False
         if not areas or not tracee.threads:
@@ -131,7 +136,7 @@ class Footprint:
         kept: dict[str, str] = {}             # group -> why
         _move_out(tracee, areas)
         result.stepped = _step_out(tracee, areas, kept)
-        for source in self.return_sources:
+        for source in self.return_sources if not since else ():     # function tracing's
             result.returns += _give_back(tracee.mem, source())
         result.returns += _scan_stacks(tracee, maps, areas, kept)
         for area in areas:

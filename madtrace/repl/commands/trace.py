@@ -94,6 +94,7 @@ class Trace(Command):
             from ...capture.regions import region_matcher
             selection["region_filter"] = region_matcher(regions)
         if functions:
+            patched = recording.entry_patched()
             for glob in functions:
                 try:
                     found = find_functions(session.space, glob)
@@ -101,6 +102,12 @@ class Trace(Command):
                     raise UnknownSymbolError(f"trace data in: {exc}") from None
                 if not found:
                     raise UnknownSymbolError(f"trace data in: no function matches {glob!r}")
+                for symbol in found:
+                    if symbol.address in patched:
+                        raise UsageError(
+                            f"trace data in: {symbol.name} is instrumented at its entry "
+                            f"(its first bytes are patched): 'restore {symbol.name}' first, "
+                            f"or trace data in the functions that call it")
             selection["data_in"] = list(functions)
         message = recording.start_data_tracing(**selection)
         if functions:
