@@ -1,8 +1,10 @@
 /* A thread-per-request server on 127.0.0.1: each connection gets a new thread
  * (detached, as http.server's), which reads a number N, calls handle(N) (it
- * calls work() N times) and answers with the sum.  Prints "port P" once it
- * listens; ends at end of file on stdin, printing the requests served and the
- * calls of work() made (its own count: the oracle of a tracer's).
+ * calls work() N times) and answers with the sum.  A request "p" is a ping:
+ * pong() answers it (load that calls neither handle nor work).  Prints "port
+ * P" once it listens; ends at end of file on stdin, printing the requests
+ * served and the calls of work() made (its own count: the oracle of a
+ * tracer's).
  * Usage: thread_server */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -29,11 +31,23 @@ __attribute__((noinline, noclone)) unsigned long handle(unsigned long n) {
     return sum;
 }
 
+static unsigned long pongs;
+
+__attribute__((noinline, noclone)) int pong(char *out, size_t size) {
+    __atomic_add_fetch(&pongs, 1, __ATOMIC_RELAXED);
+    return snprintf(out, size, "pong\n");
+}
+
 static void *serve(void *arg) {
     int fd = (int)(long)arg;
     char buf[64];
     ssize_t got = read(fd, buf, sizeof buf - 1);
-    if (got > 0) {
+    if (got > 0 && buf[0] == 'p') {
+        char out[16];
+        int len = pong(out, sizeof out);
+        if (write(fd, out, len) != len)
+            perror("write");
+    } else if (got > 0) {
         buf[got] = 0;
         unsigned long n = strtoul(buf, NULL, 10);
         char out[64];

@@ -108,7 +108,10 @@ class FunctionCopy:
     targets: frozenset = frozenset()     # the function's own direct branch targets
     stub_rows: list[tuple] = field(default_factory=list)
     code_size: int = 0                   # the code, before the jump table
-    returns: dict = field(default_factory=dict)   # return address in the copy -> original
+    # the address after each call and system call in the copy -> the original's: where a
+    # call returns, and what a system call leaves in %rcx (a stale spill of it may lie
+    # in a live frame's unused slot: the stack scan at detach finds it there)
+    returns: dict = field(default_factory=dict)
     # sorted lookups, made on first use (the copy does not change once made)
     _probe_starts: list | None = field(default=None, init=False, repr=False, compare=False)
     _new_sorted: tuple | None = field(default=None, init=False, repr=False, compare=False)
@@ -341,7 +344,7 @@ class _Layout:
         if self.table_at:
             out += bytes(self.table_at - self.address - len(out)) + self._jump_table()
         new, size = self.new, self.sizes
-        calls = a.calls
+        calls = np.union1d(a.calls, _syscalls(a.code, a.offset, a.insn_size))
         returns = dict(zip((new[calls] + size[calls]).tolist(),
                            (a.offset[calls] + a.start + a.insn_size[calls]).tolist())) \
             if len(calls) else {}
@@ -483,3 +486,14 @@ def _side(host: int, host_size: int, code: bytes, start: int, target: int, at: i
     if back is None:
         return f"side entry at {target:#x}: out of reach"
     return raw + back
+
+
+def _syscalls(code: bytes, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Indexes of the ``syscall`` instructions (0f 05) among the instructions at
+    ``offsets`` of ``code`` (each copied as it is: its end is its return point)."""
+    two = np.nonzero(sizes == 2)[0]
+    if not len(two):
+        return two
+    raw = np.frombuffer(code, dtype=np.uint8)
+    at = offsets[two]
+    return two[(raw[at] == 0x0F) & (raw[at + 1] == 0x05)]
