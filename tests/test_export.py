@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import collections
 import json
+import shutil
 
+import numpy as np
 import pytest
 
 from madtrace.binary.elf import ElfImage
@@ -217,11 +219,17 @@ def test_chrome_json_loads_in_perfetto_trace_processor(tmp_path, program, args, 
     PyPI perfetto package: tests/perfetto_tp.py) loads the export without an
     error and finds every call and access as a slice of its thread, calls
     nested as exported."""
-    from .perfetto_tp import trace_processor
     directory = tmp_path / "t"
     assert madtrace("record", "-q", *options, "-o", str(directory), "--",
                     prog(program, "O2-nopie"), *args, timeout=300).returncode == 0
-    out = tmp_path / "trace.json"
+    check_in_perfetto(directory, tmp_path / "trace.json")
+
+
+def check_in_perfetto(directory, out) -> None:
+    """The chrome export of ``directory`` loaded by Perfetto's trace processor:
+    no error, every call and access a slice of its thread, each call at its
+    exported time and nested at the depth madtrace's segmentation gave it."""
+    from .perfetto_tp import trace_processor
     assert madtrace("export", str(directory), "--format", "chrome", "-o", str(out)).returncode == 0
     doc = json.loads(out.read_text())
     events = [e for e in doc["traceEvents"] if e["ph"] in ("X", "i")]
@@ -247,6 +255,26 @@ def test_chrome_json_loads_in_perfetto_trace_processor(tmp_path, program, args, 
     assert {r.call_id: r.depth + 1 for r in calls} == \
         {c: d for c, d in depth.items() if c in {r.call_id for r in calls}}
     assert max(r.depth for r in calls) >= 2
+
+
+def test_chrome_nesting_survives_a_tsc_running_behind(tmp_path):
+    """A thread's records read from TSCs that disagree (the thread moved to a CPU
+    whose counter runs behind, a VM's unsynchronised vCPUs), and records with
+    equal counts: the records' order is exact, their times are not.  Perfetto
+    must still nest every call where madtrace's segmentation put it."""
+    from madtrace.trace.format import CALL_RECORDS
+    directory = tmp_path / "t"
+    assert madtrace("record", "-q", "--data", "-o", str(directory), "--",
+                    prog("calls_longjmp", "O2-nopie"), "30", timeout=300).returncode == 0
+    shutil.rmtree(directory / "store")
+    (tid, path), = CALL_RECORDS.files(str(directory))
+    records = CALL_RECORDS.read(path)
+    tsc = records["tsc"].astype(np.int64)
+    tsc[5::7] -= 100_000            # behind the record before
+    tsc[3::11] = tsc[2::11][:len(tsc[3::11])]     # equal to the record before
+    records["tsc"] = tsc.astype(np.uint64)
+    CALL_RECORDS.write(path, records)
+    check_in_perfetto(directory, tmp_path / "trace.json")
 
 
 # ---------------------------------------------------------------- parquet

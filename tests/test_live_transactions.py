@@ -34,6 +34,7 @@ import socket
 import subprocess
 import threading
 import time
+import traceback
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -251,6 +252,7 @@ class LiveCommands(RuleBasedStateMachine):
             if os.path.exists(f"/proc/{self.daemon}"):
                 os.kill(self.daemon, signal.SIGKILL)      # the next session must attach
             print(f"session {self.out}:\n  " + "\n  ".join(self.log))
+            print(traceback.format_exc())
             try:
                 with open(self.out / "meta.json") as f:
                     print("released:", json.load(f).get("released"))

@@ -111,6 +111,12 @@ def test_repl_through_a_terminal(tmp_path):
         child.sendline("top 5")
         child.expect(r"calls +new +per s +function\r\n +\d+ +\d+ +[\d.]+ +tick\r\n")
         child.expect(PROMPT)
+        # Ctrl-C while a command runs cancels that command; the session goes on
+        child.sendline("sleep 600")
+        time.sleep(1)
+        child.send("\x03")
+        child.expect(r"error: sleep: interrupted\r\n")
+        child.expect(PROMPT)
         # errors: one line each, and the session goes on
         (tmp_path / "taken").mkdir()
         for line, message in [("bogus 1", "error: unknown command 'bogus'"),

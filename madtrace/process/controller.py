@@ -66,6 +66,8 @@ class Controller:
         # blocking, and calls this between polls (it runs queued commands at a safe stop)
         # a front end calls ``wake`` after queueing a command
         self.command_poll: Callable[[], None] | None = None
+        # SIGINT first goes here (an interactive REPL running a command): True when taken
+        self.on_interrupt: Callable[[], bool] | None = None
         # called once, right after ``run`` first resumes the target: what an attach
         # does not need the target stopped for (files, the control socket's thread,
         # the answer to the client) waits till then, not the target
@@ -147,6 +149,8 @@ class Controller:
         previous = {}
 
         def handler(signum, frame):
+            if signum == signal.SIGINT and self.on_interrupt is not None and self.on_interrupt():
+                return          # an interactive command took it (it is cancelled)
             self.request_stop(signal.Signals(signum).name)
 
         sigs = [signal.SIGTERM, signal.SIGHUP] + ([] if launched else [signal.SIGINT])

@@ -53,6 +53,17 @@ class Frontend:
         self.end_printed = False
         self.backend = None
         self.failures = 0
+        self.busy = False                    # a command is running
+        self.interrupted = threading.Event()    # Ctrl-C while it ran
+
+    def interrupt(self) -> bool:
+        """Ctrl-C: the command running is cancelled (True), none runs (False).
+        A command the tracer already runs finishes (its reply is waited for):
+        only waits of the front end (sleep) are cut short."""
+        if not self.busy:
+            return False
+        self.interrupted.set()
+        return True
 
     def error(self, message: str, where: str = "") -> None:
         self.failures += 1
@@ -65,6 +76,14 @@ class Frontend:
         self.done = True
 
     def run_line(self, line: str, where: str = "") -> None:
+        self.interrupted.clear()
+        self.busy = True
+        try:
+            self._run_line(line, where)
+        finally:
+            self.busy = False
+
+    def _run_line(self, line: str, where: str = "") -> None:
         try:
             invocation = parse(line)
         except MadtraceError as exc:
@@ -159,7 +178,10 @@ class InteractiveFrontend(Frontend):
                 if not self.done:
                     self.quit()
                 break
-            self.run_line(line)
+            try:
+                self.run_line(line)
+            except KeyboardInterrupt:       # a client's Ctrl-C: that command only
+                self.error("interrupted")
         if self.end_message and not self.end_printed:
             print(f"madtrace: {self.end_message}", file=sys.stderr, flush=True)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from ..session import RecordOptions
-from .frontend import LocalBackend, make_frontend
+from .frontend import InteractiveFrontend, LocalBackend, make_frontend
 from .live import LiveSession, end_message
 
 
@@ -31,6 +31,10 @@ def run_with_frontend(recording, batch: str | None = None) -> int | None:
             if session.ended_message is None:  # the front end is gone: do not trace forever
                 session.stop_soon("repl closed")
 
+    if isinstance(frontend, InteractiveFrontend):
+        # Ctrl-C while a command runs cancels it; at the prompt the terminal is raw
+        # (no signal); a SIGINT from elsewhere detaches, as without a REPL
+        recording.controller.on_interrupt = frontend.interrupt
     thread = threading.Thread(target=front, name="madtrace-repl", daemon=True)
     thread.start()
     try:

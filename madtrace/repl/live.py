@@ -46,10 +46,21 @@ def end_message(recording, status: int | None) -> str:
     where = f"trace written to {recording.options.output}"
     if status is None:
         reason = recording.controller.stop_reason if recording.controller else None
-        return f"detached from process {tracee.pid} ({reason}); {where}"
+        return f"detached from process {tracee.pid} ({reason}){_kept(recording)}; {where}"
     if isinstance(tracee.exit_event, ThreadKilled):
         return f"process {tracee.pid} was killed by signal {tracee.exit_event.signum}; {where}"
     return f"process {tracee.pid} exited with status {status}; {where}"
+
+
+def _kept(recording) -> str:
+    """What the detach had to leave in the process, said where the user typed
+    the command that ended the session (not only in the daemon's log)."""
+    kept = (recording.meta.get("released") or {}).get("kept") or []
+    if not kept:
+        return ""
+    size = sum(k["bytes"] for k in kept) / 1048576
+    return (f"; left {len(kept)} of madtrace's mappings ({size:.1f} MiB) in it, still needed: "
+            f"{kept[0]['why']}")
 
 
 class LiveSession:

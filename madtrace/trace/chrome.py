@@ -8,7 +8,11 @@ One JSON object ``{"traceEvents": [...], "displayTimeUnit": "ns", ...}``:
   first record of the trace, ``args`` its call_id, fate and access counts
   (self and inclusive).  Calls nest exactly as the segmentation found them
   (a call left by longjmp ends where that was proved).  Unmatched exits
-  (calls that began before tracing) are left out.
+  (calls that began before tracing) are left out.  A viewer nests slices by
+  their times alone, so a thread's records get strictly increasing times, in
+  whole nanoseconds (a record read from a TSC that ran behind the one
+  before, after the thread moved to another CPU, is put 1 ns after it):
+  a call never begins before its caller or ends after it.
 * each data access is a thread-scoped instant event (``"ph": "i"``):
   ``name`` its data (``values[3]``, ``<malloc0014@f+33>+8``), ``cat`` ``L``
   or ``S``, ``args`` address, size and instruction.  Accesses carry no
@@ -32,7 +36,7 @@ import os
 
 import numpy as np
 
-from .replay import EVENT_ACCESS, EVENT_END, FATE_UNMATCHED, FATES
+from .replay import EVENT_ACCESS, EVENT_BEGIN, EVENT_END, FATE_UNMATCHED, FATES
 from .segmentation import iter_thread_chunks, load_tables
 from .format import ACCESS_RECORDS, CALL_RECORDS, KIND_LOAD, read_meta
 from .naming import AccessNamer
@@ -124,6 +128,21 @@ def _spread(times: np.ndarray, is_record: np.ndarray, last: float) -> tuple[np.n
     return out, new_last
 
 
+def _record_times(times_us: np.ndarray, is_record: np.ndarray, last_ns: int) -> tuple[np.ndarray, int]:
+    """The records' times (µs) in whole ns, each at least 1 ns after the one
+    before it in the thread (``last_ns``: the previous chunk's last); the
+    other events' entries are left as they are.  Returns them and the new last."""
+    out = times_us.copy()
+    rec = np.flatnonzero(is_record)
+    if not len(rec):
+        return out, last_ns
+    k = np.arange(len(rec), dtype=np.int64)
+    ns = np.round(times_us[rec] * 1000).astype(np.int64)
+    ns = np.maximum.accumulate(np.maximum(ns - k, last_ns + 1)) + k
+    out[rec] = ns / 1000
+    return out, int(ns[-1])
+
+
 def chrome_events(directory: str, max_events: int | None, warn=None):
     """Yields the trace events (dicts) of ``directory``; ``warn(message)`` is
     called once if --max-events cut the trace."""
@@ -138,10 +157,12 @@ def chrome_events(directory: str, max_events: int | None, warn=None):
     namer = AccessNamer(directory) if ACCESS_RECORDS.files(directory) else None
     yield {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": command}}
     emitted = 0
-    current, last = None, 0.0
+    current, last, last_ns = None, 0.0, -(1 << 62)
+    begins: dict[int, float] = {}      # call_id -> its begin (µs), for the calls still open
     for chunk in iter_thread_chunks(directory, tables=tables):
         if chunk.tid != current:
-            current, last = chunk.tid, 0.0
+            current, last, last_ns = chunk.tid, 0.0, -(1 << 62)
+            begins.clear()
             yield {"name": "thread_name", "ph": "M", "pid": pid, "tid": chunk.tid,
                    "args": {"name": f"thread {chunk.tid}"}}
         ev = chunk.events
@@ -149,8 +170,11 @@ def chrome_events(directory: str, max_events: int | None, warn=None):
             continue
         is_record = ev["type"] != EVENT_ACCESS
         record_times = clock.us(ev["tsc"]) if clock.timed else ev["ref"].astype(np.float64)
+        record_times, last_ns = _record_times(record_times, is_record, last_ns)
         times, last = _spread(record_times, is_record, last)
-        for item in _chunk_events(chunk, ev, times, names, namer, pid, limit, clock):
+        opened = np.flatnonzero(ev["type"] == EVENT_BEGIN)
+        begins.update(zip(ev["call_id"][opened].tolist(), times[opened].tolist()))
+        for item in _chunk_events(chunk, ev, times, begins, names, namer, pid, limit):
             emitted += 1
             yield item
     if limit is not None and warn is not None:
@@ -158,7 +182,7 @@ def chrome_events(directory: str, max_events: int | None, warn=None):
              f"{limit:.3f} µs; raise --max-events for more)")
 
 
-def _chunk_events(chunk, ev, times, names, namer, pid, limit, clock):
+def _chunk_events(chunk, ev, times, begins, names, namer, pid, limit):
     tid = chunk.tid
     segments = chunk.segments
     ends = np.flatnonzero(ev["type"] == EVENT_END)
@@ -174,10 +198,7 @@ def _chunk_events(chunk, ev, times, names, namer, pid, limit, clock):
         seg = segments[k]
         if seg["fate"] == FATE_UNMATCHED:
             continue
-        if clock.timed:
-            begin, end = float(clock.us(seg["begin_tsc"])), float(clock.us(seg["end_tsc"]))
-        else:
-            begin, end = float(seg["begin_seq"]), float(seg["end_seq"])
+        begin, end = begins.pop(int(seg["call_id"])), float(times[i])
         if limit is not None and begin > limit:
             continue
         args = {"call_id": int(seg["call_id"]), "fate": FATES[int(seg["fate"])],

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import time
-
 from ...errors import UsageError
 from ..registry import Command, register
 
@@ -14,7 +12,8 @@ LONGEST = 3600.0
 @register
 class Sleep(Command):
     """Wait SECONDS (a decimal number) while the target runs: useful in batch
-    files between 'instrument' and 'calls'."""
+    files between 'instrument' and 'calls'.  Ctrl-C cuts it short (the session
+    goes on)."""
 
     name = "sleep"
     arguments = "SECONDS"
@@ -30,5 +29,6 @@ class Sleep(Command):
             raise UsageError(f"sleep: not a number of seconds: {args[0]!r}") from None
         if not 0 <= seconds <= LONGEST:
             raise UsageError(f"sleep: seconds must be between 0 and {LONGEST:g}")
-        time.sleep(seconds)
+        if frontend.interrupted.wait(seconds):
+            raise UsageError("sleep: interrupted")
         return None
