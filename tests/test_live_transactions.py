@@ -33,7 +33,6 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 import traceback
 
 import pytest

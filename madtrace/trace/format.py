@@ -489,15 +489,19 @@ def last_maps_text(directory: str) -> str | None:
 
 def _intact_maps(path: str, text: str) -> str:
     lines = text.split("\n")
-    whole = lines[:-1]              # a map madtrace wrote ends with a newline
+    whole = lines[:-1]  # a map madtrace wrote ends with a newline
     bad = next((i for i, line in enumerate(whole) if not _MAPS_LINE.match(line)), None)
     if bad is None and not lines[-1]:
         return text
     cut = len(whole) if bad is None else bad
     if path not in _maps_damage_said:
         _maps_damage_said.add(path)
-        print(f"madtrace: {path}: damaged at line {cut + 1} (cut short?): read up to there, "
-              f"the mappings after it go unnamed", file=sys.stderr, flush=True)
+        print(
+            f"madtrace: {path}: damaged at line {cut + 1} (cut short?): read up to there, "
+            f"the mappings after it go unnamed",
+            file=sys.stderr,
+            flush=True,
+        )
     return "".join(line + "\n" for line in whole[:cut])
 
 
