@@ -527,6 +527,7 @@ class Rewriter:
         # their instructions back (every patch is reverted by then)
         for area in self._all_areas:
             area.area.move_out = self._to_original
+            area.area.original_of = self._original_instruction
 
     def fork_child(self, child) -> None:
         """A fork child (stopped at its first stop, not traced further): the
@@ -535,6 +536,16 @@ class Rewriter:
         self.patches.revert_copy(child.mem)
         for tid in child.threads:
             self._to_original(child, tid, child.get_regs(tid))
+
+    def _original_instruction(self, address: int) -> int | None:
+        """The original instruction a copy's instruction at ``address`` stands for
+        (None: ``address`` is not the start of one, a probe's say)."""
+        copy = self.copy_at(address)
+        if copy is None or address >= copy.address + copy.code_size:
+            return None
+        original = copy.original_of(address)
+        return original if original is not None and copy.old_to_new.get(original) == address \
+            else None
 
     def _to_original(self, tracee, tid: int, regs) -> None:
         """A thread at the start of a translated instruction goes to the original

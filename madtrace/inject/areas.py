@@ -61,6 +61,9 @@ class TargetArea:
         # (tracee, tid, regs): takes a thread stopped inside the area to the code it
         # stands for, if it can (the hybrid engine's copies, once data tracing is off)
         self.move_out = None
+        # address -> the original instruction it stands for, or None: where a thread a
+        # signal interrupted in the area resumes instead (the hybrid engine's copies)
+        self.original_of = None
         self.mapped = True
 
     @property

@@ -18,12 +18,13 @@ reverted, ``release``:
    ``return_sources``, each giving (stack slot, addresses it may hold, real
    return address));
 3. reads each thread's stack from its stack pointer to the end of its
-   mapping: any other address inside madtrace's code (a signal frame of a
-   handler that interrupted a trampoline, or a stale word of a live frame:
-   the two cannot be told apart) keeps that area and its group mapped (a
-   code area writes the rings of its group), and says so; only the part of
-   a code area its allocator handed out counts (``used_end``: a number of
-   the program's may fall in the rest);
+   mapping: a signal frame whose saved %rip lies inside madtrace's code (its
+   restorer, rt_sigreturn, tells it apart from a stale word) gets the
+   original instruction where the area knows it (``original_of``), else keeps
+   that area and its group mapped (a code area writes the rings of its
+   group), and says so; any other word there is stale (``_scan_stacks``):
+   left as it is; only the part of a code area its allocator handed out
+   counts (``used_end``: a number of the program's may fall in the rest);
 4. unmaps the rest (``before_unmap`` first: unwind information is taken
    back from the target's unwinder).
 
@@ -305,9 +306,35 @@ def _registers_back(tracee, tid: int, regs, code) -> int:
     return given
 
 
+# the kernel's signal frame (struct rt_sigframe): the handler's return address (the
+# restorer), then the ucontext, whose saved %rip lies 176 bytes after it
+SIGFRAME_RIP = 176 // 8
+# rt_sigreturn, as the C libraries' restorers make it: glibc (mov $15, %rax), musl (%eax)
+RESTORERS = (b"\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05", b"\xb8\x0f\x00\x00\x00\x0f\x05")
+
+
+def _signal_frame_rip(mem, words, index: int) -> bool:
+    """Whether ``words[index]`` is the saved %rip of a signal frame: the word
+    SIGFRAME_RIP words below it is a restorer, whose code is rt_sigreturn."""
+    if index < SIGFRAME_RIP:
+        return False
+    try:
+        code = mem.read(int(words[index - SIGFRAME_RIP]), len(RESTORERS[0]))
+    except MadtraceError:
+        return False
+    return any(code.startswith(r) for r in RESTORERS)
+
+
 def _scan_stacks(tracee, maps, areas, kept: dict[str, str]) -> int:
     """Return points found on the threads' stacks get their real address back;
-    any other word inside a code area keeps that area's group."""
+    so does a signal frame's saved %rip where its area knows the original
+    instruction (``original_of``); another saved %rip in a code area keeps
+    the area's group.  Any other word there is stale: no return, no
+    sigreturn, no jump can reach it (the program sees madtrace's code only as
+    return addresses, a system call's %rcx and signal frames, each handled
+    here), so it is left as it is: a live frame's unused slot keeps what a
+    call made long ago put there, maybe in an earlier session's area mapped
+    at the same address."""
     code = [a for a in areas if a.executable]
     if not code:
         return 0
@@ -335,10 +362,14 @@ def _scan_stacks(tracee, maps, areas, kept: dict[str, str]) -> int:
             for index in np.nonzero((words >= area.address) & (words < end))[0]:
                 value, slot = int(words[index]), rsp + 8 * int(index)
                 original = area.return_points.get(value)
+                if original is None and _signal_frame_rip(tracee.mem, words, int(index)):
+                    original = area.original_of(value) if area.original_of else None
+                    if original is None:
+                        kept.setdefault(area.group, f"a signal interrupted thread {tid} inside "
+                                                    f"{area.name} at {value:#x} (its frame at "
+                                                    f"{slot:#x})")
+                        continue
                 if original is not None:
                     tracee.mem.write_u64(slot, original)
                     given += 1
-                else:
-                    kept.setdefault(area.group, f"thread {tid}'s stack holds {value:#x}, inside "
-                                                f"{area.name} (at {slot:#x})")
     return given
