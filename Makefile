@@ -20,7 +20,7 @@ EXAMPLE_BINS := $(patsubst examples/%.c,build/examples/%,$(EXAMPLE_SRCS))
 
 CFLAGS_COMMON := -g -Wall -Wno-unused-result -fno-omit-frame-pointer -pthread
 
-.PHONY: all setup deps venv bytecode programs injector native footprint-native demo example-reports check test parity bench clean distclean
+.PHONY: all setup deps venv bytecode programs injector native footprint-native demo example-reports check test soak parity bench clean distclean
 
 all: setup
 
@@ -181,6 +181,11 @@ test: setup check
 
 # every offline output of the working tree against REF's, byte for byte (not part of make test)
 REF ?= main
+# the stateful test of live commands, thousands of sessions (make test runs a few hundred)
+SOAK_SESSIONS ?= 3000
+soak: setup
+	MADTRACE_LIVE_EXAMPLES=$(SOAK_SESSIONS) $(VENV)/bin/python -m pytest -q tests/test_live_transactions.py
+
 parity: setup
 	$(VPY) tests/output_parity.py --ref $(REF)
 

@@ -20,8 +20,8 @@ Oracles, after each detach:
   instrumented would be counted);
 * a command the model knows is wrong is refused (reply not ok), with one line.
 
-``MADTRACE_LIVE_EXAMPLES`` sets the number of sessions (the soak target runs
-thousands).
+``MADTRACE_LIVE_EXAMPLES`` sets the number of sessions (200; ``make soak``
+runs thousands).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from madtrace.repl.transport import DaemonClient
 from .test_daemon import start_daemon, wait_gone
 from .util import madtrace_maps, prog, read_line
 
-EXAMPLES = int(os.environ.get("MADTRACE_LIVE_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("MADTRACE_LIVE_EXAMPLES", "200"))
 STEPS = 12
 TRACED = ("handle", "work")          # the functions whose counts are checked
 
