@@ -39,6 +39,10 @@
                                         pointer (glibc: struct pthread's tid) */
 #define MT_CTL_TRACER         56     /* u64: the tracer's thread id (its TracerPid) */
 #define MT_CTL_SEIZEME        64     /* u64: mt_seizeme's address (the fork and exec hooks) */
+#define MT_CTL_DRAINER        72     /* u64, written by the tracer: its process id while it
+                                        drains (0: none); a writer that waited MT_SPIN_LIMIT
+                                        pauses on a full ring asks the kernel whether it still
+                                        lives (kill(pid, 0)) and waits on while it does */
 #define MT_CTL_POOL           256    /* MT_POOL_ENTRIES u64: a ring block's address (free),
                                         a thread id (< 2^32: taken by that thread, until the
                                         tracer adopts it), 0 (empty) */
@@ -101,6 +105,10 @@
 #define MT_SPIN_LIMIT         16000000 /* pause iterations a writer waits on a full ring: ~0.25 s
                                         where a pause takes 15 ns (this project's VMs: 4 M were
                                         61 ms, shorter than a starved drain), ~0.8 s at 50 ns */
+#define MT_SPIN_ROUNDS        40     /* rounds of MT_SPIN_LIMIT pauses a writer waits while the
+                                        drainer lives (~10 s: a drain starved by a loaded
+                                        machine, not a tracer gone, whose death ends the wait
+                                        after one round) */
 #define MT_SPIN_YIELD         16384  /* a waiting writer calls sched_yield every that many
                                         pauses (a power of 2): a drain thread starved by other
                                         work gets the CPU this writer would spin on */

@@ -171,10 +171,12 @@ mt_\name\()_pp_count\tag\()_imm32:
 .endm
 
 /* HEAD >= LIMIT: recording is off (LIMIT 0: no record), or the ring is full:
- * wait for the tracer to drain (it raises LIMIT), up to MT_SPIN_LIMIT pauses
- * (giving the CPU away every MT_SPIN_YIELD of them), then drop the record and
- * count it (and drop at once from then on, until the tracer drains again).
- * With timestamps, rdx holds the record's timestamp, taken before the wait. */
+ * wait for the tracer to drain (it raises LIMIT), in rounds of MT_SPIN_LIMIT
+ * pauses (giving the CPU away every MT_SPIN_YIELD of them); after a round,
+ * another one while the drainer lives (kill(MT_CTL_DRAINER, 0): 0, or EPERM),
+ * up to MT_SPIN_ROUNDS; then drop the record and count it (and drop at once
+ * from then on, until the tracer drains again).  With timestamps, rdx holds
+ * the record's timestamp, taken before the wait. */
 .macro EMIT_SLOW name, tag, ts
 .Lfull_\name\tag:
         cmp qword ptr [rcx + MT_RING_LIMIT], 0
@@ -187,7 +189,8 @@ mt_\name\()_pp_count\tag\()_imm32:
 .if \ts
         push rdx
 .endif
-        push MT_SPIN_LIMIT
+        push MT_SPIN_ROUNDS             /* [rsp + 8]: rounds left */
+        push MT_SPIN_LIMIT              /* [rsp]: pauses left in this round */
 7:      pause
         mov rax, [rcx + MT_RING_HEAD]
         mov rdx, [rcx + MT_RING_LIMIT]
@@ -196,7 +199,7 @@ mt_\name\()_pp_count\tag\()_imm32:
         cmp rax, rdx
         jb 10f
         dec qword ptr [rsp]
-        jz 11f
+        jz 12f
         test dword ptr [rsp], MT_SPIN_YIELD - 1
         jnz 7b
         push rcx                        /* a drain starved of CPU gets it (2 cores, this */
@@ -206,15 +209,38 @@ mt_\name\()_pp_count\tag\()_imm32:
         pop r11
         pop rcx
         jmp 7b
-11:     add rsp, 8 + 8 * \ts
+12:     dec qword ptr [rsp + 8]         /* a round is over: another while the drainer lives */
+        jz 11f
+        push rcx
+        push r11
+        push rsi
+        push rdi
+        mov rdi, [rsi + MT_CTL_DRAINER]
+        mov rax, -3                     /* none: as gone (ESRCH) */
+        test rdi, rdi
+        jz 13f
+        xor esi, esi
+        mov eax, 62                     /* kill(drainer, 0) */
+        syscall
+13:     pop rdi
+        pop rsi
+        pop r11
+        pop rcx
+        cmp rax, -1                     /* EPERM: it lives, as another user */
+        je 14f
+        test rax, rax
+        jnz 11f
+14:     mov qword ptr [rsp], MT_SPIN_LIMIT
+        jmp 7b
+11:     add rsp, 16 + 8 * \ts
         mov byte ptr [rsi + MT_CTL_NOWAIT], 1
 8:      inc qword ptr [rcx + MT_RING_DROPS]
         pop rsi
         jmp .Ldone_\name\tag
-9:      add rsp, 8 + 8 * \ts        /* recording was turned off meanwhile */
+9:      add rsp, 16 + 8 * \ts       /* recording was turned off meanwhile */
         pop rsi
         jmp .Ldone_\name\tag
-10:     add rsp, 8
+10:     add rsp, 16
 .if \ts
         pop rdx
 .endif

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import select
+import signal
 import socket
 import struct
 import subprocess
@@ -242,6 +243,40 @@ def test_attached_burst_is_exact_and_status_tells_fill_and_drops(tmp_path, extra
     assert status["ring_waits"] >= 0 and "ring_fill" in status
     records = sum(len(chunk) for _, chunk in iter_call_chunks(str(tmp_path / "t")))
     assert records == 2 * n
+
+
+def test_attached_burst_waits_for_a_stopped_tracer(tmp_path):
+    """The tracer stopped (SIGSTOP: as a drain starved of the CPU on a loaded
+    machine) for longer than a writer's first round of waiting: the writer
+    asks the kernel whether the tracer still lives and waits on; once the
+    tracer runs again, every call is counted and nothing is dropped."""
+    runtime = str(tmp_path / "run")
+    os.mkdir(runtime)
+    n = 2_000_000
+    target = start_ready([prog("bench_live", "O2-pie")])
+    try:
+        daemon = start_daemon(runtime, target.pid, tmp_path / "t", how=("daemon", "--no-time"))
+        assert run(runtime, "ctl", str(target.pid), "instrument", "leaf").returncode == 0
+        os.kill(daemon, signal.SIGSTOP)
+        try:
+            target.stdin.write(f"calls {n}\n".encode())
+            target.stdin.flush()
+            ready, _, _ = select.select([target.stdout], [], [], 1.5)   # > a round (~0.25 s)
+            assert not ready, "the burst ended while the tracer was stopped: records went nowhere"
+        finally:
+            os.kill(daemon, signal.SIGCONT)
+        assert re.match(rb"calls \d+ checksum", read_line(target, timeout=120))
+        status = json.loads(run(runtime, "ctl", str(target.pid), "status", "--json").stdout)
+        calls = json.loads(run(runtime, "ctl", str(target.pid), "calls", "--json").stdout)
+        assert run(runtime, "ctl", str(target.pid), "stop").returncode == 0
+        wait_gone(daemon)
+        target.stdin.write(b"quit\n")
+        target.stdin.flush()
+        assert target.wait(timeout=60) == 0
+    finally:
+        target.kill()
+    assert status["dropped_events"] == 0 and status["ring_waits"] > 0, status
+    assert calls == {"leaf": n}
 
 
 def test_attached_burst_is_exact_while_the_disk_stalls(tmp_path):

@@ -225,6 +225,8 @@ class RingSet:
         ring's LIMIT (the writers' one test)."""
         with self.lock:
             self.enabled = enabled
+            # a writer waiting on a full ring waits while this process lives (layout.h)
+            self._u64(self.L.MT_CTL_DRAINER, os.getpid() if enabled else 0)
             flags = self.mem[self.L.MT_CTL_FLAGS]
             flag = self.L.MT_FLAG_ENABLED
             self.mem[self.L.MT_CTL_FLAGS] = (flags | flag) if enabled else (flags & ~flag)
