@@ -247,7 +247,7 @@ class BlockEvents:
         elif pages:
             self._open.pop(tid, None)
             with RemoteSyscalls(self.engine.tracee, tid) as rs:
-                self.engine._protect(rs, pages)
+                self.engine.protect(rs, pages)
 
     def held_open(self) -> set[int]:
         """Pages open for a thread's running memcpy/memmove/memset."""

@@ -85,7 +85,7 @@ class CopyFrames:
         try:
             pages = self._traced_pages()
             with RemoteSyscalls(self.tracee) as rs:
-                engine._unprotect(rs, pages)
+                engine.unprotect(rs, pages)
                 try:
                     if self.rings is not None:
                         with self.rings.mute(rs.tid):
@@ -93,7 +93,7 @@ class CopyFrames:
                     else:
                         done = self.objects.register(rs, make, size, patient=True)
                 finally:
-                    engine._protect(rs, pages)
+                    engine.protect(rs, pages)
         finally:
             engine._resume(held)
         if not done:

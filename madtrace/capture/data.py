@@ -40,7 +40,6 @@ from ..arch.x86_64.memops import MemInstruction, memory_accesses
 from ..binary.address_space import AddressSpace
 from ..binary.maps import read_maps
 from ..errors import UsageError
-from ..inject.footprint import Footprint
 from ..process.events import SignalStop
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
 from ..process.tracee import Tracee
@@ -61,6 +60,7 @@ from ..trace.format import (ACCESS_DTYPE, ACCESS_FIELDS, ACCESS_RECORDS, DATA_DI
                             KIND_STORE, PAGE)
 from .regions import PageProtections, Region, RegionSet, default_regions, page_protections, page_runs
 from .slow_path import SlowPath
+from .take_back import TakeBack
 from .vfork_window import VforkWindow
 
 SEGV_ACCERR = 2
@@ -159,31 +159,27 @@ class DataEngine:
         if self.gate is not None:
             self.gate.resolve(self.patched_addresses)   # refused before anything changes
         os.makedirs(os.path.join(self.out_dir, DATA_DIR), exist_ok=True)
-        footprint = Footprint.of(self.tracee)
-        mark = footprint.mark()
-        # what to take back, newest last, should a later step fail: each undo is
-        # registered before its step when it can undo a half-done one
-        undo: list = []
+        undo = TakeBack(self.tracee, "data tracing's set-up")   # should a later step fail
         try:
             with RemoteSyscalls(self.tracee) as rs:
                 self.area = DataArea(self.tracee, rs)
-                undo.append(lambda rs: self.area.close())
+                undo.add(lambda rs: self.area.close())
                 self.area.loop.set_kinds(self.loads, self.stores)
                 self.area.loop.set_safe_syscalls(self.syscalls.safe_numbers())
                 self.guard = SegvGuard(self.area)
                 self.tables_changed()
-                undo.append(self.guard.take_back)
+                undo.add(self.guard.take_back)
                 self.guard.install(rs)            # before any page is protected
                 if self.engine_kind == "hybrid":
-                    undo.append(lambda rs: self.alias.privatize(rs, self.protected)
+                    undo.add(lambda rs: self.alias.privatize(rs, self.protected)
                                 if self.alias is not None else None)
                     self._alias_all(rs, mappings)
                     self.paths = AccessPaths(self, self._rings)
                     self.paths.install(rs)
-                    undo.append(lambda rs: self.paths.detach())
+                    undo.add(lambda rs: self.paths.detach())
                     if self.tracee.launched:   # madtrace's death signals the guard: pages back
                         self.guard.set_tracer(os.getpid())
-                        undo.append(lambda rs: rs.call("prctl", PR_SET_PDEATHSIG, 0))
+                        undo.add(lambda rs: rs.call("prctl", PR_SET_PDEATHSIG, 0))
                         rs.call("prctl", PR_SET_PDEATHSIG, signal.SIGSEGV)
                         self.death_signal = True
                     self.sequence_of = self.paths.calls_before
@@ -193,9 +189,9 @@ class DataEngine:
                 if not self.tracee.launched:
                     self.guard.watch_tracer(rs)     # the same, through a pipe
                 self.entry_hooks = entry_hooks_for(self, rs)
-                undo.append(lambda rs: self.entry_hooks.detach())
+                undo.add(lambda rs: self.entry_hooks.detach())
                 inline = self.entry_hooks if self.entry_hooks.stubs else None
-                undo.append(lambda rs: [hooks.remove() for hooks in self._all_hooks()])
+                undo.add(lambda rs: [hooks.remove() for hooks in self._all_hooks()])
                 if self.block_events:
                     self.warnings += self.blocks.install(rs, self.patched_addresses, inline)
                 if self.gate is not None:
@@ -206,10 +202,11 @@ class DataEngine:
                                               self.code_address)
                     self.alloc.lock = self.paths.rings.lock if self.paths else self.alloc.lock
                     self.warnings += self.alloc.install(rs, self.patched_addresses, inline)
-                undo.append(lambda rs: self._unprotect(rs, self.protected))
-                self._protect(rs, self.protected)   # last: the hooks may call into the target
+                undo.add(lambda rs: self.unprotect(rs, self.protected))
+                self.protect(rs, self.protected)   # last: the hooks may call into the target
         except BaseException:
-            self._take_back(undo, footprint, mark)
+            self.warnings = undo.run()
+            self.alias = self.paths = self.guard = None
             raise
         self.numa.initial_threads(list(self.tracee.threads))
         for tid in self.tracee.threads:
@@ -220,25 +217,6 @@ class DataEngine:
         self.tracee.fast_wait = self._fast_wait
         self.tracee.after_stop = self.area.loop.flush
         self.active = True
-
-    def _take_back(self, undo: list, footprint: Footprint, mark: int) -> None:
-        """An install that failed: every step it made undone, newest first, then the
-        areas it mapped taken out; the target is as it was before.  An undo that
-        fails too is said, and the others still run (the tracer's error is the one
-        the caller reports)."""
-        self.warnings = []
-        if not self.tracee.threads:
-            return
-        with RemoteSyscalls(self.tracee) as rs:
-            for step in reversed(undo):
-                try:
-                    step(rs)
-                except Exception as exc:     # noqa: BLE001 - the rest must still run
-                    self.warnings.append(f"undoing data tracing's set-up: {exc}")
-        self.alias = self.paths = self.guard = None
-        release = footprint.release(self.tracee, since=mark)
-        if release.kept:
-            self.warnings.append(release.line(self.tracee.pid))
 
     def _alias_all(self, rs: RemoteSyscalls, mappings) -> None:
         """Every run of traced pages backed by shared memory mapped twice (alias.py)."""
@@ -263,7 +241,7 @@ class DataEngine:
     def is_protected(self, page: int) -> bool:
         return self.armed and bool(self.protected.get(page))
 
-    def _protect(self, rs: RemoteSyscalls, pages) -> None:
+    def protect(self, rs: RemoteSyscalls, pages) -> None:
         if not self.armed:
             return
         if self.area is not None and not self.area.loop.closed:
@@ -276,7 +254,7 @@ class DataEngine:
         for start, end in runs:
             rs.mprotect(start, end - start, PROT_NONE)
 
-    def _unprotect(self, rs: RemoteSyscalls, pages) -> None:
+    def unprotect(self, rs: RemoteSyscalls, pages) -> None:
         if pages is self.protected:
             for start, end, prot in self.protected.runs():
                 rs.mprotect(start, end - start, prot)
@@ -290,36 +268,6 @@ class DataEngine:
                 rs.mprotect(start, end - start, prot)
 
     # --------------------------------------------------- --data-in: the gate
-    def arm(self, tid: int) -> None:
-        """A thread entered a --data-in function and none was inside: protect."""
-        self.armed = True
-        with RemoteSyscalls(self.tracee, tid) as rs:
-            self._protect(rs, self.protected)
-
-    def disarm(self, tid: int) -> None:
-        """The last thread left the --data-in functions: every page back to its own
-        protection.  No slot may stay pending (its thread would later access the
-        open page, and the write-back would come after): threads still in a stub
-        are stopped and moved out of it first."""
-        self.area.loop.flush()
-        if self.area.pending_slots():
-            self.defer(self.tracee.stop_all())
-            self.area.loop.flush()
-            for other in list(self.tracee.threads):
-                self.area.leave(other)
-            self.area.discard_unfinished()
-            held = True
-        else:
-            held = False
-        with RemoteSyscalls(self.tracee, tid) as rs:
-            self._unprotect(rs, self.protected)
-        self.armed = False
-        self.tables_changed()
-        if held:
-            for other, state in list(self.tracee.threads.items()):
-                if other != tid and not state.running:
-                    self.tracee.resume(other)
-
     def set_recording(self, tid: int, on: bool) -> None:
         if self.area is not None and tid in self.area.home:
             self.area.loop.set_recording(tid, on)
@@ -513,7 +461,7 @@ class DataEngine:
             with RemoteSyscalls(child) as rs:
                 if self.alias is not None:
                     self.alias.privatize(rs, self.protected)   # private copies, before it runs
-                self._unprotect(rs, self.protected)
+                self.unprotect(rs, self.protected)
                 self.guard.restore_in(rs)
             self._resume(held)
 
@@ -566,7 +514,7 @@ class DataEngine:
                 self.guard.remove(rs)
                 if self.alias is not None:
                     self.alias.privatize(rs, self.protected)
-                self._unprotect(rs, self.protected)
+                self.unprotect(rs, self.protected)
         self.released = set(self.protected)
         self.loop_stats()
         self.area.close()

@@ -58,7 +58,7 @@ class DataGate:
         if self.hooks.depth(tid) == 0:
             self.entries += 1
             if not self.anyone_inside():
-                self.engine.arm(tid)
+                self._arm(tid)
                 self.arms += 1
             self.engine.set_recording(tid, True)
         return None
@@ -67,4 +67,36 @@ class DataGate:
         if self.hooks.depth(tid) == 0:
             self.engine.set_recording(tid, False)
             if not self.anyone_inside():
-                self.engine.disarm(tid)
+                self._disarm(tid)
+
+    def _arm(self, tid: int) -> None:
+        """A thread entered a --data-in function and none was inside: protect."""
+        engine = self.engine
+        engine.armed = True
+        with RemoteSyscalls(engine.tracee, tid) as rs:
+            engine.protect(rs, engine.protected)
+
+    def _disarm(self, tid: int) -> None:
+        """The last thread left the --data-in functions: every page back to its own
+        protection.  No slot may stay pending (its thread would later access the
+        open page, and the write-back would come after): threads still in a stub
+        are stopped and moved out of it first."""
+        engine, area, tracee = self.engine, self.engine.area, self.engine.tracee
+        area.loop.flush()
+        if area.pending_slots():
+            engine.defer(tracee.stop_all())
+            area.loop.flush()
+            for other in list(tracee.threads):
+                area.leave(other)
+            area.discard_unfinished()
+            held = True
+        else:
+            held = False
+        with RemoteSyscalls(tracee, tid) as rs:
+            engine.unprotect(rs, engine.protected)
+        engine.armed = False
+        engine.tables_changed()
+        if held:
+            for other, state in list(tracee.threads.items()):
+                if other != tid and not state.running:
+                    tracee.resume(other)

@@ -256,7 +256,7 @@ class SyscallGate:
             engine.numa.syscall_exit(tid, nr, args, _signed(result))
         if opened is not None:
             with RemoteSyscalls(tracee, tid) as rs:
-                engine._protect(rs, opened)
+                engine.protect(rs, opened)
         if opened is not None or redirected:
             engine.blocks.syscall_done(tid, nr, ranges, rip, _signed(result))
         if nr in MAPPING_CALLS and _signed(result) >= 0 or nr == SYS_BRK:
@@ -326,7 +326,7 @@ class SyscallGate:
                     engine.protected.set_range(start, end, args[2] & 7)
                     if alias is not None:
                         self._alias_new(rs, start, end, "", range(start, end, PAGE))
-                    engine._protect(rs, range(start, end, PAGE))
+                    engine.protect(rs, range(start, end, PAGE))
                     self.mapped_regions += 1
                     if alloc:
                         alloc.mapped(tid, "memmap", start, args[1], self._caller(tid))
@@ -343,7 +343,7 @@ class SyscallGate:
                     self.window_pages.update(pages)
                 for first, last in page_runs(pages):
                     engine.protected.set_range(first, last, args[2] & 7)
-                engine._protect(rs, pages)   # closed again (those still accessible)
+                engine.protect(rs, pages)   # closed again (those still accessible)
                 if alias is not None:
                     alias.update_access(engine.protected, pages)
         engine.tables_changed()
@@ -372,7 +372,7 @@ class SyscallGate:
         self._forget(old, old + old_size)
         engine.regions.add(Region(new, new + new_size, region.label))
         engine.protected.set_range(new, new + new_size, prot)
-        engine._protect(rs, range(new, new + new_size, PAGE))   # the grown part was never closed
+        engine.protect(rs, range(new, new + new_size, PAGE))   # the grown part was never closed
         if moved:
             engine.alias.update_access(engine.protected, range(new, new + new_size, PAGE))
 
@@ -401,7 +401,7 @@ class SyscallGate:
                 engine.protected.set_range(start, end, 3)
                 if engine.alias is not None:
                     engine.alias.update_access(engine.protected, range(start, end, PAGE))
-                engine._protect(rs, range(start, end, PAGE))
+                engine.protect(rs, range(start, end, PAGE))
 
     def _aliased_heap(self, rs: RemoteSyscalls, old: Region | None, brk: int) -> Region | None:
         """The brk heap [start_brk, brk) (its mappings are the alias's memfd, not

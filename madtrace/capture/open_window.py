@@ -44,7 +44,7 @@ def open_window(engine, tid: int, pages, registry: dict) -> None:
                 area.leave(other)
             area.discard_unfinished()
     with RemoteSyscalls(engine.tracee, tid) as rs:
-        engine._unprotect(rs, pages)
+        engine.unprotect(rs, pages)
     registry[tid] = pages
     if area is not None and not area.loop.closed:
         engine.tables_changed()       # the loop hands faults on them to the slow path

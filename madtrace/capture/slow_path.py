@@ -107,7 +107,7 @@ class SlowPath:
             new = pages - opened
             if new:
                 with RemoteSyscalls(e.tracee, tid) as rs:
-                    e._unprotect(rs, new)
+                    e.unprotect(rs, new)
                 opened |= new
             event = step(e.tracee, tid)
             if isinstance(event, SignalStop) and event.signum == signal.SIGTRAP:
@@ -125,4 +125,4 @@ class SlowPath:
             break
         if opened and tid in e.tracee.threads:
             with RemoteSyscalls(e.tracee, tid) as rs:
-                e._protect(rs, opened)
+                e.protect(rs, opened)

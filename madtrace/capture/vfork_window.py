@@ -48,7 +48,7 @@ class VforkWindow:
         # the parent's thread waits for its child (it cannot run a call); the child
         # shares the memory, so its calls change the parent's protections
         with RemoteSyscalls(child) as rs:
-            engine._unprotect(rs, pages)
+            engine.unprotect(rs, pages)
         for hooks in engine._all_hooks():
             if hooks.active:
                 for address, byte in hooks.saved_byte.items():
@@ -65,7 +65,7 @@ class VforkWindow:
         events, pages = self._open.pop(tid)
         if engine.active:
             with RemoteSyscalls(parent) as rs:
-                engine._protect(rs, pages)
+                engine.protect(rs, pages)
             for hooks in engine._all_hooks():
                 if hooks.active:
                     for address in hooks.saved_byte:

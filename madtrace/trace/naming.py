@@ -24,7 +24,7 @@ from ..binary.address_space import AddressSpace
 from ..binary.dwarf_vars import describe_in_variable
 from ..binary.maps import parse_maps
 from .blocks import block_name, load_block_table
-from .format import last_maps_text
+from .saved_maps import last_maps_text
 
 OBJECT_KINDS = ("OBJECT", "COMMON", "TLS")
 
