@@ -13,6 +13,7 @@ functions engine and log.
 
 from __future__ import annotations
 
+from .capture.alias_leftovers import recover_aliases
 from .inject.leftovers import recover
 from .process.tracee import Tracee
 
@@ -23,7 +24,7 @@ class Footprints:
         out before anything is installed (inject/leftovers.py); said in one line
         (imported with this module: its first import took 3 of the ~5 ms a C
         program stood still at attach)."""
-        found = recover(self.tracee, self.address_space)
+        found = recover(self.tracee, self.address_space, aliases=recover_aliases)
         if not found:
             return
         self.leftovers_line = found.line(self.tracee.pid)

@@ -72,10 +72,26 @@ class Pinger:
     def __init__(self, port: int):
         self.port, self.answered, self.failures = port, 0, []
         self._stop = threading.Event()
+        self._go = threading.Event()        # cleared: paused (after the ping under way)
+        self._go.set()
+        self._idle = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def pause(self) -> None:
+        """No ping from now until ``resume`` (the one under way is answered first)."""
+        self._go.clear()
+        self._idle.wait(timeout=60)
+
+    def resume(self) -> None:
+        self._idle.clear()
+        self._go.set()
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            if not self._go.is_set():
+                self._idle.set()
+                self._go.wait(timeout=0.05)
+                continue
             try:
                 reply = ask(self.port, b"p")
                 if reply != b"pong\n":

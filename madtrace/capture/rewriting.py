@@ -48,11 +48,13 @@ from typing import Callable
 from ..arch.x86_64.function_copy import FunctionAnalysis, FunctionCopy, analyse, copy_function
 from ..arch.x86_64.relocate import Refusal
 from ..binary.eh_frame import EhFrame
+from ..errors import TracerInternalError
 from ..inject.areas import CodeArea, SharedArea, gap_for_module
 from ..inject.entry_links import EntryLinks
 from ..inject.patchset import PatchSet
 from ..process.remote_syscall import RemoteSyscalls
 from .copy_frames import CopyFrames
+from .copy_returns import TABLE_BYTES, ReturnTable
 from .copy_sites import mirror
 from .entry_branches import to_original_entry
 from .analysis_cache import AnalysisCache
@@ -141,6 +143,7 @@ class Rewriter:
         self.links.copy_address = self.copy_address
         self.links.mirror = lambda patches, on: mirror(self, patches, on)
         self._all_areas: list[CodeArea] = []     # every code area made (``areas``: the newest)
+        self._return_tables: dict[int, ReturnTable] = {}    # id(code area) -> its table
         self.plt = PltCopies(self)
         self._bounds_of: dict[int, tuple | None] = {}   # faulting instructions' functions
         self.entry_cache = EntryCache()
@@ -383,13 +386,15 @@ class Rewriter:
             self.refused[_reason_kind(copy.reason)] += 1
             return False
         area = self.areas[state.module.name]
-        if copy.address != (area.cursor + 15) & ~15 or copy.address + len(copy.code) > area.area.end:
+        if copy.address != (area.cursor + 15) & ~15 or copy.address + len(copy.code) > area.end:
             state.refused = "the code area is full"
             return False
         area.area.write(copy.address, copy.code)
         area.cursor = copy.address + len(copy.code)
         # a call made in the copy returns to the original code once the session ends
+        # (or, should it be killed, the next one: copy_returns.py)
         area.area.return_points.update(copy.returns)
+        self._return_tables[id(area)].add(copy.returns)
         (starts, copies), at = self._copy_index, copy.address
         i = bisect.bisect_left(starts, at)
         self._copy_index = (starts[:i] + [at] + starts[i:], copies[:i] + [copy] + copies[i:])
@@ -398,7 +403,10 @@ class Rewriter:
 
     def _copy(self, state: FunctionState, code: bytes):
         """``code`` copied with probes, for the code area's next free address."""
-        area = self._area(state.module, len(code) * 3 + PROBE_BYTES * len(code) // 3 + 64)
+        try:
+            area = self._area(state.module, len(code) * 3 + PROBE_BYTES * len(code) // 3 + 64)
+        except TracerInternalError as exc:      # no room near the module: not relocated
+            return Refusal(str(exc))
         at = (area.cursor + 15) & ~15
 
         def new_id(mem) -> int:
@@ -472,12 +480,14 @@ class Rewriter:
     def _area(self, module, need: int) -> CodeArea:
         area = self.areas.get(module.name)
         if area is None or area.room() < need + 64:
-            size = max(AREA_SIZE, need * 2)
+            size = max(AREA_SIZE, need * 2 + TABLE_BYTES)
             with RemoteSyscalls(self.tracee, self._stopped_thread()) as rs:
                 address = gap_for_module(self.tracee.pid, module.start, module.end, size)
                 area = self.areas[module.name] = CodeArea(SharedArea(
                     rs, size, f"madtrace-copies-{module.name}", executable=True, address=address,
                     group=GROUP))
+                table = self._return_tables[id(area)] = ReturnTable(area.area)
+                area.end = table.start
                 self._all_areas.append(area)
         return area
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from typing import Callable
 
 from ..binary.maps import Mapping, read_maps
 from ..errors import TracerInternalError
@@ -60,10 +61,18 @@ class TargetArea:
         self.used_end: int | None = None
         # (tracee, tid, regs): takes a thread stopped inside the area to the code it
         # stands for, if it can (the hybrid engine's copies, once data tracing is off)
-        self.move_out = None
+        self.move_out: Callable | None = None
         # address -> the original instruction it stands for, or None: where a thread a
         # signal interrupted in the area resumes instead (the hybrid engine's copies)
-        self.original_of = None
+        self.original_of: Callable | None = None
+        self.inode = 0          # of its memfd, as /proc/PID/maps shows it (leftovers.py)
+        # every return point into the area is in ``return_points`` (an area this session
+        # made); an earlier session's is not known so: any word pointing into it may be
+        # a return address, and keeps it (footprint.py)
+        self.returns_known = True
+        # anonymous memory, not a madtrace memfd (a bitmap an earlier session's guard
+        # mapped zeros over): told by its address alone
+        self.anonymous = False
         self.mapped = True
 
     @property
@@ -136,6 +145,7 @@ class CodeArea:
 
     def __init__(self, area: SharedArea):
         self.area = area
+        self.end = area.end         # code goes below (the rest may hold other things)
         self.cursor = area.address
 
     @property
@@ -148,13 +158,13 @@ class CodeArea:
 
     def allocate(self, size: int) -> int:
         address = (self.cursor + 15) & ~15
-        if address + size > self.area.end:
+        if address + size > self.end:
             raise TracerInternalError(f"code area {self.area.name} is full")
         self.cursor = address + size
         return address
 
     def room(self) -> int:
-        return self.area.end - self.cursor
+        return self.end - self.cursor
 
 
 def find_gap_near(mappings: list[Mapping], lo: int, hi: int, size: int) -> int:

@@ -279,6 +279,8 @@ def _give_back(mem, pending) -> int:
 
 
 def _still_ours(maps, area) -> bool:
+    if area.anonymous:
+        return any(m.start == area.address and not m.path for m in maps)
     return any(m.start <= area.address < m.end and m.file_path == "/memfd:" + area.name
                for m in maps)
 
@@ -334,7 +336,8 @@ def _scan_stacks(tracee, maps, areas, kept: dict[str, str]) -> int:
     return addresses, a system call's %rcx and signal frames, each handled
     here), so it is left as it is: a live frame's unused slot keeps what a
     call made long ago put there, maybe in an earlier session's area mapped
-    at the same address."""
+    at the same address.  An earlier session's area (``returns_known``
+    False) is kept by any word pointing into it."""
     code = [a for a in areas if a.executable]
     if not code:
         return 0
@@ -362,6 +365,10 @@ def _scan_stacks(tracee, maps, areas, kept: dict[str, str]) -> int:
             for index in np.nonzero((words >= area.address) & (words < end))[0]:
                 value, slot = int(words[index]), rsp + 8 * int(index)
                 original = area.return_points.get(value)
+                if original is None and not area.returns_known:
+                    kept.setdefault(area.group, f"thread {tid}'s stack holds {value:#x}, inside "
+                                                f"{area.name} (at {slot:#x})")
+                    continue
                 if original is None and _signal_frame_rip(tracee.mem, words, int(index)):
                     original = area.original_of(value) if area.original_of else None
                     if original is None:

@@ -50,6 +50,9 @@ from .unwind_registry import Unwinder, objects
 
 KNOWN_VERSIONS = (2, 3, 4)        # ring layouts whose LIMIT and flag offsets are today's
 TRAMPOLINES = ("callsite", "tailsite", "entry", "exitstub")
+# code areas an entry may have been patched to jump into: function tracing's
+# trampolines, the hybrid engine's function copies and hook stubs
+CODE_AREAS = ("madtrace-code-", "madtrace-copies-", "madtrace-hooks-")
 SIGSEGV, SIGTRAP = 11, 5
 
 
@@ -59,6 +62,7 @@ class Found:
     areas: int = 0
     sites: list[tuple[int, str]] = field(default_factory=list)     # (address, where)
     guard: str = ""
+    aliases: str = ""        # a hybrid session's aliased memory, made the program's again
     release: Release = field(default_factory=Release)
     held: list[tuple[str, int, str]] = field(default_factory=list)   # kept before release
 
@@ -80,10 +84,15 @@ class Found:
             out += f", {release.returns} pending calls given their return address"
         if self.guard:
             out += f", {self.guard}"
+        if self.aliases:
+            out += f", {self.aliases}"
         kept = self.held + release.kept
         if kept:
             out += f"; {len(kept)} left mapped: {kept[0][2]}"
         return out
+
+
+HYBRID_GROUP = "orphan-session"      # a hybrid session's areas stay or go together
 
 
 def orphan_areas(maps) -> list[TargetArea]:
@@ -100,7 +109,13 @@ def orphan_areas(maps) -> list[TargetArea]:
             continue
         area = TargetArea(name, m.start, m.size, "x" in m.perms, group=_group(name))
         area.inode = m.inode
+        area.returns_known = False      # what the earlier session knew went with it
         areas.append(area)
+    if any(a.name == "madtrace-alias" for a in areas):
+        # copies read the bitmap and write the rings, hook stubs the traced pages
+        for area in areas:
+            if area.name != "madtrace-calls":
+                area.group = HYBRID_GROUP
     return areas
 
 
@@ -110,8 +125,11 @@ def _group(name: str) -> str:
     return "orphan-" + name
 
 
-def recover(tracee, space) -> Found:
-    """Find and remove what an earlier session left (every thread stopped)."""
+def recover(tracee, space, aliases=None) -> Found:
+    """Find and remove what an earlier session left (every thread stopped).
+    ``aliases(tracee, space, areas, runs, data, injector) -> str``: takes a
+    hybrid session's aliases out (capture/alias_leftovers.py); without it such
+    leftovers are refused."""
     found = Found()
     maps = read_maps(tracee.pid)
     ours = tracee.call_page.address if tracee.call_page is not None else None
@@ -122,24 +140,28 @@ def recover(tracee, space) -> Found:
         area.steppable |= area.name == "madtrace-calls"
     if not areas:
         return found
-    if any(a.name == "madtrace-alias" for a in areas):
+    if any(a.name == "madtrace-alias" for a in areas) and aliases is None:
         # the program's own traced memory is a shared memfd now, mapped twice, and
-        # functions run in copies that read the alias bitmap: taking them out needs
-        # what the killed session knew (README: Known limits); nothing is changed
+        # functions run in copies that read the alias bitmap; nothing is changed
         raise LeftoversError(f"process {tracee.pid} still runs on a killed madtrace session's "
-                             "hybrid data engine (its traced memory aliased): a new session "
-                             "cannot take it out yet; the process runs on as it is")
+                             "hybrid data engine (its traced memory aliased): this session "
+                             "cannot take it out; the process runs on as it is")
     found.areas = len(areas)
     L = load_injector()
     rings = _recording_off(tracee.mem, areas, L)
-    code = [a for a in areas if a.name.startswith("madtrace-code-")]
     exit_stubs: set[int] = set()
-    for area in code:
-        exit_stubs |= _recognise(tracee.mem, area, L)
-    found.sites = _restore_sites(tracee, maps, code, space)
     for area in areas:
-        if area.name == "madtrace-data":
-            found.guard = _undo_guard(tracee, area, L)
+        if area.name.startswith("madtrace-code-"):
+            exit_stubs |= _recognise(tracee.mem, area, L)
+    # entries patched to jump into trampolines, function copies or hook stubs
+    code = [a for a in areas if a.executable and a.name.startswith(CODE_AREAS)]
+    found.sites = _restore_sites(tracee, maps, code, space)
+    data = next((a for a in areas if a.name == "madtrace-data"), None)
+    runs: list = []
+    if data is not None:
+        found.guard, runs = _undo_guard(tracee, data, L)
+    if aliases is not None:
+        found.aliases = aliases(tracee, space, areas, runs, data, L)
     for area in [a for a in areas if a.name == "madtrace-unwind"]:
         why = _unwind(tracee, area, L, space)
         if why:
@@ -293,9 +315,10 @@ def _shadow_returns(mem, rings: list[int], exit_stubs: set[int], L: Injector) ->
     return pending
 
 
-def _undo_guard(tracee, area: TargetArea, L: Injector) -> str:
+def _undo_guard(tracee, area: TargetArea, L: Injector) -> tuple[str, list[tuple[int, int]]]:
     """What the old guard would do if it ran now, done from here (every field of
-    layout.h "The guard" is an offset in its table, MT_GUARD into the area)."""
+    layout.h "The guard" is an offset in its table, MT_GUARD into the area).
+    Returns what it did, and the (start, end) of the runs it had protected."""
     mem = tracee.mem
     table = area.address + L.MT_GUARD
     active, nruns, _fired, trap_active = struct.unpack("<QQQQ", mem.read(table, 32))
@@ -303,12 +326,17 @@ def _undo_guard(tracee, area: TargetArea, L: Injector) -> str:
     ntraps = min(mem.read_u64(table + L.MT_GUARD_NTRAPS), L.MT_GUARD_MAX_TRAPS)
     nruns = min(nruns, L.MT_GUARD_MAX_RUNS)
     if not (active or trap_active or nruns or nbreaks or ntraps):
-        return ""
+        return "", []
     runs = np.frombuffer(mem.read(table + L.MT_GUARD_RUNS, nruns * L.MT_GUARD_RUN_SIZE),
                          dtype="<u8").reshape(-1, 3).tolist()
+    maps = read_maps(tracee.pid)
     with RemoteSyscalls(tracee) as rs:
         for start, length, prot in runs:
-            rs.mprotect(start, length, prot)
+            # what of the run is still mapped (the program may have unmapped some since)
+            for m in maps:
+                lo, hi = max(m.start, start), min(m.end, start + length)
+                if lo < hi:
+                    rs.mprotect(lo, hi - lo, prot)
         for slot in range(L.MT_DATA_SLOTS):
             base = area.address + slot * L.MT_DSLOT_SIZE
             address, length, done = struct.unpack("<QQQ", mem.read(base + L.MT_DSLOT_ADDR, 24))
@@ -336,7 +364,7 @@ def _undo_guard(tracee, area: TargetArea, L: Injector) -> str:
     mem.write_u64(table + L.MT_GUARD_NBREAKS, 0)
     mem.write_u64(table + L.MT_GUARD_NTRAPS, 0)
     return (f"its data guard undone ({len(runs)} protected runs, {nbreaks} breakpoints, "
-            f"signal actions back)")
+            f"signal actions back)"), [(start, start + length) for start, length, _ in runs]
 
 
 def _unwind(tracee, area: TargetArea, L: Injector, space) -> str:
