@@ -198,6 +198,15 @@ def test_churn_attached_instrumented_restored_detached_twenty_times(tmp_path):
     check_churn_output(target, out)
 
 
+def stop_and_quit(runtime: str, target: subprocess.Popen, daemon: int) -> None:
+    """The daemon stopped, then bench_live told to quit: it ends well."""
+    assert run(runtime, "ctl", str(target.pid), "stop").returncode == 0
+    wait_gone(daemon)
+    target.stdin.write(b"quit\n")
+    target.stdin.flush()
+    assert target.wait(timeout=60) == 0
+
+
 @pytest.mark.parametrize("extra", [[], ["--no-time"]])
 def test_attached_burst_is_exact_and_status_tells_fill_and_drops(tmp_path, extra):
     """Attached, a burst of 3 M calls of leaf() (6 M records, 23 rings' worth):
@@ -268,11 +277,7 @@ def test_attached_burst_waits_for_a_stopped_tracer(tmp_path):
         assert re.match(rb"calls \d+ checksum", read_line(target, timeout=120))
         status = json.loads(run(runtime, "ctl", str(target.pid), "status", "--json").stdout)
         calls = json.loads(run(runtime, "ctl", str(target.pid), "calls", "--json").stdout)
-        assert run(runtime, "ctl", str(target.pid), "stop").returncode == 0
-        wait_gone(daemon)
-        target.stdin.write(b"quit\n")
-        target.stdin.flush()
-        assert target.wait(timeout=60) == 0
+        stop_and_quit(runtime, target, daemon)
     finally:
         target.kill()
     assert status["dropped_events"] == 0 and status["ring_waits"] > 0, status
@@ -314,11 +319,7 @@ def test_attached_burst_is_exact_while_the_disk_stalls(tmp_path):
         reader.join(60)
         assert not reader.is_alive()
         os.replace(copied, fifo)
-        assert run(runtime, "ctl", str(target.pid), "stop").returncode == 0
-        wait_gone(daemon)
-        target.stdin.write(b"quit\n")
-        target.stdin.flush()
-        assert target.wait(timeout=60) == 0
+        stop_and_quit(runtime, target, daemon)
     finally:
         target.kill()
     assert (calls, status["dropped_events"], status["records"]) == ({"leaf": n}, 0, 2 * n)

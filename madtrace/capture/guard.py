@@ -323,25 +323,25 @@ class SegvGuard:
         """The target's own actions back (tracing ends)."""
         self.unwatch(rs)
         if not self.fired:
-            rs.call("rt_sigaction", SIGSEGV, self.table + self.L.MT_GUARD_ACTION, 0, 8)
-            self._u64(self.L.MT_GUARD_ACTIVE, 0)
-            if self.trap_guard:
-                rs.call("rt_sigaction", SIGTRAP, self.table + self.L.MT_GUARD_TRAP_ACTION, 0, 8)
-                self._u64(self.L.MT_GUARD_TRAP_ACTIVE, 0)
+            self._actions_back(rs, True, self.trap_guard)
         self._restore_others(rs)
 
     def take_back(self, rs: RemoteSyscalls) -> None:
         """An install that failed, undone as far as it went: the death pipe, the
         actions the guard took (not a table it never filled), the others' masks."""
         self.unwatch(rs)
-        if self.installed:
-            rs.call("rt_sigaction", SIGSEGV, self.table + self.L.MT_GUARD_ACTION, 0, 8)
-            self._u64(self.L.MT_GUARD_ACTIVE, 0)
-        if self.traps_installed:
-            rs.call("rt_sigaction", SIGTRAP, self.table + self.L.MT_GUARD_TRAP_ACTION, 0, 8)
-            self._u64(self.L.MT_GUARD_TRAP_ACTIVE, 0)
+        self._actions_back(rs, self.installed, self.traps_installed)
         self._restore_others(rs)
         self.originals.clear()
+
+    def _actions_back(self, rs: RemoteSyscalls, segv: bool, trap: bool) -> None:
+        """The target's SIGSEGV (and SIGTRAP) action from the table."""
+        if segv:
+            rs.call("rt_sigaction", SIGSEGV, self.table + self.L.MT_GUARD_ACTION, 0, 8)
+            self._u64(self.L.MT_GUARD_ACTIVE, 0)
+        if trap:
+            rs.call("rt_sigaction", SIGTRAP, self.table + self.L.MT_GUARD_TRAP_ACTION, 0, 8)
+            self._u64(self.L.MT_GUARD_TRAP_ACTIVE, 0)
 
     def _restore_others(self, rs: RemoteSyscalls) -> None:
         for signum, raw in self.originals.items():
