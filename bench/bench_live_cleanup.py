@@ -8,9 +8,9 @@ given (default: this one), alternating:
   madtrace mapping stays in /proc/PID/maps, and whether ``ctl stop`` said so;
 * reattach: ``daemon PID --data``, SIGKILL 0.2-3 s later, then the next
   daemon on the same server: counted, the attaches that succeed (a killed
-  hybrid session's process is cleaned, not refused) and the servers that
-  stop answering; a last session ends normally, and the mappings left after
-  it are counted.
+  hybrid session's process is cleaned, not refused) and the servers a kill
+  took down (each replaced by a new one); a last session ends normally, and
+  the mappings left after it are counted.
 
 The request loop's failures (a request that got no answer within 5 s) are
 counted too.  Writes bench/results/live_cleanup.md.  Usage:
@@ -76,7 +76,7 @@ def serving(scratch: str, out: dict):
         yield proc, requests, tempfile.mkdtemp(dir=scratch)
     finally:
         requests.stop.set()
-        out["request failures"] = requests.failed
+        out["request failures"] = out.get("request failures", 0) + requests.failed
         proc.kill()
         proc.wait()
 
@@ -120,39 +120,50 @@ def detach_cycles(tree: str, scratch: str, cycles: int) -> dict:
                 break
             if mappings(proc.pid):
                 out["left"] += 1
-                out["said"] += b"left" in stopped.stdout + stopped.stderr
+                said = (stopped.stdout + stopped.stderr).decode()
+                out["said"] += "left" in said
+                out.setdefault("first why", said.strip()[-200:])
     return out
 
 
 def reattach_cycles(tree: str, scratch: str, cycles: int) -> dict:
-    out = {"kills": 0, "reattached": 0, "refused": 0, "server lost": 0}
-    with serving(scratch, out) as (proc, requests, runtime):
-        for cycle in range(cycles + 1):
-            trace = os.path.join(scratch, f"k{cycle}")
-            started = madtrace(tree, runtime, "daemon", str(proc.pid), "--data", "-o", trace)
-            if started.returncode:
-                out["refused"] += 1
-                break
-            out["reattached"] += cycle > 0
-            daemon = daemon_pid(started)
-            if cycle == cycles:           # the last one ends normally
-                time.sleep(1)
-                madtrace(tree, runtime, "ctl", str(proc.pid), "stop")
-                wait_gone(daemon)
-                out["left after the last"] = mappings(proc.pid)
-                break
-            time.sleep(random.uniform(0.2, 3.0))
-            try:
-                os.kill(daemon, 9)
-            except ProcessLookupError:
-                pass
-            wait_gone(daemon)
-            subprocess.run(["rm", "-rf", trace])
-            out["kills"] += 1
-            if proc.poll() is not None or not requests.answers():
-                out["server lost"] += 1
-                break
+    """Kills until ``cycles``; a server a kill took down is counted and replaced."""
+    out = {"kills": 0, "reattached": 0, "refused": 0, "servers lost": 0}
+    while out["kills"] < cycles and not out["refused"]:
+        with serving(scratch, out) as (proc, requests, runtime):
+            _kill_and_reattach(tree, scratch, proc, requests, runtime, cycles, out)
     return out
+
+
+def _kill_and_reattach(tree, scratch, proc, requests, runtime, cycles, out) -> None:
+    first = True
+    while True:
+        trace = os.path.join(scratch, f"k{out['kills']}")
+        started = madtrace(tree, runtime, "daemon", str(proc.pid), "--data", "-o", trace)
+        if started.returncode:
+            out["refused"] += 1
+            out["refusal"] = started.stderr.decode().strip()[-200:]
+            return
+        out["reattached"] += not first
+        first = False
+        daemon = daemon_pid(started)
+        if out["kills"] == cycles:           # the last one ends normally
+            time.sleep(1)
+            madtrace(tree, runtime, "ctl", str(proc.pid), "stop")
+            wait_gone(daemon)
+            out["left after the last"] = mappings(proc.pid)
+            return
+        time.sleep(random.uniform(0.2, 3.0))
+        try:
+            os.kill(daemon, 9)
+        except ProcessLookupError:
+            pass
+        wait_gone(daemon)
+        subprocess.run(["rm", "-rf", trace])
+        out["kills"] += 1
+        if proc.poll() is not None or not requests.answers():
+            out["servers lost"] += 1
+            return
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ def redirect_entry(rw, state, copy: FunctionCopy) -> None:
         offset = state.slot + 8 - state.slot_area.area.address
         ctypes.c_uint64.from_buffer(state.slot_area.area.local, offset).value = copy.address
         return
-    area = rw.areas[state.module.name]
+    area = rw.code_areas.newest[state.module.name]
     why = _entry_unpatchable(rw, state, copy)
     if why:
         rw.stats[f"entry not redirected: {why}"] += 1

@@ -76,7 +76,7 @@ class PltCopies:
         return True
 
     def _write(self, module, stub: int, slot: int) -> int:
-        area = self.rewriter._area(module, 64)
+        area = self.rewriter.code_areas.for_module(module, 64)
         at = (area.cursor + 15) & ~15
         code = aliased_jump(slot, self.rewriter.bitmap + (slot >> 15), (slot >> PAGE_SHIFT) & 7,
                             slot ^ ALIAS_BIT)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import time
+from types import SimpleNamespace
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
@@ -49,12 +50,12 @@ from ..arch.x86_64.function_copy import FunctionAnalysis, FunctionCopy, analyse,
 from ..arch.x86_64.relocate import Refusal
 from ..binary.eh_frame import EhFrame
 from ..errors import TracerInternalError
-from ..inject.areas import CodeArea, SharedArea, gap_for_module
+from ..inject.areas import CodeArea
 from ..inject.entry_links import EntryLinks
+from ..inject.footprint import step_until_out
 from ..inject.patchset import PatchSet
-from ..process.remote_syscall import RemoteSyscalls
 from .copy_frames import CopyFrames
-from .copy_returns import TABLE_BYTES, ReturnTable
+from .copy_areas import CopyAreas
 from .copy_sites import mirror
 from .entry_branches import to_original_entry
 from .analysis_cache import AnalysisCache
@@ -64,7 +65,6 @@ from .instruction_table import InstructionTable
 from .plt_copies import PltCopies
 from .probe_settle import ProbeSettler
 
-AREA_SIZE = 64 << 20
 # the copies, the alias bitmap their probes read and the rings of a data-only session
 # stay or go together (inject/footprint.py)
 GROUP = "madtrace-rewriting"
@@ -127,7 +127,6 @@ class Rewriter:
         self.bitmap = bitmap
         self.ids = ids
         self.L = injector
-        self.areas: dict[str, CodeArea] = {}
         self.functions: dict[int, FunctionState] = {}
         self.refused: Counter = Counter()        # why functions were not relocated
         self.patches = PatchSet()
@@ -142,8 +141,7 @@ class Rewriter:
         self.links.step_aside = self._step_aside
         self.links.copy_address = self.copy_address
         self.links.mirror = lambda patches, on: mirror(self, patches, on)
-        self._all_areas: list[CodeArea] = []     # every code area made (``areas``: the newest)
-        self._return_tables: dict[int, ReturnTable] = {}    # id(code area) -> its table
+        self.code_areas = CopyAreas(self.tracee, GROUP, self._stopped_thread)
         self.plt = PltCopies(self)
         self._bounds_of: dict[int, tuple | None] = {}   # faulting instructions' functions
         self.entry_cache = EntryCache()
@@ -158,7 +156,7 @@ class Rewriter:
 
     # ---------------------------------------------------------------- lookups
     def area_of(self, address: int) -> CodeArea | None:
-        return next((a for a in self._all_areas if a.area.contains(address)), None)
+        return self.code_areas.area_of(address)
 
     def copy_at(self, address: int) -> FunctionCopy | None:
         starts, copies = self._copy_index
@@ -385,16 +383,9 @@ class Rewriter:
             state.refused = copy.reason
             self.refused[_reason_kind(copy.reason)] += 1
             return False
-        area = self.areas[state.module.name]
-        if copy.address != (area.cursor + 15) & ~15 or copy.address + len(copy.code) > area.end:
+        if not self.code_areas.place(self.code_areas.newest[state.module.name], copy):
             state.refused = "the code area is full"
             return False
-        area.area.write(copy.address, copy.code)
-        area.cursor = copy.address + len(copy.code)
-        # a call made in the copy returns to the original code once the session ends
-        # (or, should it be killed, the next one: copy_returns.py)
-        area.area.return_points.update(copy.returns)
-        self._return_tables[id(area)].add(copy.returns)
         (starts, copies), at = self._copy_index, copy.address
         i = bisect.bisect_left(starts, at)
         self._copy_index = (starts[:i] + [at] + starts[i:], copies[:i] + [copy] + copies[i:])
@@ -404,7 +395,8 @@ class Rewriter:
     def _copy(self, state: FunctionState, code: bytes):
         """``code`` copied with probes, for the code area's next free address."""
         try:
-            area = self._area(state.module, len(code) * 3 + PROBE_BYTES * len(code) // 3 + 64)
+            area = self.code_areas.for_module(state.module,
+                                              len(code) * 3 + PROBE_BYTES * len(code) // 3 + 64)
         except TracerInternalError as exc:      # no room near the module: not relocated
             return Refusal(str(exc))
         at = (area.cursor + 15) & ~15
@@ -477,20 +469,6 @@ class Rewriter:
             state.analysis = made
         return state.analysis
 
-    def _area(self, module, need: int) -> CodeArea:
-        area = self.areas.get(module.name)
-        if area is None or area.room() < need + 64:
-            size = max(AREA_SIZE, need * 2 + TABLE_BYTES)
-            with RemoteSyscalls(self.tracee, self._stopped_thread()) as rs:
-                address = gap_for_module(self.tracee.pid, module.start, module.end, size)
-                area = self.areas[module.name] = CodeArea(SharedArea(
-                    rs, size, f"madtrace-copies-{module.name}", executable=True, address=address,
-                    group=GROUP))
-                table = self._return_tables[id(area)] = ReturnTable(area.area)
-                area.end = table.start
-                self._all_areas.append(area)
-        return area
-
     def _stopped_thread(self) -> int | None:
         return next((t for t, s in self.tracee.threads.items() if not s.running), None)
 
@@ -525,7 +503,15 @@ class Rewriter:
         for tid, thread in list(self.tracee.threads.items()):
             if thread.running:
                 continue
-            self._to_original(self.tracee, tid, self.settle(tid, self.tracee.get_regs(tid)))
+            regs = self.settle(tid, self.tracee.get_regs(tid))
+            if self._between_instructions(regs.rip):
+                # inside an indirect jump's stub (stopped there by the detach's stop):
+                # on to the instruction it jumps to (a few straight instructions)
+                step_until_out(self.tracee, tid, SimpleNamespace(contains=self._between_instructions))
+                if tid not in self.tracee.threads:
+                    continue
+                regs = self.tracee.get_regs(tid)
+            self._to_original(self.tracee, tid, regs)
         self.patches.revert(self.tracee.mem)
         # trampolines back to the original code, and written so from now on (function
         # tracing may go on: REPL `trace data off`; its patches are still mirrored into
@@ -535,7 +521,7 @@ class Rewriter:
         # threads go on running calls made in the copies, and loops of them, until
         # the session ends: the footprint's release moves those stopped at one of
         # their instructions back (every patch is reverted by then)
-        for area in self._all_areas:
+        for area in self.code_areas.all:
             area.area.move_out = self._to_original
             area.area.original_of = self._original_instruction
 
@@ -546,6 +532,12 @@ class Rewriter:
         self.patches.revert_copy(child.mem)
         for tid in child.threads:
             self._to_original(child, tid, child.get_regs(tid))
+
+    def _between_instructions(self, address: int) -> bool:
+        """``address`` lies in a copy's code but at no translated instruction's start."""
+        copy = self.copy_at(address)
+        return copy is not None and address < copy.address + copy.code_size and \
+            self._original_instruction(address) is None
 
     def _original_instruction(self, address: int) -> int | None:
         """The original instruction a copy's instruction at ``address`` stands for
@@ -597,3 +589,4 @@ def _branches_to_start(state: FunctionState) -> list[int] | None:
 def _reason_kind(reason: str) -> str:
     """A refusal's kind, without addresses (for counting)."""
     return reason.split(" at 0x")[0].split(" '")[0]
+

@@ -218,11 +218,13 @@ def _step_out(tracee, areas, kept: dict[str, str]) -> int:
     for tid, state in list(tracee.threads.items()):
         if state.running or state.gone:
             continue
-        area = _inside(areas, tracee.get_regs(tid).rip)
+        rip = tracee.get_regs(tid).rip
+        area = _inside(areas, rip)
         if area is None:
             continue
         if not area.steppable or not isinstance(state.last_event, (TrapStop, SignalStop)):
-            kept.setdefault(area.group, f"thread {tid} is stopped inside {area.name}")
+            kept.setdefault(area.group, f"thread {tid} is stopped inside {area.name} "
+                                        f"(at {rip:#x})")
             continue
         if step_until_out(tracee, tid, steppable):
             stepped += 1
@@ -348,7 +350,8 @@ def _scan_stacks(tracee, maps, areas, kept: dict[str, str]) -> int:
         regs = tracee.get_regs(tid)
         area = _inside(areas, regs.rip)
         if area is not None:
-            kept.setdefault(area.group, f"thread {tid} is stopped inside {area.name}")
+            kept.setdefault(area.group, f"thread {tid} is stopped inside {area.name} "
+                                        f"(at {regs.rip:#x})")
         given += _registers_back(tracee, tid, regs, code)
         rsp = regs.rsp & ~7
         stack = next((m for m in maps if m.start <= rsp < m.end), None)
