@@ -59,8 +59,10 @@ class Requests:
 
 
 def madtrace(tree: str, runtime: str, *args: str) -> subprocess.CompletedProcess:
+    """madtrace of ``tree`` (run from there: ``-m`` puts the working directory first)."""
     return subprocess.run([sys.executable, "-m", "madtrace.cli.main", *args], capture_output=True,
-                          timeout=300, env=dict(os.environ, PYTHONPATH=tree, XDG_RUNTIME_DIR=runtime))
+                          timeout=300, cwd=tree,
+                          env=dict(os.environ, PYTHONPATH=tree, XDG_RUNTIME_DIR=runtime))
 
 
 @contextlib.contextmanager

@@ -45,7 +45,7 @@ def one_kill(tree: str, scratch: str) -> str:
         tracer = subprocess.Popen([sys.executable, "-m", "madtrace.cli.main", "attach", "-q", "--data",
                                    "--no-functions", "--duration", "5", "-o",
                                    os.path.join(scratch, f"t{port}"), str(server.pid)],
-                                  env=dict(os.environ, PYTHONPATH=tree),
+                                  env=dict(os.environ, PYTHONPATH=tree), cwd=tree,   # -m: cwd first
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(random.uniform(0.4, 2.0))
         tracer.kill()

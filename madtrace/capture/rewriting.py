@@ -503,15 +503,7 @@ class Rewriter:
         for tid, thread in list(self.tracee.threads.items()):
             if thread.running:
                 continue
-            regs = self.settle(tid, self.tracee.get_regs(tid))
-            if self._between_instructions(regs.rip):
-                # inside an indirect jump's stub (stopped there by the detach's stop):
-                # on to the instruction it jumps to (a few straight instructions)
-                step_until_out(self.tracee, tid, SimpleNamespace(contains=self._between_instructions))
-                if tid not in self.tracee.threads:
-                    continue
-                regs = self.tracee.get_regs(tid)
-            self._to_original(self.tracee, tid, regs)
+            self._out_of_copy(self.tracee, tid, self.settle(tid, self.tracee.get_regs(tid)))
         self.patches.revert(self.tracee.mem)
         # trampolines back to the original code, and written so from now on (function
         # tracing may go on: REPL `trace data off`; its patches are still mirrored into
@@ -522,7 +514,7 @@ class Rewriter:
         # the session ends: the footprint's release moves those stopped at one of
         # their instructions back (every patch is reverted by then)
         for area in self.code_areas.all:
-            area.area.move_out = self._to_original
+            area.area.move_out = self._out_of_copy
             area.area.original_of = self._original_instruction
 
     def fork_child(self, child) -> None:
@@ -532,6 +524,17 @@ class Rewriter:
         self.patches.revert_copy(child.mem)
         for tid in child.threads:
             self._to_original(child, tid, child.get_regs(tid))
+
+    def _out_of_copy(self, tracee, tid: int, regs) -> None:
+        """A stopped thread in a copy goes to the original code: inside an indirect
+        jump's stub (stopped there by the detach's stop), it runs on to the
+        instruction the stub jumps to first (a few straight instructions)."""
+        if self._between_instructions(regs.rip):
+            step_until_out(tracee, tid, SimpleNamespace(contains=self._between_instructions))
+            if tid not in tracee.threads:
+                return
+            regs = tracee.get_regs(tid)
+        self._to_original(tracee, tid, regs)
 
     def _between_instructions(self, address: int) -> bool:
         """``address`` lies in a copy's code but at no translated instruction's start."""
