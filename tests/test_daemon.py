@@ -82,10 +82,21 @@ def ctl_until(runtime: str, pid: int, words, done):
 
 
 def wait_gone(pid: int) -> None:
+    """Until ``pid`` has exited, every thread of it (a killed process's main
+    thread is a zombie while its other threads still exit, holding its files)."""
     deadline = time.monotonic() + PATIENCE
-    while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z":
+    while not _gone(pid):
         assert time.monotonic() < deadline, f"process {pid} did not exit"
         time.sleep(0.05)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        if open(f"/proc/{pid}/stat").read().split()[2] != "Z":
+            return False
+        return len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except OSError:
+        return True
 
 
 def as_nobody(with_dac_override: bool) -> list[str]:

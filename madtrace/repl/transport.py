@@ -18,6 +18,7 @@ import socket
 import stat
 import struct
 
+from ..process.traceable import exiting
 from ..errors import NoSuchProcessError, PermissionDeniedError, TracerInternalError
 from .reply import Reply
 from .parser import Invocation
@@ -68,12 +69,19 @@ def receive(reader) -> dict | None:
 
 
 def daemon_alive(pid: int) -> bool:
-    """Is a daemon listening for process ``pid``? A stale socket is removed."""
+    """Is a daemon listening for process ``pid``? A stale socket is removed (that
+    of a daemon that died, or that is dying: killed, its last threads still
+    exiting while they hold the listening socket)."""
     path = socket_path(pid)
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(path)
-        return True
+        listener = struct.unpack("3i", probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                        struct.calcsize("3i")))[0]
+        if not exiting(listener):
+            return True
+        os.unlink(path)
+        return False
     except FileNotFoundError:
         return False
     except ConnectionRefusedError:
@@ -81,6 +89,7 @@ def daemon_alive(pid: int) -> bool:
         return False
     finally:
         probe.close()
+
 
 
 class DaemonClient:
