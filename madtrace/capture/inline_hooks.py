@@ -41,6 +41,7 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -482,18 +483,21 @@ def run_to_return(tracee, tid: int, returns: list[int], area: SharedArea, on_fau
     fault on the way goes to ``on_fault(event)`` (the data engine: it may resume
     the thread itself); the program's own signals are delivered later."""
     from ..process import ptrace_raw as pr
-    from ..process.events import SignalStop, ThreadExited, ThreadKilled, regenerated
+    from ..process.events import SignalStop, ThreadExited, ThreadKilled, at_exit_event, regenerated
+    thread = tracee.threads[tid]
+    if any(at_exit_event(s.last_event) for s in list(tracee.threads.values())):
+        return False    # the process is ending (exit_group): no call returns any more
     saved = {r: area.local[r - area.address] for r in returns}
     for r in returns:
         area.local[r - area.address] = INT3
     try:
-        thread = tracee.threads[tid]
         for _ in range(256):
             if not thread.running:
                 pr.cont(tid, 0)
                 thread.running = True
-            event = tracee.wait_event(block=True, tid=tid)
-            if event is None or isinstance(event, (ThreadExited, ThreadKilled)):
+            event = _wait_for(tracee, tid)
+            if event is None or isinstance(event, (ThreadExited, ThreadKilled)) or \
+                    at_exit_event(event):
                 return False
             regs = tracee.get_regs(tid)
             if isinstance(event, SignalStop) and event.signum == 5 and regs.rip - 1 in saved:
@@ -511,6 +515,28 @@ def run_to_return(tracee, tid: int, returns: list[int], area: SharedArea, on_fau
     finally:
         for r, byte in saved.items():
             area.local[r - area.address] = byte
+
+
+def _wait_for(tracee, tid: int):
+    """The next event of thread ``tid``, or None if it exits in another's exit: a
+    thread group leader that exits is reported only once every other thread is
+    gone, and the others wait at their exit stops for the tracer (waiting on the
+    leader alone hung the detach of a process that exited meanwhile)."""
+    while True:
+        event = tracee.wait_event(block=False, tid=tid)
+        if event is not None:
+            return event
+        if tid not in tracee.threads or _exited(tracee.pid, tid):
+            return None
+        time.sleep(0.0005)
+
+
+def _exited(pid: int, tid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
 
 
 def _a_ret(address: int, code: bytes) -> int:
