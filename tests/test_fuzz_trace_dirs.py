@@ -97,7 +97,10 @@ def test_mangled_trace_directory(pristine, tmp_path, seed):
         code, err = run_cli(args)
         assert code != INTERNAL_ERROR_EXIT and "Traceback" not in err, (mutations, args, err)
         if code:
+            # one error line, besides the notes about the store and the warnings that
+            # a file cut short is read up to the cut (the error may come after them)
             messages = [line for line in err.splitlines() if line.startswith("madtrace: ")
                         and "building the store" not in line and "rebuilding" not in line
-                        and "cut short" not in line]
+                        and "cut short" not in line and "what followed is lost" not in line
+                        and "the mappings after it go unnamed" not in line]
             assert len(messages) == 1, (mutations, args, err)

@@ -83,13 +83,24 @@ class ControlServer:
                     return
                 with self._lock:
                     self._connections[conn] = True
-                reply = self.answer(message)
-                transport.send(conn, reply.to_dict())
+                try:
+                    reply = self.answer(message)
+                    data = reply.to_dict()
+                except Exception as exc:     # noqa: BLE001 - a reply, and the log says why
+                    traceback.print_exc()
+                    print(f"madtrace: internal error answering {message!r}: {exc!r}",
+                          file=sys.stderr, flush=True)
+                    reply = failure(exc)
+                    data = reply.to_dict()
+                transport.send(conn, data)
                 with self._lock:
                     self._connections[conn] = False
                 if reply.ended:
                     return
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            if not self._closing.is_set():
+                print(f"madtrace: a client's connection ended: {exc!r}", file=sys.stderr,
+                      flush=True)
             return
         finally:
             with self._lock:
