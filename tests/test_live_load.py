@@ -129,7 +129,10 @@ def test_server_under_load_survives_data_attaches(tmp_path):
                                         capture_output=True, timeout=120,
                                         env=dict(os.environ, PYTHONPATH=ROOT))
                 assert result.returncode == 0, (cycle, result.stderr.decode())
-                assert server.poll() is None, f"server died after attach {cycle}"
+                # what the detach did, for the message should the server die after it
+                assert server.poll() is None, (f"server died after attach {cycle}",
+                                               json.loads((out / "meta.json").read_text()).get(
+                                                   "released"), result.stderr.decode()[-2000:])
                 answered = loop.answered
                 deadline = time.monotonic() + 10
                 while loop.answered < answered + 3 and time.monotonic() < deadline:
