@@ -134,13 +134,17 @@ mt_\name\()_pp_owner\tag\()_imm32:
 .endm
 
 /* EMIT name, tag, ts, rsp_off: one record into ring rcx if HEAD < LIMIT;
- * clobbers rax, rdx; ends at .Ldone_<name><tag>.  The site code (site id << 1
+ * clobbers rax, rdx; ends at .Ldone_<name><tag>.  From mark write<tag> up to
+ * mark publish<tag> (the inc of HEAD) the record is written but not published:
+ * a signal delivered there is delivered at the write mark instead, so that a
+ * handler's records are never overwritten (inject/writer_windows.py).  The site code (site id << 1
  * | kind) is patch point mt_<name>_pp_code<tag>_imm32; rsp_off: where the
  * callee's entry stack pointer is, relative to rsp.  An entry record also
  * counts the call: the thread's counter of the site (patch point
  * mt_<name>_pp_count<tag>_imm32: MT_RING_COUNTS + 8 * site id), once the
  * record is published. */
 .macro EMIT name, tag, ts, rsp_off
+mt_\name\()_at_write\tag:
 .if \ts
         rdtsc                       /* first: its latency overlaps what follows */
         shl rdx, 32
@@ -162,6 +166,7 @@ mt_\name\()_pp_owner\tag\()_imm32:
         or rdx, 0x7fffffff
 mt_\name\()_pp_code\tag\()_imm32:
         mov [rcx + rax + MT_RING_RECORDS_OFF + 8], rdx
+mt_\name\()_at_publish\tag:
         inc qword ptr [rcx + MT_RING_HEAD]
 .ifc \tag,_entry
         inc qword ptr [rcx + 0x7fffffff]
@@ -327,12 +332,12 @@ mt_\name\()_start:
         mov rdx, rax
         shl rdx, 4
         add rdx, rcx
+        inc rax                         /* the entry is taken before it is written: a */
+        mov [rcx + MT_RING_SHADOW_TOP], rax     /* handler's calls push above it */
         mov rsi, [rsp + 32]
         mov [rdx + MT_RING_SHADOW], rsi
         lea rsi, [rsp + 32]
         mov [rdx + MT_RING_SHADOW + 8], rsi
-        inc rax
-        mov [rcx + MT_RING_SHADOW_TOP], rax
         movabs rax, 0x1122334455667788
 mt_\name\()_pp_exitstub_abs64:
         mov [rsp + 32], rax
@@ -367,9 +372,9 @@ mt_\name\()_start:
         add rsi, rcx
         cmp [rsi + MT_RING_SHADOW + 8], rdx
         jb 20b
-        mov [rcx + MT_RING_SHADOW_TOP], rax
-        mov rax, [rsi + MT_RING_SHADOW]
-        mov [rsp + 32], rax
+        mov rdx, [rsi + MT_RING_SHADOW] /* read before the entry is given up: a */
+        mov [rcx + MT_RING_SHADOW_TOP], rax     /* handler's calls push there */
+        mov [rsp + 32], rdx
         EMIT \name, _exit, \ts, 32
         RESTORE4
         ret
@@ -547,11 +552,14 @@ mt_probe_end:
         ja \full
 .endm
 
-/* HPUBLISH n, retry: HEAD += n unless a signal handler moved it meanwhile (then \retry).
- * One instruction, not locked: only this thread writes HEAD. */
-.macro HPUBLISH n, retry
+/* HPUBLISH n, retry, mark: HEAD += n unless a signal handler moved it meanwhile (then
+ * \retry).  One instruction, not locked: only this thread writes HEAD.  \mark labels
+ * it: from the stub's write mark up to it the group is written but not published,
+ * and a signal delivered there is delivered at the write mark (inject/writer_windows.py) */
+.macro HPUBLISH n, retry, mark
         lea r10, [r11 + \n]
         mov rax, r11
+\mark:
         cmpxchg [rcx + MT_RING_HEAD], r10
         jne \retry
 .endm
@@ -611,6 +619,7 @@ mt_hook_alloc_pp_gadget_rel32:
         LOOKUP hook_alloc, _entry, 0
         mov r9, [rcx + MT_RING_CONTROL]
 .Lretry_hook_alloc:
+mt_hook_alloc_at_write_entry:
         HROOM MT_HOOK_ENTRY_RECORDS, .Lfull_hook_alloc
 .Lroom_hook_alloc:
         mov eax, r11d
@@ -627,7 +636,7 @@ mt_hook_alloc_pp_code_entry_imm32:
         HREC 2, r10, MT_HOOK_CONT, r8d
         mov r10, [rsp + MT_HF_RETURN]
         HREC 3, r10, MT_HOOK_CONT, 0
-        HPUBLISH MT_HOOK_ENTRY_RECORDS, .Lretry_hook_alloc
+        HPUBLISH MT_HOOK_ENTRY_RECORDS, .Lretry_hook_alloc, mt_hook_alloc_at_publish_entry
 .Lentered_hook_alloc:
         HRESTORE
         call qword ptr [rip + 0x11223344]
@@ -641,6 +650,7 @@ mt_hook_alloc_at_returned:
         mov r8d, 1
         lock xadd [r9 + MT_CTL_EPOCH], r8d      /* r8d: this event's stamp */
 .Lrretry_hook_alloc:
+mt_hook_alloc_at_write_return:
         HROOM MT_HOOK_RETURN_RECORDS, .Lsfull_hook_alloc
 .Lrroom_hook_alloc:
         mov eax, r11d
@@ -653,7 +663,7 @@ mt_hook_alloc_pp_code_return_imm32:
         mov [rcx + rax + MT_RING_RECORDS_OFF + 12], r8d
         lea r10, [rsp + MT_HF_RETURN]
         HREC 1, r10, MT_HOOK_CONT, r11d
-        HPUBLISH MT_HOOK_RETURN_RECORDS, .Lrretry_hook_alloc
+        HPUBLISH MT_HOOK_RETURN_RECORDS, .Lrretry_hook_alloc, mt_hook_alloc_at_publish_return
 .Lreturned_hook_alloc:
         HRESTORE
         lea rsp, [rsp + 8]                      /* the pad */
@@ -777,6 +787,7 @@ mt_\name\()_pp_alias_abs64:
         LOOKUP \name, _entry, 0
         mov r9, [rcx + MT_RING_CONTROL]
 .Lretry_\name:
+mt_\name\()_at_write:
         HROOM MT_HOOK_ENTRY_RECORDS, .Lfull_\name
 .Lroom_\name:
         mov eax, r11d
@@ -793,7 +804,7 @@ mt_\name\()_pp_code_imm32:
         HREC 2, r10, MT_HOOK_CONT, r8d
         mov r10, [rsp + 16]
         HREC 3, r10, MT_HOOK_CONT, 0
-        HPUBLISH MT_HOOK_ENTRY_RECORDS, .Lretry_\name
+        HPUBLISH MT_HOOK_ENTRY_RECORDS, .Lretry_\name, mt_\name\()_at_publish
 .Lrecorded_\name:
         pop rdx
         test byte ptr [rsp], 1

@@ -35,6 +35,8 @@ class Results:
             "function_tracing": dict(totals, timestamps=engine.timestamps,
                                      threads_recorded=len(engine.rings.records_per_thread),
                                      records=sum(engine.rings.records_per_thread.values()),
+                                     # records written again after a signal's handler
+                                     signals_in_record_writes=engine.writer_windows.rewound,
                                      patch_report=engine.report),
         }
 

@@ -81,6 +81,15 @@ def ctl_until(runtime: str, pid: int, words, done):
         time.sleep(0.1)
 
 
+def daemon_log_tail(runtime: str, pid: int, chars: int = 3000) -> str:
+    """The end of the log of the daemon tracing ``pid`` (for a failure's message)."""
+    try:
+        with open(os.path.join(runtime, "madtrace", f"{pid}.log"), errors="replace") as f:
+            return f.read()[-chars:]
+    except OSError as exc:
+        return f"(no daemon log: {exc})"
+
+
 def wait_gone(pid: int) -> None:
     """Until ``pid`` has exited, every thread of it (a killed process's main
     thread is a zombie while its other threads still exit, holding its files)."""

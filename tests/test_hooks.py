@@ -168,24 +168,28 @@ def test_threads_free_each_others_blocks(tmp_path, variant, runs):
         assert data["traps"] == 0
 
 
-def test_signal_handler_copies_in_the_middle_of_hooked_calls(tmp_path):
-    """A SIGVTALRM handler (every 50 us of the program's time) copies a global
-    with memcpy while the rounds are inside hooked calls: every copy of the
-    rounds and of the handler is one Y event, the output is unchanged.  A group
-    that the interrupted stub's stale writes broke (README, Known limits: no
-    atomic reservation in the ring; seen in 1 of 27 runs under load) is
-    skipped and counted: never a silent loss, never an event too many."""
-    argv = [prog("hooks_churn", "O2-pie"), "20000", "signals"]
+@pytest.mark.parametrize("mode", ["signals", "storm"])
+def test_signal_handler_copies_in_the_middle_of_hooked_calls(tmp_path, mode):
+    """A SIGVTALRM handler copies a global with memcpy while the rounds are
+    inside hooked calls (signals: a timer, every 50 us of the program's time;
+    storm: sent by a second thread over and over, so that many land while a
+    stub writes its group): every copy of the rounds and of the handler is
+    exactly one Y event, the output is unchanged.  In a storm some signals do
+    land in a group's writing, and the thread is moved back to write it again
+    after the handler (inject/writer_windows.py): no group is damaged."""
+    argv = [prog("hooks_churn", "O2-pie"), "20000", mode]
     native = subprocess.run(argv, capture_output=True, timeout=60)
-    meta, result, _ = record(tmp_path, argv)
-    assert result.stdout == native.stdout
-    handler = int(result.stderr.decode().split("handler memcpy=")[1].split()[0])
-    assert handler > 0
-    expected = counts(native.stdout)["memcpy"] + handler
-    damaged = order_report(meta)["damaged_records"]
-    assert expected - damaged <= events(meta, "Y") <= expected, damaged
-    assert damaged <= 8, damaged
-    assert meta["data_tracing"]["freed_accesses"] == 0
+    for attempt in range(3):     # a storm lands in a group's writing in most runs
+        meta, result, _ = record(tmp_path, argv, name=f"t{attempt}")
+        assert result.stdout == native.stdout
+        handler = int(result.stderr.decode().split("handler memcpy=")[1].split()[0])
+        assert handler > 0
+        assert events(meta, "Y") == counts(native.stdout)["memcpy"] + handler
+        assert order_report(meta)["damaged_records"] == 0
+        assert meta["data_tracing"]["freed_accesses"] == 0
+        if mode == "signals" or meta["data_tracing"]["paths"]["hooks"]["signals_in_group_writes"]:
+            return
+    pytest.fail("in 3 storms no signal landed while a group was being written")
 
 
 @pytest.mark.parametrize("mode", ["longjmp", "fork", "readonly"])

@@ -32,7 +32,7 @@ import pytest
 
 from madtrace.session import Recording, RecordOptions
 
-from .test_daemon import run, start_daemon, wait_gone
+from .test_daemon import daemon_log_tail, run, start_daemon, wait_gone
 from .test_live_load import RequestLoop, python_function_spec, start_server
 from .util import MADTRACE, ROOT, madtrace_maps, prog, read_line, start_ready
 
@@ -344,7 +344,8 @@ def test_killed_hybrid_sessions_are_cleaned_by_the_next(tmp_path):
             else:
                 assert run(runtime, "ctl", str(server.pid), "stop").returncode == 0
             wait_gone(daemon)
-            assert server.poll() is None, f"the server died in cycle {cycle}"
+            assert server.poll() is None, (f"the server died in cycle {cycle}",
+                                           daemon_log_tail(runtime, server.pid))
             assert ask(port, b"9\n") == f"{work_sum(9)}\n".encode(), cycle
     finally:
         pinger.stop()

@@ -43,7 +43,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, r
 
 from madtrace.repl.transport import DaemonClient
 
-from .test_daemon import start_daemon, wait_gone
+from .test_daemon import daemon_log_tail, start_daemon, wait_gone
 from .util import madtrace_maps, prog, read_line
 
 EXAMPLES = int(os.environ.get("MADTRACE_LIVE_EXAMPLES", "200"))
@@ -268,6 +268,7 @@ class LiveCommands(RuleBasedStateMachine):
                 os.kill(self.daemon, signal.SIGKILL)      # the next session must attach
             print(f"session {self.out}:\n  " + "\n  ".join(self.log))
             print(traceback.format_exc())
+            print("the daemon's log ends:\n" + daemon_log_tail(self.runtime, self.pid))
             try:
                 with open(self.out / "meta.json") as f:
                     print("released:", json.load(f).get("released"))

@@ -43,6 +43,7 @@ from .areas import REL32_REACH
 from .thread_pool import ThreadPool, owner_offset, owner_word, place_thread_code
 from .unwind import eh_frame
 from .unwind_registry import Unwinder, UnwindObjects
+from .writer_windows import WriterWindows
 
 GROUP = "madtrace-functions"     # the areas of function tracing stay or go together
 ENTRY_SLOT = 6 + 7 + 8           # an entry trampoline's jmp [slot], padding, the slot
@@ -59,6 +60,10 @@ class FunctionTracer:
         self.out_dir = out_dir
         self.timestamps = timestamps
         self.injector = load_injector()
+        # signals that interrupt a trampoline's record (writer_windows.py)
+        self.writer_windows = WriterWindows(
+            t for name, t in self.injector.templates.items()
+            if name.startswith(("callsite_", "tailsite_", "entry_", "exitstub_")))
         self.plan: Plan | None = None
         self.rings: RingSet | None = None
         self.code_areas: dict[str, CodeArea] = {}
@@ -262,6 +267,10 @@ class FunctionTracer:
                           address=address, group=GROUP)
         area.steppable = True
         self.code_areas[module.name] = CodeArea(area)
+        self.writer_windows.watch(area)
+        hooks = self.tracee.before_delivery
+        if self.writer_windows.before_delivery not in hooks:
+            hooks.append(self.writer_windows.before_delivery)
 
     def _merge_plan(self, fresh: Plan) -> list[TracedFunction]:
         """Appends the functions of ``fresh`` that are new to ``self.plan`` (with new

@@ -296,6 +296,7 @@ class Controller:
     def _on_fork(self, parent: Tracee, child_pid: int, vfork: bool, parent_tid: int) -> None:
         self.forks_seen += 1
         child = Tracee(child_pid, launched=False, options=parent.options)
+        child.before_delivery = list(parent.before_delivery)    # the same areas, forked
         child.threads[child_pid] = ThreadState(child_pid, running=True)
         if parent.call_page is not None:     # a vfork child shares its parent's
             child.call_page = parent.call_page if vfork else parent.call_page.inherit(child_pid)

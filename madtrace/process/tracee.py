@@ -23,7 +23,7 @@ from ..errors import (CommandNotFoundError, NoSuchProcessError, NotElfError, Per
                       TracerInternalError)
 from . import ptrace_raw as pr
 from . import queued_faults, spawn_proxy
-from .events import (Event, GroupStop, PtraceEventStop, ThreadExited,
+from .events import (Event, GroupStop, PtraceEventStop, SignalStop, ThreadExited,
                      ThreadKilled, TrapStop, decode_status, keep_signal)
 from .memory import ProcessMemory
 from .traceable import check_traceable
@@ -137,6 +137,10 @@ class Tracee:
         self.foreign: list[tuple[int, int]] = []
         # called with the tid of each new thread before it first runs
         self.on_new_thread: list = []
+        # called with (tracee, tid, signal) before a signal is delivered to a thread
+        # stopped at its signal-delivery stop (it may move the thread: its handler
+        # then interrupts it there)
+        self.before_delivery: list = []
         # events met while attaching (Tracee.attach), for the controller to handle
         self.attach_events: list[Event] = []
         self.attach_started: float | None = None   # perf_counter() at the seize (attach)
@@ -349,6 +353,9 @@ class Tracee:
                 hook(tid)
         if signum is None:
             signum, state.pending_signal = state.pending_signal, 0
+        if signum and isinstance(state.last_event, SignalStop):
+            for hook in self.before_delivery:
+                hook(self, tid, signum)
         if isinstance(state.last_event, GroupStop):
             pr.listen(tid)  # stay job-control stopped, but report SIGCONT / interrupts
             state.group_stopped = True

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import traceback
 from typing import Callable
 
 from ..errors import MadtraceError, TracerInternalError
@@ -30,6 +31,8 @@ def start_detached(main: Callable[[int], int], died: str) -> dict:
             if os.fork() != 0:
                 os._exit(0)
             code = main(status_w)
+        except BaseException:       # its log (stderr) says why the process ends here
+            traceback.print_exc()
         finally:
             try:
                 sys.stdout.flush()

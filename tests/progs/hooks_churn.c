@@ -8,6 +8,9 @@
  *   signals   a SIGVTALRM handler (every 50 us of the program's own CPU time)
  *             copies a global with memcpy, in the middle of the rounds' hooked
  *             calls; its count goes to stderr
+ *   storm     the same handler, SIGVTALRM sent by a second thread to the main one
+ *             over and over (each once the last was handled) while it churns: many
+ *             signals land while a hook stub writes its records
  *   longjmp   every 50th round a memcpy from an unmapped address, left by
  *             siglongjmp from the program's own SIGSEGV handler
  *   readonly  each round also copies from a page the program made read-only
@@ -19,6 +22,8 @@
  *             its time inside memcpy: detached there, tests/test_hooks.py); with
  *             ROUNDS 0, until SIGUSR1 (it prints the rounds it made)
  */
+#include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <spawn.h>
@@ -26,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,6 +52,19 @@ static void on_alarm(int sig) {
     (void)sig;
     copy(handler_buf, global_buf + 8, sizeof handler_buf);
     handler_copies++;
+}
+
+static volatile int storm_over;
+static pid_t main_tid;
+static void *storm(void *arg) {
+    (void)arg;
+    while (!storm_over) {
+        int before = handler_copies;
+        syscall(SYS_tgkill, getpid(), main_tid, SIGVTALRM);
+        while (handler_copies == before && !storm_over)
+            sched_yield();
+    }
+    return NULL;
 }
 
 static volatile sig_atomic_t stop;
@@ -109,7 +128,9 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "pairs") || !strcmp(mode, "copies") || !strcmp(mode, "untraced") ||
         !strcmp(mode, "bulk"))
         return alone(mode, rounds);
-    int jumps = !strcmp(mode, "longjmp"), signals = !strcmp(mode, "signals");
+    int jumps = !strcmp(mode, "longjmp"), storming = !strcmp(mode, "storm");
+    int signals = !strcmp(mode, "signals") || storming;
+    pthread_t sender;
     unsigned long sum = 0, mallocs = 0, frees = 0, copies = 0, sets = 0, escapes = 0;
     char *keep[8] = {0}, *page = NULL;
     pid_t child = -1;
@@ -119,7 +140,12 @@ int main(int argc, char **argv) {
     if (signals) {
         signal(SIGVTALRM, on_alarm);
         struct itimerval every = {{0, 50}, {0, 50}};
-        setitimer(ITIMER_VIRTUAL, &every, NULL);
+        if (storming) {
+            main_tid = (pid_t)syscall(SYS_gettid);
+            if (pthread_create(&sender, NULL, storm, NULL) != 0)
+                return 1;
+        } else
+            setitimer(ITIMER_VIRTUAL, &every, NULL);
     }
     if (jumps)
         signal(SIGSEGV, on_segv);
@@ -175,6 +201,10 @@ int main(int argc, char **argv) {
     if (signals) {
         struct itimerval off = {{0, 0}, {0, 0}};
         setitimer(ITIMER_VIRTUAL, &off, NULL);
+        if (storming) {
+            storm_over = 1;
+            pthread_join(sender, NULL);
+        }
         fprintf(stderr, "handler memcpy=%d\n", (int)handler_copies);
     }
     if (child > 0)
