@@ -57,7 +57,7 @@ from ..inject.patchset import Patch, PatchConflict, PatchSet
 from ..inject.plan import module_scan
 from ..inject.templates import load_injector
 from ..inject.unwind import OBJECT_SIZE, frames_eh_frame, registrar
-from ..inject.writer_windows import WriterWindows
+from ..inject.writer_windows import HOOK_STUBS, WriterWindows
 from ..process.remote_syscall import RemoteSyscalls
 from .call_hooks import CallHooks
 from .hook_events import HookEvents
@@ -126,10 +126,7 @@ class InlineHooks:
         self._eh: dict[str, EhFrame] = {}
         self.traced = TracedPages(rs, GROUP)
         self.events = HookEvents(engine, self)
-        # signals that interrupt a stub's group (inject/writer_windows.py)
-        self.writer_windows = WriterWindows(
-            self.L.templates[name] for name in ("hook_alloc", "hook_copy", "hook_set"))
-        self.tracee.before_delivery.append(self.writer_windows.before_delivery)
+        self.writer_windows = WriterWindows.of(self.L, HOOK_STUBS)     # signals in a group
         engine.paths.records.hook_sink = self.events.take
         self.active = False
         self.paused = False
@@ -217,7 +214,7 @@ class InlineHooks:
                                 address=at, group=GROUP)
             shared.steppable = True
             area = self.areas[module.name] = _Area(shared)
-            self.writer_windows.watch(shared)
+            self.writer_windows.watch(shared, self.tracee)
         return area
 
     def _hook(self, rs, address: int, name: str, role: str, code: bytes, rips) -> str | None:

@@ -28,22 +28,21 @@ from ..binary.address_space import AddressSpace
 from ..capture.rings import MADV_POPULATE_WRITE, RingSet
 from ..capture.tsc import start_calibration, tsc_flags, tsc_hz
 from ..process.remote_syscall import RemoteSyscalls
-from ..process.events import SignalStop, TrapStop
 from ..process.tracee import Tracee
 from ..trace.format import FUNCTIONS_FILE, RECORD_FORMAT
 from .areas import CodeArea, SharedArea, gap_for_module, page_round
 from .entry_links import EntryLinks
 from .child_rings import private_rings, shadow_entries
-from .footprint import Footprint, step_until_out
+from .footprint import Footprint
 from . import staging
-from .patchset import Patch, PatchConflict, PatchSet
+from .patchset import Patch, PatchConflict, PatchSet, step_out_of
 from .plan import Plan, Site, TracedFunction, make_plan
 from .templates import load_injector
 from .areas import REL32_REACH
 from .thread_pool import ThreadPool, owner_offset, owner_word, place_thread_code
 from .unwind import eh_frame
 from .unwind_registry import Unwinder, UnwindObjects
-from .writer_windows import WriterWindows
+from .writer_windows import TRAMPOLINES, WriterWindows
 
 GROUP = "madtrace-functions"     # the areas of function tracing stay or go together
 ENTRY_SLOT = 6 + 7 + 8           # an entry trampoline's jmp [slot], padding, the slot
@@ -60,10 +59,7 @@ class FunctionTracer:
         self.out_dir = out_dir
         self.timestamps = timestamps
         self.injector = load_injector()
-        # signals that interrupt a trampoline's record (writer_windows.py)
-        self.writer_windows = WriterWindows(
-            t for name, t in self.injector.templates.items()
-            if name.startswith(("callsite_", "tailsite_", "entry_", "exitstub_")))
+        self.writer_windows = WriterWindows.of(self.injector, TRAMPOLINES)   # signals
         self.plan: Plan | None = None
         self.rings: RingSet | None = None
         self.code_areas: dict[str, CodeArea] = {}
@@ -267,10 +263,7 @@ class FunctionTracer:
                           address=address, group=GROUP)
         area.steppable = True
         self.code_areas[module.name] = CodeArea(area)
-        self.writer_windows.watch(area)
-        hooks = self.tracee.before_delivery
-        if self.writer_windows.before_delivery not in hooks:
-            hooks.append(self.writer_windows.before_delivery)
+        self.writer_windows.watch(area, self.tracee)
 
     def _merge_plan(self, fresh: Plan) -> list[TracedFunction]:
         """Appends the functions of ``fresh`` that are new to ``self.plan`` (with new
@@ -339,7 +332,7 @@ class FunctionTracer:
             if isinstance(built, Exception):
                 raise built
             patches, new_slots, new_returns = built
-            rips = self._step_out_of(patches, rips)
+            rips = step_out_of(self.tracee, patches, rips)
             self.patches.apply(self.tracee.mem, patches, rips)
         except (PatchConflict, _Refused) as exc:
             self.report["skipped"].append({"what": fn.name, "why": str(exc)})
@@ -445,23 +438,6 @@ class FunctionTracer:
     def thread_exited(self, tid: int) -> None:
         if self.rings is not None:
             self.rings.unregister(tid)
-
-    def _step_out_of(self, patches: list[Patch], rips: list[int]) -> list[int]:
-        """A thread stopped strictly inside bytes about to be patched (the second
-        instruction of a prologue, caught there by the stop) is single-stepped
-        until it is out, so the function is patched rather than skipped; a
-        thread inside a system call is left alone (PatchSet refuses)."""
-        inside = _Ranges(patches)
-        if not any(inside.contains(rip) for rip in rips):
-            return rips
-        for tid, state in list(self.tracee.threads.items()):
-            if state.running or state.gone or \
-                    not isinstance(state.last_event, (TrapStop, SignalStop)):
-                continue
-            regs = self.tracee.get_regs(tid)
-            if inside.contains(regs.rip) and regs.orig_rax == 2 ** 64 - 1:
-                step_until_out(self.tracee, tid, inside)
-        return [self.tracee.get_regs(tid).rip for tid in self.tracee.threads]
 
     # ------------------------------------------------------------- restore
     def restore(self, names: set[str] | None = None) -> int:
@@ -591,17 +567,6 @@ class FunctionTracer:
             if site.sid < len(per_site) and site.function.name in counts:
                 counts[site.function.name] += int(per_site[site.sid])
         return counts
-
-
-class _Ranges:
-    """The bytes of some patches, their first byte excluded: a thread there would
-    resume in the middle of a patched instruction."""
-
-    def __init__(self, patches: list[Patch]):
-        self.spans = [(p.address, p.end) for p in patches]
-
-    def contains(self, address: int) -> bool:
-        return any(lo < address < hi for lo, hi in self.spans)
 
 
 class _Refused(Exception):

@@ -15,7 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import TracerInternalError
+from ..process.events import SignalStop, TrapStop
 from ..process.memory import ProcessMemory
+from .footprint import step_until_out
 
 
 @dataclass(frozen=True)
@@ -101,3 +103,32 @@ class PatchSet:
                 mem.write(p.address, p.original)
                 restored += 1
         return restored
+
+
+def step_out_of(tracee, patches: list[Patch], rips: list[int]) -> list[int]:
+    """A thread stopped strictly inside bytes about to be patched (the second
+    instruction of a prologue, caught there by the stop) is single-stepped
+    until it is out, so the function is patched rather than skipped; a thread
+    inside a system call is left alone (PatchSet refuses).  Returns the
+    threads' instruction pointers as they are now (``rips``: as they were)."""
+    inside = _Inside(patches)
+    if not any(inside.contains(rip) for rip in rips):
+        return rips
+    for tid, state in list(tracee.threads.items()):
+        if state.running or state.gone or not isinstance(state.last_event, (TrapStop, SignalStop)):
+            continue
+        regs = tracee.get_regs(tid)
+        if inside.contains(regs.rip) and regs.orig_rax == 2 ** 64 - 1:
+            step_until_out(tracee, tid, inside)
+    return [tracee.get_regs(tid).rip for tid in tracee.threads]
+
+
+class _Inside:
+    """The bytes of some patches, their first byte excluded: a thread there would
+    resume in the middle of a patched instruction."""
+
+    def __init__(self, patches: list[Patch]):
+        self.spans = [(p.address, p.end) for p in patches]
+
+    def contains(self, address: int) -> bool:
+        return any(lo < address < hi for lo, hi in self.spans)

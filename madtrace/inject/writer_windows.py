@@ -28,9 +28,16 @@ from ..process.events import INSTRUCTION_FAULTS
 from .templates import Template
 
 ALIGN = 16
+TRAMPOLINES = ("callsite_", "tailsite_", "entry_", "exitstub_")
+HOOK_STUBS = ("hook_alloc", "hook_copy", "hook_set")
 
 
 class WriterWindows:
+    @classmethod
+    def of(cls, injector, kinds: tuple[str, ...]) -> "WriterWindows":
+        """The windows of the injector's templates whose names start with ``kinds``."""
+        return cls(t for name, t in injector.templates.items() if name.startswith(kinds))
+
     def __init__(self, templates: Iterable[Template]):
         # template -> [(write offset, publish offset)]
         self.windows: list[tuple[Template, int, int]] = []
@@ -42,9 +49,12 @@ class WriterWindows:
         self.areas: list = []           # anything with contains(address)
         self.rewound = 0                # threads moved back before a signal
 
-    def watch(self, area) -> None:
+    def watch(self, area, tracee) -> None:
+        """Threads of ``tracee`` in ``area`` (its templates') are moved back."""
         if area not in self.areas:
             self.areas.append(area)
+        if self.before_delivery not in tracee.before_delivery:
+            tracee.before_delivery.append(self.before_delivery)
 
     def forget(self, area) -> None:
         if area in self.areas:

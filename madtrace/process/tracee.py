@@ -137,9 +137,7 @@ class Tracee:
         self.foreign: list[tuple[int, int]] = []
         # called with the tid of each new thread before it first runs
         self.on_new_thread: list = []
-        # called with (tracee, tid, signal) before a signal is delivered to a thread
-        # stopped at its signal-delivery stop (it may move the thread: its handler
-        # then interrupts it there)
+        # (tracee, tid, signal) before a signal's delivery stop ends (may move the thread)
         self.before_delivery: list = []
         # events met while attaching (Tracee.attach), for the controller to handle
         self.attach_events: list[Event] = []
