@@ -23,7 +23,7 @@ from ..errors import (CommandNotFoundError, NoSuchProcessError, NotElfError, Per
                       TracerInternalError)
 from . import ptrace_raw as pr
 from . import queued_faults, spawn_proxy
-from .events import (Event, GroupStop, PtraceEventStop, SignalStop, ThreadExited,
+from .events import (Event, GroupStop, PtraceEventStop, ThreadExited,
                      ThreadKilled, TrapStop, decode_status, keep_signal)
 from .memory import ProcessMemory
 from .traceable import check_traceable
@@ -137,7 +137,7 @@ class Tracee:
         self.foreign: list[tuple[int, int]] = []
         # called with the tid of each new thread before it first runs
         self.on_new_thread: list = []
-        # (tracee, tid, signal) before a signal's delivery stop ends (may move the thread)
+        # (tracee, tid, signal) before a resume that delivers a signal (harmless if none is)
         self.before_delivery: list = []
         # events met while attaching (Tracee.attach), for the controller to handle
         self.attach_events: list[Event] = []
@@ -351,7 +351,7 @@ class Tracee:
                 hook(tid)
         if signum is None:
             signum, state.pending_signal = state.pending_signal, 0
-        if signum and isinstance(state.last_event, SignalStop):
+        if signum:
             for hook in self.before_delivery:
                 hook(self, tid, signum)
         if isinstance(state.last_event, GroupStop):
