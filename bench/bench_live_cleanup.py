@@ -23,6 +23,7 @@ environment: CYCLES (per measure and tree, default 20).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import re
@@ -33,7 +34,7 @@ import threading
 import time
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT, side_by_side
 
 
 class Requests:
@@ -171,21 +172,15 @@ def _kill_and_reattach(tree, scratch, proc, requests, runtime, cycles, out) -> N
 def main() -> None:
     trees = sys.argv[1:] or [ROOT]
     cycles = int(os.environ.get("CYCLES", 20))
-    lines = ["# Live data tracing: what stays in a server", "",
-             f"http.server under a request loop, {cycles} cycles per measure and tree "
-             f"(bench/bench_live_cleanup.py).", ""]
     with tempfile.TemporaryDirectory() as scratch:
-        for measure in (detach_cycles, reattach_cycles):
-            lines += [f"## {measure.__name__.replace('_', ' ')}", ""]
-            for tree in trees:
-                result = measure(tree, scratch, cycles)
-                print(f"{measure.__name__} {tree}: {result}", flush=True)
-                lines.append(f"- `{os.path.basename(os.path.abspath(tree))}`: " +
-                             ", ".join(f"{k} {v}" for k, v in result.items()))
-            lines.append("")
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", "live_cleanup.md"), "w") as f:
-        f.write("\n".join(lines))
+        side_by_side(
+            "Live data tracing: what stays in a server",
+            f"http.server under a request loop, {cycles} cycles per measure and tree "
+            "(bench/bench_live_cleanup.py).",
+            {measure.__name__.replace("_", " "): functools.partial(measure, scratch=scratch,
+                                                                   cycles=cycles)
+             for measure in (detach_cycles, reattach_cycles)},
+            trees, "live_cleanup.md")
 
 
 if __name__ == "__main__":

@@ -36,3 +36,21 @@ def table(title: str, rows: list[tuple], headers: tuple) -> str:
     out = [f"== {title}", line.format(*headers)]
     out += [line.format(*map(str, row)) for row in rows]
     return "\n".join(out)
+
+
+def side_by_side(title: str, intro: str, measures: dict, trees: list[str], results: str) -> None:
+    """Each measure (name -> fn(tree) -> {what: count}) on each tree in turn,
+    printed as it goes and written to bench/results/``results`` (Markdown)."""
+    lines = [f"# {title}", "", intro, ""]
+    for name, measure in measures.items():
+        lines += [f"## {name}", ""]
+        for tree in trees:
+            result = measure(tree)
+            print(f"{name} {tree}: {result}", flush=True)
+            lines.append(f"- `{os.path.basename(os.path.abspath(tree))}`: " +
+                         ", ".join(f"{k} {v}" for k, v in result.items()))
+        lines.append("")
+    path = os.path.join(ROOT, "bench", "results", results)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("\n".join(lines))

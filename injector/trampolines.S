@@ -137,8 +137,9 @@ mt_\name\()_pp_owner\tag\()_imm32:
  * clobbers rax, rdx; ends at .Ldone_<name><tag>.  From mark write<tag> up to
  * mark publish<tag> (the inc of HEAD) the record is written but not published:
  * a signal delivered there is delivered at the write mark instead, so that a
- * handler's records are never overwritten (inject/writer_windows.py).  The site code (site id << 1
- * | kind) is patch point mt_<name>_pp_code<tag>_imm32; rsp_off: where the
+ * handler's records are never overwritten (inject/writer_windows.py).  The
+ * site code (site id << 1 | kind) is patch point
+ * mt_<name>_pp_code<tag>_imm32; rsp_off: where the
  * callee's entry stack pointer is, relative to rsp.  An entry record also
  * counts the call: the thread's counter of the site (patch point
  * mt_<name>_pp_count<tag>_imm32: MT_RING_COUNTS + 8 * site id), once the

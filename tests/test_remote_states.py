@@ -153,5 +153,7 @@ def test_remote_syscalls_in_every_thread_state(variant):
             assert f.read() == expected
     for label in ("exec", "clone", "fork", "vfork", "vfork-done", "exit", "syscall-entry",
                   "syscall-exit", "signal", "new-thread"):
-        assert seen[label] > 0, f"no scope in a {label} stop: {dict(seen)}"
+        # a scope at the stop itself or in a thread chosen while it was in that stop: a
+        # new thread's first stop is met either way, as the scheduler orders the stops
+        assert seen[label] + seen["chosen-" + label] > 0, f"no scope in a {label} stop: {dict(seen)}"
     assert sum(v for k, v in seen.items() if k.startswith("chosen-")) > 20, dict(seen)

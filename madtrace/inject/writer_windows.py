@@ -39,7 +39,7 @@ class WriterWindows:
         return cls(t for name, t in injector.templates.items() if name.startswith(kinds))
 
     def __init__(self, templates: Iterable[Template]):
-        # template -> [(write offset, publish offset)]
+        # (template, offset of a write mark, offset of its publish mark)
         self.windows: list[tuple[Template, int, int]] = []
         for template in templates:
             for mark, start in template.marks.items():
@@ -55,10 +55,6 @@ class WriterWindows:
             self.areas.append(area)
         if self.before_delivery not in tracee.before_delivery:
             tracee.before_delivery.append(self.before_delivery)
-
-    def forget(self, area) -> None:
-        if area in self.areas:
-            self.areas.remove(area)
 
     def before_delivery(self, tracee, tid: int, signum: int) -> None:
         """Tracee.before_delivery hook: a signal is about to be delivered to
