@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 
 import pytest
@@ -36,7 +37,8 @@ def accesses(directory: str) -> dict:
 def test_sh_exec_equals_direct_launch(tmp_path, variant):
     program = prog("data_heap", variant)
     direct, direct_out = record(tmp_path, "direct", "--data", "--", program)
-    wrapped, wrapped_out = record(tmp_path, "wrapped", "--data", "--", "/bin/sh", "-c", f"exec {program}")
+    wrapped, wrapped_out = record(tmp_path, "wrapped", "--data", "--", "/bin/sh", "-c",
+                                  f"exec {shlex.quote(program)}")
     assert wrapped_out == direct_out
     image = os.path.join(wrapped, "exec.1")
     d, w = summary_json(direct), summary_json(image)
@@ -52,7 +54,7 @@ def test_sh_exec_equals_direct_launch(tmp_path, variant):
 def test_script_that_execs_and_pending_function(tmp_path):
     program = prog("calls_recursion", "O0-pie")
     script = tmp_path / "launch.sh"
-    script.write_text(f"#!/bin/sh\n# a launcher as users write them\nexec {program} \"$@\"\n")
+    script.write_text(f"#!/bin/sh\n# a launcher as users write them\nexec {shlex.quote(program)} \"$@\"\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     direct, direct_out = record(tmp_path, "direct", "-f", "fib", "-f", "is_*", "--", program)
     # fib and is_* are not defined by the shell: pending until the exec brings them
@@ -66,7 +68,7 @@ def test_function_never_matched_is_one_error_at_the_end(tmp_path):
     program = prog("calls_recursion", "O0-pie")
     out = str(tmp_path / "t")
     result = madtrace("record", "-q", "-o", out, "-f", "fib", "-f", "no_such_fn", "--",
-                      "/bin/sh", "-c", f"exec {program}")
+                      "/bin/sh", "-c", f"exec {shlex.quote(program)}")
     one_line_error(result, 16, "no function matches 'no_such_fn' in any image or library")
     assert summary_json(os.path.join(out, "exec.1"))["calls"]["fib"] == 21891
     assert summary_json(os.path.join(out, "exec.1"))["unmatched_functions"] == ["no_such_fn"]

@@ -51,7 +51,7 @@ def function_bytes(pid: int, address: int, size: int) -> tuple[bytes, bytes]:
     """(the bytes in the process, the bytes of the file it maps) of a function."""
     with open(f"/proc/{pid}/maps") as f:
         for line in f:
-            fields = line.split()
+            fields = line.rstrip("\n").split(None, 5)      # a path may hold spaces
             start, end = (int(x, 16) for x in fields[0].split("-"))
             if start <= address < end and len(fields) >= 6:
                 offset, path = int(fields[2], 16), fields[5]
