@@ -59,6 +59,7 @@ from ..inject.templates import load_injector
 from ..inject.unwind import OBJECT_SIZE, frames_eh_frame, registrar
 from ..inject.writer_windows import HOOK_STUBS, WriterWindows
 from ..process.remote_syscall import RemoteSyscalls
+from ..process.tracee import is_exiting
 from .call_hooks import CallHooks
 from .hook_events import HookEvents
 from .rewriting import GROUP
@@ -530,17 +531,9 @@ def _wait_for(tracee, tid: int):
         event = tracee.wait_event(block=False, tid=tid)
         if event is not None:
             return event
-        if tid not in tracee.threads or _exited(tracee.pid, tid):
+        if tid not in tracee.threads or is_exiting(tid):
             return None
         time.sleep(0.0005)
-
-
-def _exited(pid: int, tid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/task/{tid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
 
 
 def _a_ret(address: int, code: bytes) -> int:
