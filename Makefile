@@ -20,7 +20,7 @@ EXAMPLE_BINS := $(patsubst examples/%.c,build/examples/%,$(EXAMPLE_SRCS))
 
 CFLAGS_COMMON := -g -Wall -Wno-unused-result -fno-omit-frame-pointer -pthread
 
-.PHONY: all setup deps venv bytecode programs injector native footprint-native demo example-reports check test soak parity bench clean distclean
+.PHONY: all setup deps venv bytecode programs injector native footprint-native demo example-reports docs check test soak parity bench clean distclean
 
 all: setup
 
@@ -163,6 +163,12 @@ example-reports: setup
 	$(VENV)/bin/madtrace record -q --force --data -o build/demo.data -- build/examples/demo
 	$(VENV)/bin/madtrace report build/demo.data --kind heatmap --png examples/demo-heatmap.png --force
 	$(VENV)/bin/madtrace report build/demo.data --html examples/demo-report.html --force
+
+# the command reference and the manual page, made from the commands' option definitions (tests/test_docs.py
+# fails when the committed page differs)
+docs: setup
+	$(VPY) -m madtrace.cli.reference docs/commands.md
+	$(VPY) -m madtrace.cli.reference --man docs/man/madtrace.1
 
 # lint, layers and types (pyproject.toml has their settings); the format check covers the
 # modules listed in FORMATTED (the rest is formatted once the concurrent branches have landed)

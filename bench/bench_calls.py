@@ -36,7 +36,7 @@ Before timing, each tracer's trace is checked once: it must hold exactly N1
 calls of leaf (and, for madtrace, no dropped events), and the program's output
 must be the untraced one.
 
-Goals (issue 3): madtrace's overhead per call (over native) at most 1/6 of
+Goals: madtrace's overhead per call (over native) at most 1/6 of
 uftrace's with timestamps, 1/20 with --no-time.  The floors show the best
 ratio any tracer of these records could reach here.
 """

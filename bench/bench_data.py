@@ -21,7 +21,7 @@ Three measurements:
    the memory-heavy program also runs under lackey at both sizes, for lackey's
    own differenced cost per data access (its L/S/M lines, which also cover
    the stack and every other mapping);
-3. the issue's goals, computed from the figures above: compute-heavy at least
+3. the goals, computed from the figures above: compute-heavy at least
    50x faster than lackey, memory-heavy no slower than lackey, at most 10 us
    per access.
 

@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """Function tracing with the hybrid data engine, this tree against a base tree
-(issue 18: calls through function tracing's trampolines must run the copies).
+(calls through function tracing's trampolines must run the copies).
 
 ``madtrace record --data --data-engine hybrid`` (function tracing on, as by
 default) of:
 
-* the machine's python3 running the issue's script (python3 is stripped:
+* the machine's python3 running a short script (python3 is stripped:
   every function it exports is patched at its entry), N iterations;
 * tests/progs/data_calls at two call counts: bump() patched at its entry
   (its address is taken), scale() at its entry (``--method entry``) or at

@@ -19,7 +19,7 @@ getrusage of the children): on a VM shared with other jobs the CPU figure is
 the steadier one.  Also the ptrace stops each run took (meta.json
 ``data_tracing``: ``faults`` + ``traps`` + the rewriter's ``moved``).
 
-``--python``: the issue's anchor, ``python3 -S`` on a 10 000-entry dict script,
+``--python``: the anchor, ``python3 -S`` on a 10 000-entry dict script,
 ``REPEAT`` runs of each configuration (alternating): whole-run wall and CPU, the
 stops, the allocator and block-event calls.  That run takes minutes.
 

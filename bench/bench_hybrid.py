@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""The hybrid data engine against valgrind lackey, in one run (issue 18).
+"""The hybrid data engine against valgrind lackey, in one run.
 
 Per access (difference method: each program at two run lengths, the
 difference of the median wall times over the difference of the accesses
@@ -26,7 +26,7 @@ resident madtrace process started by the bench (the client forks the
 program; a worker forked from the resident, the tracer already imported,
 records it).  Bytes per access on disk: the list walk's data/<tid>.dat files.
 
-Goals (issue 18): <= 50 ns per access on the probe path; memory-heavy >= 10x
+Goals: <= 50 ns per access on the probe path; memory-heavy >= 10x
 faster than lackey per access; compute-heavy >= 100x faster over the whole
 run; gzip and python3 >= 10x faster; <= 16 bytes per access on disk.
 
@@ -288,7 +288,7 @@ def main() -> int:
         finally:
             run([*MADTRACE, "daemon", "--stop-resident"])
     lst, mem = figures["bench_data_list"], figures["bench_data_memory"]
-    print("== goals (issue 18)")
+    print("== goals")
     if min(lst["hybrid"], mem["hybrid"]) <= 0:
         print("  the probe path's difference is not positive: below the noise of this run")
         return 1

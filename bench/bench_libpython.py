@@ -1,4 +1,4 @@
-"""Issue 3 benchmark: instrumenting every direct call site of a large real
+"""Instrumenting every direct call site of a large real
 library, the machine's own libpython3.11 (~44k call sites), with python
 itself as the target.  Reports the time madtrace spends planning and
 patching (from the patch report), the number of patches, the whole-run

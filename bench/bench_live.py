@@ -1,4 +1,4 @@
-"""Issue 17: live sessions, measured side by side in one run, madtrace beside
+"""Live sessions, measured side by side in one run, madtrace beside
 Frida (PyPI frida: Interceptor with a CModule, and with JS callbacks) and
 bpftrace (uprobes), each where it runs on this machine (the bench extra
 installs frida; bpftrace is a Debian package).

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""Where the hybrid data engine's probe path spends its time (issue 18).
+"""Where the hybrid data engine's probe path spends its time.
 
 Each program runs at two lengths (difference method: start-up and write-out
 cancel), untraced and under ``madtrace record --data --data-engine hybrid``,

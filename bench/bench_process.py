@@ -1,4 +1,4 @@
-"""Issue 2 benchmark: injected-syscall round trip and target-memory read
+"""Injected-syscall round trip and target-memory read
 throughput, madtrace's process layer side by side with python-ptrace's own
 calls, on the same target in one run (ratios matter; absolute numbers drift).
 

@@ -1,4 +1,4 @@
-"""Issue 15 benchmark: the tracer's cost per traced access with 1e3 .. 1e6
+"""The tracer's cost per traced access with 1e3 .. 1e6
 live heap blocks (bench/progs/live_blocks.c), which must not grow with the
 number of blocks (flat within 30%).
 

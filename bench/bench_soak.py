@@ -1,4 +1,4 @@
-"""Issue 16 soak: a daemon attached to a live python3 -m http.server (127.0.0.1)
+"""Soak: a daemon attached to a live python3 -m http.server (127.0.0.1)
 for 10 minutes (MADTRACE_SOAK_SECONDS to change it), instrumenting and
 restoring libpython functions every few seconds, while a bounded request loop
 (one GET every 20 ms) runs.  Reports the requests answered and failed, the

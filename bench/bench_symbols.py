@@ -1,4 +1,4 @@
-"""Issue 15 benchmark: symbols and DWARF once per binary.  ``madtrace record``
+"""Symbols and DWARF once per binary.  ``madtrace record``
 of the machine's python3.11 (which links libpython3.11.so.1.0, 9 MB of
 .debug_info), with function tracing, and with --data on a short script,
 each twice with an empty symbol cache first: the first run reads the DWARF

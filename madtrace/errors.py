@@ -54,7 +54,8 @@ class NotElfError(MadtraceError):
 
 
 class UnknownSymbolError(MadtraceError):
-    """A function or variable name matched nothing."""
+    """A function or variable name matched nothing (a -f pattern that never matched
+    any function is reported at the end, once the trace is written)."""
 
     exit_code = 16
 
@@ -66,7 +67,8 @@ class OutputExistsError(MadtraceError):
 
 
 class CorruptTraceError(MadtraceError):
-    """A trace directory is missing files or has unreadable contents."""
+    """A trace directory is missing files or has unreadable contents (a corrupt store
+    is first rebuilt from the trace files)."""
 
     exit_code = 18
 
@@ -97,7 +99,8 @@ class QueryError(MadtraceError):
 
 class OutputError(MadtraceError):
     """An output cannot be written: a trace directory, an export or report file, the
-    columnar store (read-only file system, missing parent, disk full...)."""
+    columnar store (read-only file system, missing parent, disk full...).  A recording
+    whose disk fills up stops recording, lets the program go on and ends with it."""
 
     exit_code = 23
 

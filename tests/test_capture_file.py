@@ -11,8 +11,8 @@ mid-chunk stays readable, its counts those of the complete chunks: silently
 when the tracer was killed (a partial trace), with one line saying what was
 lost when the recording had ended.
 
-Oracle: a naive walk of the container written here from the layout in the
-README (32-byte file header, then 16-byte chunk headers: magic, length,
+Oracle: a naive walk of the container written here from the layout in
+docs/trace-format.md (32-byte file header, then 16-byte chunk headers: magic, length,
 checksum), independent of madtrace's reader; xxhash computes the checksums.
 """
 

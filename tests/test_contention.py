@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""No access escapes while a system call waits on traced memory (issue 14 item 7).
+"""No access escapes while a system call waits on traced memory.
 
 tests/progs/data_contend:
 * ``mutex``: 4 threads each add into a global counter 4 times under a pthread

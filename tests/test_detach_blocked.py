@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from .util import MADTRACE, ROOT, prog, read_line
+from .util import MADTRACE, ROOT, large_anonymous_maps, madtrace_maps, prog, read_line
 
 
 @pytest.mark.parametrize("engine,variant", [("hybrid", "O0-pie"), ("hybrid", "O2-nopie"),
@@ -42,6 +42,8 @@ def test_detach_while_blocked_in_calls_on_traced_memory(tmp_path, engine, varian
         assert meta["outcome"] == "detached" and meta["released"]["kept"] == [], meta["released"]
         if engine == "hybrid":     # the wait restarted after a stop ran on the alias too
             assert meta["data_tracing"]["syscalls_opened"] == 0, meta["data_tracing"]
+        target = meta["pid"]        # nothing of madtrace's stays mapped, the bitmap neither
+        assert madtrace_maps(target) == [] and large_anonymous_maps(target) == []
         tracer.stdin.write(b"three\n")
         tracer.stdin.flush()
         assert read_line(tracer, timeout=60) == b"got three\n"

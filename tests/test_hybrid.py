@@ -1,4 +1,4 @@
-"""The hybrid data engine (issue 18): faults discover the instructions that
+"""The hybrid data engine: faults discover the instructions that
 touch traced data, rewritten code records their accesses inside the target.
 
 Oracles: valgrind lackey per instruction (the executable's own instructions),

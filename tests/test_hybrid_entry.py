@@ -1,4 +1,4 @@
-"""Function tracing and the hybrid data engine together (issue 18).
+"""Function tracing and the hybrid data engine together.
 
 A function that function tracing patches at its entry, and that the hybrid
 engine relocated, is called many times: each call must record its entry and

@@ -1,5 +1,5 @@
 """C++ programs under the hybrid data engine: exceptions unwind through the
-relocated copies (issue 18, "keep exceptions unwinding").
+relocated copies.
 
 Before, every function of a process with a C++ unwinder stayed on the fault
 path.  Now each copy gets the unwind information of its original (call frame

@@ -238,7 +238,7 @@ def test_a_killed_hybrid_session_is_taken_out_by_the_next(tmp_path):
     next attach finds the old session's aliases, copies and hooks, takes them
     out (the aliased memory the program's own again), traces and detaches: the
     server answers all along, and no madtrace mapping is left (or what stays is
-    said).  A server the SIGKILL itself took down (README, Known limits) is
+    said).  A server the SIGKILL itself took down (docs/known-limits.md) is
     replaced, up to 4 times."""
     for attempt in range(4):
         server, port = start_server(tmp_path)

@@ -1,4 +1,4 @@
-"""Issue 17, the target's pause while instrumenting: what is done ahead, while
+"""The target's pause while instrumenting: what is done ahead, while
 the target runs, must give the same result as what the stop did before."""
 
 import os

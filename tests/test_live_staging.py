@@ -1,4 +1,4 @@
-"""Issue 17, instrumenting a live, attached target in short stops
+"""Instrumenting a live, attached target in short stops
 (inject/staging.py): the areas are mapped in a brief stop of their own, the
 trampolines written while the target runs, and the command's stop only
 writes the jumps.  The result must be what one long stop gave: exact counts,

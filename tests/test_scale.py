@@ -1,4 +1,4 @@
-"""Issue 15: per-event costs flat in program size, the symbol/DWARF cache,
+"""Per-event costs flat in program size, the symbol/DWARF cache,
 bounded tracer memory, progress."""
 
 import bisect

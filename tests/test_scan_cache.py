@@ -91,7 +91,7 @@ def test_cached_scan_equals_fresh_scan(cache, path):
 
 
 def test_libpython_is_covered():
-    """The interpreter the tests run on has a shared libpython (run H's case)."""
+    """The interpreter the tests run on has a shared libpython (as Debian's python3.11 has)."""
     assert _libpython() is not None, "this interpreter links libpython statically"
 
 

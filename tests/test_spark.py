@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""The store read by Apache Spark, as the README shows it (a trace that
+"""The store read by Apache Spark, as docs/sql.md shows it (a trace that
 outgrows one machine): Spark's own Parquet reader and partition discovery
 (the tid column from the tid=<n> folders) give the same rows and the same
 aggregates as DuckDB over the same files (madtrace query).
@@ -47,7 +47,7 @@ def test_spark_reads_the_store_as_duckdb_does(spark, trace):
     from pyspark.sql import functions
     con = connect(trace)
     store = os.path.join(trace, "store")
-    # the README's line: partition discovery gives the tid column
+    # the line of docs/sql.md: partition discovery gives the tid column
     accesses = spark.read.parquet(os.path.join(store, "accesses"))
     assert "tid" in accesses.columns
     assert accesses.count() == con.execute("SELECT count(*) FROM accesses").fetchone()[0] > 0

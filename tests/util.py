@@ -129,6 +129,19 @@ def madtrace_maps(pid: int, attached: bool = False) -> list[str]:
                 and not (attached and "/memfd:madtrace-calls" in line)]
 
 
+def large_anonymous_maps(pid: int, at_least: int = 1 << 32) -> list[str]:
+    """Anonymous mappings of ``at_least`` bytes or more (the hybrid engine's page bitmap,
+    4 GiB, becomes zeros at detach and must go with the copies that read it)."""
+    found = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            fields = line.split(None, 5)
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if end - start >= at_least and (len(fields) < 6 or not fields[5].strip()):
+                found.append(line.strip())
+    return found
+
+
 def start_data_tracing(args: list) -> subprocess.Popen:
     """``madtrace ARGS`` (a recording with --data) started, once it says it is
     tracing data accesses (its stdout and stderr are pipes)."""

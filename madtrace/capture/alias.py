@@ -386,6 +386,10 @@ class AliasMap:
         rs.mmap(self.bitmap.address, BITMAP_BYTES, PROT_READ,
                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE)
         child = tracee is not self.tracee
+        if not child:
+            # the zeros are the bitmap now: they go with the copies that read them
+            # (inject/footprint.py tells an anonymous area by its address)
+            self.bitmap.anonymous = True
         for start, end in self.spans:
             pages = self._contents_of(tracee, start, end)
             for o in [o for o in self.origins if o.start < end and start < o.end] or \

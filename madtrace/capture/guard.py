@@ -24,7 +24,7 @@ madtrace's on a blocked SIGSEGV makes the kernel reset the action to SIG_DFL.
 So the kernel gets the target's SIGSEGV handler with SA_NODEFER, and every
 other action without SIGSEGV in its mask (``kernel_action``); the target reads
 its actions back as it set them (``answer_old``).  A SIGSEGV the target blocks
-itself with sigprocmask is not handled (README: known limits).
+itself with sigprocmask is not handled (docs/known-limits.md).
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ class SegvGuard:
         dies, whatever kills it, and the guard gives every page back then, not
         only at the next fault (a first fault in a thread that blocks SIGSEGV,
         as a new glibc thread does at its start, makes the kernel reset the
-        action to SIG_DFL).  README, Known limits: what it did not cure."""
+        action to SIG_DFL).  docs/known-limits.md: what it did not cure."""
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         try:
             rs.tracee.mem.write(self.scratch, f"/proc/{os.getpid()}/fd/{read_end}".encode() + b"\0")

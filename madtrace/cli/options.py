@@ -28,7 +28,9 @@ def parse_pid(text: str) -> int:
 
 def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str | None) -> None:
     parser.add_argument("-o", "--output", default=default_output, metavar="DIR",
-                        help="trace directory to write (default: %(default)s)")
+                        help="trace directory to write (default: " + (
+                            default_output or "madtrace.data, or madtrace.data.N (the first N "
+                            "that is free)") + ")")
     parser.add_argument("--force", action="store_true", help="overwrite an existing trace directory")
     parser.add_argument("-f", "--function", dest="functions", action="append", default=[],
                         metavar="PATTERN", help="trace calls of functions matching this glob "

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """What instrumenting a live, attached target does ahead, while it runs, so
-that the stop writes and maps only (issue 17: the target stopped <= 10 ms for
+that the stop writes and maps only (the aim: the target stopped <= 10 ms for
 tens of functions).
 
 ``decode_ahead(tracee, space, patterns, method, pool)``: the first

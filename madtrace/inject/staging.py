@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""Instrumenting a live, attached target in short stops (issue 17: the target
+"""Instrumenting a live, attached target in short stops (the aim: the target
 stopped <= 10 ms for tens of functions).
 
 ``stage(engine, patterns, stop_for)`` runs while the target runs (a live

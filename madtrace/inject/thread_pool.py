@@ -22,7 +22,7 @@ that needs, besides the pool itself:
   function's first instructions, relocated) ask the tracer to seize the
   thread first (mt_seizeme): the fork child is then cleaned, or the exec
   followed, as any traced thread's.  A fork or exec made by a raw system
-  call from an untraced thread is not seen (README, Known limits);
+  call from an untraced thread is not seen (docs/known-limits.md);
 * the tracer's own slot insertions are atomic (capture/slot_table.py), and a
   thread stopped in the middle of its claim keeps its claim: the tracer
   never gives a ring to a thread while the pool is on.

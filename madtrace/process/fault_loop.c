@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
- * madtrace's data-access hot loop: the one part of the tracer that runs in C.
+ * madtrace's data-access hot loop, in C (the fault path of both data engines).
  *
  * The Python data engine (madtrace/capture/data.py) decides everything once
  * per instruction: it decodes the faulting instruction, builds its stub in the

@@ -37,7 +37,7 @@ A trace directory (``FORMAT_VERSION`` 2, in meta.json)::
                                             trace/columnar.py has their schemas)
   store/meta.json         STORE_META_FILE   read_store_meta / write_store_meta
 
-The README's "The trace directory" describes every field.
+docs/trace-format.md describes every field.
 
 Record files
 ------------
@@ -229,7 +229,7 @@ ALLOCATOR_CALL_OPEN = np.iinfo(np.uint64).max
 # follow have seq a; b = COMPACT_MARK_ORDER: the next access row has order a.
 # A block with magic COMPACT_MAGIC_PLANES "MTZ2" holds the same records as byte
 # planes before compression (byte k of every record, then byte k + 1...: what
-# the tracer writes since issue 18's probe-path work; zstd is 3-10x faster on
+# the tracer writes; zstd is 3-10x faster on
 # addresses that step by a few bytes, and the blocks 2-90x smaller); "MTZ1"
 # blocks hold the records as they are.
 COMPACT_DTYPE = np.dtype([("a", "<u8"), ("id", "<u4"), ("b", "<u4")])

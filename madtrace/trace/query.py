@@ -3,7 +3,7 @@
 place, streams: memory does not grow with the trace).
 
 ``connect(directory)`` builds the store if needed (store_writer.ensure_store)
-and returns a DuckDB connection with these views (README "madtrace query"):
+and returns a DuckDB connection with these views (docs/sql.md):
 
 * ``records``     the call records: tid, pos, seq, tsc, code, rsp
 * ``sites``       the call sites: site, function, kind, address, caller

@@ -1,5 +1,5 @@
 /* Threads contending for a lock that lives on a traced page, and a thread
- * blocked in a system call that writes into a traced page (issue 14 item 7).
+ * blocked in a system call that writes into a traced page.
  * Usage: data_contend mutex | pipe
  * mutex: 4 threads each add into a global counter 4 times under a pthread
  *   mutex; the mutex and the counter share one .bss page (one aligned
