@@ -81,24 +81,24 @@ DWARF_OUT := build/native/mtdwarf
 # the client of the resident process that starts without Python (madtrace/cli/madtrace_ctl.c)
 CTL_OUT := build/bin/madtrace-ctl
 native: $(NATIVE_OUT) $(DRAIN_OUT) $(REPLAY_OUT) $(BLOCKS_OUT) $(DWARF_OUT) $(CTL_OUT)
-$(NATIVE_OUT): madtrace/process/fault_loop.c madtrace/capture/data_expand.c injector/layout.h
+$(NATIVE_OUT): madtrace/process/fault_loop.c madtrace/data/data_expand.c injector/layout.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -Iinjector -o $@ madtrace/process/fault_loop.c \
-	    madtrace/capture/data_expand.c
+	    madtrace/data/data_expand.c
 # the capture container's constants for the drain, from the one definition (trace/format.py)
 CAPTURE_HEADER_H := build/native/capture_format.h
 $(CAPTURE_HEADER_H): madtrace/trace/format.py madtrace/trace/capture_file.py $(STAMP)
 	@mkdir -p $(@D)
 	$(VPY) -m madtrace.trace.capture_file > $@.tmp && mv $@.tmp $@
-$(DRAIN_OUT): madtrace/capture/ring_drain.c madtrace/capture/drain_thread.c injector/layout.h \
+$(DRAIN_OUT): madtrace/rings/ring_drain.c madtrace/rings/drain_thread.c injector/layout.h \
 	    $(CAPTURE_HEADER_H) | $(APT_STAMP)
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -pthread -Iinjector -Ibuild/native -o $@ \
-	    madtrace/capture/ring_drain.c madtrace/capture/drain_thread.c -lxxhash
+	    madtrace/rings/ring_drain.c madtrace/rings/drain_thread.c -lxxhash
 $(REPLAY_OUT): madtrace/trace/replay.c
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
-$(BLOCKS_OUT): madtrace/capture/block_index.c
+$(BLOCKS_OUT): madtrace/data/heap/block_index.c
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
 $(DWARF_OUT): madtrace/binary/dwarf_reader.c | $(APT_STAMP)

@@ -35,6 +35,7 @@ GENERATE = r"""
 import os, sys
 import numpy as np
 from madtrace.trace import format as F
+from madtrace.trace import record_files as R
 from madtrace.trace.compact import encode_block
 kind, path, rows, piece = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 new = hasattr(F, "CAPTURE_MAGIC")
@@ -42,9 +43,9 @@ os.makedirs(os.path.dirname(path), exist_ok=True)
 rng = np.random.default_rng(1)
 if kind == "dat":
     dtype = F.COMPACT_DTYPE
-    target = F.COMPACT_RECORDS if new else None
+    target = R.COMPACT_RECORDS if new else None
 else:
-    target = F.CALL_RECORDS if kind == "rec" else F.ACCESS_RECORDS
+    target = R.CALL_RECORDS if kind == "rec" else R.ACCESS_RECORDS
     dtype = target.dtype
 fd = target.create(path, truncate=True) if new else os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
 done = 0
@@ -103,7 +104,7 @@ def extract_base(ref: str, where: str) -> str:
     shutil.copytree(os.path.join(ROOT, "build", "injector"), os.path.join(base, "build", "injector"))
     shutil.copytree(os.path.join(ROOT, "build", "native"), os.path.join(base, "build", "native"))
     subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-Iinjector", "-o", "build/native/libmtdrain.so",
-                    "madtrace/capture/ring_drain.c"], cwd=base, check=True)
+                    "madtrace/rings/ring_drain.c"], cwd=base, check=True)
     return base
 
 

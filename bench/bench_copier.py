@@ -55,7 +55,7 @@ sys.path.insert(0, ROOT)
 from madtrace.arch.x86_64 import function_copy as this  # noqa: E402
 from madtrace.binary.eh_frame import EhFrame  # noqa: E402
 from madtrace.binary.elf import ElfImage, NotElfError  # noqa: E402
-from madtrace.inject.templates import load_injector  # noqa: E402
+from madtrace.target.templates import load_injector  # noqa: E402
 
 CTL, BITMAP = 0x7F0000001000, 0x7F1000002000
 SIZES = ((0, 128), (128, 512), (512, 2048), (2048, 8192), (8192, 1 << 40))

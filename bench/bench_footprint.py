@@ -33,7 +33,8 @@ BASE_RSP = 0x7FFF0000
 
 
 def write_trace(directory: str) -> None:
-    from madtrace.trace.format import ACCESS_DTYPE, ACCESS_RECORDS, CALL_RECORDS, FORMAT_VERSION, RECORD_DTYPE
+    from madtrace.trace.format import ACCESS_DTYPE, FORMAT_VERSION, RECORD_DTYPE
+    from madtrace.trace.record_files import ACCESS_RECORDS, CALL_RECORDS
     os.makedirs(os.path.join(directory, "calls"))
     os.makedirs(os.path.join(directory, "data"))
     names = ["phase", "work", "leaf"]

@@ -41,7 +41,7 @@ def build() -> None:
 
 
 def one_run(n: int) -> dict:
-    from madtrace.trace.format import CALL_RECORDS
+    from madtrace.trace.record_files import CALL_RECORDS
     from madtrace.trace.events import load_accesses
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "t")

@@ -49,8 +49,8 @@ def generate(directory: str, events: int, threads: int, accesses_per_round: int 
              ) -> tuple[int, int]:
     """A trace directory with ``events`` call records and accesses in all
     (``accesses_per_round`` 0: call records only, as with function tracing alone)."""
-    from madtrace.trace.format import (ACCESS_DTYPE, ACCESS_RECORDS, CALL_RECORDS, FORMAT_VERSION,
-                                       RECORD_DTYPE)
+    from madtrace.trace.format import ACCESS_DTYPE, FORMAT_VERSION, RECORD_DTYPE
+    from madtrace.trace.record_files import ACCESS_RECORDS, CALL_RECORDS
     os.makedirs(os.path.join(directory, "calls"))
     os.makedirs(os.path.join(directory, "data"))
     sites = [{"sid": i, "function": f, "kind": "call", "address": 0x1000 + i, "caller": "main"}
@@ -117,7 +117,7 @@ def phase_spool(directory: str) -> dict:
 def phase_records(directory: str) -> dict:
     from madtrace.trace.store_writer import StoreWriter
     _started()
-    from madtrace.trace.format import ACCESS_RECORDS
+    from madtrace.trace.record_files import ACCESS_RECORDS
     writer = StoreWriter(directory)
     written = writer.write_records()
     accesses = ACCESS_RECORDS.total_rows(directory)

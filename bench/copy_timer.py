@@ -17,7 +17,7 @@ import json
 import sys
 import time
 
-import madtrace.capture.rewriting as rewriting
+import madtrace.data.hybrid.rewriting as rewriting
 
 OUT = sys.argv.pop(1)
 SPENT = {"copy_function": 0.0, "analyse": 0.0, "copy_function_cpu": 0.0, "analyse_cpu": 0.0,

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-from madtrace.inject.templates import load_injector
+from madtrace.target.templates import load_injector
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUFFER, SIZE, ALIAS_BIT = 0x200000000, 1 << 16, 1 << 45

@@ -26,7 +26,7 @@ import sys
 import time
 
 from madtrace.arch.x86_64.function_copy import copy_function
-from madtrace.inject.templates import load_injector
+from madtrace.target.templates import load_injector
 
 LOOP = bytes.fromhex("48 8b 07 48 01 c2 48 83 c7 08 48 39 f7 75 f1"
                      "48 89 d0 c3".replace(" ", ""))

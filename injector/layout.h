@@ -3,7 +3,7 @@
  * madtrace shared-memory layout: the single definition.
  *
  * Included by injector/trampolines.S (the code that runs inside the target)
- * and parsed by madtrace/inject/layout.py (the tracer side), so the two can
+ * and parsed by madtrace/target/templates.py (the tracer side), so the two can
  * never disagree.  Only plain "#define NAME <integer expression>" lines.
  *
  * The shared mappings (memfds mapped by both tracer and target):
@@ -113,8 +113,8 @@
                                         pauses (a power of 2): a drain thread starved by other
                                         work gets the CPU this writer would spin on */
 
-/* Unwind information registered with the target's unwinder (inject/unwind.py,
- * inject/unwind_registry.py): areas named madtrace-unwind, each a chain of objects
+/* Unwind information registered with the target's unwinder (target/trampoline_unwind.py,
+ * target/unwind_registry.py): areas named madtrace-unwind, each a chain of objects
  * [state][next][.eh_frame object][libgcc's struct object], the first at offset 0.
  * The state tells a later session whether the unwinder still holds an object.
  * Offsets are from the object's start. */
@@ -204,7 +204,7 @@
 #define MT_GUARD_MAX_TRAPS    1024
 #define MT_GUARD_BITMAP       75520  /* u64: the hybrid engine's alias bitmap (0: none); the
                                         guard maps zeros over it: every probe then accesses
-                                        the address itself (capture/alias.py) */
+                                        the address itself (data/hybrid/alias.py) */
 #define MT_GUARD_BITMAP_SIZE  75528  /* u64: its size */
 #define MT_GUARD_TRACER       75536  /* u64: madtrace's pid (the sender of its death signal) */
 #define MT_GUARD_DELIVER_TID  75544  /* u64: the thread the tracer delivers a signal of the
@@ -212,7 +212,7 @@
                                         the target's action; any other means no tracer */
 #define MT_GUARD_DEATH_FD     75552  /* u64: the target's fd of madtrace's death pipe (0: none):
                                         SIGSEGV with si_code SI_SIGIO and this si_fd when
-                                        madtrace dies (capture/guard.py watch_tracer) */
+                                        madtrace dies (data/guard.py watch_tracer) */
 #define MT_UC_RIP             168    /* offsetof(ucontext_t, uc_mcontext.gregs[REG_RIP]) */
 #define MT_UC_ERR             192    /* offsetof(ucontext_t, uc_mcontext.gregs[REG_ERR]) */
 #define MT_GUARD_CODE         151552 /* page-aligned, after the table */
@@ -228,7 +228,7 @@
  * use, saved in the frame).  A data record is {u64 address, u32 MT_DATA_CODE |
  * instruction id, u32 epoch}: the control block's MT_CTL_EPOCH when it was
  * written (the tracer names its heap block after exactly the allocation events
- * whose stamps are below it, whichever thread made them: madtrace/capture/
+ * whose stamps are below it, whichever thread made them: madtrace/rings/
  * hook_events.py); call records have codes below MT_DATA_CODE, hook records
  * (below) codes from MT_HOOK_CODE on, data records those between.
  */
@@ -240,13 +240,13 @@
 #define MT_PF_ADDR            24     /* the address the instruction uses */
 #define MT_PF_FLAGS           32     /* ah: SF ZF AF PF CF (lahf), al: OF (seto) */
 #define MT_PF_SAVED           40     /* rA, the register that holds the address */
-#define MT_ALIAS_BIT_INDEX    45     /* alias address = address ^ (1 << 45) (capture/alias.py) */
+#define MT_ALIAS_BIT_INDEX    45     /* alias address = address ^ (1 << 45) (data/hybrid/alias.py) */
 #define MT_PROBE_SPIN_LIMIT   40000000 /* pause iterations a probe waits on a full ring before it
                                         drops (~1-5 s: a loaded machine stalls the drain for
                                         a while; a dead tracer only costs this wait once) */
 
 /* ---------------------------------------------------------------------------
- * Hook stubs (hybrid data engine: madtrace/capture/inline_hooks.py).  The entry
+ * Hook stubs (hybrid data engine: madtrace/data/heap/inline_hooks.py).  The entry
  * of malloc & co. and of memcpy/memmove/memset jumps to a stub that writes a
  * group of records into the thread's ring, calls the function (its relocated
  * prologue, or the data engine's copy: the continuation slot), and for the
@@ -288,7 +288,7 @@
 #define MT_HT_STAMPED         2          /* ... the return group, stamp in r8d */
 
 /* ---------------------------------------------------------------------------
- * Ring pool (live sessions: capture/ring_pool.py, inject/thread_pool.py).
+ * Ring pool (live sessions: rings/ring_pool.py, calls/thread_pool.py).
  * A thread created while madtrace is attached is not traced; its first record
  * finds no slot (or a slot whose ring's owner word is not its own: glibc gave
  * it a dead thread's TCB, whose slot key is the same) and calls mt_claim:

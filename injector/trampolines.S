@@ -8,7 +8,7 @@
  * its patch points: every label mt_<name>_pp_<field>_<kind> marks the END of
  * a field of <kind> imm32 / abs64 / rel32 (a rel32 is relative to its own end,
  * as for jmp/call rel32 and rip-relative disp32).  The tracer fills them per
- * site (madtrace/inject/templates.py).
+ * site (madtrace/target/templates.py).
  *
  * Register use: at a call site and at a function entry the flags, r10 and r11
  * are dead by the SysV ABI, but argument registers and rax (al = vector
@@ -137,7 +137,7 @@ mt_\name\()_pp_owner\tag\()_imm32:
  * clobbers rax, rdx; ends at .Ldone_<name><tag>.  From mark write<tag> up to
  * mark publish<tag> (the inc of HEAD) the record is written but not published:
  * a signal delivered there is delivered at the write mark instead, so that a
- * handler's records are never overwritten (inject/writer_windows.py).  The
+ * handler's records are never overwritten (rings/writer_windows.py).  The
  * site code (site id << 1 | kind) is patch point
  * mt_<name>_pp_code<tag>_imm32; rsp_off: where the
  * callee's entry stack pointer is, relative to rsp.  An entry record also
@@ -272,7 +272,7 @@ mt_\name\()_pp_count\tag\()_imm32:
  * entry record, call f (rsp as at the original call), exit record, jmp back
  * through an 8-byte slot (8-aligned: the template starts 16-aligned, as the
  * tracer places it): the site's return address, or its equivalent in the data
- * engine's copy of the calling function (inject/entry_links.py).  The jmp
+ * engine's copy of the calling function (calls/entry_links.py).  The jmp
  * rel32 after the slot also reaches the return address (it names it for a
  * later session cleaning up after a killed one: leftovers.py).
  * Record rsp = callee entry rsp = call-site rsp - 8 = [rsp + 24 - 8].
@@ -522,7 +522,7 @@ mt_probe_at_slow:
 mt_probe_end:
 
 /* ---------------------------------------------------------------------------
- * Hook stubs (layout.h "Hook stubs"; madtrace/capture/inline_hooks.py).  The
+ * Hook stubs (layout.h "Hook stubs"; madtrace/data/heap/inline_hooks.py).  The
  * function's entry jumps here; its own code runs through the continuation
  * slot (patch points cont*: rel32 to an 8-byte slot holding the address of its
  * relocated prologue, or of the data engine's copy of it).  A group of
@@ -556,7 +556,7 @@ mt_probe_end:
 /* HPUBLISH n, retry, mark: HEAD += n unless a signal handler moved it meanwhile (then
  * \retry).  One instruction, not locked: only this thread writes HEAD.  \mark labels
  * it: from the stub's write mark up to it the group is written but not published,
- * and a signal delivered there is delivered at the write mark (inject/writer_windows.py) */
+ * and a signal delivered there is delivered at the write mark (rings/writer_windows.py) */
 .macro HPUBLISH n, retry, mark
         lea r10, [r11 + \n]
         mov rax, r11
@@ -895,7 +895,7 @@ mt_guard_start:
         movabs rbx, 0x1122334455667788
 mt_guard_pp_table_abs64:
         /* madtrace's death (attached): the kernel's SIGSEGV for its death pipe
-           (si_code SI_SIGIO, si_fd ours: capture/guard.py watch_tracer) */
+           (si_code SI_SIGIO, si_fd ours: data/guard.py watch_tracer) */
         cmp r14, 11
         jne 14f
         cmp dword ptr [r9 + 8], -5          /* SI_SIGIO */

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """The C parts of madtrace, loaded with ctypes: the data engine's fault loop
-(process/fault_loop.c), the ring drain (capture/ring_drain.c), the call
+(process/fault_loop.c), the ring drain (rings/ring_drain.c), the call
 replay (trace/replay.c) and the footprint core (analysis/footprint.c).
 ``make`` builds each into build/native/; ``load`` opens one and says which
 make target builds it when it is missing.  Each user declares the

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""The copier's function analyses kept on disk (capture/analysis_cache.py).
+"""The copier's function analyses kept on disk (data/hybrid/analysis_cache.py).
 
 Oracles: a copy made from an analysis read back from the file is the copy made
 from a fresh analysis, byte for byte with the same tables, for every function
@@ -20,8 +20,8 @@ import pytest
 
 from madtrace.arch.x86_64.copy_analysis import analyse
 from madtrace.arch.x86_64.function_copy import copy_function
-from madtrace.capture import analysis_cache
-from madtrace.inject.templates import load_injector
+from madtrace.data.hybrid import analysis_cache
+from madtrace.target.templates import load_injector
 
 from .test_function_copy import BITMAP, CTL, functions
 from .util import madtrace, prog

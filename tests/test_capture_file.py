@@ -29,7 +29,8 @@ import pytest
 import xxhash
 
 from madtrace.trace.capture_file import rebatch
-from madtrace.trace.format import CALL_RECORDS, RECORD_DTYPE
+from madtrace.trace.record_files import CALL_RECORDS
+from madtrace.trace.format import RECORD_DTYPE
 
 from .util import madtrace, prog
 

@@ -10,9 +10,10 @@ import os
 import numpy as np
 import pyarrow
 
-from madtrace.capture.data_records import _library
+from madtrace.data.records import _library
 from madtrace.trace.compact import BLOCK_HEADER, CODEC, MAGIC, encode_block, iter_blocks, to_planes
-from madtrace.trace.format import COMPACT_DTYPE, COMPACT_RECORDS
+from madtrace.trace.format import COMPACT_DTYPE
+from madtrace.trace.record_files import COMPACT_RECORDS
 
 
 def _records(n: int, seed: int) -> np.ndarray:
@@ -56,8 +57,9 @@ def test_a_file_being_written_is_read_with_the_ids_appended_since(tmp_path):
     it: a block naming an instruction id appended to data/instructions.jsonl
     after the reader loaded the table is decoded (the table is read again), not
     refused as an unknown id."""
-    from madtrace.trace.compact import InstructionFile, SeqFollower
-    from madtrace.trace.format import ACCESS_RECORDS
+    from madtrace.trace.compact import InstructionFile
+    from madtrace.trace.record_files import SeqFollower
+    from madtrace.trace.record_files import ACCESS_RECORDS
     directory = str(tmp_path)
     os.makedirs(tmp_path / "data")
     table = InstructionFile(directory, 3)

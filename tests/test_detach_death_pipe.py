@@ -2,7 +2,7 @@
 """A detach while another holder of the guard's death pipe exists.
 
 An attached target holds the read end of a pipe whose only writer is
-madtrace, with O_ASYNC and F_SETSIG SIGSEGV (capture/guard.py
+madtrace, with O_ASYNC and F_SETSIG SIGSEGV (data/guard.py
 ``watch_tracer``): madtrace's death signals the guard.  At detach the
 target's fd was closed, then madtrace's end.  A vfork child holds a copy of
 that fd (the same open file) from its vfork until its exit releases its file

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""The copier cache (capture/entry_cache.py): the per-instruction entries of
+"""The copier cache (data/hybrid/entry_cache.py): the per-instruction entries of
 the hybrid engine's copier kept on disk per binary.  Oracles: the entries
 analysed afresh (every field equal after the round trip through the file),
 lackey-exact recordings made with and without the cache giving the same
@@ -15,7 +15,7 @@ import pytest
 
 from madtrace.arch.x86_64 import copy_analysis, insn_entries
 from madtrace.binary.elf import ElfImage
-from madtrace.capture import entry_cache
+from madtrace.data.hybrid import entry_cache
 
 from .util import madtrace, prog
 
@@ -45,7 +45,7 @@ def test_entries_read_back_equal(tmp_path, path):
     path = prog(path, "O2-nopie") if "/" not in path else os.path.realpath(path)
     for code, address in _functions(path):
         copy_analysis.analyse(code, address, address + len(code))
-    fresh = dict(insn_entries._index)
+    fresh = dict(insn_entries.analysed)
     assert len(fresh) > 200
     file = str(tmp_path / "x.mti")
     entry_cache.write_file(file, {raw: entry_cache.encode(e) for raw, e in fresh.items()})

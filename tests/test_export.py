@@ -262,7 +262,7 @@ def test_chrome_nesting_survives_a_tsc_running_behind(tmp_path):
     whose counter runs behind, a VM's unsynchronised vCPUs), and records with
     equal counts: the records' order is exact, their times are not.  Perfetto
     must still nest every call where madtrace's segmentation put it."""
-    from madtrace.trace.format import CALL_RECORDS
+    from madtrace.trace.record_files import CALL_RECORDS
     directory = tmp_path / "t"
     assert madtrace("record", "-q", "--data", "-o", str(directory), "--",
                     prog("calls_longjmp", "O2-nopie"), "30", timeout=300).returncode == 0

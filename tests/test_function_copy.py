@@ -27,7 +27,7 @@ from madtrace.arch.x86_64.decode import capstone_detail, decode_one
 from madtrace.arch.x86_64.function_copy import FRAME, FunctionCopy, analyse, copy_function
 from madtrace.binary.eh_frame import EhFrame
 from madtrace.binary.elf import ElfImage
-from madtrace.inject.templates import load_injector
+from madtrace.target.templates import load_injector
 
 from .util import PROGS_SRC, prog
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from madtrace.binary.address_space import AddressSpace
-from madtrace.inject.engine import FunctionTracer
+from madtrace.calls.engine import FunctionTracer
 from madtrace.process.tracee import Tracee
 from madtrace.trace.reader import iter_call_chunks
 
@@ -167,9 +167,9 @@ def test_a_full_ring_waits_and_loses_nothing(tmp_path, timestamps):
         with rings.lock:                              # no drain meanwhile
             tracee.resume_all()
             deadline = time.monotonic() + 120
-            while rings._ring_u64(ring, L.MT_RING_WAITS) == 0 and time.monotonic() < deadline:
+            while rings.ring_u64(ring, L.MT_RING_WAITS) == 0 and time.monotonic() < deadline:
                 time.sleep(0.001)
-            waits = rings._ring_u64(ring, L.MT_RING_WAITS)
+            waits = rings.ring_u64(ring, L.MT_RING_WAITS)
             tracee.stop_all()
         assert waits > 0, "the ring never filled up"
         first = _run_until(tracee, engine, lambda c: True)   # drained, and on a little
@@ -252,7 +252,7 @@ def test_trampoline_unwind_info_reads_back():
     from elftools.dwarf.callframe import CallFrameInfo
     from elftools.dwarf.structs import DWARFStructs
 
-    from madtrace.inject.unwind import eh_frame
+    from madtrace.target.trampoline_unwind import eh_frame
 
     entries = [(0x7F0000001000, 0x7F0000001005, 0x401234), (0x7F0000000800, 0x7F0000000805, 0x55550)]
     blob = eh_frame(entries)

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from madtrace.errors import MadtraceError
-from madtrace.repl.parser import parse
+from madtrace.live.parser import parse
 
 from .test_daemon import ctl_json, run, start_daemon, wait_gone
 from .util import check_live_output, finish_live, prog, start_ready

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """The hybrid engine's hook stubs: malloc & co. and memcpy/memmove/memset
 recorded inside the target, in the thread's ring, without a ptrace stop per call
-(capture/inline_hooks.py, hook_events.py, ring_split.py).
+(data/heap/inline_hooks.py, hook_events.py, ring_split.py).
 
 Programs: tests/progs/hooks_churn (malloc, a fill loop, memcpy, memset, free,
 ROUNDS times; modes with fork and posix_spawn, a signal handler copying in the
@@ -176,7 +176,7 @@ def test_signal_handler_copies_in_the_middle_of_hooked_calls(tmp_path, mode):
     stub writes its group): every copy of the rounds and of the handler is
     exactly one Y event, the output is unchanged.  In a storm some signals do
     land in a group's writing, and the thread is moved back to write it again
-    after the handler (inject/writer_windows.py): no group is damaged."""
+    after the handler (rings/writer_windows.py): no group is damaged."""
     argv = [prog("hooks_churn", "O2-pie"), "20000", mode]
     native = subprocess.run(argv, capture_output=True, timeout=60)
     for attempt in range(3):     # a storm lands in a group's writing in most runs

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from madtrace.binary.elf import ElfImage
-from madtrace.capture.instruction_table import PROBE
-from madtrace.capture.paths import MOVE_ASK
+from madtrace.data.instruction_table import PROBE
+from madtrace.data.hybrid.paths import MOVE_ASK
 from madtrace.trace.compact import InstructionColumns
 from madtrace.trace.reader import iter_access_chunks
 

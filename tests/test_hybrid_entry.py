@@ -3,11 +3,11 @@
 A function that function tracing patches at its entry, and that the hybrid
 engine relocated, is called many times: each call must record its entry and
 exit, then run the engine's copy (its probes), with no fault
-(inject/entry_links.py).  Likewise a call made from a relocated function
+(calls/entry_links.py).  Likewise a call made from a relocated function
 through a call-site trampoline must return into the copy, not into the
 original code.  The loop also calls a library function through
 the PLT, whose GOT shares a page with the traced .data: those calls must
-stop faulting too (capture/plt_copies.py).
+stop faulting too (data/hybrid/plt_copies.py).
 
 Oracles: callgrind (call counts), lackey (per-instruction accesses of the
 executable), the program's own output; and the engine's own counters, at

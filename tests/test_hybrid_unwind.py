@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 from madtrace.binary.elf import ElfImage
-from madtrace.capture.instruction_table import FAULT
+from madtrace.data.instruction_table import FAULT
 from madtrace.trace.compact import InstructionColumns
 
 from .test_data import compare_with_lackey

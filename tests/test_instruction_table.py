@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""The hybrid engine's instruction table (capture/instruction_table.py): ids
+"""The hybrid engine's instruction table (data/instruction_table.py): ids
 given once per (instruction, size, kind, first, path), and the columns the
 drain reads while the tracer adds (oracle: the rows as given)."""
 
@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 
-from madtrace.capture.instruction_table import COLUMNS, FAULT, InstructionTable
+from madtrace.data.instruction_table import COLUMNS, FAULT, InstructionTable
 
 
 def test_ids_are_given_once_and_the_columns_hold_them():

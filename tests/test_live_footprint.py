@@ -30,7 +30,7 @@ import time
 
 import pytest
 
-from madtrace.session import Recording, RecordOptions
+from madtrace.recording.recording import Recording, RecordOptions
 
 from .test_daemon import daemon_log_tail, run, start_daemon, wait_gone
 from .test_live_load import RequestLoop, python_function_spec, start_server

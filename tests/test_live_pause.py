@@ -9,8 +9,8 @@ import pytest
 
 from madtrace.arch.x86_64 import relocate
 from madtrace.binary.elf import ElfImage
-from madtrace.inject.ahead import decode_ahead
-from madtrace.inject.thread_pool import HOOKED
+from madtrace.calls.ahead import decode_ahead
+from madtrace.calls.thread_pool import HOOKED
 
 from .util import MADTRACE, ROOT, prog, summary_json
 

@@ -1,5 +1,5 @@
 """Instrumenting a live, attached target in short stops
-(inject/staging.py): the areas are mapped in a brief stop of their own, the
+(calls/staging.py): the areas are mapped in a brief stop of their own, the
 trampolines written while the target runs, and the command's stop only
 writes the jumps.  The result must be what one long stop gave: exact counts,
 the same checks, nothing left behind."""
@@ -11,8 +11,8 @@ import time
 import pytest
 
 from madtrace.binary.address_space import AddressSpace
-from madtrace.inject.engine import FunctionTracer
-from madtrace.inject.staging import stage
+from madtrace.calls.engine import FunctionTracer
+from madtrace.calls.staging import stage
 from madtrace.process.tracee import Tracee
 
 from .test_daemon import ctl_json, run, runtime  # noqa: F401 (a fixture)

@@ -27,7 +27,7 @@ import threading
 import pytest
 
 from madtrace.trace.capture_file import CHUNK_HEADER_SIZE, HEADER_SIZE
-from madtrace.trace.format import CALL_RECORDS
+from madtrace.trace.record_files import CALL_RECORDS
 from madtrace.trace.reader import iter_call_chunks
 
 from .test_daemon import run, start_daemon, wait_gone
@@ -289,7 +289,7 @@ def test_attached_burst_is_exact_while_the_disk_stalls(tmp_path):
     nobody reads yet in its place; as a file system whose journal stalls under
     load, which took 0.66 s to create a file beside the test suite): the
     drain still takes the records out of the ring (they wait in the tracer,
-    capture/drain_thread.c), so the burst ends without a drop, every call
+    rings/drain_thread.c), so the burst ends without a drop, every call
     counted, and every record reaches the file once it can be written.
     Before, the drain waited in open(): the writer found its ring full,
     waited its bounded time and dropped the rest (131072 calls counted)."""

@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, rule,
                                  run_state_machine_as_test)
 
-from madtrace.repl.transport import DaemonClient
+from madtrace.daemon.transport import DaemonClient
 
 from .test_daemon import daemon_log_tail, start_daemon, wait_gone
 from .util import madtrace_maps, prog, read_line

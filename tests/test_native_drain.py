@@ -1,4 +1,4 @@
-"""capture/native_drain.py and drain_thread.c: the C threads between the rings
+"""rings/native_drain.py and drain_thread.c: the C threads between the rings
 and calls/<tid>.rec, on ring blocks laid out as the target's (here in the
 tracer's own memory): records taken in order, TAIL and LIMIT published, a
 file opened only at its first records, a ring whose owner changed left to
@@ -14,11 +14,12 @@ import time
 import numpy as np
 import pytest
 
-from madtrace.capture.native_drain import NativeDrain
-from madtrace.capture.rings import _library
+from madtrace.rings.native_drain import NativeDrain
+from madtrace.rings.rings import _library
 from madtrace.errors import OutputError
-from madtrace.inject.templates import load_injector
-from madtrace.trace.format import CALL_RECORDS, RECORD_DTYPE
+from madtrace.target.templates import load_injector
+from madtrace.trace.record_files import CALL_RECORDS
+from madtrace.trace.format import RECORD_DTYPE
 
 L = load_injector()
 

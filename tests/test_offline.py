@@ -6,8 +6,8 @@ every kind and format, query, export of every format) in an interpreter
 where importing the tracer's stack fails: python-ptrace, capstone and lief
 raise ImportError, as on a laptop or a cluster node that only has numpy,
 pyarrow and duckdb.  Oracle: the same commands in a normal interpreter; the
-outputs must be byte-identical, and no module of process/, capture/,
-inject/, arch/, repl/ or session may have been imported.  The import-linter
+outputs must be byte-identical, and no module of process/, arch/, target/,
+rings/, calls/, data/, recording/, live/ or daemon/ may have been imported.  The import-linter
 contracts (.importlinter, `make check`) forbid such imports statically; this
 test proves that nothing loads them at run time either.
 """
@@ -26,11 +26,14 @@ from .util import ROOT, madtrace, prog
 BLOCKED = ("ptrace", "capstone", "lief")
 TRACER = (
     "madtrace.process",
-    "madtrace.capture",
-    "madtrace.inject",
     "madtrace.arch",
-    "madtrace.repl",
-    "madtrace.session",
+    "madtrace.target",
+    "madtrace.rings",
+    "madtrace.calls",
+    "madtrace.data",
+    "madtrace.recording",
+    "madtrace.live",
+    "madtrace.daemon",
 )
 
 # runs madtrace's CLI once per argv list, in one interpreter, with BLOCKED unimportable;

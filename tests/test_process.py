@@ -206,7 +206,7 @@ def test_stepping_over_a_popfq_leaves_no_trap_flag_at_detach():
     past its pushfq, which probe_settle steps out: si_code TRAP_TRACE, TF set,
     rip one instruction after the jump's target).  step_until_out over
     ``popfq; nop; nop`` here, then detach: the program goes on."""
-    from madtrace.inject.footprint import step_until_out
+    from madtrace.target.mappings import step_until_out
 
     class Range:
         def __init__(self, start, end):
@@ -272,7 +272,7 @@ def test_a_step_after_a_stop_request_runs_its_instruction(stepper):
     run one instruction of ``inc rax; jmp back``."""
     from types import SimpleNamespace
 
-    from madtrace.capture.probe_settle import ProbeSettler
+    from madtrace.data.hybrid.probe_settle import ProbeSettler
     from madtrace.process.controller import Controller
     from madtrace.process.stepping import step
 

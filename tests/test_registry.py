@@ -21,7 +21,8 @@ import sys
 import numpy as np
 import pytest
 
-from madtrace.trace.format import ACCESS_RECORDS, KIND_LOAD
+from madtrace.trace.record_files import ACCESS_RECORDS
+from madtrace.trace.format import KIND_LOAD
 
 from .util import ROOT, madtrace, prog
 

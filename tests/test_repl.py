@@ -22,8 +22,8 @@ import time
 import pexpect
 import pytest
 
-from madtrace.repl import registry
-from madtrace.repl.completion import CommandCompleter
+from madtrace.live import registry
+from madtrace.live.completion import CommandCompleter
 from madtrace.trace.madt import parse_line
 
 from .util import (ROOT, check_live_output, finish_live, madtrace, prog, start_ready,

@@ -25,7 +25,8 @@ import pytest
 
 from madtrace.analysis import calltree
 from madtrace.errors import CorruptTraceError
-from madtrace.trace.format import CALL_RECORDS, RECORD_DTYPE
+from madtrace.trace.record_files import CALL_RECORDS
+from madtrace.trace.format import RECORD_DTYPE
 
 from .util import VARIANTS, madtrace, one_line_error, prog, report_json, summary_json
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""The drain of the function-tracing rings (madtrace/capture/ring_drain.c),
+"""The drain of the function-tracing rings (madtrace/rings/ring_drain.c),
 on ring blocks laid out here as the trampolines lay them out (injector/
 layout.h): what it appends to the record file, the TAIL and LIMIT it
 publishes, the entry records it counts for sites without a counter in the
@@ -22,10 +22,11 @@ import sys
 
 import numpy as np
 
-from madtrace.capture.rings import _library
-from madtrace.inject.templates import load_injector
+from madtrace.rings.rings import _library
+from madtrace.target.templates import load_injector
 from madtrace.trace.capture_file import HEADER_SIZE
-from madtrace.trace.format import CALL_RECORDS, CHUNK_HEADER, RECORD_DTYPE
+from madtrace.trace.record_files import CALL_RECORDS
+from madtrace.trace.format import CHUNK_HEADER, RECORD_DTYPE
 
 from .util import ROOT
 
@@ -213,11 +214,11 @@ class Rings:
     """Two threads' rings behind a RingSplitter, as rings.py drives it."""
 
     def __init__(self, tmp_path):
-        from madtrace.capture.ring_split import RingSplitter
+        from madtrace.rings.ring_split import RingSplitter
         self.rings = {1: Ring(), 2: Ring()}
         self.out: list[tuple] = []          # (tid, "data", address) / (tid, "hook", code, stamp)
         fake = type("FakeRingSet", (), {})()
-        fake._lib = _library()
+        fake.lib = _library()
         fake.code_counts = np.zeros(1, dtype=np.uint64)
         fake.L = L
         fake.enabled = True

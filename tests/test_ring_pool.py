@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """Threads made while a live session has functions instrumented: the ring pool
-(inject/thread_pool.py, capture/ring_pool.py).  They are not traced (TracerPid
+(calls/thread_pool.py, rings/ring_pool.py).  They are not traced (TracerPid
 0), make no ptrace stop (the daemon handles no event while they come and go),
 and every call they make is counted, in their own record files, while glibc
 gives each the TCB of the one before (threads joined in a loop) or a new one.
@@ -284,7 +284,7 @@ def test_status_counts_the_pool_after_its_drain():
     in test_new_threads_take_rings_without_stopping_and_every_call_counts)."""
     from types import SimpleNamespace as NS
 
-    from madtrace.repl.commands.status import Status
+    from madtrace.live.commands.status import Status
 
     pool = {"claimed": 1, "taken_over": 0}
 

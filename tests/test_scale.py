@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 
-from madtrace.capture.block_index import BlockIndex
+from madtrace.data.heap.block_index import BlockIndex
 
 
 def _reference_find(entries: dict, address: int) -> int:
@@ -114,7 +114,8 @@ import subprocess  # noqa: E402
 
 import pytest  # noqa: E402
 
-from madtrace.binary import symcache  # noqa: E402
+from madtrace.binary import dwarf_cache  # noqa: E402
+from madtrace.cache import disk  # noqa: E402
 from madtrace.binary.dwarf_lines import _read as pyelftools_lines  # noqa: E402
 from madtrace.binary.dwarf_native import parse_dwarf, read_dwarf  # noqa: E402
 from madtrace.binary.dwarf_vars import describe_in_variable, load_variables  # noqa: E402
@@ -268,7 +269,7 @@ def test_corrupt_cache_entry_is_rebuilt_and_reported(tmp_path, damage):
     said = [line for line in run.stderr.decode().splitlines() if "symbol cache" in line]
     assert len(said) == 1 and "corrupt" in said[0] and "rebuilt" in said[0], run.stderr
     assert _names(tmp_path / "one") == _names(tmp_path / "two")
-    header, _ = symcache.read_entry(str(entry))          # intact again
+    header, _ = disk.read_entry(str(entry), dwarf_cache.MAGIC, dwarf_cache.FORMAT)  # intact again
     assert header["path"] == os.path.realpath(argv[0])
     again = _record(tmp_path / "three", argv, cache)
     assert "symbol cache" not in again.stderr.decode()
@@ -280,16 +281,16 @@ def test_cache_list_and_clear(tmp_path):
     listed = json.loads(_with_cache(cache, "cache", "list", "--json").stdout)
     assert [e["binary"] for e in listed["entries"]] == [os.path.realpath(prog("data_globals", "O0-nopie"))]
     assert listed["entries"][0]["ok"]
-    # the call-site scans of what --data relocated (libc at least: inject/scan_cache.py)
+    # the call-site scans of what --data relocated (libc at least: calls/scan_cache.py)
     assert listed["scans"] and all(e["ok"] for e in listed["scans"])
     cleared = _with_cache(cache, "cache", "clear")
     assert cleared.returncode == 0
     # and the symbol tables of every file it parsed (binary/elfcache.py)
     assert listed["symbol_tables"] and all(e["ok"] for e in listed["symbol_tables"])
     # and the copier's instruction entries of what the hybrid engine copied
-    # (capture/entry_cache.py), each named with its binary
+    # (data/hybrid/entry_cache.py), each named with its binary
     assert listed["copier_entries"] and all(e["ok"] and e["binary"] for e in listed["copier_entries"])
-    # and its function analyses (capture/analysis_cache.py)
+    # and its function analyses (data/hybrid/analysis_cache.py)
     assert listed["copier_analyses"] and all(e["ok"] and e["binary"] for e in listed["copier_analyses"])
     removed = 1 + len(listed["scans"]) + len(listed["symbol_tables"]) + \
         len(listed["copier_entries"]) + len(listed["copier_analyses"])
@@ -304,7 +305,7 @@ def test_cache_list_and_clear(tmp_path):
 def test_page_protections_match_a_page_dict():
     """The run-based page table against a dict page -> prot, under random
     range sets, drops, single-page edits and queries."""
-    from madtrace.capture.regions import PAGE, PageProtections
+    from madtrace.data.regions import PAGE, PageProtections
     rng = random.Random(3)
     table, model = PageProtections(), {}
     for _ in range(3000):

@@ -1,4 +1,4 @@
-"""The module-scan cache (inject/scan_cache.py): a binary's call-site scan and
+"""The module-scan cache (calls/scan_cache.py): a binary's call-site scan and
 address-taken set kept on disk per binary file.  The oracle is the scan made
 from the file (find_call_sites, address_taken) in the same test."""
 
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from madtrace.arch.x86_64.callsites import address_taken, find_call_sites
-from madtrace.binary import elf, symcache
-from madtrace.inject import scan_cache
+from madtrace.binary import elf
+from madtrace.cache import disk
+from madtrace.calls import scan_cache
 
 from .util import ROOT, prog
 
@@ -62,7 +63,7 @@ def _same(cached, fresh):
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("MADTRACE_CACHE_DIR", str(tmp_path / "cache"))
     said: list[str] = []
-    monkeypatch.setattr(symcache, "notify", said.append)
+    monkeypatch.setattr(disk, "notify", said.append)
     return tmp_path / "cache", said
 
 
@@ -87,7 +88,7 @@ def test_cached_scan_equals_fresh_scan(cache, path):
     _same(second, fresh)
     assert said == []
     (entry,) = [e for e in os.listdir(folder) if e.endswith(scan_cache.SUFFIX)]
-    assert entry == symcache.cache_key(image) + scan_cache.SUFFIX
+    assert entry == disk.cache_key(image) + scan_cache.SUFFIX
 
 
 def test_libpython_is_covered():
@@ -119,7 +120,7 @@ def test_corrupt_entry_is_rebuilt_with_one_line(cache, damage):
         and "rebuilt" in said[0], said
     assert scan_cache.built == built + 1
     _same(result, _fresh(path))
-    symcache.read_entry(str(entry), scan_cache.MAGIC, scan_cache.FORMAT)     # intact again
+    disk.read_entry(str(entry), scan_cache.MAGIC, scan_cache.FORMAT)     # intact again
     scan_cache.scan_of(_image(path))
     assert len(said) == 1
 
@@ -132,8 +133,8 @@ def test_content_that_does_not_hold_together_is_corrupt(cache):
     header, payload = scan_cache.encode(*_fresh(path))
     header["arrays"][0][2] += 1                       # one more site than there are bytes
     os.makedirs(folder, exist_ok=True)
-    symcache.write_entry(scan_cache.entry_path(image), header, payload,
-                         scan_cache.MAGIC, scan_cache.FORMAT)
+    disk.write_entry(scan_cache.entry_path(image), header, payload,
+                        scan_cache.MAGIC, scan_cache.FORMAT)
     _same(scan_cache.scan_of(image), _fresh(path))
     assert len(said) == 1 and "corrupt" in said[0]
 
@@ -157,10 +158,10 @@ def test_rebuilt_binary_does_not_read_the_old_entry(cache, tmp_path, flags):
 
     build(3, "")
     first = scan_cache.scan_of(_image(str(binary)))
-    key = symcache.cache_key(_image(str(binary)))
+    key = disk.cache_key(_image(str(binary)))
     build(5, "int extra(int y) { return middle(y) * 7; }\n")   # another build-id, other code
     image = _image(str(binary))
-    assert symcache.cache_key(image) != key
+    assert disk.cache_key(image) != key
     loaded, built = scan_cache.loaded, scan_cache.built
     second = scan_cache.scan_of(image)
     assert (scan_cache.loaded, scan_cache.built) == (loaded, built + 1)
@@ -173,7 +174,7 @@ def test_record_data_loads_libc_scan_from_the_cache(tmp_path):
     """A second `record --data` process scans nothing: every module it scans comes
     from the cache the first one filled (the lead's data-tracing start-up)."""
     env = dict(os.environ, MADTRACE_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=ROOT)
-    code = ("import sys, runpy; from madtrace.inject import scan_cache as c; sys.argv = sys.argv[1:];"
+    code = ("import sys, runpy; from madtrace.calls import scan_cache as c; sys.argv = sys.argv[1:];"
             "import atexit; atexit.register(lambda: print('SCANS', c.built, c.loaded, file=sys.stderr));"
             "runpy.run_module('madtrace.cli.main', run_name='__main__')")
     argv = [sys.executable, "-c", code, "madtrace", "record", "--data", "--no-functions", "--no-store",

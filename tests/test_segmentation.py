@@ -21,7 +21,8 @@ import pytest
 
 from madtrace.trace import segmentation as sg
 from madtrace.binary.elf import ElfImage
-from madtrace.trace.format import ACCESS_DTYPE, ACCESS_RECORDS, CALL_RECORDS
+from madtrace.trace.format import ACCESS_DTYPE
+from madtrace.trace.record_files import ACCESS_RECORDS, CALL_RECORDS
 
 from .oracles import lackey_accesses
 from .test_data import _locked_rmw, sections

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from madtrace.trace import segmentation as sg
-from madtrace.trace.format import (ACCESS_DTYPE, ACCESS_RECORDS, CALL_RECORDS, RECORD_DTYPE, read_store_meta,
-                                   store_is_complete)
+from madtrace.trace.format import ACCESS_DTYPE, RECORD_DTYPE, read_store_meta
+from madtrace.trace.record_files import store_is_complete
+from madtrace.trace.record_files import ACCESS_RECORDS, CALL_RECORDS
 from madtrace.trace.query import connect
 from madtrace.trace.store_writer import RecordFollower
 

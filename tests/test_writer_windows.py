@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""Signals delivered while a trampoline writes its record (inject/writer_windows.py).
+"""Signals delivered while a trampoline writes its record (rings/writer_windows.py).
 
 A handler that calls a traced function, run between a trampoline's store of
 its record and the record's publication, had its records overwritten: the
@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from madtrace.inject.templates import load_injector
-from madtrace.inject.writer_windows import WriterWindows
+from madtrace.target.templates import load_injector
+from madtrace.rings.writer_windows import WriterWindows
 
 from .test_hooks import counts
 from .util import madtrace, prog

@@ -41,7 +41,8 @@ import numpy as np
 
 from ..errors import NoDataError, TracerInternalError
 from ..native import load
-from ..trace.format import FUNCTIONS_FILE, PAGE, read_meta
+from ..trace.format import FUNCTIONS_FILE, PAGE
+from ..trace.meta import read_meta
 from ..trace.segmentation import EVENT_ACCESS, iter_thread_chunks, load_tables
 from .trace_input import Progress, access_rows, require_accesses, thread_block_ranges
 

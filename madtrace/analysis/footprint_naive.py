@@ -16,7 +16,8 @@ call) and bench/bench_footprint.py (memory); not by madtrace itself.
 
 from __future__ import annotations
 
-from ..trace.format import PAGE_SHIFT, read_meta
+from ..trace.format import PAGE_SHIFT
+from ..trace.meta import read_meta
 from ..trace.segmentation import EVENT_ACCESS, EVENT_BEGIN, EVENT_END, iter_thread_chunks
 from .trace_input import thread_block_ranges
 

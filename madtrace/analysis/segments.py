@@ -17,7 +17,8 @@ import numpy as np
 from ..binary.address_space import AddressSpace
 from ..trace.blocks import block_name as forged_name
 from ..trace.blocks import load_allocations
-from ..trace.format import ACCESS_RECORDS, CALL_RECORDS, KIND_LOAD, KIND_STORE
+from ..trace.record_files import ACCESS_RECORDS, CALL_RECORDS
+from ..trace.format import KIND_LOAD, KIND_STORE
 from ..trace.naming import address_space_of
 from ..trace.replay import EVENT_ACCESS, EVENT_BEGIN, FATE_COMPLETED, FATES
 from ..trace.segmentation import iter_thread_chunks, load_tables

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..binary.dwarf_lines import line_table
+from ..binary.dwarf_cache import line_table
 from ..trace.format import load_block_events
 from ..trace.naming import address_space_of
 from ..trace.reader import iter_access_chunks

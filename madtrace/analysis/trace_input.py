@@ -16,7 +16,9 @@ import sys
 
 from ..errors import NoDataError
 from ..trace.blocks import BlockIndex  # noqa: F401 - the analyses import it from here
-from ..trace.format import ACCESS_RECORDS, load_block_events, read_meta
+from ..trace.record_files import ACCESS_RECORDS
+from ..trace.format import load_block_events
+from ..trace.meta import read_meta
 
 # block event kinds -> which of their ranges were read / written
 #   Y copy: `source` read, `address` written; W block store; G block fetch (write())

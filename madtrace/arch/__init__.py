@@ -1,2 +1,3 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""Architecture-specific code (only x86-64: ``madtrace.arch.x86_64``)."""
+"""The instruction set: decoding, re-encoding and relocating x86-64 code with capstone
+(``x86_64``; the only architecture madtrace runs on)."""

@@ -173,6 +173,11 @@ class AddressSpace:
         self._regions = regions
         self._region_starts = [r[0] for r in regions]
 
+    @property
+    def sections(self) -> list[tuple]:
+        """(start, end, section name, module) of every allocated section, by address."""
+        return self._regions
+
     # ------------------------------------------------------------ construction
     @classmethod
     def from_pid(cls, pid: int) -> "AddressSpace":
@@ -460,7 +465,7 @@ class AddressSpace:
             objs = sum(1 for s in img.symbols if s.kind == "OBJECT")
             entry = {"symbols": len(img.symbols), "functions": funcs, "objects": objs,
                      "plt": len(img.plt), "stripped": img.stripped}
-            if img._variables is not None:
-                entry["variables"] = len(img._variables)
+            if img.variables_read is not None:
+                entry["variables"] = len(img.variables_read)
             out[m.name] = entry
         return out

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """DWARF line tables: ELF address -> (source file, line).
 
-``line_table(image)`` -> ``LineTable`` (cached per ``ElfImage``; empty when
-the file has no debug info).  ``LineTable.lookup(addresses)`` maps an array
+``LineTable`` (an image's: dwarf_cache.line_table, empty when the file has no
+debug info).  ``LineTable.lookup(addresses)`` maps an array
 of ELF-relative addresses to (file index, line) arrays (file index -1: no
 line), ``files`` lists the source paths (absolute when the compilation
 directory is known).  Rows are the line programs' rows of every compilation
@@ -16,8 +16,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-
-_tables: dict[int, "LineTable"] = {}
 
 
 class LineTable:
@@ -113,16 +111,3 @@ def _read(stream) -> LineTable:
         pass   # keep what was read; no or unsupported debug info means no lines
     return LineTable(np.array(addresses, dtype=np.uint64), np.array(file_index, dtype=np.int64),
                      np.array(lines, dtype=np.int64), files)
-
-
-def line_table(image) -> LineTable:
-    """The line table of an ``ElfImage`` (read once per binary: symcache.py)."""
-    table = _tables.get(id(image))
-    if table is None:
-        if not getattr(image, "has_debug_info", False):
-            table = LineTable.empty()
-        else:
-            from .symcache import dwarf_of
-            table = dwarf_of(image).lines
-        _tables[id(image)] = table
-    return table

@@ -2,7 +2,7 @@
 """The DWARF of one ELF file as mtdwarf (dwarf_reader.c, libdw) writes it:
 variables with their types, and the line table.  ``read_dwarf(path)`` runs
 the reader; ``parse_dwarf(payload)`` turns its output (the symbol cache's
-payload, symcache.py) into ``DwarfData``: ``variables`` (``dwarf_vars.Variable``
+payload, dwarf_cache.py) into ``DwarfData``: ``variables`` (``dwarf_vars.Variable``
 with ``TypeInfo`` types, the same as ``dwarf_vars.load_variables`` gives) and
 ``lines`` (``dwarf_lines.LineTable``).  On libpython3.11 (9 MB of
 .debug_info): 0.3 s and 60 MB in the reader, where pyelftools takes 38 s and
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cache.disk import CorruptEntry
 from ..errors import TracerInternalError
 from ..native import NATIVE_DIR
 from .dwarf_lines import LineTable
@@ -43,7 +44,7 @@ KINDS = ("base", "enum", "struct", "union", "class", "pointer", "reference", "ty
 _QUALIFIERS = frozenset(("const", "volatile", "restrict", "atomic"))
 
 
-class DwarfFormatError(ValueError):
+class DwarfFormatError(CorruptEntry):
     """The reader's output is not what it should be (a corrupt cache file)."""
 
 

@@ -6,7 +6,7 @@ for this purpose, not with lief or pyelftools: on libpython3.11.so.1.0
 (16.7k symbols) it takes ~0.03 s where ``lief.ELF.parse`` + iteration takes
 ~0.07 s (plus 0.33 s to import lief) and pyelftools ~0.5 s.  pyelftools is
 not used at run time: DWARF is read by mtdwarf (libdw) once per binary and
-cached on disk (symcache.py); pyelftools reads it in the tests, as an oracle.
+cached on disk (dwarf_cache.py); pyelftools reads it in the tests, as an oracle.
 
 API
 ---
@@ -152,6 +152,11 @@ def _symbol_rank(s: Symbol):
 _cache: dict[tuple, "ElfImage"] = {}
 
 
+def parsed_images() -> list[tuple[str, "ElfImage"]]:
+    """(path, image) of every ELF file this process has parsed and keeps (ElfImage.load)."""
+    return [(key[0], image) for key, image in list(_cache.items())]
+
+
 class ElfImage:
     """Parsed ELF64 x86-64 file (see module docstring)."""
 
@@ -246,7 +251,7 @@ class ElfImage:
                 _plt.find_plt_entries(self.sections, self.read, self._got_names()))
         if self.path is not None:
             from .elfcache import tables_of
-            self.symbols, entries = tables_of(self, tables)
+            self.symbols, entries = tables_of(self, tables, Symbol)
         else:
             self.symbols, entries = tables()
         self.stripped = not any(s.type == SHT_SYMTAB for s in self.sections)
@@ -472,9 +477,14 @@ class ElfImage:
             if not self.has_debug_info:
                 self._variables = []
             else:
-                from .symcache import dwarf_of   # once per binary, cached on disk
+                from .dwarf_cache import dwarf_of   # once per binary, cached on disk
 
                 self._variables = dwarf_of(self).variables
+        return self._variables
+
+    @property
+    def variables_read(self) -> list | None:
+        """The DWARF variables if they were read already (None: not yet)."""
         return self._variables
 
     def variable_at(self, addr: int):

@@ -6,13 +6,13 @@ tracer process on a file seen before does not parse them again (libpython3.11:
 14 000 symbols and 1 400 PLT entries, 40-60 ms; every file a target maps is
 parsed at attach).
 
-Same directory, key, checks and notice as the symbol cache (symcache.py): one
+Same directory, key, checks and notice as the DWARF cache (cache/disk.py): one
 file ``<key>.elf``: ``MTELF001``, u32 header length, the header (JSON: format,
 the binary's path, size, build-id, the arrays' dtypes and lengths, the
 payload's length and CRC-32), then the names (NUL-separated UTF-8) and the
 arrays.  A corrupt entry is rebuilt and one line says so.
 
-``tables_of(image, parse) -> (symbols, plt entries)``: from the cache, else
+``tables_of(image, parse, symbol_type) -> (symbols, plt entries)``: from the cache, else
 ``parse()`` (elf.py's own parsing) and written.
 """
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import symcache
-from .dwarf_native import DwarfFormatError
+from ..cache import disk
+from ..cache.disk import CorruptEntry
 
 MAGIC = b"MTELF001"
 FORMAT = 1
@@ -35,24 +35,20 @@ built = 0           # entries written
 
 
 def entry_path(image) -> str | None:
-    return symcache.entry_path_of(image, SUFFIX)
+    return disk.entry_path_of(image, SUFFIX)
 
 
-def tables_of(image, parse):
-    """(symbols, [(name, address, size)] of the PLT) of ``image``; see the module doc."""
+def tables_of(image, parse, symbol_type):
+    """(symbols, [(name, address, size)] of the PLT) of ``image``; see the module doc.
+    ``symbol_type``: what a symbol is made of (elf.py's Symbol)."""
     global loaded, built
-    result, how = symcache.cached(
+    result, how = disk.cached(
         image, SUFFIX, MAGIC, FORMAT, "symbol-table cache",
-        lambda header, payload: decode(header, payload, symbol_type=_symbol_type()),
+        lambda header, payload: decode(header, payload, symbol_type=symbol_type),
         parse, lambda tables: encode(*tables))
     loaded += how == "read"
     built += how == "written"
     return result
-
-
-def _symbol_type():
-    from .elf import Symbol
-    return Symbol
 
 
 def encode(symbols, entries) -> tuple[dict, bytes]:
@@ -78,16 +74,16 @@ def encode(symbols, entries) -> tuple[dict, bytes]:
 
 
 def decode(header: dict, payload: bytes, symbol_type):
-    """What ``encode`` wrote; DwarfFormatError when it does not hold together."""
+    """What ``encode`` wrote; CorruptEntry when it does not hold together."""
     try:
         at = header["names_bytes"]
         names = payload[:at].decode("utf-8", "surrogatepass").split("\0") if header["names"] else []
         if len(names) != header["names"]:
-            raise DwarfFormatError("names and their count differ")
-        a = symcache.unpack_arrays(header, payload, at)
+            raise CorruptEntry("names and their count differ")
+        a = disk.unpack_arrays(header, payload, at)
         if len(a["name"]) and int(a["name"].max()) >= len(names) or \
                 len(a["plt_name"]) and int(a["plt_name"].max()) >= len(names):
-            raise DwarfFormatError("a name out of range")
+            raise CorruptEntry("a name out of range")
         symbols = [symbol_type(names[n], ad, sz, KINDS[k], BINDINGS[b], sec, bool(dy))
                    for n, ad, sz, k, b, sec, dy in zip(
                        a["name"].tolist(), a["address"].tolist(), a["size"].tolist(),
@@ -97,12 +93,12 @@ def decode(header: dict, payload: bytes, symbol_type):
             a["plt_name"].tolist(), a["plt_address"].tolist(), a["plt_size"].tolist())]
         return symbols, entries
     except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise DwarfFormatError(f"bad content ({type(exc).__name__}: {exc})") from None
+        raise CorruptEntry(f"bad content ({type(exc).__name__}: {exc})") from None
 
 
 def list_entries() -> list[dict]:
-    return symcache.list_entries(SUFFIX, MAGIC, FORMAT)
+    return disk.list_entries(SUFFIX, MAGIC, FORMAT)
 
 
 def clear() -> tuple[int, int]:
-    return symcache.clear(SUFFIX)
+    return disk.clear(SUFFIX)

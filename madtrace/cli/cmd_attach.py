@@ -37,14 +37,14 @@ def run(args) -> int:
         from .cmd_daemon import start
         return start(pid, options)
     if args.repl:
-        from ..repl.host import repl_options
+        from ..live.host import repl_options
         options = repl_options(options)
-    from ..session import Recording
+    from ..recording.recording import Recording
     recording = Recording(options)
     recording.attach(pid)
     recording.log(f"attached to process {pid} ({recording.tracee.threads_seen} threads)")
     if args.repl:
-        from ..repl.host import run_with_frontend
+        from ..live.host import run_with_frontend
         status = run_with_frontend(recording, args.batch)
     else:
         status = recording.run()

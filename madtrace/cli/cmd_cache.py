@@ -1,17 +1,18 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""madtrace cache list|clear [--json]: the symbol cache (binary/symcache.py) and
-the module-scan cache (inject/scan_cache.py), the ELF symbol cache
-(binary/elfcache.py), the copier's instruction entries (capture/entry_cache.py)
-and its function analyses (capture/analysis_cache.py) beside it."""
+"""madtrace cache list|clear [--json]: the DWARF cache (binary/dwarf_cache.py) and
+the module-scan cache (calls/scan_cache.py), the ELF symbol cache
+(binary/elfcache.py), the copier's instruction entries (data/hybrid/entry_cache.py)
+and its function analyses (data/hybrid/analysis_cache.py) beside it."""
 
 from __future__ import annotations
 
 import json
 import time
 
-from ..binary import elfcache, symcache
-from ..capture import analysis_cache, entry_cache
-from ..inject import scan_cache
+from ..binary import dwarf_cache, elfcache
+from ..cache import disk
+from ..data.hybrid import analysis_cache, entry_cache
+from ..calls import scan_cache
 
 NAME = "cache"
 HELP = ("list or clear the symbol cache (DWARF variables and line tables, call-site scans, "
@@ -25,15 +26,15 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    folder = symcache.cache_dir()
+    folder = disk.cache_dir()
     if args.action == "clear":
-        files, size = symcache.clear()
+        files, size = dwarf_cache.clear()
         for kind in (scan_cache, elfcache, entry_cache, analysis_cache):
             more_files, more_size = kind.clear()
             files, size = files + more_files, size + more_size
         print(f"removed {files} entries ({size / 1e6:.1f} MB) from {folder}")
         return 0
-    entries, scans, tables = symcache.list_entries(), scan_cache.list_entries(), elfcache.list_entries()
+    entries, scans, tables = dwarf_cache.list_entries(), scan_cache.list_entries(), elfcache.list_entries()
     copier, analyses = entry_cache.list_entries(), analysis_cache.list_entries()
     if args.json:
         print(json.dumps({"directory": folder, "entries": entries, "scans": scans,

@@ -22,8 +22,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from ..repl.parser import parse
-    from ..repl.transport import DaemonClient
+    from ..live.parser import parse
+    from ..daemon.transport import DaemonClient
     pid = parse_pid(args.pid)
     words = list(args.words) + list(args.target_command)
     if not words:

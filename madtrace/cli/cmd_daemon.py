@@ -11,7 +11,7 @@ from .options import parse_pid
 from .options import add_recording_arguments, recording_options
 
 if TYPE_CHECKING:       # the tracer is imported when the command runs
-    from ..session import RecordOptions
+    from ..recording.recording import RecordOptions
 
 NAME = "daemon"
 HELP = ("attach to a running process and keep tracing it in the background; returns once "
@@ -36,9 +36,9 @@ def start(pid: int, options: RecordOptions, how: str = "") -> int:
     """Start a daemon on ``pid`` (daemon and attach --daemon); returns once attached.
     ``how``: said after the log's name (how the daemon was started)."""
     from ..process.tracee import check_traceable
-    from ..repl.daemon import start_daemon
-    from ..repl.host import repl_options
-    from ..repl import resident
+    from ..daemon.server import start_daemon
+    from ..live.host import repl_options
+    from ..daemon import resident
     check_traceable(pid)
     result = start_daemon(pid, repl_options(options))
     if result.get("leftovers"):
@@ -53,7 +53,7 @@ def start(pid: int, options: RecordOptions, how: str = "") -> int:
 
 
 def run(args) -> int:
-    from ..repl import resident
+    from ..daemon import resident
     if args.resident or args.stop_resident:
         if args.pid is not None or args.target_command:
             raise UsageError("--resident and --stop-resident take no PID")
@@ -74,9 +74,11 @@ def run(args) -> int:
 
 
 def _resident(start_it: bool, quiet: bool) -> int:
-    from ..repl import resident
+    from ..daemon import resident
     if start_it:
-        result = resident.start_resident()
+        from .main import build_parser, main
+        result = resident.start_resident(resident.CommandLine(
+            main=main, daemon_options=lambda argv: build_parser("daemon").parse_args(argv)))
         if not quiet:
             state = "already runs" if result.get("running") else "is ready"
             print(f"madtrace: resident process {result['pid']} {state} ({result['socket']}); "

@@ -6,7 +6,7 @@ The formats are the modules of madtrace/exports/ (one each, with their options).
 from __future__ import annotations
 
 from ..exports import FORMATS, help_text
-from ..trace.format import read_meta
+from ..trace.meta import read_meta
 
 NAME = "export"
 HELP = "write a trace in another format: " + help_text()

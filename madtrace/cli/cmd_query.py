@@ -9,7 +9,7 @@ import json
 import sys
 
 from ..errors import CorruptTraceError, QueryError
-from ..trace.format import read_meta
+from ..trace.meta import read_meta
 
 NAME = "query"
 VIEW_NAMES = ("events", "records", "calls", "accesses", "allocations", "sites")

@@ -9,7 +9,7 @@ from ..errors import UnknownSymbolError, UsageError
 from .options import add_recording_arguments, recording_options
 
 if TYPE_CHECKING:       # the tracer is imported when the command runs (offline commands need none of it)
-    from ..session import Recording
+    from ..recording.recording import Recording
 
 NAME = "record"
 HELP = "launch CMD under madtrace and write a trace directory; exits with CMD's status"
@@ -33,13 +33,13 @@ def record(args, output: str) -> tuple[Recording, int | None]:
         raise UsageError("--batch goes with --repl")
     options = recording_options(args, output)
     if args.repl:
-        from ..repl.host import repl_options
+        from ..live.host import repl_options
         options = repl_options(options)
-    from ..session import Recording
+    from ..recording.recording import Recording
     recording = Recording(options)
     recording.launch(args.target_command)
     if args.repl:
-        from ..repl.host import run_with_frontend
+        from ..live.host import run_with_frontend
         status = run_with_frontend(recording, args.batch)
     else:
         status = recording.run()

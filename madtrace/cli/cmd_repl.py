@@ -22,13 +22,13 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from ..repl.frontend import make_frontend
+    from ..live.frontend import make_frontend
     if args.target_command:
         raise UsageError("repl takes a PID; to launch a command use: madtrace --repl -- CMD")
     if args.connect is not None:
         if args.pid is not None:
             raise UsageError("give either a PID to attach to or --connect PID, not both")
-        from ..repl.transport import DaemonClient
+        from ..daemon.transport import DaemonClient
         client = DaemonClient(parse_pid(args.connect))
         frontend = make_frontend(args.batch)
         try:
@@ -39,8 +39,8 @@ def run(args) -> int:
     if args.pid is None:
         raise UsageError("repl needs a PID (or --connect PID)")
     pid = parse_pid(args.pid)
-    from ..repl.host import repl_options, run_with_frontend
-    from ..session import Recording
+    from ..live.host import repl_options, run_with_frontend
+    from ..recording.recording import Recording
     from ..trace import store       # numpy: imported once a session starts
     output = args.output or store.default_trace_dir()
     recording = Recording(repl_options(recording_options(args, output)))

@@ -19,7 +19,7 @@ from ..errors import NoDataError, OutputError, OutputExistsError, UsageError
 from ..kinds import KINDS, Kind, available, html_sections
 from ..report.calls_text import DEFAULT_DEPTH, DEFAULT_TOP
 from ..report.json_out import write_json
-from ..trace.format import read_meta
+from ..trace.meta import read_meta
 
 NAME = "report"
 HELP = ("analyse a trace directory: "

@@ -6,7 +6,8 @@ import json
 import os
 import sys
 
-from ..trace.format import STORE_META_FILE, read_meta
+from ..trace.format import STORE_META_FILE
+from ..trace.meta import read_meta
 
 NAME = "summary"
 HELP = "print the summary of a trace directory (one JSON object with --json)"
@@ -139,7 +140,7 @@ def print_human_summary(meta: dict, directory: str, out, totals: dict | None = N
           file=out)
     windows = (meta.get("data_tracing") or {}).get("open_windows", 0)
     if windows:
-        from ..session_results import open_windows_line
+        from ..recording.results import open_windows_line
         tracing = meta["data_tracing"]
         line = open_windows_line(windows, tracing.get("open_window_pages", {}), tracing)
         print(f"   warning  : {line}", file=out)

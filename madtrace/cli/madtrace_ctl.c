@@ -9,7 +9,7 @@
  *   madtrace-ctl record [OPTIONS] -- CMD  as madtrace record [OPTIONS] -- CMD (not --repl)
  *   madtrace-ctl ANYTHING ELSE            as madtrace ANYTHING ELSE
  *
- * It speaks the resident process's protocol (madtrace/repl/resident.py): one
+ * It speaks the resident process's protocol (madtrace/daemon/resident.py): one
  * JSON line {"argv", "cwd", "env", "umask", "package", "client"} with its
  * stdin, stdout and stderr passed along (SCM_RIGHTS); the resident forks a
  * worker that runs the very same command line with them (same messages, same

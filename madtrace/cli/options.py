@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ..errors import UsageError
 
 if TYPE_CHECKING:       # the tracer is imported by the commands that record, when they run
-    from ..session import RecordOptions
+    from ..recording.recording import RecordOptions
 
 
 DEFAULT_DATA_ENGINE = "hybrid"
@@ -92,7 +92,7 @@ def recording_options(args, output: str) -> RecordOptions:
                          "--data-engine and --copy-after concern data accesses: add --data")
     if args.copy_after is not None and args.copy_after < 1:
         raise UsageError("--copy-after must be at least 1")
-    from ..session import RecordOptions
+    from ..recording.recording import RecordOptions
     return RecordOptions(output=output, force=args.force, functions=args.functions,
                          data=args.data, follow_forks=args.follow_forks,
                          data_regions=args.regions, data_only=args.only, data_in=args.data_in,

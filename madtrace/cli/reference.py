@@ -91,7 +91,7 @@ def _command(name: str, parser: argparse.ArgumentParser) -> list[str]:
 
 
 def _repl_commands() -> list[str]:
-    from ..repl.registry import all_commands
+    from ..live.registry import all_commands
     lines = ["## REPL and daemon commands", "",
              "Typed at `madtrace repl PID`, sent with `madtrace ctl PID COMMAND`, or read "
              "from a file with `--batch FILE`. `help CMD` prints each one's text below.", ""]
@@ -184,7 +184,7 @@ def man() -> str:
     out += [".SH REPL AND DAEMON COMMANDS",
             _roff("Typed at madtrace repl PID, sent with madtrace ctl PID COMMAND, or read from a "
                   "file with --batch FILE.")]
-    from ..repl.registry import all_commands
+    from ..live.registry import all_commands
     for command in all_commands():
         out += [".TP", "\\fB" + _roff(" ".join(filter(None, [command.name, command.arguments])))
                 + "\\fR", _roff(command.summary)]

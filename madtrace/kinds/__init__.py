@@ -22,7 +22,8 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..trace.format import ACCESS_RECORDS, FUNCTIONS_FILE, NUMA_FILE
+from ..trace.record_files import ACCESS_RECORDS
+from ..trace.format import FUNCTIONS_FILE, NUMA_FILE
 
 # what a kind can need from a trace directory, and how to tell it is there
 NEEDS: dict[str, Callable[[str], bool]] = {

@@ -28,7 +28,7 @@ The flags go through the stack 256 bytes below the thread's rsp, beyond its
 red zone; nothing else is written there.
 
 The page is a private mapping of a memfd named ``madtrace-calls`` (so that it
-shows in /proc/PID/maps and a later session finds it: inject/leftovers.py),
+shows in /proc/PID/maps and a later session finds it: target/leftovers.py),
 read-execute; the tracer writes it through /proc/PID/mem.  A fork child has
 its own copy at the same address (``inherit``); a vfork child shares it.
 """
@@ -36,6 +36,7 @@ its own copy at the same address (``inherit``); a vfork child shares it.
 from __future__ import annotations
 
 import struct
+from typing import Callable
 
 from . import ptrace_raw as pr
 
@@ -111,14 +112,17 @@ def needs_restart(regs: pr.UserRegs) -> bool:
 class CallPage:
     """The call page of one address space (see the module)."""
 
-    def __init__(self, address: int, owner: int):
+    def __init__(self, address: int, owner: int, remote_calls: Callable):
+        """``remote_calls(tracee)``: a scope of remote system calls in ``tracee``
+        (RemoteSyscalls, which maps the page: this module sits below it)."""
         self.address = address
         self.owner = owner                  # the process that unmaps it at the end
+        self.remote_calls = remote_calls
         self._free = list(range(SLOTS - 1, -1, -1))
 
     def inherit(self, child_pid: int) -> "CallPage":
         """A fork child's copy (same address, every slot free)."""
-        return CallPage(self.address, child_pid)
+        return CallPage(self.address, child_pid, self.remote_calls)
 
     def take(self) -> int | None:
         """A free slot's address, or None when every slot is in use."""
@@ -136,8 +140,7 @@ class CallPage:
         leave the thread returning into the unmapped page: the one call not
         covered after the first four."""
         if tracee.pid == self.owner:
-            from .remote_syscall import RemoteSyscalls
-            with RemoteSyscalls(tracee) as rs:
+            with self.remote_calls(tracee) as rs:
                 rs.call("munmap", self.address, SIZE)
         tracee.call_page = None
 

@@ -509,10 +509,10 @@ class TraceeHooks:
         self.on_vfork_start: list[Callable[[Tracee, int, Tracee], None]] = []
         self.on_vfork_done: list[Callable[[Tracee, int], None]] = []
         # called last before detaching, every thread stopped and every stop handled:
-        # madtrace's mappings come out of the target (inject/footprint.py)
+        # madtrace's mappings come out of the target (target/mappings.py)
         self.release: list[Callable[[Tracee], None]] = []
         # called for each fork child after the on_fork_child hooks, with (parent, child):
-        # madtrace's mappings come out of the child's copy (inject/footprint.py)
+        # madtrace's mappings come out of the child's copy (target/mappings.py)
         self.release_in_child: list[Callable[[Tracee, Tracee], None]] = []
         # called at PTRACE_EVENT_EXIT, while the exiting thread is still stopped
         self.on_thread_exit: list[Callable[[Tracee, int], None]] = []

@@ -2,7 +2,7 @@
 /*
  * madtrace's data-access hot loop, in C (the fault path of both data engines).
  *
- * The Python data engine (madtrace/capture/data.py) decides everything once
+ * The Python data engine (madtrace/data/engine.py) decides everything once
  * per instruction: it decodes the faulting instruction, builds its stub in the
  * data area (layout: injector/layout.h) and registers it here with the
  * operand's addressing (base, index, scale, displacement, segment, size).
@@ -118,7 +118,7 @@ struct mt_ctx {
     uint64_t fast, untraced, syscalls, writebacks, writeback_errors, moves;
     uint64_t kinds_filter;     /* bit 0: record loads, bit 1: record stores */
     const volatile uint8_t *alias_bits;  /* hybrid engine: one bit per page reached through
-                                            its alias (capture/alias.py), or NULL */
+                                            its alias (data/hybrid/alias.py), or NULL */
     uint64_t alias_bit;
     int ring_mode;             /* hybrid engine: records go into the thread's ring (after
                                   its call records and probe records, in order) */

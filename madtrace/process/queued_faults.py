@@ -55,7 +55,7 @@ def take_queued_signal(tracee: Tracee, tid: int, trap: TrapStop) -> Event | None
         except NoSuchProcessError:
             return event     # exiting: its exit is on its way, as for any stopped thread
         state.running = True
-        event = tracee._wait_leader() if tid == tracee.pid else \
+        event = tracee.wait_leader() if tid == tracee.pid else \
             tracee.wait_event(block=True, tid=tid)
     return event
 

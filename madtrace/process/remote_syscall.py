@@ -243,7 +243,7 @@ class RemoteSyscalls:
         finally:
             self.call("close", fd, check=False)
         self.tracee.mem.write(address, call_page.page_image())
-        return call_page.CallPage(address, self.tracee.pid)
+        return call_page.CallPage(address, self.tracee.pid, RemoteSyscalls)
 
     def _pin(self) -> None:
         """The thread runs on the tracer's CPU for the scope: each call is then a

@@ -150,7 +150,7 @@ class Tracee:
         # (it writes back the data stubs' stores)
         self.fast_wait = None
         self.after_stop = None
-        # what madtrace mapped into this process (inject.footprint.Footprint), taken
+        # what madtrace mapped into this process (target.mappings.Footprint), taken
         # out again when the session ends
         self.footprint = None
         # where a thread lent to remote system calls finds its registers (call_page.py)
@@ -461,7 +461,7 @@ class Tracee:
                 if state.gone or state.tid not in self.threads:
                     continue
                 if state.tid == self.pid:
-                    event = self._wait_leader()
+                    event = self.wait_leader()
                     if state.gone:
                         continue
                 else:
@@ -483,7 +483,7 @@ class Tracee:
         """See queued_faults.py."""
         return queued_faults.take_queued_signals(self)
 
-    def _wait_leader(self) -> Event | None:
+    def wait_leader(self) -> Event | None:
         """The leader's stop, polled: a blocking wait for it never returns if the
         process exits meanwhile (a zombie leader is reported only once its other
         threads are reaped, by this same loop later); then it is marked gone."""

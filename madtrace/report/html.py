@@ -26,7 +26,7 @@ import math
 import os
 import tempfile
 
-from ..trace.format import read_meta
+from ..trace.meta import read_meta
 from .text import short_path
 
 FULL_FILE_LINES = 3000

@@ -25,8 +25,8 @@ import os
 
 import numpy as np
 
-from .format import (ALLOCATOR_CALL_DTYPE, ALLOCATOR_CALL_OPEN, ALLOCATOR_CALL_RECORDS,
-                     ALLOCATOR_CALLS_FILE, DATA_DIR)
+from .format import ALLOCATOR_CALL_DTYPE, ALLOCATOR_CALL_OPEN, ALLOCATOR_CALLS_FILE, DATA_DIR
+from .record_files import ALLOCATOR_CALL_RECORDS
 
 OPEN = ALLOCATOR_CALL_OPEN     # the end of a call still running when the recording ended
 

@@ -31,9 +31,10 @@ import numpy as np
 
 from ..errors import CorruptTraceError, writing
 from .format import (BLOCK_DTYPE, BLOCK_KINDS as KINDS, BLOCK_PART_OF_OFFSET as PART_OF_OFFSET,
-                     BLOCK_RECORDS, BLOCK_RELEASE_OFFSET as RELEASE_OFFSET, BLOCK_SITES_FILE,
-                     BLOCKS_FILE, CAPTURE_MAGIC, DATA_DIR, load_allocations_json)
-from .partial import unfinished
+                     BLOCK_RELEASE_OFFSET as RELEASE_OFFSET, BLOCK_SITES_FILE, BLOCKS_FILE,
+                     CAPTURE_MAGIC, DATA_DIR, load_allocations_json)
+from .record_files import BLOCK_RECORDS
+from .format import unfinished
 
 MAPPING_KINDS = ("memmap", "mremap")  # blocks the program mapped itself (mmap, mremap)
 NO_PART = 0                            # part_of of a block no operator new wrapped

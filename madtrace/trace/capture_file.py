@@ -30,6 +30,7 @@ import numpy as np
 import xxhash
 
 from ..errors import CorruptTraceError
+from .format import RECORD_DTYPE, unfinished
 from .format import (CAPTURE_FORMAT_VERSION, CAPTURE_HEADER, CAPTURE_KINDS, CAPTURE_MAGIC,
                      CHUNK_HEADER, CHUNK_MAGIC, CHUNK_MAX_BYTES)
 
@@ -53,7 +54,6 @@ def chunk_header(payload) -> bytes:
 
 
 def _unfinished(path: str) -> bool:
-    from .partial import unfinished          # partial.py stands on format.py, as we do
     return unfinished(os.path.dirname(os.path.dirname(os.path.abspath(path))))
 
 
@@ -363,8 +363,7 @@ def c_header() -> str:
         assert CHUNK_HEADER.fields is not None and CHUNK_HEADER.fields[name][1] == offset
         values[f"MT_CHUNK_{name.upper()}_OFFSET"] = offset
     lines += [f"#define {name} {hex(value)}ULL" for name, value in values.items()]
-    from .format import CALL_RECORDS      # the call record files' header, whole
-    head = CALL_RECORDS.container().header()
+    head = CaptureFormat("calls", RECORD_DTYPE.itemsize).header()   # a call file's, whole
     lines.append("#define MT_CALL_RECORDS_HEADER {" + ", ".join(hex(b) for b in head) + "}")
     return "\n".join(lines) + "\n"
 

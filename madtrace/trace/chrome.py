@@ -38,7 +38,9 @@ import numpy as np
 
 from .replay import EVENT_ACCESS, EVENT_BEGIN, EVENT_END, FATE_UNMATCHED, FATES
 from .segmentation import iter_thread_chunks, load_tables
-from .format import ACCESS_RECORDS, CALL_RECORDS, KIND_LOAD, read_meta
+from .record_files import ACCESS_RECORDS, CALL_RECORDS
+from .format import KIND_LOAD
+from .meta import read_meta
 from .naming import AccessNamer
 
 HISTOGRAM_BINS = 1 << 16

@@ -13,7 +13,7 @@ killed); each block is one chunk of the capture container (trace/capture_file.py
 
 ``CompactReader(path, table).chunks(chunk_records)`` yields the rows as
 ACCESS_DTYPE arrays, as the fault engine writes them to data/<tid>.acc;
-everyone else reads both kinds of file through format.ACCESS_RECORDS.
+everyone else reads both kinds of file through record_files.ACCESS_RECORDS.
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ import numpy as np
 
 from ..errors import CorruptTraceError
 from . import zstd
-from .format import (ACCESS_DTYPE, ACCESS_RECORDS, CHUNK_HEADER, COMPACT_BLOCK_HEADER,
+from .capture_file import CaptureFormat
+from .format import (ACCESS_DTYPE, COMPACT_BLOCK_HEADER,
                      COMPACT_CODEC, COMPACT_DTYPE, COMPACT_EXTENSION, COMPACT_FREED_BIT,
-                     COMPACT_MAGIC, COMPACT_MAGIC_PLANES, COMPACT_RECORDS,
+                     COMPACT_MAGIC, COMPACT_MAGIC_PLANES,
                      COMPACT_MARK_ORDER, COMPACT_MARK_SEQ, INSTRUCTION_COLUMNS, INSTRUCTIONS_FILE,
                      INSTRUCTIONS_FILE_V1, INSTRUCTIONS_FORMAT)
 
-# the names the tracer's side (capture/data_records.py) writes with
+# the names the tracer's side (data/records.py) writes with
 DATA_SUFFIX = COMPACT_EXTENSION
 BLOCK_HEADER = COMPACT_BLOCK_HEADER
 MAGIC, MAGIC_PLANES, CODEC = COMPACT_MAGIC, COMPACT_MAGIC_PLANES, COMPACT_CODEC
@@ -101,7 +102,7 @@ def from_planes(raw: bytes, n: int) -> np.ndarray:
 def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
     """(offset after the block, its records) of each complete block from ``start``
     (0: the first); each block is one chunk of the capture container, checked."""
-    for offset, payload in COMPACT_RECORDS.container().payloads(path, start):
+    for offset, payload in CaptureFormat("compact", COMPACT_DTYPE.itemsize).payloads(path, start):
         if len(payload) < BLOCK_HEADER.itemsize:
             raise CorruptTraceError(f"{path}: no block header in the chunk before offset {offset}")
         h = np.frombuffer(payload, dtype=BLOCK_HEADER, count=1)[0]
@@ -222,66 +223,6 @@ class CompactReader:
 # ------------------------------------------------------- a trace's access files
 def compact_chunks(path: str, chunk_rows: int = 1 << 20) -> Iterator[np.ndarray]:
     """The access rows (ACCESS_DTYPE) of one compact file data/<tid>.dat, in
-    order, in chunks (format.ACCESS_RECORDS.chunks reads a .dat file with it)."""
+    order, in chunks (record_files.ACCESS_RECORDS.chunks reads a .dat file with it)."""
     directory = os.path.dirname(os.path.dirname(os.path.abspath(path)))
     yield from CompactReader(path, InstructionColumns.load(directory), directory).chunks(chunk_rows)
-
-
-def record_count(path: str) -> int:
-    """Access records (compact) or rows (.acc) of a file, from its chunk and
-    block headers: a cheap estimate of its rows (a read-modify-write record is two)."""
-    if not path.endswith(DATA_SUFFIX):
-        return ACCESS_RECORDS.rows(path)
-    container = COMPACT_RECORDS.container()
-    index = container.index(path)
-    total = 0
-    with open(path, "rb") as f:
-        for offset in index.offsets:
-            f.seek(offset + CHUNK_HEADER.itemsize)
-            head = f.read(BLOCK_HEADER.itemsize)
-            if len(head) == BLOCK_HEADER.itemsize:
-                total += int(np.frombuffer(head, dtype=BLOCK_HEADER)[0]["records"])
-    return total
-
-
-class SeqFollower:
-    """The seq of each access row of one thread's access file as it grows (the
-    live store writer): ``count()`` the rows on disk now (complete blocks),
-    ``seq_at(i)`` and ``seqs(i, j)`` for rows not ``release``d yet."""
-
-    def __init__(self, directory: str, tid: int):
-        self.directory = directory
-        self.acc = ACCESS_RECORDS.path(directory, tid)
-        self.dat = ACCESS_RECORDS.compact_path(directory, tid)
-        self.reader: CompactReader | None = None
-        self.base = 0                              # row index of seqs[0]
-        self.pending = np.zeros(0, dtype=np.uint64)
-        self.rows = 0
-
-    def count(self) -> int:
-        if os.path.exists(self.acc):
-            return ACCESS_RECORDS.rows(self.acc)
-        if not os.path.exists(self.dat):
-            return 0
-        if self.reader is None:
-            self.reader = CompactReader(self.dat, InstructionColumns.load(self.directory),
-                                        self.directory)
-        fresh = [rows["seq"] for rows in self.reader.chunks()]
-        if fresh:
-            self.pending = np.concatenate([self.pending, *fresh])
-            self.rows += sum(len(f) for f in fresh)
-        return self.rows
-
-    def seqs(self, start: int, stop: int) -> np.ndarray:
-        if os.path.exists(self.acc):
-            return ACCESS_RECORDS.read(self.acc, start, stop - start)["seq"]
-        return self.pending[start - self.base:stop - self.base]
-
-    def seq_at(self, index: int) -> int:
-        return int(self.seqs(index, index + 1)[0])
-
-    def release(self, upto: int) -> None:
-        """Rows before ``upto`` are not asked for again."""
-        if upto > self.base and self.reader is not None:
-            self.pending = self.pending[upto - self.base:]
-            self.base = upto

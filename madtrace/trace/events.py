@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .blocks import load_allocations
-from .format import ACCESS_RECORDS
+from .record_files import ACCESS_RECORDS
 
 
 @dataclass(frozen=True)

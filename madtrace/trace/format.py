@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """The trace format: what a recording leaves on disk, defined once.
 
-The contract between the two sides of madtrace: the tracer (capture/,
-inject/, session.py) writes a trace directory with these names and layouts,
+The contract between the two sides of madtrace: the tracer (target/,
+rings/, calls/, data/, recording/) writes a trace directory with these names and layouts,
 the offline side (trace/, analysis/, report/, export/, query) reads it back
 through them.  Nothing else defines a record layout, a file name of a trace
 directory or the page size; this module imports nothing but numpy and
@@ -90,12 +90,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
-from ..errors import CorruptTraceError, writing
+from ..errors import CorruptTraceError
 
 FORMAT_VERSION = 2  # of the trace directory (meta.json format_version); 2: the capture container
 STORE_FORMAT_VERSION = 3  # of the store (store/meta.json format_version); 2: accesses.allocator,
@@ -268,175 +266,7 @@ CHUNK_MAX_BYTES = 4 << 20  # the largest payload a writer frames (a reader refus
 CAPTURE_KINDS = {"calls": 1, "accesses": 2, "compact": 3, "allocator calls": 4, "blocks": 5}
 
 
-@dataclass(frozen=True)
-class RecordFile:
-    """One kind of per-thread record file: ``<folder>/<tid><extension>``, a
-    capture container of ``dtype`` records (see the module docstring)."""
-
-    folder: str
-    extension: str
-    dtype: np.dtype
-    kind: str = "calls"
-
-    def path(self, directory: str, tid: int) -> str:
-        return os.path.join(directory, self.folder, f"{tid}{self.extension}")
-
-    def files(self, directory: str) -> list[tuple[int, str]]:
-        """(tid, path) of every file of this kind in a trace directory, by tid."""
-        folder = os.path.join(directory, self.folder)
-        if not os.path.isdir(folder):
-            return []
-        found = []
-        for name in os.listdir(folder):
-            stem, ext = os.path.splitext(name)
-            if ext == self.extension and stem.isdigit():
-                found.append((int(stem), os.path.join(folder, name)))
-        return sorted(found)
-
-    def container(self):
-        from .capture_file import CaptureFormat
-
-        return CaptureFormat(self.kind, self.dtype.itemsize)
-
-    def create(self, path: str, truncate: bool = False) -> int:
-        """A descriptor appending to ``path``, its header written if it is new."""
-        return self.container().create(path, truncate)
-
-    def append(self, fd: int, rows: np.ndarray) -> int:
-        """Writes ``rows`` to a file opened by ``create``, framed; returns the bytes written."""
-        return self.container().append(fd, np.ascontiguousarray(rows, dtype=self.dtype))
-
-    def write(self, path: str, rows: np.ndarray) -> None:
-        """A new file holding ``rows`` (tests, conversions)."""
-        fd = self.create(path, truncate=True)
-        try:
-            self.append(fd, rows)
-        finally:
-            os.close(fd)
-
-    def rows(self, path: str) -> int:
-        """Records in the file's complete chunks (0 if it does not exist)."""
-        if not os.path.exists(path):
-            return 0
-        return self.container().index(path).rows
-
-    def total_rows(self, directory: str) -> int:
-        return sum(self.rows(path) for _, path in self.files(directory))
-
-    def chunks(self, path: str, chunk_rows: int) -> Iterator[np.ndarray]:
-        """The records in order, ``chunk_rows`` at a time, each chunk checked
-        (CorruptTraceError, exit 18, naming the file and offset)."""
-        from .capture_file import rebatch
-
-        yield from rebatch(self.container().record_chunks(path, self.dtype, chunk_rows), chunk_rows)
-
-    def read(self, path: str, start: int = 0, count: int = -1) -> np.ndarray:
-        """Records ``start`` .. ``start + count`` (all of them from ``start``: -1)."""
-        return self.container().read_rows(path, self.dtype, start, count)
-
-    def map(self, path: str, rows: int | None = None) -> np.ndarray:
-        """The file's first ``rows`` records (all of them: None), checked."""
-        return self.read(path, 0, -1 if rows is None else rows)
-
-
-class AccessRecordFile(RecordFile):
-    """The access files: data/<tid>.acc (ACCESS_DTYPE rows, the fault engine's)
-    and data/<tid>.dat (compact records, the hybrid engine's), read alike: a
-    compact file's rows are decoded to ACCESS_DTYPE on the fly (trace/compact.py),
-    so ``rows``, ``read`` and ``map`` decode it whole (``chunks`` in bounded memory)."""
-
-    def files(self, directory: str) -> list[tuple[int, str]]:
-        return sorted(super().files(directory) + COMPACT_RECORDS.files(directory))
-
-    @staticmethod
-    def is_compact(path: str) -> bool:
-        return path.endswith(COMPACT_EXTENSION)
-
-    def compact_path(self, directory: str, tid: int) -> str:
-        return COMPACT_RECORDS.path(directory, tid)
-
-    def thread_rows(self, directory: str, tid: int) -> int:
-        """The access rows of one thread, whichever engine wrote them."""
-        return sum(self.rows(path) for t, path in self.files(directory) if t == tid)
-
-    def rows(self, path: str) -> int:
-        if not self.is_compact(path):
-            return super().rows(path)
-        if not os.path.exists(path):
-            return 0
-        return sum(len(chunk) for chunk in self.chunks(path, 1 << 20))
-
-    def chunks(self, path: str, chunk_rows: int) -> Iterator[np.ndarray]:
-        if not self.is_compact(path):
-            yield from super().chunks(path, chunk_rows)
-            return
-        from .compact import compact_chunks  # decoding (pyarrow's zstd) lives there
-
-        yield from compact_chunks(path, chunk_rows)
-
-    def read(self, path: str, start: int = 0, count: int = -1) -> np.ndarray:
-        if not self.is_compact(path):
-            return super().read(path, start, count)
-        parts = list(self.chunks(path, 1 << 20))
-        rows = np.concatenate(parts) if parts else np.zeros(0, dtype=self.dtype)
-        return rows[start:] if count < 0 else rows[start : start + count]
-
-
-CALL_RECORDS = RecordFile(CALLS_DIR, ".rec", RECORD_DTYPE, "calls")
-ACCESS_RECORDS = AccessRecordFile(DATA_DIR, ".acc", ACCESS_DTYPE, "accesses")
-# the compact files as containers (their chunks are blocks: trace/compact.py)
-COMPACT_RECORDS = RecordFile(DATA_DIR, COMPACT_EXTENSION, COMPACT_DTYPE, "compact")
-RECORD_FILES = (CALL_RECORDS, ACCESS_RECORDS)
-# data/allocator_calls.bin (one file, not per thread: read with the path ALLOCATOR_CALLS_FILE)
-ALLOCATOR_CALL_RECORDS = RecordFile(DATA_DIR, ".bin", ALLOCATOR_CALL_DTYPE, "allocator calls")
-# data/blocks.bin: rows written in place while recording (a flat file), sealed
-# into the container when the recording ends (trace/blocks.py)
-BLOCK_RECORDS = RecordFile(DATA_DIR, ".bin", BLOCK_DTYPE, "blocks")
-
-
 # ------------------------------------------------------------------ meta.json
-def write_meta(directory: str, meta: dict) -> None:
-    """meta.json; once the recording's outcome is known (not "running"), the
-    block table it wrote in place is sealed into the capture container first."""
-    meta = dict(meta, format_version=FORMAT_VERSION)
-    path = os.path.join(directory, META_FILE)
-    if meta.get("outcome") != "running":
-        from .blocks import seal_block_table
-
-        with writing(os.path.join(directory, BLOCKS_FILE)):
-            seal_block_table(os.path.join(directory, BLOCKS_FILE))
-    with writing(path + ".tmp"):  # OutputError (exit 23), one line
-        _write_json_atomically(path, meta)
-
-
-def read_meta(directory: str) -> dict:
-    """meta.json; CorruptTraceError for anything but a trace directory of this
-    version.  A recording whose tracer was killed is settled (trace/partial.py)."""
-    if not os.path.isdir(directory):
-        raise CorruptTraceError(f"{directory}: no such trace directory")
-    meta_path = os.path.join(directory, META_FILE)
-    try:
-        with open(meta_path) as f:
-            meta = json.load(f)
-    except FileNotFoundError:
-        raise CorruptTraceError(f"{directory}: not a madtrace trace directory (no {META_FILE})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CorruptTraceError(f"{meta_path}: corrupt ({exc})") from None
-    version = meta.get("format_version") if isinstance(meta, dict) else None
-    if isinstance(version, int) and 0 < version < FORMAT_VERSION:
-        raise CorruptTraceError(
-            f"{directory}: a trace made by an older madtrace (format_version {version}, "
-            f"this madtrace reads {FORMAT_VERSION}): record it again"
-        )
-    if not isinstance(meta, dict) or version != FORMAT_VERSION:
-        raise CorruptTraceError(
-            f"{meta_path}: unsupported or missing format_version (expected {FORMAT_VERSION})"
-        )
-    from .partial import settle  # a recording whose tracer died: what reached the disk
-
-    return settle(meta, directory)
-
-
 # a container with more items than this is written on one line: json's indenting
 # encoder is pure Python (~1 us an item), its one-line encoder is C (python3's
 # meta.json: ~19 000 per-instruction counts written twice took 1.3 s of 11.6 s)
@@ -458,7 +288,7 @@ def _json_text(value, level: int = 0) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def _write_json_atomically(path: str, value: dict) -> None:
+def write_json_atomically(path: str, value: dict) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.write(_json_text(value))
@@ -495,8 +325,6 @@ def _load_list(directory: str, name: str, keys: tuple[str, ...]) -> list[dict]:
         try:
             items = json.loads(text)
         except ValueError:
-            from .partial import list_prefix, unfinished
-
             if not unfinished(directory):
                 raise
             items = list_prefix(text)  # a killed recording: what reached the disk
@@ -557,31 +385,32 @@ def read_store_meta(directory: str) -> dict | None:
 def write_store_meta(directory: str, meta: dict) -> None:
     meta = dict(meta, format_version=STORE_FORMAT_VERSION)
     os.makedirs(store_path(directory), exist_ok=True)
-    _write_json_atomically(os.path.join(directory, STORE_META_FILE), meta)
+    write_json_atomically(os.path.join(directory, STORE_META_FILE), meta)
 
 
-def capture_sources(directory: str) -> dict[str, list[int]]:
-    """{path in the directory: [bytes, mtime in ns]} of its raw capture files:
-    the store records what it was built from, and is rebuilt (the files read
-    and checked again) when one of them changed or a new one came; one that
-    is gone leaves the store as it is (it holds what the file held)."""
-    out = {}
-    names = [os.path.relpath(p, directory) for r in RECORD_FILES for _, p in r.files(directory)]
-    for name in {*names, ALLOCATOR_CALLS_FILE, BLOCKS_FILE}:
+# ------------------------------------------------- a recording still running
+def unfinished(directory: str) -> bool:
+    """Whether the recording of ``directory`` never wrote its end (its tracer is
+    still running or was killed): its lists may end mid-item."""
+    try:
+        with open(os.path.join(directory, META_FILE)) as f:
+            return json.load(f).get("outcome") == "running"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def list_prefix(text: str) -> list:
+    """The complete items of a JSON list cut short (``[{...},{...},{..``)."""
+    decoder = json.JSONDecoder()
+    items: list = []
+    at = text.find("[") + 1
+    if at <= 0:
+        return items
+    while True:
+        while at < len(text) and text[at] in " \n\r\t,":
+            at += 1
         try:
-            st = os.stat(os.path.join(directory, name))
-        except OSError:
-            continue
-        out[name] = [st.st_size, st.st_mtime_ns]
-    return out
-
-
-def store_is_complete(directory: str) -> bool:
-    meta = read_store_meta(directory)
-    return bool(
-        meta
-        and meta.get("format_version") == STORE_FORMAT_VERSION
-        and meta.get("complete")
-        and isinstance(meta.get("sources"), dict)
-        and all(meta["sources"].get(name) == now for name, now in capture_sources(directory).items())
-    )
+            item, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return items
+        items.append(item)

@@ -106,7 +106,7 @@ class AccessNamer:
             return index[label]
 
         self.sections = Intervals([(r[0], r[1], region_id(f"{r[2]} of {r[3].name}"))
-                                   for r in space._regions])
+                                   for r in space.sections])
         self.maps = Intervals([(m.start, m.end, region_id(m.label)) for m in space.mappings])
         self.unmapped = region_id("unmapped")
         # heap blocks by id: names are made only for the blocks accesses name

@@ -12,12 +12,11 @@ from the records, and says so once, in one line, on stderr.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 from ..errors import CorruptTraceError
-from .format import META_FILE, STORE_DIR, load_functions
+from .format import STORE_DIR, load_functions
 
 _noted: set[str] = set()
 
@@ -76,30 +75,3 @@ def recovered_calls(directory: str) -> dict[str, int]:
     for site in sites:
         counts[site["function"]] = counts.get(site["function"], 0) + int(per_site[site["sid"]])
     return counts
-
-
-def unfinished(directory: str) -> bool:
-    """Whether the recording of ``directory`` never wrote its end (its tracer is
-    still running or was killed): its lists may end mid-item."""
-    try:
-        with open(os.path.join(directory, META_FILE)) as f:
-            return json.load(f).get("outcome") == "running"
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def list_prefix(text: str) -> list:
-    """The complete items of a JSON list cut short (``[{...},{...},{..``)."""
-    decoder = json.JSONDecoder()
-    items: list = []
-    at = text.find("[") + 1
-    if at <= 0:
-        return items
-    while True:
-        while at < len(text) and text[at] in " \n\r\t,":
-            at += 1
-        try:
-            item, at = decoder.raw_decode(text, at)
-        except ValueError:
-            return items
-        items.append(item)

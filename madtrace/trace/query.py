@@ -26,7 +26,8 @@ import os
 
 from ..errors import CorruptTraceError
 from .columnar import PER_THREAD, TABLES
-from .format import ACCESS_RECORDS, CALL_RECORDS, read_store_meta, store_path
+from .record_files import ACCESS_RECORDS, CALL_RECORDS
+from .format import read_store_meta, store_path
 from .store_writer import ensure_store
 
 

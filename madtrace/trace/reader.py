@@ -19,7 +19,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import CorruptTraceError
-from .format import ACCESS_RECORDS, CALL_RECORDS
+from .record_files import ACCESS_RECORDS, CALL_RECORDS
 
 DEFAULT_CHUNK_ROWS = 1 << 20
 

@@ -78,8 +78,8 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import CorruptTraceError
-from .format import (ACCESS_DTYPE, ACCESS_RECORDS, CALL_RECORDS, FUNCTIONS_FILE,
-                            RECORD_DTYPE, load_functions)
+from .format import ACCESS_DTYPE, FUNCTIONS_FILE, RECORD_DTYPE, load_functions
+from .record_files import ACCESS_RECORDS, CALL_RECORDS
 from .reader import iter_access_chunks, iter_call_chunks
 from .replay import (EVENT_ACCESS, EVENT_BEGIN, EVENT_DTYPE, EVENT_END, FATES, KIND_CALL,
                      KIND_ENTRY, KIND_ROOT, KIND_TAIL_ENCLOSED, KIND_TAIL_FREE, NO_EXIT,

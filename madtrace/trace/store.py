@@ -13,9 +13,9 @@ import os
 import shutil
 
 from ..errors import CorruptTraceError, OutputExistsError, writing
-from .format import (BLOCKS_FILE, CALL_RECORDS, CALLS_DIR, DATA_DIR, EXEC_DIR_PREFIX,
-                     FORK_DIR_PREFIX, FUNCTIONS_FILE, MAPS_END_FILE, MAPS_START_FILE, META_FILE,
-                     STORE_DIR)
+from .format import (BLOCKS_FILE, CALLS_DIR, DATA_DIR, EXEC_DIR_PREFIX, FORK_DIR_PREFIX,
+                     FUNCTIONS_FILE, MAPS_END_FILE, MAPS_START_FILE, META_FILE, STORE_DIR)
+from .record_files import CALL_RECORDS
 
 # what a recording writes at the top of its directory
 _RECORDING_ENTRIES = {META_FILE, CALLS_DIR, DATA_DIR, STORE_DIR, FUNCTIONS_FILE, MAPS_START_FILE,

@@ -16,7 +16,8 @@ from .replay import EVENT_ACCESS, FATES
 from .segmentation import iter_thread_chunks, load_tables
 from .columnar import Flusher, PartWriter, dictionary_column
 from .blocks import block_name, load_block_table
-from .format import ACCESS_RECORDS, KIND_LOAD, load_functions
+from .record_files import ACCESS_RECORDS
+from .format import KIND_LOAD, load_functions
 from .naming import AccessNamer
 from .store_block_events import write_block_events
 

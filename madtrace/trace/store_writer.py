@@ -30,11 +30,11 @@ import threading
 
 import numpy as np
 
-from .compact import SeqFollower, record_count
+from .record_files import SeqFollower, record_count
 from ..progress import Progress
-from .format import (ACCESS_RECORDS, CALL_RECORDS, STORE_FORMAT_VERSION, capture_sources,
-                     load_functions, read_store_meta, store_is_complete, store_path,
-                     write_store_meta)
+from .record_files import ACCESS_RECORDS, CALL_RECORDS
+from .format import STORE_FORMAT_VERSION, load_functions, read_store_meta, store_path, write_store_meta
+from .record_files import capture_sources, store_is_complete
 
 BATCH_ROWS = 1 << 19
 # events a recording converts before it ends; a longer conversion waits for first use

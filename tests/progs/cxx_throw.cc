@@ -1,6 +1,6 @@
 // C++ exceptions thrown through traced calls must still be caught, with every
 // destructor run on the way: madtrace registers unwind information for its
-// call-site trampolines with the target's unwinder (madtrace/inject/unwind.py).
+// call-site trampolines with the target's unwinder (madtrace/target/trampoline_unwind.py).
 // Paths: a catch in main two trampolines up, a cleanup (destructor) in a frame
 // the exception leaves, a catch-and-rethrow in between.
 #include <cstdio>

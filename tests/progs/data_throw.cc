@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // C++ exceptions through functions the hybrid data engine relocates: their
 // calls return into the copies, so the copies need unwind information of
-// their own (madtrace/inject/copy_unwind.py), registered with the program's
+// their own (madtrace/data/hybrid/copy_unwind.py), registered with the program's
 // unwinder.  Every function here touches traced globals in a loop (it is
 // relocated at its first fault) and is on the path of an exception:
 //   checked() throws; middle() has a destructor to run (cleanup landing pad);

@@ -2,7 +2,7 @@
 /*
  * The heap grows (brk) while traced, then the program forks: the child reads
  * and writes the grown part.  Under the hybrid engine the heap is aliased when
- * tracing starts and each growth joins the alias (capture/alias.py extend);
+ * tracing starts and each growth joins the alias (data/hybrid/alias.py extend);
  * the grown pages must be in the fork child too.
  *
  *   fork_brk [KB]   grows the heap by KB (default 256) after start-up

@@ -1,5 +1,5 @@
 /* Threads made while a live session has functions instrumented (the ring
- * pool, inject/thread_pool.py).  Prints "ready", then obeys one command per
+ * pool, calls/thread_pool.py).  Prints "ready", then obeys one command per
  * line on stdin, answering one line each:
  *   join N K   creates and joins N threads one after another (glibc gives
  *              each the previous one's TCB), each calling work() K times;

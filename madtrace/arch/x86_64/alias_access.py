@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """An instruction re-encoded to carry out its access through the alias, from a
-data slot (the fault path of the hybrid data engine: capture/datastubs.py).
+data slot (the fault path of the hybrid data engine: data/fault/stubs.py).
 
 ``alias_access(code, address, at, saved, pointer) -> AliasAccess | Refusal``:
 the instruction at ``address`` (its bytes in ``code``), for execution at

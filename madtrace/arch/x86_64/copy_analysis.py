@@ -128,7 +128,7 @@ class FunctionAnalysis:
 
     def text(self, i: int) -> str:
         """Instruction ``i``'s disassembly (for a reason)."""
-        if self.entries is None:        # an analysis from the disk (capture/analysis_cache.py)
+        if self.entries is None:        # an analysis from the disk (data/hybrid/analysis_cache.py)
             o = int(self.offset[i])
             return entries([self.code[o:o + self.size[i]]])[0].text
         return self.entries[i].text

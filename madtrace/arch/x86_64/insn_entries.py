@@ -122,28 +122,28 @@ class Entry:
         return self
 
 
-_index: dict[bytes, Entry] = {}
-# entries kept from earlier runs (capture/entry_cache.py), as stored: made into an
+analysed: dict[bytes, Entry] = {}
+# entries kept from earlier runs (data/hybrid/entry_cache.py), as stored: made into an
 # Entry by ``_restore`` when an instruction first needs one
-_stored: dict[bytes, Any] = {}
+kept_entries: dict[bytes, Any] = {}
 _restore: Callable[[Any], Entry] | None = None
 
 
-def store(stored: dict[bytes, Any], restore: Callable[[Any], Entry]) -> None:
+def store(entries_of_earlier_runs: dict[bytes, Any], restore: Callable[[Any], Entry]) -> None:
     """Entries of earlier runs, made by ``restore`` when needed instead of analysed."""
     global _restore
-    _stored.update(stored)
+    kept_entries.update(entries_of_earlier_runs)
     _restore = restore
 
 
 def entries(raws: list[bytes]) -> list[Entry]:
     """The entry of each instruction (its bytes)."""
-    index = _index
+    index = analysed
     missing = [raw for raw in dict.fromkeys(raws) if raw not in index]
-    if missing and _stored:
+    if missing and kept_entries:
         assert _restore is not None
         for raw in missing:
-            kept = _stored.pop(raw, None)
+            kept = kept_entries.pop(raw, None)
             if kept is not None:
                 index[raw] = _restore(kept)
         missing = [raw for raw in missing if raw not in index]
@@ -232,7 +232,7 @@ def _add(missing: list[bytes]) -> None:
     made_entries = [(raw, _entry(raw, r, k, address, checks)) for raw, r, k, address in made]
     _check(checks)
     for raw, e in made_entries:
-        _index[raw] = e.finish()
+        analysed[raw] = e.finish()
 
 
 def _entry(raw: bytes, r: _Rows, k: int, address: int, checks: list) -> Entry:

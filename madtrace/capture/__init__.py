@@ -1,1 +1,0 @@
-"""Event capture: the per-thread rings of function records (``rings``)."""

@@ -1,0 +1,201 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Entry and return hooks on a few functions, with breakpoints.
+
+At a hooked function's entry (an int3) the tracer reads the arguments and
+the return address, replaces the return address with a trap in madtrace's
+code (one int3 per pending call), steps over the breakpoint and calls
+``on_entry``; at the trap it calls ``on_return`` with the registers (the
+result) and jumps to the real return address.  A frame left by longjmp is
+dropped at the thread's next return (its stack pointer is below the
+returning one).  Every breakpoint and pending call is also in the guard's
+table (guard.py), so that the target outlives a tracer killed meanwhile.
+Used by the allocation tracker (malloc & co.) and by the data gate
+(--data-in FUNC).  ``own`` breakpoints are int3 instructions of madtrace's
+own code (a hook stub's slow path, inline_hooks.py), where the stop looks
+like a function entry: there is no byte to step over, the thread goes on
+after the int3 (and with no tracer left, the guard turns it into a nop).
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Callable
+
+from ...binary.maps import read_maps
+from ...target.areas import SharedArea
+from ...process.events import SignalStop
+from ...process.remote_syscall import RemoteSyscalls
+from ...process.stepping import step
+from ...process.tracee import Tracee
+
+INT3 = b"\xcc"
+NOP = b"\x90"
+TRAPS = 4096            # one int3 per pending call; the last one for calls the guard misses
+UNGUARDED = TRAPS - 1
+
+
+class CallHooks:
+    def __init__(self, tracee: Tracee, name: str,
+                 on_entry: Callable[[int, str, object], object],
+                 on_return: Callable[[int, str, object, object, int], None], guard=None):
+        """``on_entry(tid, function, regs) -> state`` at an entry;
+        ``on_return(tid, function, state, regs, return_address)`` at its return;
+        ``guard``: the data engine's guard (guard.py)."""
+        self.guard = guard
+        self.unguarded_calls = 0
+        self.tracee = tracee
+        self.name = name
+        self.on_entry = on_entry
+        self.on_return = on_return
+        self.entries: dict[int, str] = {}         # breakpoint address -> function
+        self.saved_byte: dict[int, bytes] = {}
+        self.own: set[int] = set()                # int3s of madtrace's code (see the module)
+        # tid -> [(function, state, return address, rsp, trap index)]
+        self.pending: dict[int, list] = {}
+        self.leftover: dict[int, list] = {}       # pending calls when the breakpoints were removed
+        self.trap = 0
+        self.stops = 0             # ptrace stops taken here (entries and returns)
+        self.missed_windows = 0
+        self.active = False
+
+    def install(self, rs: RemoteSyscalls, functions: dict[int, str], own: bool = False) -> None:
+        self.entries = dict(functions)
+        if own:
+            self.own = set(functions)
+        area = SharedArea(rs, TRAPS, f"madtrace-{self.name}-trap", executable=True)
+        area.write(area.address, INT3 * TRAPS)
+        self.trap = area.address
+        if self.guard is not None and self.entries:
+            self.guard.install_traps(rs)
+        maps = read_maps(self.tracee.pid)
+        for address in self.own:
+            if self.guard is not None:
+                self.guard.add_breakpoint(address, NOP, 5)
+        for address in set(self.entries) - self.own:
+            self.saved_byte[address] = self.tracee.mem.read(address, 1)
+            if self.guard is not None:
+                mapping = next((m for m in maps if m.start <= address < m.end), None)
+                prot = _prot(mapping.perms) if mapping else 5
+                self.guard.add_breakpoint(address, self.saved_byte[address], prot)
+            self.tracee.mem.write(address, INT3)
+        self.active = True
+
+    def remove(self, mem=None) -> None:
+        """Take the breakpoints out (of ``mem``: a fork child's copy), and give every
+        thread still inside a hooked call its real return address back."""
+        mine = mem is None
+        mem = mem or self.tracee.mem
+        for address, byte in self.saved_byte.items():
+            if mem.read(address, 1) == INT3:
+                mem.write(address, byte)
+        if mine:
+            if self.guard is not None:
+                self.guard.remove_breakpoints(set(self.saved_byte) | self.own)
+            self.leftover = {tid: list(stack) for tid, stack in self.pending.items()}
+            for stack in self.pending.values():
+                for _name, _state, return_address, rsp, index in stack:
+                    try:
+                        if mem.read_u64(rsp) == self.trap + index:
+                            mem.write_u64(rsp, return_address)
+                    except Exception:
+                        pass  # the frame is gone (longjmp)
+                    self._free(index)
+            self.pending.clear()
+            self.active = False
+
+    def _free(self, index: int) -> None:
+        if self.guard is not None and index != UNGUARDED:
+            self.guard.free_trap(index)
+
+    def thread_exited(self, tid: int) -> None:
+        for entry in self.pending.pop(tid, []):
+            self._free(entry[4])
+
+    def depth(self, tid: int) -> int:
+        return len(self.pending.get(tid, ()))
+
+    # ---------------------------------------------------------------- stops
+    def claim_trap(self, tracee: Tracee, event: SignalStop, regs) -> bool:
+        """A SIGTRAP stop (``regs``: the thread's registers there): ours if it is a
+        breakpoint or the return trap, also just after the breakpoints were removed."""
+        if tracee is not self.tracee or not self.entries:
+            return False
+        tid = event.tid
+        if not self.active:
+            # a breakpoint or return trap hit just before the breakpoints were taken
+            # out, reported after: finish the call as if nothing had been there
+            index = regs.rip - 1 - self.trap
+            if regs.rip - 1 in self.own:
+                pass                           # goes on after its int3
+            elif regs.rip - 1 in self.entries:
+                regs.rip -= 1
+            elif 0 <= index < TRAPS and any(e[4] == index for e in self.leftover.get(tid, ())):
+                regs.rip = next(e[2] for e in self.leftover[tid] if e[4] == index)
+            else:
+                return False
+            tracee.set_regs(regs, tid)
+            tracee.resume(tid, 0)
+            return True
+        if regs.rip - 1 in self.entries:
+            self.stops += 1
+            self._entry(tid, regs)
+            return True
+        if 0 <= regs.rip - 1 - self.trap < TRAPS:
+            self.stops += 1
+            self._return(tid, regs)
+            return True
+        return False
+
+    def _entry(self, tid: int, regs) -> None:
+        address = regs.rip - 1
+        name = self.entries[address]
+        return_address = self.tracee.mem.read_u64(regs.rsp)
+        stack = self.pending.setdefault(tid, [])
+        while stack and stack[-1][3] < regs.rsp:
+            self._free(stack.pop()[4])   # left by longjmp: we are above its frame now
+        state = self.on_entry(tid, name, regs)
+        index = self.guard.new_trap() if self.guard is not None else UNGUARDED
+        if index < 0:
+            index = UNGUARDED
+            self.unguarded_calls += 1   # a tracer killed during this call kills the target
+        if index != UNGUARDED:
+            self.guard.set_trap(index, self.trap + index, return_address, regs.rsp)
+        stack.append((name, state, return_address, regs.rsp, index))
+        self.tracee.mem.write_u64(regs.rsp, self.trap + index)
+        if address in self.own:             # on after the int3, nothing to step over
+            self.tracee.set_regs(regs, tid)
+            self.tracee.resume(tid, 0)
+            return
+        regs.rip = address
+        self.tracee.set_regs(regs, tid)
+        # step over the breakpoint: original byte back for one instruction
+        if len(self.tracee.threads) > 1:
+            self.missed_windows += 1
+        self.tracee.mem.write(address, self.saved_byte[address])
+        thread = self.tracee.threads[tid]
+        while True:
+            event = step(self.tracee, tid)
+            if isinstance(event, SignalStop) and event.signum != signal.SIGTRAP:
+                thread.pending_signal = event.signum
+                continue
+            break
+        self.tracee.mem.write(address, INT3)
+        self.tracee.resume(tid, 0)
+
+    def _return(self, tid: int, regs) -> None:
+        stack = self.pending.get(tid) or []
+        # the call whose frame this is: entry rsp + 8 == rsp now (frames above it were
+        # left by longjmp)
+        while stack and stack[-1][3] + 8 < regs.rsp:
+            self._free(stack.pop()[4])
+        name, state, return_address, _, index = stack.pop()
+        self._free(index)
+        self.on_return(tid, name, state, regs, return_address)
+        regs.rip = return_address
+        self.tracee.set_regs(regs, tid)
+        self.tracee.resume(tid, 0)
+
+
+def _prot(perms: str) -> int:
+    return (1 if perms[0] == "r" else 0) | (2 if perms[1] == "w" else 0) | \
+        (4 if perms[2] == "x" else 0)

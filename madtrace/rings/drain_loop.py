@@ -1,0 +1,89 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The background thread that looks after a RingSet's rings (rings/rings.py),
+and when it does.
+
+While the C drain thread runs (rings/drain_thread.c), this one only looks
+after the ring pool (claims, threads that ended) and the drain's failures,
+every ``SERVICE`` s while records come, backing off to ``idle_max`` s while
+none do.  Otherwise (the hybrid data engine's rings: ring_split.py) it drains
+them itself: again at once while a ring fills fast (more than 1/16 of a ring
+moved: a writer must rarely find its ring full), every ``interval`` s while
+records come, and backs off to ``idle_max`` s while none do.  (A Python drain timed
+for takes of 1/16 of a ring took 12-20% off the tracer's CPU; the C drain,
+paced so, measured the same as unpaced, and is not.)
+
+The drain holds the GIL in its Python parts, so another thread of the tracer
+holding it (the store's writer converting, or importing pyarrow) delays it:
+the switch interval is lowered to SWITCH_INTERVAL (Python's default is 5 ms,
+more than a ring's worth at full speed: ~3 ms), and ``busy()`` tells such
+threads to leave the CPU and the GIL alone while records pour in.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from ..errors import TracerInternalError
+
+SERVICE = 0.001            # s: the pool's claims are adopted this soon while records come
+BUSY_WINDOW = 0.1          # s: busy() while more than a ring's worth comes per window
+SWITCH_INTERVAL = 0.0005   # s: the drain waits for the GIL at most about that long
+
+
+class DrainLoop:
+    def __init__(self, rings, interval: float = 0.0002, idle_max: float = 0.004):
+        self.rings = rings
+        self.interval = interval
+        self.idle_max = idle_max
+        self.rate = 0.0                 # records per s, all rings, at the last drain
+        self._stop = threading.Event()
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
+        self._thread = threading.Thread(target=self._loop, name="madtrace-drain", daemon=True)
+        self._thread.start()
+
+    def busy(self) -> bool:
+        """Records come fast (the last rate), or more than 1/64 of a ring waits in one
+        now (a burst not seen yet): the drain needs the CPU."""
+        rings = self.rings
+        if self.rate * BUSY_WINDOW > rings.L.MT_RING_RECORDS:
+            return True
+        if not rings.lock.acquire(blocking=False):
+            return True                     # draining (or closing) now
+        try:
+            waiting = rings.L.MT_RING_RECORDS // 64
+            return not rings.closed and any(
+                rings.ring_u64(i, rings.L.MT_RING_HEAD) - rings.ring_u64(i, rings.L.MT_RING_TAIL)
+                > waiting for i in rings.thread_ring.values())
+        finally:
+            rings.lock.release()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.rate = 0.0
+
+    def _loop(self) -> None:
+        rings = self.rings
+        busy = rings.L.MT_RING_RECORDS // 16
+        idle = self.interval
+        last = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                moved = rings.drain_all(background=True)
+            except Exception as exc:    # a bug: said at the end, and no writer waits on
+                with rings.lock:
+                    rings.fail(TracerInternalError(f"the ring drain failed: {exc!r}"))
+            if rings.failure is not None:
+                return
+            now = time.monotonic()
+            self.rate = moved / max(now - last, 1e-6)
+            last = now
+            native = rings.spill.active
+            if moved >= busy and not native:
+                idle = self.interval
+                continue
+            step = SERVICE if native else self.interval
+            idle = step if moved else min(max(idle, step) * 2, self.idle_max)
+            self._stop.wait(idle)
