@@ -8,7 +8,7 @@
  code areas, 5. applies the 5-byte patches (``patchset``), 6. starts the
  drain thread.  ``restore`` un-patches live; trampolines and rings stay
  mapped, because a frame may still return into them.  ``detach`` restores
- everything and stops recording; the process's footprint (mappings.py)
+ everything and stops recording; the process's MadtraceAreas (mappings.py)
  then takes the areas out, with the return addresses of pending calls
  (``return_points`` of the code areas, ``_pending_returns``).  A live, attached
  session does 1-2 in a brief stop and 4 while the target runs (``staging``).
@@ -33,7 +33,7 @@ from ..trace.format import FUNCTIONS_FILE, RECORD_FORMAT
 from ..target.areas import CodeArea, SharedArea, gap_for_module, page_round
 from .entry_links import EntryLinks
 from ..rings.child_rings import private_rings, shadow_entries
-from ..target.mappings import Footprint
+from ..target.mappings import MadtraceAreas
 from . import staging
 from ..target.patchset import Patch, PatchConflict, PatchSet, step_out_of
 from .plan import Plan, Site, TracedFunction, make_plan
@@ -143,7 +143,7 @@ class FunctionTracer:
                 self._new_code_area(rs, module, self.code_size(plan, fns))
             self.thread_code = place_thread_code(rs, self.rings, self.injector, GROUP,
                                                  list(self.code_areas.values()))
-        Footprint.of(tracee).return_sources.append(self._pending_returns)
+        MadtraceAreas.of(tracee).return_sources.append(self._pending_returns)
         self.rings.ensure_free(len(tracee.threads))
         if pool:
             self.threads.map_ahead()
@@ -489,13 +489,13 @@ class FunctionTracer:
     def fork_child(self, child: Tracee) -> None:
         """A fork child we leave untraced: put its code back.  A child forked
         before tracing started (its fork event handled only now) has none of it.
-        Its copies of madtrace's areas are the footprint's (``child_released``)."""
+        Its copies of madtrace's areas are MadtraceAreas' (``child_released``)."""
         if not self.active or not child.is_mapped(self.rings.area.address):
             return
         self.patches.revert_copy(child.mem)
 
     def child_released(self, child: Tracee, kept: list) -> None:
-        """After the footprint took madtrace's areas out of a fork child (its calls
+        """After MadtraceAreas took madtrace's areas out of a fork child (its calls
         pending in trampolines given their real return addresses): if its thread
         may still need a trampoline, the child keeps the code and gets private
         copies of the rings with recording off, so that it never writes into ours."""

@@ -315,7 +315,7 @@ class LiveSession:
         if pool and (self.recording.data is not None or self.controller.children):
             functions.threads.stop()
             pool = False
-        mapped = (tracee.footprint is not None and bool(tracee.footprint.areas)) \
+        mapped = (tracee.madtrace_areas is not None and bool(tracee.madtrace_areas.areas)) \
             or tracee.call_page is not None
         tracee.follow_clones(tracee.launched or (mapped and not pool)
                              or self.recording.data is not None or bool(self.controller.children))

@@ -150,9 +150,9 @@ class Tracee:
         # (it writes back the data stubs' stores)
         self.fast_wait = None
         self.after_stop = None
-        # what madtrace mapped into this process (target.mappings.Footprint), taken
+        # what madtrace mapped into this process (target.mappings.MadtraceAreas), taken
         # out again when the session ends
-        self.footprint = None
+        self.madtrace_areas = None
         # where a thread lent to remote system calls finds its registers (call_page.py)
         self.call_page = None
         self.detach_problems: list[str] = []     # what detach could not take out, said
@@ -334,8 +334,8 @@ class Tracee:
             self.mem.close()
             self.mem = ProcessMemory(self.pid)
             self._entry = self.call_page = None
-            if self.footprint is not None:
-                self.footprint.image_replaced()
+            if self.madtrace_areas is not None:
+                self.madtrace_areas.image_replaced()
         return event
 
     # ----------------------------------------------------------- stop / resume

@@ -14,7 +14,7 @@ the target is stopped).
   (target/loader_watch.py), before the new module runs; those that never
   match are reported at the end (``unmatched_functions``).
 
-``ImageChanges`` is a part of ``session.Recording`` (a mixin): it uses the
+``ImageChanges`` is a part of ``recording.Recording`` (a mixin): it uses the
 recording's engines, options, output and hooks.
 """
 

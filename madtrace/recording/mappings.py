@@ -1,13 +1,13 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""What a recording maps in its process comes out again (part of session.Recording).
+"""What a recording maps in its process comes out again (part of recording.Recording).
 
 * at attach, what an earlier, killed session left is found and taken out
   before anything is installed (target/leftovers.py), said in one line;
 * at detach, once every patch is reverted and every stop handled, the areas
-  madtrace mapped (its process's Footprint, target/mappings.py) are unmapped,
+  madtrace mapped (its process's MadtraceAreas, target/mappings.py) are unmapped,
   also in each fork child's copy of the memory.
 
-``Footprints`` is a mixin of ``session.Recording``: it uses its tracee, meta,
+``CleanSlate`` is a mixin of ``recording.Recording``: it uses its tracee, meta,
 functions engine and log.
 """
 
@@ -18,7 +18,7 @@ from ..target.leftovers import recover
 from ..process.tracee import Tracee
 
 
-class Footprints:
+class CleanSlate:
     def _recover_leftovers(self) -> None:
         """What an earlier session (killed) left in the target is found and taken
         out before anything is installed (target/leftovers.py); said in one line
@@ -37,12 +37,12 @@ class Footprints:
             "returns_given_back": release.returns, "guard": found.guard,
             "kept": [{"area": n, "bytes": b, "why": w} for n, b, w in found.held + release.kept]}
 
-    def _release_footprint(self, tracee: Tracee) -> None:
+    def _release_areas(self, tracee: Tracee) -> None:
         """At detach (every thread stopped, every patch reverted): madtrace's
         mappings out of the target (target/mappings.py), said in one line."""
-        if tracee.footprint is None:
+        if tracee.madtrace_areas is None:
             return
-        result = tracee.footprint.release(tracee)
+        result = tracee.madtrace_areas.release(tracee)
         if result.unmapped or result.kept:
             self.log(result.line(tracee.pid))
         released = self.meta.setdefault("released", {"unmapped": 0, "bytes": 0, "kept": []})
@@ -56,8 +56,8 @@ class Footprints:
     def _release_in_child(self, parent: Tracee, child: Tracee) -> None:
         """A fork child, after every engine undid its part there: madtrace's
         mappings out of the child's copy of the memory."""
-        if parent.footprint is None or not parent.footprint.areas:
+        if parent.madtrace_areas is None or not parent.madtrace_areas.areas:
             return
-        result = parent.footprint.release(child, copy=True)
+        result = parent.madtrace_areas.release(child, copy=True)
         if self.functions is not None:
             self.functions.child_released(child, result.kept)

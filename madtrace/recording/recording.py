@@ -25,7 +25,7 @@ from ..calls.engine import FunctionTracer
 from ..calls.entry_links import EntryLinks
 from ..target.loader_watch import LoaderWatch
 from ..calls.plan import split_patterns
-from .mappings import Footprints
+from .mappings import CleanSlate
 from .results import Results
 from .images import ImageChanges, parent_of, read_cmdline
 from .forks import ForkChildren
@@ -109,7 +109,7 @@ def read_maps_text(pid: int) -> str:
         return ""
 
 
-class Recording(ImageChanges, Footprints, Results):
+class Recording(ImageChanges, CleanSlate, Results):
     def __init__(self, options: RecordOptions):
         self.options = options
         if options.functions and not options.trace_functions:
@@ -240,7 +240,7 @@ class Recording(ImageChanges, Footprints, Results):
     def _register_release(self) -> None:
         """madtrace's mappings come out of this process at detach, and out of the
         copies its fork children get (recording/mappings.py)."""
-        self.hooks.release.append(self._release_footprint)
+        self.hooks.release.append(self._release_areas)
         self.hooks.release_in_child.append(self._release_in_child)
 
     def _install_signal_handlers(self) -> None:

@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""What a recording reports at its end (part of session.Recording): the call
+"""What a recording reports at its end (part of recording.Recording): the call
 counts and drop accounting of function tracing, the counts and engine figures
 of data tracing (its data/ files written), what the recording cost the tracer
 (peak RSS, symbols and DWARF), and the store written last.
 
-``Results`` is a mixin of ``session.Recording``: it uses its engines
+``Results`` is a mixin of ``recording.Recording``: it uses its engines
 (functions, data), options, prefetches and log.
 """
 

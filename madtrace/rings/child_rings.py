@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""What the footprint needs of the rings: the calls of entry-patched functions
+"""What MadtraceAreas (target/mappings.py) needs of the rings: the calls of entry-patched functions
 that have not returned (``shadow_entries``: their real return addresses,
 given back at detach), and a fork child's own rings (``private_rings``:
-after the footprint took madtrace's areas out of a fork child whose thread
+after MadtraceAreas took madtrace's areas out of a fork child whose thread
 may still return through a trampoline, the child keeps the code, and its
 rings become private copies with recording off, so that it never writes
 into the parent's; calls/engine.py ``child_released``)."""

@@ -574,7 +574,7 @@ class RingSet:
     def close(self) -> None:
         """The end of the recording (drained, nothing writes any more): the counts
         and drops are kept, the record files closed and the tracer's mappings
-        of the rings let go (the target's are the footprint's)."""
+        of the rings let go (the target's are MadtraceAreas')."""
         with self.lock:
             if self.closed:
                 return

@@ -7,7 +7,7 @@ Used for the control block and rings (RW in the target) and for code areas
 (R-X in the target, written by the tracer through its own RW mapping).  Every
 area is named ``madtrace-...`` (its memfd shows as ``/memfd:madtrace-...`` in
 the target's maps, which is how a later session finds what a killed one
-left) and joins the process's ``Footprint`` (mappings.py), which takes it
+left) and joins the process's ``MadtraceAreas`` (mappings.py), which takes it
 out of the target when the session ends.
 
 ``find_gap_near``: a free, page-aligned address range for a code area within
@@ -39,7 +39,7 @@ def page_round(n: int) -> int:
 
 
 class TargetArea:
-    """A mapping madtrace made in the target, as ``Footprint.release`` sees it."""
+    """A mapping madtrace made in the target, as ``MadtraceAreas.release`` sees it."""
 
     def __init__(self, name: str, address: int, size: int, executable: bool,
                  group: str | None = None):
@@ -92,7 +92,7 @@ class SharedArea(TargetArea):
         ``writable_code``: RWX (code that writes data next to itself);
         ``group``: areas that stay or go together (a code area and the rings it
         writes); default: the area alone."""
-        from .mappings import Footprint
+        from .mappings import MadtraceAreas
         tracee = rs.tracee
         if not name.startswith(NAME_PREFIX):
             raise TracerInternalError(f"area {name!r}: madtrace's areas are named {NAME_PREFIX}*")
@@ -119,12 +119,12 @@ class SharedArea(TargetArea):
                 rs.munmap(self.address, self.size)
                 raise TracerInternalError(f"{name}: kernel placed it at {self.address:#x}, not {address:#x}")
             self.mapped = True
-            Footprint.of(tracee).add(self)
+            MadtraceAreas.of(tracee).add(self)
         finally:
             rs.call("close", fd)
 
     def close_local(self) -> None:
-        """The tracer's own mapping goes (the target's is ``Footprint.release``'s)."""
+        """The tracer's own mapping goes (the target's is ``MadtraceAreas.release``'s)."""
         try:
             self.local.close()
         except BufferError:   # a view of it is still alive: it goes with the tracer
@@ -140,7 +140,7 @@ class SharedArea(TargetArea):
 
 class CodeArea:
     """A bump allocator over one SharedArea mapped R-X: code is written from its
-    start up, and ``area.used_end`` follows the cursor (the footprint's stack
+    start up, and ``area.used_end`` follows the cursor (MadtraceAreas' stack
     scan looks below it only)."""
 
     def __init__(self, area: SharedArea):

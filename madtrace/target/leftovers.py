@@ -44,7 +44,7 @@ from ..binary.maps import read_maps
 from ..errors import LeftoversError, MadtraceError
 from ..process.remote_syscall import RemoteSyscalls
 from .areas import MAPS_PREFIX, REL32_REACH, TargetArea
-from .mappings import Footprint, Release
+from .mappings import MadtraceAreas, Release
 from .templates import Injector, load_injector
 from .unwind_registry import Unwinder, objects
 
@@ -167,10 +167,10 @@ def recover(tracee, space, aliases=None) -> Found:
         if why:
             areas.remove(area)
             found.held.append((area.name, area.size, why))
-    footprint = Footprint()
-    footprint.areas = areas
-    footprint.return_sources.append(lambda: _shadow_returns(tracee.mem, rings, exit_stubs, L))
-    found.release = footprint.release(tracee)
+    areas_of_old = MadtraceAreas()
+    areas_of_old.areas = areas
+    areas_of_old.return_sources.append(lambda: _shadow_returns(tracee.mem, rings, exit_stubs, L))
+    found.release = areas_of_old.release(tracee)
     return found
 
 

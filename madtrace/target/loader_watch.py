@@ -121,7 +121,7 @@ class LoaderWatch:
 
     def remove(self) -> None:
         """Every thread stopped: the loader's bytes back and the pidfd closed; the
-        stub's area goes with the process's footprint (mappings.py), which keeps
+        stub's area goes with the process's MadtraceAreas (mappings.py), which keeps
         it while a thread is inside."""
         if not self.patches.applied or not self.tracee.threads:
             return

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """What madtrace mapped into one process, and how it comes out again.
 
-Every ``SharedArea`` (areas.py) joins the ``Footprint`` of its process.  When
+Every ``SharedArea`` (areas.py) joins the ``MadtraceAreas`` of its process.  When
 the session ends (detach, the end of a daemon, the REPL's ``detach``, Ctrl-C,
 SIGTERM, a tracer error), with every thread stopped and every patch
 reverted, ``release``:
@@ -78,8 +78,8 @@ def _size(n: int) -> str:
     return f"{n / 1048576:.1f} MiB" if n >= 1048576 else f"{n // 1024} KiB"
 
 
-class Footprint:
-    """The areas madtrace mapped into one process (``tracee.footprint``)."""
+class MadtraceAreas:
+    """The areas madtrace mapped into one process (``tracee.madtrace_areas``)."""
 
     def __init__(self):
         self.areas: list = []             # SharedArea, in the order they were made
@@ -87,10 +87,10 @@ class Footprint:
         self.return_sources: list = []
 
     @classmethod
-    def of(cls, tracee) -> "Footprint":
-        if tracee.footprint is None:
-            tracee.footprint = cls()
-        return tracee.footprint
+    def of(cls, tracee) -> "MadtraceAreas":
+        if tracee.madtrace_areas is None:
+            tracee.madtrace_areas = cls()
+        return tracee.madtrace_areas
 
     def add(self, area) -> None:
         self.areas.append(area)

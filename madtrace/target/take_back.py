@@ -12,7 +12,7 @@ stopped meanwhile (a live command's stop, or the launch's).
 
 from __future__ import annotations
 
-from .mappings import Footprint
+from .mappings import MadtraceAreas
 from ..process.remote_syscall import RemoteSyscalls
 
 
@@ -20,8 +20,8 @@ class TakeBack:
     def __init__(self, tracee, what: str):
         self.tracee = tracee
         self.what = what                # said if an undo fails: "data tracing's set-up"
-        self.footprint = Footprint.of(tracee)
-        self.mark = self.footprint.mark()
+        self.madtrace_areas = MadtraceAreas.of(tracee)
+        self.mark = self.madtrace_areas.mark()
         self.steps: list = []
 
     def add(self, undo) -> None:
@@ -37,7 +37,7 @@ class TakeBack:
                     undo(rs)
                 except Exception as exc:     # noqa: BLE001 - the rest must still run
                     said.append(f"undoing {self.what}: {exc}")
-        release = self.footprint.release(self.tracee, since=self.mark)
+        release = self.madtrace_areas.release(self.tracee, since=self.mark)
         if release.kept:
             said.append(release.line(self.tracee.pid))
         return said

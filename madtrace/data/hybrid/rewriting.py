@@ -498,7 +498,7 @@ class Rewriter:
     def detach(self) -> None:
         """Every thread out of its probe and back in the original code, the entries
         back: calls made in copies return to the original code (``return_points``,
-        given back by the footprint's release, which unmaps the copies when no
+        given back by MadtraceAreas' release, which unmaps the copies when no
         frame needs them)."""
         for tid, thread in list(self.tracee.threads.items()):
             if thread.running:
@@ -511,7 +511,7 @@ class Rewriter:
         self.links.reset()
         self.links.step_aside = self.links.copy_address = None
         # threads go on running calls made in the copies, and loops of them, until
-        # the session ends: the footprint's release moves those stopped at one of
+        # the session ends: MadtraceAreas' release moves those stopped at one of
         # their instructions back (every patch is reverted by then)
         for area in self.code_areas.all:
             area.area.move_out = self._out_of_copy
