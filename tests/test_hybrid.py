@@ -184,7 +184,7 @@ def test_compact_records_are_small_and_read_back(tmp_path):
 
 
 def test_fault_engine_is_still_there(tmp_path):
-    """--data-engine fault keeps today's engine: no alias, no probe."""
+    """--data-engine fault keeps the fault engine: no alias, no probe."""
     argv = [prog("data_globals", "O2-nopie")]
     out = tmp_path / "f"
     result = madtrace("record", "-q", "--data", "--no-functions", "--data-engine", "fault", "-o",

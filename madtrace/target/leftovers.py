@@ -48,7 +48,7 @@ from .mappings import MadtraceAreas, Release
 from .templates import Injector, load_injector
 from .unwind_registry import Unwinder, objects
 
-KNOWN_VERSIONS = (2, 3, 4)        # ring layouts whose LIMIT and flag offsets are today's
+KNOWN_VERSIONS = (2, 3, 4)        # ring layouts whose LIMIT and flag offsets are the current layout's
 TRAMPOLINES = ("callsite", "tailsite", "entry", "exitstub")
 # code areas an entry may have been patched to jump into: function tracing's
 # trampolines, the hybrid engine's function copies and hook stubs
