@@ -127,6 +127,12 @@ class LeftoversError(MadtraceError):
     exit_code = 25
 
 
+class MachineError(MadtraceError):
+    """This machine lacks what tracing needs (madtrace doctor says what, and the fix)."""
+
+    exit_code = 26
+
+
 class NoDataError(MadtraceError):
     """The trace lacks what an analysis needs (data accesses, call records, NUMA
     observations): record it again with the option the message names."""

@@ -40,8 +40,41 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifndef MADTRACE_PYTHON
-#error "build with -DMADTRACE_PYTHON=\"/path/to/python\" -DMADTRACE_PACKAGE=\"/path/to/madtrace\""
+/* Built by the Makefile for a checkout: -DMADTRACE_PYTHON="/path/to/python"
+ * -DMADTRACE_PACKAGE="/path/to/madtrace".  Built for an installed package (pip, pipx:
+ * setup.py) with -DMADTRACE_PYTHON_VERSION="3.11" instead: installed beside the
+ * environment's python in its bin/, it finds both from where it is. */
+#ifdef MADTRACE_PYTHON
+static const char *python_path(void) { return MADTRACE_PYTHON; }
+static const char *package_path(void) { return MADTRACE_PACKAGE; }
+#elif defined(MADTRACE_PYTHON_VERSION)
+static char found_python[PATH_MAX + 64], found_package[PATH_MAX + 64];   /* exe dir + a name */
+static void locate(void) {
+    if (found_python[0])
+        return;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        strcpy(found_python, "python3");
+        strcpy(found_package, "");
+        return;
+    }
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');             /* <prefix>/bin/madtrace-ctl */
+    *slash = 0;
+    snprintf(found_python, sizeof found_python, "%s/python", exe);
+    if (access(found_python, X_OK) != 0)
+        snprintf(found_python, sizeof found_python, "%s/python3", exe);
+    slash = strrchr(exe, '/');
+    if (slash)
+        *slash = 0;                               /* <prefix> */
+    snprintf(found_package, sizeof found_package, "%s/lib/python%s/site-packages/madtrace", exe,
+             MADTRACE_PYTHON_VERSION);
+}
+static const char *python_path(void) { locate(); return found_python; }
+static const char *package_path(void) { locate(); return found_package; }
+#else
+#error "build with -DMADTRACE_PYTHON=... -DMADTRACE_PACKAGE=..., or -DMADTRACE_PYTHON_VERSION=..."
 #endif
 
 #define INTERNAL_ERROR 70   /* madtrace.cli.main.INTERNAL_ERROR_EXIT */
@@ -191,9 +224,9 @@ static void build_request(struct buf *b, int argc, char **argv, pid_t child) {
     char tail[64];
     snprintf(tail, sizeof tail, "}, \"umask\": %u, \"package\": ", (unsigned)mask);
     puts_(b, tail);
-    put_string(b, MADTRACE_PACKAGE);
+    put_string(b, package_path());
     puts_(b, ", \"python\": ");
-    put_string(b, MADTRACE_PYTHON);
+    put_string(b, python_path());
     if (child > 0) {
         snprintf(tail, sizeof tail, ", \"child\": %d", (int)child);
         puts_(b, tail);
@@ -257,13 +290,13 @@ static void run_python(char **argv) {
         fputs("madtrace: out of memory\n", stderr);
         exit(INTERNAL_ERROR);
     }
-    args[0] = MADTRACE_PYTHON;
+    args[0] = (char *)python_path();
     args[1] = "-m";
     args[2] = "madtrace.cli.main";
     for (int i = 1; i < argc; i++)
         args[i + 2] = argv[i];
-    execv(MADTRACE_PYTHON, args);
-    fprintf(stderr, "madtrace: cannot run %s: %s\n", MADTRACE_PYTHON, strerror(errno));
+    execv(args[0], args);
+    fprintf(stderr, "madtrace: cannot run %s: %s\n", args[0], strerror(errno));
     exit(INTERNAL_ERROR);
 }
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import TracerInternalError
+from ..native import built
 from ..process import spawn_proxy
 from . import transport
 from .detached import INTERNAL_ERROR, report, report_failure, start_detached
@@ -67,8 +68,7 @@ def _package_dir() -> str:
 def code_stamp() -> float:
     """The newest modification time of madtrace's Python files and native code."""
     newest = 0.0
-    build = os.path.join(os.path.dirname(_package_dir()), "build")
-    for top in (_package_dir(), os.path.join(build, "native"), os.path.join(build, "injector")):
+    for top in (_package_dir(), built("native"), built("injector")):
         for path, dirs, files in os.walk(top):
             dirs[:] = [d for d in dirs if d != "__pycache__"]
             for name in files:

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..errors import TracerInternalError
+from ..native import built, how_to_build
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_PATH = os.path.join(ROOT, "build", "injector", "templates.json")
+DEFAULT_PATH = built("injector", "templates.json")
 
 
 @dataclass(frozen=True)
@@ -116,4 +116,4 @@ def load_injector(path: str | None = None) -> Injector:
             return Injector(json.load(f))
     except FileNotFoundError:
         raise TracerInternalError(
-            f"the injector is not built ({path} is missing): run `make injector`") from None
+            f"the injector is not built ({path} is missing): {how_to_build('injector')}") from None
