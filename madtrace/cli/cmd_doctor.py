@@ -146,6 +146,11 @@ def check_native() -> Check:
             ctypes.CDLL(path)
         except OSError as exc:
             problems.append(f"{name}: {exc}")
+    from ..trace.zstd import ZstdError, check_available
+    try:
+        check_available()
+    except ZstdError as exc:
+        problems.append(f"{exc}: install the Debian package libzstd1")
     reader = os.path.join(NATIVE_DIR, "mtdwarf")
     if not os.access(reader, os.X_OK):
         problems.append(f"{reader} is missing")

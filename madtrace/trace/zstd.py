@@ -25,6 +25,11 @@ class ZstdError(ValueError):
     pass
 
 
+def check_available() -> None:
+    """ZstdError when the system's libzstd cannot be loaded."""
+    _zstd()
+
+
 def _zstd():
     global _lib
     if _lib is None:
