@@ -76,7 +76,10 @@ if kind == "dat":   # the instructions the compact records name
 
 READ = r"""
 import sys, time
-from madtrace.trace.format import ACCESS_RECORDS, CALL_RECORDS
+try:
+    from madtrace.trace.record_files import ACCESS_RECORDS, CALL_RECORDS
+except ImportError:                 # a tree whose format.py holds the record files
+    from madtrace.trace.format import ACCESS_RECORDS, CALL_RECORDS
 from madtrace.trace import compact  # noqa: F401 - imported before the clock starts, as
 try:                                # the container's reader (a one-time cost of ~10 ms)
     from madtrace.trace import capture_file  # noqa: F401

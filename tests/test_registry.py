@@ -34,7 +34,8 @@ from . import Kind
 
 def _compute(directory, args):
     from ..analysis.trace_input import require_accesses
-    from ..trace.format import ACCESS_RECORDS, KIND_LOAD
+    from ..trace.format import KIND_LOAD
+    from ..trace.record_files import ACCESS_RECORDS
     require_accesses(directory, "threads")
     rows = {}
     for tid, path in ACCESS_RECORDS.files(directory):
@@ -66,7 +67,8 @@ from . import Export, write_lines
 
 
 def _lines(directory):
-    from ..trace.format import ACCESS_RECORDS, KIND_LOAD
+    from ..trace.format import KIND_LOAD
+    from ..trace.record_files import ACCESS_RECORDS
     yield "tid,addr,size,kind"
     for tid, path in ACCESS_RECORDS.files(directory):
         for chunk in ACCESS_RECORDS.chunks(path, 1 << 16):

@@ -136,7 +136,7 @@ def test_a_file_that_cannot_take_the_records_consumes_nothing(tmp_path):
 SIZE_LIMITED = """
 import os, resource, signal
 import numpy as np
-from madtrace.trace.format import CALL_RECORDS
+from madtrace.trace.record_files import CALL_RECORDS
 from tests.test_ring_drain import L, Ring
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 fd = CALL_RECORDS.create({path!r})

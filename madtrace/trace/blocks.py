@@ -6,7 +6,7 @@ Files (in ``data/``; their layouts and names: ``format``):
 * ``blocks.bin``: ``BLOCK_DTYPE`` rows.  The tracker appends a row when the
   block is allocated and writes its release fields in place when it is
   freed: the file is complete whenever the tracker has flushed it; at the
-  end (format.write_meta of the final meta.json, a snapshot's copy) it is
+  end (meta.write_meta of the final meta.json, a snapshot's copy) it is
   sealed into the capture container (``seal_block_table``);
 * ``blocks.sites``: the call sites the rows' ``site`` column indexes, one
   JSON string a line, appended (and written through) when a site first
