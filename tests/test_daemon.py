@@ -258,3 +258,41 @@ def test_daemon_errors_and_repl_connect(tmp_path, runtime):
     assert target.returncode == -signal.SIGKILL
     summary = json.loads(run(runtime, "summary", str(tmp_path / "t"), "--json").stdout)
     assert summary["exit_signal"] == signal.SIGKILL
+
+
+def test_a_daemon_that_does_not_answer_is_told_from_one_that_closed(tmp_path, monkeypatch):
+    """A reply that does not come in time says so (and where the daemon's log is),
+    not that the daemon closed the connection: the two have different causes."""
+    from madtrace.daemon import transport
+    from madtrace.errors import NoSuchProcessError
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    transport.ensure_runtime_dir()
+    pid = os.getpid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(transport.socket_path(pid))
+    listener.listen(2)
+    try:
+        for answer in (False, True):
+            client_side = transport.DaemonClient.__new__(transport.DaemonClient)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(transport.socket_path(pid))
+            server_side, _ = listener.accept()
+            sock.settimeout(0.5)
+            client_side.pid, client_side.sock, client_side.reader = pid, sock, sock.makefile("rb")
+            if answer:
+                server_side.close()          # closed, not silent
+            with pytest.raises(NoSuchProcessError) as error:
+                client_side.request({"line": "status"})
+            said = str(error.value)
+            if answer:
+                assert "did not answer" not in said and ("closed the connection" in said or
+                                                         "has ended" in said), said
+            else:
+                assert "did not answer within 0 s" in said or "did not answer within 1 s" in said, said
+                assert transport.log_path(pid) in said
+                server_side.close()
+            client_side.close()
+    finally:
+        listener.close()

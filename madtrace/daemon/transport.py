@@ -131,6 +131,10 @@ class DaemonClient:
     def _receive(self) -> dict:
         try:
             message = receive(self.reader)
+        except TimeoutError:
+            raise NoSuchProcessError(
+                f"the madtrace daemon of process {self.pid} did not answer within "
+                f"{self.sock.gettimeout():.0f} s (its log: {log_path(self.pid)})") from None
         except (OSError, ValueError):
             message = None
         if message is None:
