@@ -58,7 +58,8 @@ def _build(image, path: str, low_priority: bool = False) -> DwarfData:
     return data
 
 
-def _lock_for(key: str) -> threading.Lock:
+def lock_for(key: str) -> threading.Lock:
+    """The lock held while ``key``'s entry is built (dwarf_of; a prefetch)."""
     with _locks_guard:
         return _locks.setdefault(key, threading.Lock())
 
@@ -85,7 +86,7 @@ def _dwarf_of(image, low_priority: bool) -> DwarfData:
     if hit is not None:
         return hit
     path = os.path.join(disk.cache_dir(), key + SUFFIX)
-    with _lock_for(key):                   # a prefetch of the same binary: wait for it
+    with lock_for(key):                   # a prefetch of the same binary: wait for it
         hit = _loaded.get(key)
         if hit is not None:
             return hit
@@ -122,11 +123,6 @@ def line_table(image) -> LineTable:
             else LineTable.empty()
         _tables[id(image)] = table
     return table
-
-
-def lock_for(key: str) -> threading.Lock:
-    """The lock a prefetch holds while it builds ``key``'s entry."""
-    return _lock_for(key)
 
 
 def is_loaded(key: str) -> bool:

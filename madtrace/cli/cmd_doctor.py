@@ -49,11 +49,16 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _has_cap_sys_ptrace() -> bool:
+def _status_field(name: str) -> str | None:
+    """A field of /proc/self/status (its first word)."""
     for line in (_read("/proc/self/status") or "").splitlines():
-        if line.startswith("CapEff:"):
-            return bool(int(line.split()[1], 16) >> CAP_SYS_PTRACE & 1)
-    return False
+        if line.startswith(name + ":"):
+            return line.split()[1]
+    return None
+
+
+def _has_cap_sys_ptrace() -> bool:
+    return bool(int(_status_field("CapEff") or "0", 16) >> CAP_SYS_PTRACE & 1)
 
 
 def check_platform() -> Check:
@@ -91,9 +96,7 @@ def check_ptrace() -> Check:
                "CAP_SYS_PTRACE" if scope in ("2", "3") else
                "in a container, allow ptrace (docker run --cap-add=SYS_PTRACE, or a seccomp "
                "profile that allows ptrace)")
-        seccomp = next((line.split()[1] for line in (_read("/proc/self/status") or "").splitlines()
-                        if line.startswith("Seccomp:")), "0")
-        filtered = "; a seccomp filter is in force" if seccomp == "2" else ""
+        filtered = "; a seccomp filter is in force" if _status_field("Seccomp") == "2" else ""
         return Check("ptrace", "fail", f"seizing a child failed ({why}; {yama}{filtered})", fix)
     finally:
         os.kill(child, signal.SIGKILL)
