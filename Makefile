@@ -72,7 +72,8 @@ $(INJECTOR_OUT): injector/trampolines.S injector/layout.h injector/build_templat
 NATIVE_OUT := build/native/libmtloop.so
 # the drain of the function-tracing rings (tracer side, C, loaded with ctypes)
 DRAIN_OUT := build/native/libmtdrain.so
-# the frame rules of the call records (offline side: trace/segmentation.py)
+# the frame rules of the call records and the access pass (offline side: trace/segmentation.py,
+# trace/access_pass.py)
 REPLAY_OUT := build/native/libmtreplay.so
 # the allocation tracker's block index (tracer side, C, loaded with ctypes)
 BLOCKS_OUT := build/native/libmtblocks.so
@@ -95,9 +96,9 @@ $(DRAIN_OUT): madtrace/rings/ring_drain.c madtrace/rings/drain_thread.c injector
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -pthread -Iinjector -Ibuild/native -o $@ \
 	    madtrace/rings/ring_drain.c madtrace/rings/drain_thread.c -lxxhash
-$(REPLAY_OUT): madtrace/trace/replay.c
+$(REPLAY_OUT): madtrace/trace/replay.c madtrace/trace/access_pass.c
 	@mkdir -p $(@D)
-	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $^
 $(BLOCKS_OUT): madtrace/data/heap/block_index.c
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<

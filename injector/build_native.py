@@ -90,7 +90,8 @@ def build(out: str, compiler: str = "gcc", python: str = sys.executable) -> list
         ("libmtdrain.so", [_src("madtrace", "rings", "ring_drain.c"),
                            _src("madtrace", "rings", "drain_thread.c")],
          ["-pthread", f"-I{HERE}", f"-I{native}"], ["-lxxhash"]),
-        ("libmtreplay.so", [_src("madtrace", "trace", "replay.c")], [], []),
+        ("libmtreplay.so", [_src("madtrace", "trace", "replay.c"),
+                            _src("madtrace", "trace", "access_pass.c")], [], []),
         ("libmtblocks.so", [_src("madtrace", "data", "heap", "block_index.c")], [], []),
         ("libmtfootprint.so", [_src("madtrace", "analysis", "footprint.c")], [], []),
     ]

@@ -6,7 +6,7 @@ import sys
 
 from ..trace import store
 from . import cmd_record
-from .cmd_summary import print_human_summary, totals_if_stored
+from .cmd_summary import print_human_summary, totals_of_recording
 
 NAME = "run"
 HELP = "record CMD into a new trace directory, then print a human summary"
@@ -20,5 +20,5 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     output = args.output or store.default_trace_dir()
     recording, status = cmd_record.record(args, output)
-    print_human_summary(recording.meta, output, sys.stderr, totals_if_stored(output))
+    print_human_summary(recording.meta, output, sys.stderr, totals_of_recording(output))
     return 0 if status is None else status

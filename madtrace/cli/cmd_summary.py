@@ -6,7 +6,9 @@ import json
 import os
 import sys
 
-from ..trace.format import STORE_META_FILE
+import numpy as np
+
+from ..trace.format import META_FILE
 from ..trace.meta import read_meta
 
 NAME = "summary"
@@ -26,56 +28,60 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-FUNCTIONS_SQL = """
-    SELECT function::VARCHAR,
-           count(*) FILTER (WHERE fate <> 'unmatched'),
-           coalesce(sum(accesses_self), 0),
-           coalesce(sum(accesses_incl) FILTER (WHERE outermost), 0),
-           coalesce(sum(bytes_self), 0),
-           coalesce(sum(bytes_incl) FILTER (WHERE outermost), 0)
-    FROM calls GROUP BY 1 ORDER BY 1"""
-VARIABLES_SQL = """
-    SELECT symbol::VARCHAR, any_value(region)::VARCHAR, count(*), sum(size) FROM accesses
-    WHERE block = 0 AND symbol IS NOT NULL GROUP BY 1 ORDER BY 3 DESC, 1 LIMIT ?"""
-# a block by the name it had while live; after_free: the program's accesses to it
-# once freed (the allocator's own bookkeeping is not a use after free)
-BLOCKS_SQL = """
-    SELECT a.block, any_value('<' || b.kind || lpad(b.id::VARCHAR, 4, '0') || '@' || b.site || '>'),
-           any_value(b.size), count(*), sum(a.size),
-           count(*) FILTER (WHERE a.freed AND NOT a.allocator)
-    FROM accesses a JOIN allocations b ON b.id = a.block
-    WHERE a.block > 0 GROUP BY 1 ORDER BY 4 DESC, 1 LIMIT ?"""
-# where the accesses went: per region (a module's section, [heap], a mapping)
-REGIONS_SQL = """
-    SELECT coalesce(region::VARCHAR, '(unmapped)'), count(*) FILTER (WHERE kind = 'L'),
-           count(*) FILTER (WHERE kind = 'S'), sum(size)
-    FROM accesses GROUP BY 1 ORDER BY count(*) DESC, 1"""
-
-
-def store_totals(directory: str, top: int = TOP_DATA, out=sys.stderr) -> dict:
-    """From the store (built first if needed): per function the calls and the
+def data_totals(directory: str, top: int = TOP_DATA, out=sys.stderr) -> dict:
+    """From the raw capture (no store needed): per function the calls and the
     accesses and bytes made while it was the innermost traced call (self) or
     anywhere on the stack (incl, a recursion counted once: the outermost
-    calls' inclusive counts); the most accessed variables and heap blocks."""
-    from ..trace.query import connect
-    con = connect(directory, out)
-    functions = {name: {"calls": calls, "accesses_self": int(a_self), "accesses_incl": int(a_incl),
-                        "bytes_self": int(b_self), "bytes_incl": int(b_incl)}
-                 for name, calls, a_self, a_incl, b_self, b_incl in
-                 con.execute(FUNCTIONS_SQL).fetchall() if name is not None}
-    variables = [{"name": n, "region": r, "accesses": c, "bytes": int(b)}
-                 for n, r, c, b in con.execute(VARIABLES_SQL, [top]).fetchall()]
-    blocks = [{"id": i, "name": n, "size": size, "accesses": c, "bytes": int(b),
-               "after_free": f} for i, n, size, c, b, f in con.execute(BLOCKS_SQL, [top]).fetchall()]
-    regions = [{"region": r, "module": module_of_region(r), "loads": lo, "stores": st,
-                "bytes": int(b or 0)} for r, lo, st, b in con.execute(REGIONS_SQL).fetchall()]
+    calls' inclusive counts); the most accessed variables and heap blocks (a
+    block by the name it had while live; after_free: the program's accesses to
+    it once freed, the allocator's own bookkeeping is not a use after free);
+    the accesses per region."""
+    from ..trace.access_counts import access_totals
+    from ..trace.blocks import block_name, load_block_table
+    totals = access_totals(directory)
+    d, counts = totals.data, totals.counts
+    accesses = counts[:, 0] + counts[:, 1] if len(counts) else np.zeros(0, dtype=np.int64)
+    regions: dict[str, list[int]] = {}
+    variables: dict[str, list] = {}
+    blocks: dict[int, list[int]] = {}
+    for i, (symbol, region, block) in enumerate(zip(d.get("symbol", []), d.get("region", []),
+                                                    d.get("block", []))):
+        loads, stores, size, after_free = (int(v) for v in counts[i])
+        r = regions.setdefault(region, [0, 0, 0])
+        r[0] += loads
+        r[1] += stores
+        r[2] += size
+        if block:
+            b = blocks.setdefault(block, [0, 0, 0])
+            b[0] += loads + stores
+            b[1] += size
+            b[2] += after_free
+        elif symbol is not None:
+            v = variables.setdefault(symbol, [region, 0, 0])
+            v[1] += loads + stores
+            v[2] += size
+    del accesses
+    table = load_block_table(directory) if blocks else None
+    top_blocks = []
+    for block, (n, size, after_free) in sorted(blocks.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]:
+        row = table.rows[block - 1]
+        top_blocks.append({"id": block, "name": block_name(table.kinds[int(row["kind"])], block,
+                                                           table.sites[int(row["site"])], False),
+                           "size": int(row["size"]), "accesses": n, "bytes": size,
+                           "after_free": after_free})
+    region_rows = [{"region": r, "module": module_of_region(r), "loads": lo, "stores": st,
+                    "bytes": b} for r, (lo, st, b) in
+                   sorted(regions.items(), key=lambda kv: (-(kv[1][0] + kv[1][1]), kv[0]))]
     modules: dict[str, dict] = {}
-    for r in regions:
+    for r in region_rows:
         m = modules.setdefault(r["module"], {"loads": 0, "stores": 0, "bytes": 0})
         for key in m:
             m[key] += r[key]
-    return {"functions": functions, "top_variables": variables, "top_blocks": blocks,
-            "regions": regions, "accesses_by_module": modules}
+    return {"functions": totals.functions,
+            "top_variables": [{"name": n, "region": r, "accesses": c, "bytes": b}
+                              for n, (r, c, b) in sorted(variables.items(),
+                                                         key=lambda kv: (-kv[1][1], kv[0]))[:top]],
+            "top_blocks": top_blocks, "regions": region_rows, "accesses_by_module": modules}
 
 
 def module_of_region(region: str) -> str:
@@ -93,7 +99,7 @@ def summary_of(meta: dict) -> dict:
 
 
 def print_human_summary(meta: dict, directory: str, out, totals: dict | None = None) -> None:
-    """``totals``: store_totals() of the directory (None: not shown)."""
+    """``totals``: data_totals() of the directory (None: not shown)."""
     s = summary_of(meta)
     command = " ".join(s["command"] or []) or f"pid {s['pid']}"
     if s["outcome"] == "snapshot":
@@ -202,7 +208,7 @@ def print_data_totals(totals: dict, meta: dict, out) -> None:
 
 def run(args) -> int:
     meta = read_meta(args.directory)
-    totals = store_totals(args.directory)
+    totals = data_totals(args.directory)
     if args.json:
         summary = summary_of(meta)
         summary.update(totals)
@@ -213,8 +219,8 @@ def run(args) -> int:
     return 0
 
 
-def totals_if_stored(directory: str) -> dict | None:
-    """store_totals() when the recording wrote a store (not with --no-store)."""
-    if not os.path.exists(os.path.join(directory, STORE_META_FILE)):
+def totals_of_recording(directory: str) -> dict | None:
+    """data_totals() of a recording just made (None for a directory it did not write)."""
+    if not os.path.exists(os.path.join(directory, META_FILE)):
         return None
-    return store_totals(directory)
+    return data_totals(directory)

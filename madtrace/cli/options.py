@@ -75,9 +75,12 @@ def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str
                         "block names; two ptrace stops fewer per allocator call)")
     parser.add_argument("--follow-forks", action="store_true",
                         help="trace fork/vfork children too (default: leave them untraced)")
+    parser.add_argument("--store", action="store_true",
+                        help="build the columnar store (DIR/store) as soon as the target ends "
+                        "(default: when a query, export or report first needs it; the "
+                        "summary needs none)")
     parser.add_argument("--no-store", dest="store", action="store_false",
-                        help="do not write the columnar store (DIR/store) while recording: it is "
-                        "built when a query, export or report first needs it")
+                        help="the default: the store is built on first use")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
 
 

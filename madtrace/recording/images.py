@@ -183,13 +183,6 @@ class ImageChanges:
             # replaced at the end; if madtrace is killed first, readers see a partial trace
             write_meta(self.output, dict(self.meta, **self._state_meta("running"),
                                          tracer_pid=os.getpid()))
-            if self.options.store:
-                from ..trace.store_writer import FINISH_AT_END_EVENTS, StoreWriter
-                self.store_writer = StoreWriter(self.output,
-                                                accesses_possible=lambda: self.data is not None,
-                                                defer_above=FINISH_AT_END_EVENTS,
-                                                busy=self._rings_busy)
-                self.store_writer.start()
         if self.tracee.launched or self.controller.running:
             write()
         else:

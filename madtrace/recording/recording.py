@@ -60,7 +60,7 @@ class RecordOptions:
     data_in: list[str] = field(default_factory=list)        # record only inside these functions
     loads: bool = True
     stores: bool = True
-    store: bool = False              # write DIR/store while the target runs (store_writer.py)
+    store: bool = False              # build DIR/store when the target ends (store_writer.py)
     data_engine: str = "hybrid"      # hybrid (alias + rewritten code) or fault (a stop per access)
     copy_after: int | None = None    # hybrid: a function is copied after N faults (None: default)
 
@@ -126,7 +126,6 @@ class Recording(ImageChanges, CleanSlate, Results):
         self.data: DataEngine | None = None
         # shared by the two engines of the image traced now (calls/entry_links.py)
         self.entry_links = EntryLinks()
-        self.store_writer = None             # trace.store_writer.StoreWriter
         # the directory of the image traced now: options.output, then DIR/exec.N after
         # the Nth exec (each image of the process gets a whole trace directory)
         self.output = options.output
@@ -207,8 +206,6 @@ class Recording(ImageChanges, CleanSlate, Results):
         ahead = self._space_ahead(pid)
         if ahead is not None and self.options.trace_functions and self.options.functions:
             self._engine_ahead = self._new_engine(None, ahead[1])   # its tracee once seized
-        if self.options.store:     # imported before the target stops (17 ms of its pause)
-            from ..trace import store_writer  # noqa: F401
         try:
             self.tracee = Tracee.attach(pid)
         except BaseException:
@@ -554,7 +551,7 @@ class Recording(ImageChanges, CleanSlate, Results):
             write_meta(self.output, self.meta)
             if failure is not None:
                 raise failure       # after writing what could be written
-        if self.store_writer is not None and self.data is not None:
+        if self.options.store and self.data is not None:
             self._wait_for_dwarf(out)
         self._finish_store()
         self.meta["tracer"] = self.tracer_stats(time.monotonic() - started)

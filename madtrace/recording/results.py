@@ -137,13 +137,14 @@ class Results:
                 "write_seconds": round(write_seconds, 3)}
 
     def _finish_store(self) -> None:
-        """The rest of DIR/store (progress on stderr when it takes long).  A
-        failure leaves the store incomplete: it is then built on first use."""
-        writer, self.store_writer = self.store_writer, None
-        if writer is None:
+        """With --store: DIR/store, once the target has ended (progress on stderr
+        when it takes long).  A failure leaves the store incomplete: it is then
+        built on first use."""
+        if not self.options.store:
             return
+        from ..trace.store_writer import build_store
         try:
-            writer.finish(None if self.options.quiet else sys.stderr)
+            build_store(self.output, None if self.options.quiet else sys.stderr)
         except Exception as exc:   # the trace itself is written: say so, go on
             self.log(f"the store was not written ({type(exc).__name__}: {exc}); "
                      "it is built when a query, export or report needs it")

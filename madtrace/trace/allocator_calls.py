@@ -88,6 +88,10 @@ class AllocatorCalls:
             return cls(np.zeros(0, dtype=ALLOCATOR_CALL_DTYPE))
         return cls(ALLOCATOR_CALL_RECORDS.read(path))   # a killed tracer's: its complete chunks
 
+    def spans(self, tid: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(begin orders, end orders) of thread ``tid``'s allocator calls, sorted; None: none."""
+        return self._spans.get(int(tid))
+
     def inside(self, tid: int, orders: np.ndarray) -> np.ndarray:
         """Per order (accesses of thread ``tid``): made inside an allocator call."""
         spans = self._spans.get(int(tid))

@@ -60,12 +60,19 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("end_pos", pa.int64()), ("begin_tsc", pa.uint64()), ("end_tsc", pa.uint64()),
         ("accesses_self", pa.int64()), ("accesses_incl", pa.int64()),
         ("bytes_self", pa.int64()), ("bytes_incl", pa.int64())]),
-    "accesses": pa.schema([
+    # one row per data access: ids and numbers; the names are in the two tables
+    # after it (access_names.py) and the accesses view joins them (query.py)
+    "access_rows": pa.schema([
         ("pos", pa.int64()), ("seq", pa.int64()), ("order", pa.uint64()), ("call_id", pa.int64()),
-        ("function", _dict), ("kind", _dict), ("addr", pa.uint64()), ("size", pa.uint16()),
-        ("rip", pa.uint64()), ("instruction", _dict), ("symbol", _dict), ("offset", pa.int64()),
-        ("variable", _dict), ("region", _dict), ("block", pa.uint32()), ("freed", pa.bool_()),
-        ("first", pa.bool_()), ("allocator", pa.bool_())]),
+        ("fid", pa.int32()), ("iid", pa.uint32()), ("did", pa.uint32()), ("addr", pa.uint64()),
+        ("flags", pa.uint8())]),
+    "access_instructions": pa.schema([("iid", pa.uint32()), ("rip", pa.uint64()),
+                                      ("size", pa.uint16()), ("instruction", pa.string())]),
+    "access_data": pa.schema([("did", pa.uint32()), ("symbol", pa.string()),
+                              ("variable", pa.string()), ("region", pa.string()),
+                              ("base", pa.uint64()), ("block", pa.uint32()),
+                              ("freed", pa.bool_())]),
+    "functions": pa.schema([("fid", pa.int32()), ("function", pa.string())]),
     "allocations": pa.schema([
         ("id", pa.uint32()), ("kind", pa.string()), ("name", pa.string()),
         ("address", pa.uint64()), ("size", pa.uint64()), ("site", pa.string()),
@@ -81,23 +88,31 @@ SCHEMAS: dict[str, pa.Schema] = {
                         ("address", pa.uint64()), ("caller", pa.string())]),
 }
 TABLES = tuple(SCHEMAS)
-PER_THREAD = ("records", "calls", "accesses")
+PER_THREAD = ("records", "calls", "access_rows")
+# access_rows.flags
+FLAG_STORE, FLAG_FIRST, FLAG_ALLOCATOR = 1, 2, 4
 # integer columns that are (nearly) sorted: delta-encoded; the others plain or dictionary
 _DELTA = {"pos", "seq", "tsc", "call_id", "parent_id", "begin_seq", "end_seq", "begin_pos",
-          "end_pos", "begin_tsc", "end_tsc", "access_index", "order", "tid", "depth",
-          "accesses_self", "accesses_incl", "bytes_self", "bytes_incl", "fid", "offset",
+          "end_pos", "begin_tsc", "end_tsc", "order", "tid", "depth",
+          "accesses_self", "accesses_incl", "bytes_self", "bytes_incl",
           "id", "address", "size", "freed_seq", "freed_tid", "freed_order", "part_of", "site",
-          "addr", "rip", "block"}
+          "rip", "block"}
+# the access rows' other columns are plain (zstd does the rest): dictionary and delta
+# encodings cost more time than they save there (bench/bench_store.py)
+_PLAIN = {"access_rows"}
 _DICT = {"code"}
 # min/max statistics (row-group pruning) only where queries filter; they cost ~40% of the
 # writing time when kept for every column
 _STATS = {"tid", "pos", "seq", "call_id", "begin_pos", "end_pos", "begin_seq", "end_seq", "id"}
 
 
-def _options(schema: pa.Schema) -> dict:
+def _options(schema: pa.Schema, table: str) -> dict:
     encoding, dictionary = {}, []
     for f in schema:
-        if pa.types.is_dictionary(f.type) or f.name in _DICT:
+        if table in _PLAIN:
+            if f.name in _DELTA:
+                encoding[f.name] = "DELTA_BINARY_PACKED"
+        elif pa.types.is_dictionary(f.type) or f.name in _DICT:
             dictionary.append(f.name)
         elif pa.types.is_integer(f.type) and f.name in _DELTA:
             encoding[f.name] = "DELTA_BINARY_PACKED"
@@ -172,7 +187,7 @@ class PartWriter:
         os.makedirs(self.folder, exist_ok=True)
         self.table = table
         self.schema = SCHEMAS[table]
-        self.options = _options(self.schema)
+        self.options = _options(self.schema, table)
         self.flusher = flusher or _Inline
         self.writer: pq.ParquetWriter | None = None   # used by the flusher's thread only
         self.part = 0

@@ -25,7 +25,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import CorruptTraceError
-from . import zstd
+from . import access_pass, zstd
 from .capture_file import CaptureFormat
 from .format import (ACCESS_DTYPE, COMPACT_BLOCK_HEADER,
                      COMPACT_CODEC, COMPACT_DTYPE, COMPACT_EXTENSION, COMPACT_FREED_BIT,
@@ -40,7 +40,6 @@ MAGIC, MAGIC_PLANES, CODEC = COMPACT_MAGIC, COMPACT_MAGIC_PLANES, COMPACT_CODEC
 MARK_SEQ, MARK_ORDER = COMPACT_MARK_SEQ, COMPACT_MARK_ORDER
 FREED_BIT = COMPACT_FREED_BIT
 FORMAT = INSTRUCTIONS_FORMAT
-_ROWS = np.array([0, 1, 1, 2], dtype=np.int64)       # rows of a record, by kind
 
 
 class InstructionColumns:
@@ -48,7 +47,8 @@ class InstructionColumns:
 
     def __init__(self, rows: list, kinds: int):
         table = np.array(rows or [[0] * 6], dtype=np.uint64).reshape(-1, 6)
-        self.rip = table[:, 0]
+        # contiguous columns: the access pass (C) reads them
+        self.rip = np.ascontiguousarray(table[:, 0])
         self.size = table[:, 1].astype(np.uint16)
         self.kind = (table[:, 2].astype(np.uint8) & kinds)
         self.ilen = table[:, 3].astype(np.uint8)
@@ -99,9 +99,10 @@ def from_planes(raw: bytes, n: int) -> np.ndarray:
     return np.ascontiguousarray(planes.T).view(COMPACT_DTYPE).reshape(n)
 
 
-def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
-    """(offset after the block, its records) of each complete block from ``start``
-    (0: the first); each block is one chunk of the capture container, checked."""
+def iter_raw_blocks(path: str, start: int = 0) -> Iterator[tuple[int, bytes, int, bool]]:
+    """(offset after the block, its decompressed records, how many, whether as byte
+    planes) of each complete block from ``start`` (0: the first); each block is one
+    chunk of the capture container, checked."""
     for offset, payload in CaptureFormat("compact", COMPACT_DTYPE.itemsize).payloads(path, start):
         if len(payload) < BLOCK_HEADER.itemsize:
             raise CorruptTraceError(f"{path}: no block header in the chunk before offset {offset}")
@@ -115,8 +116,13 @@ def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
             raw = zstd.decompress(memoryview(payload)[BLOCK_HEADER.itemsize:], int(h["raw"]))
         except (OSError, ValueError) as exc:        # ZstdError is a ValueError
             raise CorruptTraceError(f"{path}: the block before offset {offset}: {exc}") from None
-        yield offset, (from_planes(raw, int(h["records"])) if magic == MAGIC_PLANES
-                       else np.frombuffer(raw, dtype=COMPACT_DTYPE))
+        yield offset, raw, int(h["records"]), magic == MAGIC_PLANES
+
+
+def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+    """(offset after the block, its records as COMPACT_DTYPE) of each complete block."""
+    for offset, raw, n, planes in iter_raw_blocks(path, start):
+        yield offset, (from_planes(raw, n) if planes else np.frombuffer(raw, dtype=COMPACT_DTYPE))
 
 
 class InstructionFile:
@@ -163,66 +169,75 @@ class CompactReader:
     def chunks(self, chunk_rows: int = 1 << 20) -> Iterator[np.ndarray]:
         """The access rows (ACCESS_DTYPE) of the complete blocks not read yet, in
         chunks of about ``chunk_rows``."""
-        pending: list[np.ndarray] = []
+        out = np.empty(0, dtype=ACCESS_DTYPE)
         size = 0
-        for offset, records in iter_blocks(self.path, self.offset):
-            rows = self.decode(records)
+        for offset, raw, n, planes in iter_raw_blocks(self.path, self.offset):
+            if size + 2 * n > len(out):
+                if size:
+                    yield out[:size]
+                # a new buffer for each chunk: a reader may keep the chunks it was given
+                out = np.empty(max(chunk_rows, 2 * n) + 2 * n, dtype=ACCESS_DTYPE)
+                size = 0
+            size += self._decode_raw(raw, n, planes, out[size:])
             self.offset = offset
-            if len(rows):
-                pending.append(rows)
-                size += len(rows)
             if size >= chunk_rows:
-                yield np.concatenate(pending) if len(pending) > 1 else pending[0]
-                pending, size = [], 0
-        if pending:
-            yield np.concatenate(pending) if len(pending) > 1 else pending[0]
+                yield out[:size]
+                out, size = np.empty(0, dtype=ACCESS_DTYPE), 0
+        if size:
+            yield out[:size]
+
+    def _decode_raw(self, raw, n: int, planes: bool, out: np.ndarray) -> int:
+        state = access_pass.DecodeState(self.seq, self.next_order)
+        for attempt in (0, 1):
+            try:
+                m = access_pass.decode(raw, n, planes, self.table, state, out)
+                break
+            except access_pass.UnknownInstruction as exc:
+                if attempt or self.directory is None:
+                    raise CorruptTraceError(f"{self.path}: instruction id {exc.ident} unknown") \
+                        from None
+                # appended to data/instructions.jsonl after this reader loaded it (the
+                # tracer writes every id before the first record naming it)
+                self.table = InstructionColumns.load(self.directory)
+        self.seq, self.next_order = int(state.seq), int(state.next_order)
+        return m
+
+    def count(self, ids, spans) -> None:
+        """Count the access rows of the complete blocks not read yet in ``ids``
+        (access_pass.AccessIds) without making them; ``spans``: the thread's
+        allocator calls (AllocatorCalls.spans)."""
+        for offset, raw, n, planes in iter_raw_blocks(self.path, self.offset):
+            state = access_pass.DecodeState(self.seq, self.next_order)
+            try:
+                ids.count_compact(raw, n, planes, self.table, state, spans)
+            except access_pass.UnknownInstruction as exc:
+                if self.directory is None:
+                    raise CorruptTraceError(f"{self.path}: instruction id {exc.ident} unknown") \
+                        from None
+                self.table = InstructionColumns.load(self.directory)
+                try:
+                    ids.count_compact(raw, n, planes, self.table, state, spans)
+                except access_pass.UnknownInstruction as again:
+                    raise CorruptTraceError(f"{self.path}: instruction id {again.ident} "
+                                            "unknown") from None
+            self.seq, self.next_order = int(state.seq), int(state.next_order)
+            self.offset = offset
 
     def decode(self, r: np.ndarray) -> np.ndarray:
-        ids = r["id"].astype(np.int64)
-        if len(ids) and int(ids.max()) >= len(self.table.rip) and self.directory is not None:
-            # appended to data/instructions.jsonl after this reader loaded it (the
-            # tracer writes every id before the first record naming it)
-            self.table = InstructionColumns.load(self.directory)
-        t = self.table
-        if len(ids) and int(ids.max()) >= len(t.rip):
-            raise CorruptTraceError(f"{self.path}: instruction id {int(ids.max())} unknown")
-        a, b = r["a"], r["b"]
-        marker = ids == 0
-        pos = np.arange(len(r))
-        last_seq = np.maximum.accumulate(np.where(marker & (b == MARK_SEQ), pos, -1))
-        seq = np.where(last_seq >= 0, a[np.maximum(last_seq, 0)], np.uint64(self.seq))
-        kind = t.kind[ids]
-        nrows = np.where(marker, 0, _ROWS[kind])
-        before = np.cumsum(nrows) - nrows               # rows of the chunk before each record
-        last_ord = np.maximum.accumulate(np.where(marker & (b == MARK_ORDER), pos, -1))
-        j = np.maximum(last_ord, 0)
-        base = np.where(last_ord >= 0, a[j].astype(np.int64) - before[j], self.next_order)
-        first_order = base + before
-        if len(r):
-            self.seq = int(seq[-1])
-            self.next_order = int(base[-1] + before[-1] + nrows[-1])
-        idx = np.repeat(np.nonzero(nrows)[0], nrows[nrows > 0])
-        second = np.zeros(len(idx), dtype=bool)
-        second[1:] = idx[1:] == idx[:-1]
-        ident = ids[idx]
-        k = kind[idx]
-        rows = np.zeros(len(idx), dtype=ACCESS_DTYPE)
-        rows["seq"] = seq[idx]
-        rows["order"] = first_order[idx] + second
-        rows["rip"] = t.rip[ident]
-        rows["addr"] = a[idx]
-        rows["block"] = b[idx] & (FREED_BIT - 1)
-        rows["freed"] = b[idx] >> 31
-        rows["size"] = t.size[ident]
-        rows["kind"] = np.where(k == 3, np.where(second, 2, 1), k)
-        rows["ilen"] = t.ilen[ident]
-        rows["first"] = np.where(second, 0, t.first[ident])
-        return rows
+        """The access rows of records ``r`` (COMPACT_DTYPE) as they are."""
+        r = np.ascontiguousarray(r, dtype=COMPACT_DTYPE)
+        out = np.empty(2 * len(r), dtype=ACCESS_DTYPE)
+        return out[:self._decode_raw(r.tobytes(), len(r), False, out)]
 
 
 # ------------------------------------------------------- a trace's access files
+def compact_reader(path: str) -> CompactReader:
+    """The reader of one compact file data/<tid>.dat, from its start."""
+    directory = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    return CompactReader(path, InstructionColumns.load(directory), directory)
+
+
 def compact_chunks(path: str, chunk_rows: int = 1 << 20) -> Iterator[np.ndarray]:
     """The access rows (ACCESS_DTYPE) of one compact file data/<tid>.dat, in
     order, in chunks (record_files.ACCESS_RECORDS.chunks reads a .dat file with it)."""
-    directory = os.path.dirname(os.path.dirname(os.path.abspath(path)))
-    yield from CompactReader(path, InstructionColumns.load(directory), directory).chunks(chunk_rows)
+    yield from compact_reader(path).chunks(chunk_rows)

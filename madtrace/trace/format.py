@@ -96,8 +96,9 @@ import numpy as np
 from ..errors import CorruptTraceError
 
 FORMAT_VERSION = 2  # of the trace directory (meta.json format_version); 2: the capture container
-STORE_FORMAT_VERSION = 3  # of the store (store/meta.json format_version); 2: accesses.allocator,
-# block_events; 3: sources (the capture files it was built from, capture_sources)
+STORE_FORMAT_VERSION = 4  # of the store (store/meta.json format_version); 2: accesses.allocator,
+# block_events; 3: sources (the capture files it was built from, capture_sources); 4: the
+# access rows as ids (access_rows, access_instructions, access_data, functions)
 
 PAGE_SHIFT = 12
 PAGE = 1 << PAGE_SHIFT  # the unit of protection, heat maps and page footprints

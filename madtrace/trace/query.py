@@ -40,6 +40,24 @@ def _source(directory: str, table: str) -> str:
     return f"read_parquet('{folder}/*.parquet')"
 
 
+# the accesses view: the access rows with the names of their ids (access_names.py);
+# the same text for DuckDB and Spark SQL (``q``: the engine's identifier quote)
+ACCESSES_VIEW = """
+SELECT r.tid, r.pos, r.seq, r.{q}order{q}, r.call_id, f.function,
+       CASE WHEN (r.flags & 1) <> 0 THEN 'S' ELSE 'L' END AS kind, r.addr, i.size, i.rip,
+       i.instruction, d.symbol,
+       CAST(r.addr AS BIGINT) - CAST(d.base AS BIGINT) AS {q}offset{q}, d.variable, d.region,
+       d.block, d.freed, (r.flags & 2) <> 0 AS first,
+       (r.flags & 4) <> 0 AS allocator, r.pos - r.seq AS access_index,
+       coalesce(d.variable,
+                concat(coalesce(d.symbol, d.region), '+',
+                       CAST(CAST(r.addr AS BIGINT) - CAST(d.base AS BIGINT) AS STRING))) AS data
+FROM access_rows r
+JOIN access_instructions i ON i.iid = r.iid
+JOIN access_data d ON d.did = r.did
+LEFT JOIN functions f ON f.fid = r.fid"""
+
+
 def connect(directory: str, out=None):
     """A DuckDB connection on the store of ``directory`` (built first if needed).  A
     store file that is not Parquet (overwritten, truncated) is met here: the store
@@ -85,10 +103,9 @@ def _connect(directory: str, out=None):
     con.execute(f"CREATE VIEW allocations AS SELECT * FROM {raw['allocations']}")
     con.execute(f"CREATE VIEW block_events AS SELECT * FROM {raw['block_events']}")
     con.execute(f"CREATE VIEW calls AS SELECT *, {duration} AS duration_ns FROM {raw['calls']}")
-    con.execute(
-        "CREATE VIEW accesses AS SELECT *, pos - seq AS access_index, "
-        "coalesce(variable, symbol || '+' || \"offset\", region || '+' || \"offset\") AS data "
-        f"FROM {raw['accesses']}")
+    for table in ("access_rows", "access_instructions", "access_data", "functions"):
+        con.execute(f"CREATE VIEW {table} AS SELECT * FROM {raw[table]}")
+    con.execute("CREATE VIEW accesses AS " + ACCESSES_VIEW.format(q='"'))
     con.execute("""
         CREATE VIEW events AS
         SELECT r.tid, r.pos, r.seq,

@@ -25,8 +25,35 @@ from .naming import AccessNamer
 from .reader import iter_access_chunks
 
 
-def write_block_events(directory: str, namer: AccessNamer | None) -> int:
-    events = sorted(load_block_events(directory), key=lambda e: (int(e["tid"]), int(e["order"])))
+class BlockEventPlacer:
+    """Counts, per block event, its thread's accesses with a smaller order, from
+    the access chunks the store's pass sees (each thread's in order): the pass
+    over the accesses is not made a second time for the events."""
+
+    def __init__(self, directory: str):
+        events = load_block_events(directory)
+        self.events = sorted(events, key=lambda e: (int(e["tid"]), int(e["order"])))
+        self.tids = np.array([int(e["tid"]) for e in self.events], dtype=np.int64)
+        self.orders = np.array([int(e["order"]) for e in self.events], dtype=np.uint64)
+        self.before = np.zeros(len(self.events), dtype=np.int64)
+
+    def see(self, tid: int, orders: np.ndarray) -> None:
+        if not len(self.events):
+            return
+        mine = np.flatnonzero(self.tids == tid)
+        if len(mine):
+            self.before[mine] += np.searchsorted(np.sort(orders), self.orders[mine], side="left")
+
+
+def write_block_events(directory: str, namer: AccessNamer | None,
+                       placer: BlockEventPlacer | None = None) -> int:
+    """The block_events table; ``placer``: the counts of the accesses before each
+    event, made by the store's pass (else the accesses are read here)."""
+    if placer is None:
+        placer = BlockEventPlacer(directory)
+        for tid, chunk in iter_access_chunks(directory):
+            placer.see(tid, chunk["order"])
+    events = placer.events
     writer = PartWriter(directory, "block_events")
     if events:
         namer = namer or AccessNamer(directory)
@@ -34,7 +61,7 @@ def write_block_events(directory: str, namer: AccessNamer | None) -> int:
         tids = np.array([int(e["tid"]) for e in events], dtype=np.int64)
         orders = np.array([int(e["order"]) for e in events], dtype=np.uint64)
         seqs = np.array([int(e.get("seq", 0)) for e in events], dtype=np.int64)
-        before = _accesses_before(directory, tids, orders)
+        before = placer.before
         addresses = np.array([int(e["address"]) for e in events], dtype=np.uint64)
         sources = [e.get("source") for e in events]
         rips = np.array([int(e.get("rip", 0)) for e in events], dtype=np.uint64)
@@ -53,17 +80,6 @@ def write_block_events(directory: str, namer: AccessNamer | None) -> int:
     writer.close()
     writer.ensure_file()
     return writer.rows
-
-
-def _accesses_before(directory: str, tids: np.ndarray, orders: np.ndarray) -> np.ndarray:
-    """Per event (sorted by tid, order): its thread's accesses with a smaller order."""
-    out = np.zeros(len(tids), dtype=np.int64)
-    for tid in np.unique(tids).tolist():
-        mine = np.flatnonzero(tids == tid)
-        wanted = orders[mine]
-        for _, chunk in iter_access_chunks(directory, tid):
-            out[mine] += np.searchsorted(np.sort(chunk["order"]), wanted, side="left")
-    return out
 
 
 def _names(namer: AccessNamer, blocks: BlockIndex, addresses: np.ndarray,

@@ -12,16 +12,18 @@ import numpy as np
 import pyarrow as pa
 
 from .allocator_calls import AllocatorCalls
-from .replay import EVENT_ACCESS, FATES
+from .replay import FATES
 from .segmentation import iter_thread_chunks, load_tables
+from .access_names import AccessDimensions
 from .columnar import Flusher, PartWriter, dictionary_column
 from .blocks import block_name, load_block_table
 from .record_files import ACCESS_RECORDS
-from .format import KIND_LOAD, load_functions
+from .format import load_functions
 from .naming import AccessNamer
-from .store_block_events import write_block_events
+from .store_block_events import BlockEventPlacer, write_block_events
 
-ACCESS_KINDS = ["L", "S"]
+# rows per chunk of the segmentation pass: large enough that the per-chunk work is amortised
+CHUNK_ROWS = 1 << 20
 
 
 def calls_columns(segments: np.ndarray, names: list[str]) -> dict:
@@ -39,30 +41,6 @@ def calls_columns(segments: np.ndarray, names: list[str]) -> dict:
         "begin_tsc": s["begin_tsc"], "end_tsc": s["end_tsc"],
         "accesses_self": s["accesses_self"], "accesses_incl": incl,
         "bytes_self": s["bytes_self"], "bytes_incl": s["bytes_incl"]}
-
-
-def access_columns(chunk, names: list[str], namer: AccessNamer,
-                   allocator_calls: AllocatorCalls | None = None) -> dict:
-    acc = chunk.accesses
-    events = chunk.events[chunk.events["type"] == EVENT_ACCESS]
-    n = len(acc)
-    index = chunk.access_start + np.arange(n, dtype=np.int64)
-    seq = acc["seq"].astype(np.int64)
-    instruction = namer.code_names(acc["rip"])
-    data = namer.data_names(acc["addr"], acc["block"], acc["freed"])
-    return {
-        "pos": index + seq, "seq": seq, "order": acc["order"],
-        "call_id": events["call_id"], "function": dictionary_column(events["fid"], names),
-        "kind": dictionary_column(np.where(acc["kind"] == KIND_LOAD, 0, 1), ACCESS_KINDS),
-        "addr": acc["addr"], "size": acc["size"], "rip": acc["rip"],
-        "instruction": dictionary_column(*instruction),
-        "symbol": dictionary_column(*data["symbol"]), "offset": data["offset"],
-        "variable": dictionary_column(*data["variable"]),
-        "region": dictionary_column(*data["region"]),
-        "block": acc["block"], "freed": acc["freed"] != 0, "first": acc["first"] != 0,
-        # made by the allocator itself (its thread inside malloc, free...)
-        "allocator": allocator_calls.inside(chunk.tid, acc["order"]) if allocator_calls
-        is not None else np.zeros(n, dtype=bool)}
 
 
 def _column(values: list, type_: pa.DataType) -> pa.Array:
@@ -116,39 +94,66 @@ def write_sites(directory: str) -> int:
 
 
 def write_final_tables(directory: str, progress=None) -> dict[str, int]:
-    """calls, accesses, allocations, sites and block events; returns the rows of each.
-    ``progress(events_done)`` is called after each chunk."""
+    """calls, access rows and their names, functions, allocations, sites and block
+    events; returns the rows of each.  ``progress(events_done)`` is called after
+    each chunk."""
     tables = load_tables(directory, required=False)
     namer = AccessNamer(directory) if ACCESS_RECORDS.files(directory) else None
-    rows = {"calls": 0, "accesses": 0}
+    dimensions = AccessDimensions(namer) if namer is not None else None
+    placer = BlockEventPlacer(directory)
+    rows = {"calls": 0, "access_rows": 0}
     written: set[str] = set()      # tables with at least one file
     flusher = Flusher()
     try:
-        _write_threads(directory, tables, namer, flusher, rows, written, progress)
+        _write_threads(directory, tables, dimensions, placer, flusher, rows, written, progress)
     finally:
         flusher.join()
     for table in rows:
         if table not in written:
             PartWriter(directory, table, 0).ensure_file()
+    rows.update(write_dimensions(directory, dimensions, tables.names))
+    if dimensions is not None:
+        dimensions.close()
     rows["allocations"] = write_allocations(directory)
     rows["sites"] = write_sites(directory)
-    rows["block_events"] = write_block_events(directory, namer)
+    rows["block_events"] = write_block_events(directory, namer, placer)
     return rows
 
 
-def _write_threads(directory, tables, namer, flusher, rows, written, progress) -> None:
-    """calls and accesses of every thread, in one segmentation pass."""
-    names = tables.names
+def write_dimensions(directory: str, dimensions: AccessDimensions | None,
+                     names: list[str]) -> dict[str, int]:
+    """The names of the access rows' ids, and the function names of the fids."""
+    out = {}
+    for table, columns in (
+            ("access_instructions", dimensions.new_instructions() if dimensions else None),
+            ("access_data", dimensions.new_data() if dimensions else None),
+            ("functions", {"fid": np.arange(len(names), dtype=np.int32), "function": names})):
+        writer = PartWriter(directory, table)
+        if columns is not None and len(columns[writer.schema[0].name]):
+            writer.write({f.name: columns[f.name] if isinstance(columns[f.name], np.ndarray)
+                          else _column(columns[f.name], f.type) for f in writer.schema})
+        writer.close()
+        writer.ensure_file()
+        out[table] = writer.rows
+    return out
+
+
+def _write_threads(directory, tables, dimensions, placer, flusher, rows, written,
+                   progress) -> None:
+    """calls and access rows of every thread, in one segmentation pass."""
     allocator_calls = AllocatorCalls.load(directory)
     writers: dict[str, PartWriter] = {}
     done_before = 0
-    for chunk in iter_thread_chunks(directory, tables=tables):
+    for chunk in iter_thread_chunks(directory, tables=tables, chunk_rows=CHUNK_ROWS):
         if not writers:
             writers = {t: PartWriter(directory, t, chunk.tid, flusher) for t in rows}
         if len(chunk.segments):
-            writers["calls"].write(calls_columns(chunk.segments, names))
+            writers["calls"].write(calls_columns(chunk.segments, tables.names))
         if len(chunk.accesses):
-            writers["accesses"].write(access_columns(chunk, names, namer, allocator_calls))
+            placer.see(chunk.tid, chunk.accesses["order"])
+            writers["access_rows"].write(dimensions.rows(
+                chunk.accesses, chunk.access_start, chunk.events,
+                allocator_calls.spans(chunk.tid)))
         done = chunk.record_start + len(chunk.records) + chunk.access_start + len(chunk.accesses)
         if progress is not None:
             progress(done_before + done)

@@ -1,0 +1,124 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The store's dimensions of data accesses: each access row carries two ids
+(its instruction, its data) given by the access pass in C (access_pass.py),
+and the names are made once per id, here, into two small tables:
+
+* ``instructions``: ``iid``, ``rip``, ``size``, ``instruction``
+  (``function+0xoff``), one row per distinct (rip, size);
+* ``data``: ``data``, ``symbol``, ``variable``, ``region``, ``base``,
+  ``block``, ``freed``, one row per distinct thing an access touches: a heap
+  block live or freed (with its region), a DWARF variable at one offset (its
+  element or field), an ELF object, or a bare region; the access's offset is
+  ``addr - base``.
+
+A data key (the C side makes it) is ``kind << 62 | hi << 32 | lo``: kind 0 a
+bare region (lo: its interval), 1 a heap block (lo: id << 1 | freed, hi: the
+interval of its address), 2 a DWARF variable (hi: the object, lo: the offset
+in it), 3 an ELF object (hi: the object).  An interval is a module's section
+(0..S-1) or a mapping of the memory map (S..S+M-1); S+M: unmapped.  The names
+are those of naming.py (AccessNamer), which both sides share.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..binary.dwarf_vars import describe_in_variable
+from .access_pass import AccessIds
+from .blocks import block_name
+from .naming import AccessNamer
+
+LOW32 = (1 << 32) - 1
+HI30 = (1 << 30) - 1
+
+
+class AccessDimensions:
+    """Ids for access rows, and the rows of the two dimension tables."""
+
+    def __init__(self, namer: AccessNamer):
+        self.namer = namer
+        n_sections = len(namer.sections.starts)
+        self.labels = [namer.region_names[int(i)] for i in namer.sections.ids.tolist()] + \
+            [namer.region_names[int(i)] for i in namer.maps.ids.tolist()] + ["unmapped"]
+        self.interval_starts = np.concatenate([namer.sections.starts, namer.maps.starts,
+                                               np.zeros(1, dtype=np.uint64)])
+        interval_ids = np.arange(len(self.labels), dtype=np.int64)
+        objects = namer.objects
+        blocks = namer.blocks.rows
+        self.ids = AccessIds(
+            (objects.starts, objects.ends, objects.ids),
+            [v is not None for v in namer.object_vars],
+            (namer.sections.starts, namer.sections.ends, interval_ids[:n_sections]),
+            (namer.maps.starts, namer.maps.ends, interval_ids[n_sections:-1]),
+            len(self.labels) - 1,
+            blocks["address"] if len(blocks) else np.zeros(0, dtype=np.uint64))
+        self._data_rows = 0          # data ids already described
+        self._inst_rows = 0
+
+    def close(self) -> None:
+        self.ids.close()
+
+    def name(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(data ids, instruction ids) of access rows (ACCESS_DTYPE)."""
+        return self.ids.name(rows)
+
+    def rows(self, rows: np.ndarray, access_start: int, events: np.ndarray, spans) -> dict:
+        """The store's access_rows columns of a chunk (AccessIds.rows)."""
+        return self.ids.rows(rows, access_start, events, spans)
+
+    def counts(self) -> np.ndarray:
+        """Per data id: loads, stores, bytes."""
+        return self.ids.counts()
+
+    # ------------------------------------------------------------ the tables
+    def new_instructions(self) -> dict:
+        """The instructions table's rows of the ids not given out before."""
+        keys = self.ids.keys(1, self._inst_rows)
+        first, self._inst_rows = self._inst_rows, self._inst_rows + len(keys)
+        rip = keys & np.uint64((1 << 48) - 1)
+        size = (keys >> np.uint64(48)).astype(np.uint16)
+        codes, names = self.namer.code_names(rip)
+        return {"iid": np.arange(first, first + len(keys), dtype=np.uint32), "rip": rip,
+                "size": size, "instruction": [names[c] for c in codes.tolist()]}
+
+    def new_data(self) -> dict:
+        """The data table's rows of the ids not given out before."""
+        keys = self.ids.keys(0, self._data_rows)
+        first, self._data_rows = self._data_rows, self._data_rows + len(keys)
+        out = {"did": np.arange(first, first + len(keys), dtype=np.uint32), "symbol": [],
+               "variable": [], "region": [], "base": [], "block": [], "freed": []}
+        namer = self.namer
+        blocks = namer.blocks
+        for key in keys.tolist():
+            kind, hi, lo = key >> 62, (key >> 32) & HI30, key & LOW32
+            symbol = variable = None
+            block, freed = 0, False
+            if kind == 0:
+                region = self.labels[lo]
+                base = int(self.interval_starts[lo])
+            elif kind == 1:
+                block, freed = lo >> 1, bool(lo & 1)
+                row = blocks.rows[block - 1]
+                symbol = block_name(blocks.kinds[int(row["kind"])], block,
+                                    blocks.sites[int(row["site"])], freed)
+                region = self.labels[hi]
+                base = int(row["address"])
+            else:
+                symbol = namer.object_names[hi]
+                base = namer.object_starts[hi]
+                region = self._region_at(base)
+                if kind == 2:
+                    variable = describe_in_variable(namer.object_vars[hi], lo)
+            for column, value in (("symbol", symbol), ("variable", variable),
+                                  ("region", region), ("base", base), ("block", block),
+                                  ("freed", freed)):
+                out[column].append(value)
+        return out
+
+    def _region_at(self, address: int) -> str:
+        at = np.array([address], dtype=np.uint64)
+        for table in (self.namer.sections, self.namer.maps):
+            j = int(table.find(at)[0])
+            if j >= 0:
+                return self.namer.region_names[int(table.ids[j])]
+        return "unmapped"

@@ -1,0 +1,574 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The access pass, in C: what every reader of a trace's data accesses does to
+ * each access, done once per access in one loop instead of numpy passes.
+ *
+ *  - ap_decode: the compact access records of one block (data/<tid>.dat, the
+ *    layout of madtrace/trace/format.py: COMPACT_DTYPE, the markers, byte
+ *    planes) to access rows (ACCESS_DTYPE), a read-modify-write as two rows;
+ *  - ap_name: each access row to the ids of the store (madtrace/trace/
+ *    access_names.py): its instruction (rip and size) and its data (a heap
+ *    block as live or freed, a static object and, for a DWARF variable, the
+ *    offset in it, else the bare region), each a dense id given in the order
+ *    first met, with per data id counts of loads, stores and bytes.
+ *
+ * Called through ctypes by madtrace/trace/access_pass.py only; built into
+ * libmtreplay.so with replay.c.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {            /* numpy ACCESS_DTYPE (trace/format.py) */
+    uint64_t seq, order, rip, addr;
+    uint32_t block;
+    uint16_t size;
+    uint8_t kind, freed, ilen, first;
+    uint8_t pad[6];
+} access_t;
+
+_Static_assert(sizeof(access_t) == 48, "ACCESS_DTYPE is 48 bytes");
+
+enum { MARK_SEQ = 1, MARK_ORDER = 2 };
+#define NCOUNT 4                          /* counts per data id */
+#define FREED_BIT 0x80000000u
+#define REC_SIZE 16                       /* COMPACT_DTYPE: u64 a, u32 id, u32 b */
+
+size_t ap_access_size(void) { return sizeof(access_t); }
+
+/* the decoder's carried state: the seq and the next order, block after block */
+typedef struct {
+    uint64_t seq;
+    int64_t next_order;
+} decode_state_t;
+
+static inline uint64_t plane_bytes(const uint8_t *planes, int64_t n, int64_t i, int first, int count)
+{
+    uint64_t v = 0;
+    for (int k = 0; k < count; k++)
+        v |= (uint64_t)planes[(int64_t)(first + k) * n + i] << (8 * k);
+    return v;
+}
+
+/*
+ * Decode ``n`` records: ``planes`` true: byte planes (byte k of every record,
+ * then byte k + 1), else the records as they are.  Instruction columns by id:
+ * rip, size, kind (1 load, 2 store, 3 both, already masked by the kinds
+ * recorded), ilen, first.  Writes at most 2n rows to ``out``; returns how many,
+ * or -1 with ``*bad_id`` = the first id not in the table (state unchanged).
+ */
+int64_t ap_decode(const uint8_t *data, int64_t n, int planes,
+                  const uint64_t *i_rip, const uint16_t *i_size, const uint8_t *i_kind,
+                  const uint8_t *i_ilen, const uint8_t *i_first, int64_t n_inst,
+                  decode_state_t *state, access_t *out, int64_t *bad_id)
+{
+    uint64_t seq = state->seq;
+    int64_t order = state->next_order;
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t a;
+        uint32_t id, b;
+        if (planes) {
+            a = plane_bytes(data, n, i, 0, 8);
+            id = (uint32_t)plane_bytes(data, n, i, 8, 4);
+            b = (uint32_t)plane_bytes(data, n, i, 12, 4);
+        } else {
+            const uint8_t *r = data + i * REC_SIZE;
+            memcpy(&a, r, 8);
+            memcpy(&id, r + 8, 4);
+            memcpy(&b, r + 12, 4);
+        }
+        if (id == 0) {
+            if (b == MARK_SEQ)
+                seq = a;
+            else if (b == MARK_ORDER)
+                order = (int64_t)a;
+            continue;
+        }
+        if ((int64_t)id >= n_inst) {
+            *bad_id = id;
+            return -1;
+        }
+        uint8_t kind = i_kind[id];
+        int rows = kind == 3 ? 2 : kind ? 1 : 0;
+        for (int r = 0; r < rows; r++) {
+            access_t *o = &out[m++];
+            o->seq = seq;
+            o->order = (uint64_t)order++;
+            o->rip = i_rip[id];
+            o->addr = a;
+            o->block = b & (FREED_BIT - 1);
+            o->freed = (uint8_t)(b >> 31);
+            o->size = i_size[id];
+            o->kind = kind == 3 ? (uint8_t)(r ? 2 : 1) : kind;
+            o->ilen = i_ilen[id];
+            o->first = r ? 0 : i_first[id];
+            memset(o->pad, 0, sizeof o->pad);
+        }
+    }
+    state->seq = seq;
+    state->next_order = order;
+    return m;
+}
+
+/* ------------------------------------------------------------ dense ids */
+typedef struct {
+    uint64_t *keys;       /* slot -> key + 1 (0: empty) */
+    uint32_t *ids;        /* slot -> dense id */
+    uint64_t *order;      /* dense id -> key (the keys in the order first met) */
+    int64_t cap, n, order_cap;
+} dense_t;
+
+static int dense_init(dense_t *d)
+{
+    d->cap = 1 << 12;
+    d->n = 0;
+    d->order_cap = 1 << 10;
+    d->keys = calloc((size_t)d->cap, sizeof *d->keys);
+    d->ids = malloc((size_t)d->cap * sizeof *d->ids);
+    d->order = malloc((size_t)d->order_cap * sizeof *d->order);
+    return d->keys && d->ids && d->order ? 0 : -1;
+}
+
+static void dense_free(dense_t *d)
+{
+    free(d->keys);
+    free(d->ids);
+    free(d->order);
+}
+
+static inline uint64_t mix(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ULL;
+    return k ^ (k >> 33);
+}
+
+static int dense_grow(dense_t *d)
+{
+    int64_t cap = d->cap * 2;
+    uint64_t *keys = calloc((size_t)cap, sizeof *keys);
+    uint32_t *ids = malloc((size_t)cap * sizeof *ids);
+    if (!keys || !ids) {
+        free(keys);
+        free(ids);
+        return -1;
+    }
+    for (int64_t s = 0; s < d->cap; s++) {
+        if (!d->keys[s])
+            continue;
+        uint64_t h = mix(d->keys[s] - 1) & (uint64_t)(cap - 1);
+        while (keys[h])
+            h = (h + 1) & (uint64_t)(cap - 1);
+        keys[h] = d->keys[s];
+        ids[h] = d->ids[s];
+    }
+    free(d->keys);
+    free(d->ids);
+    d->keys = keys;
+    d->ids = ids;
+    d->cap = cap;
+    return 0;
+}
+
+/* the dense id of ``key`` (a new one when first met); -1: no memory */
+static inline int64_t dense_id(dense_t *d, uint64_t key)
+{
+    uint64_t h = mix(key) & (uint64_t)(d->cap - 1);
+    while (d->keys[h]) {
+        if (d->keys[h] == key + 1)
+            return d->ids[h];
+        h = (h + 1) & (uint64_t)(d->cap - 1);
+    }
+    if ((d->n + 1) * 2 > d->cap) {
+        if (dense_grow(d))
+            return -1;
+        return dense_id(d, key);
+    }
+    if (d->n == d->order_cap) {
+        uint64_t *o = realloc(d->order, (size_t)d->order_cap * 2 * sizeof *o);
+        if (!o)
+            return -1;
+        d->order = o;
+        d->order_cap *= 2;
+    }
+    d->keys[h] = key + 1;
+    d->ids[h] = (uint32_t)d->n;
+    d->order[d->n] = key;
+    return d->n++;
+}
+
+/* --------------------------------------------------------- the namer */
+typedef struct {            /* sorted [start, end) intervals, payload per interval */
+    const uint64_t *start, *end;
+    const int64_t *payload;
+    int64_t n;
+    int64_t last;           /* the interval the previous lookup found (locality) */
+    uint64_t gap_lo, gap_hi;   /* [lo, hi): where the previous lookup found none */
+} intervals_t;
+
+typedef struct {
+    intervals_t objects, sections, maps;
+    const uint64_t *block_address;   /* by block id - 1 */
+    int64_t n_blocks;
+    const uint8_t *object_is_variable;   /* by object payload: a DWARF variable */
+    int64_t unmapped;                /* the region id of an address in no region */
+    dense_t data, instructions;
+    /* per data id: loads, stores, bytes, and accesses to a freed block not made by
+     * the allocator (after_free; counted by ap_count only) */
+    int64_t *counts;
+    int64_t counts_cap;
+} namer_t;
+
+/* the index of the interval holding ``addr`` (-1: none): the last one found,
+ * else the nearest starting at or before it, or the one before (nested) */
+static inline int64_t find(intervals_t *t, uint64_t addr)
+{
+    if (t->n == 0)
+        return -1;
+    if (t->last >= 0 && addr >= t->start[t->last] && addr < t->end[t->last])
+        return t->last;
+    if (addr >= t->gap_lo && addr < t->gap_hi)
+        return -1;
+    int64_t lo = 0, hi = t->n;          /* first start > addr */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) >> 1;
+        if (t->start[mid] <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (int64_t j = lo - 1; j >= lo - 2 && j >= 0; j--)
+        if (addr >= t->start[j] && addr < t->end[j]) {
+            /* the locality cache only for intervals nothing nests in */
+            if (j + 1 >= t->n || t->start[j + 1] >= t->end[j])
+                t->last = j;
+            return j;
+        }
+    /* none: every address up to the next start, past the two intervals looked
+     * at, gets the same answer from the lines above */
+    uint64_t lo_edge = 0;
+    for (int64_t j = lo - 1; j >= lo - 2 && j >= 0; j--) {
+        if (t->start[j] > lo_edge)
+            lo_edge = t->start[j];
+        if (t->end[j] > lo_edge)
+            lo_edge = t->end[j];
+    }
+    t->gap_lo = lo_edge;
+    t->gap_hi = lo < t->n ? t->start[lo] : UINT64_MAX;
+    return -1;
+}
+
+static void set_intervals(intervals_t *t, const uint64_t *start, const uint64_t *end,
+                          const int64_t *payload, int64_t n)
+{
+    t->start = start;
+    t->end = end;
+    t->payload = payload;
+    t->n = n;
+    t->last = -1;
+    t->gap_lo = t->gap_hi = 0;
+}
+
+void *ap_namer_new(const uint64_t *o_start, const uint64_t *o_end, const int64_t *o_payload,
+                   int64_t n_objects, const uint8_t *object_is_variable,
+                   const uint64_t *s_start, const uint64_t *s_end, const int64_t *s_payload,
+                   int64_t n_sections,
+                   const uint64_t *m_start, const uint64_t *m_end, const int64_t *m_payload,
+                   int64_t n_maps, int64_t unmapped,
+                   const uint64_t *block_address, int64_t n_blocks)
+{
+    namer_t *nm = calloc(1, sizeof *nm);
+    if (!nm)
+        return NULL;
+    set_intervals(&nm->objects, o_start, o_end, o_payload, n_objects);
+    set_intervals(&nm->sections, s_start, s_end, s_payload, n_sections);
+    set_intervals(&nm->maps, m_start, m_end, m_payload, n_maps);
+    nm->object_is_variable = object_is_variable;
+    nm->unmapped = unmapped;
+    nm->block_address = block_address;
+    nm->n_blocks = n_blocks;
+    if (dense_init(&nm->data) || dense_init(&nm->instructions)) {
+        dense_free(&nm->data);
+        dense_free(&nm->instructions);
+        free(nm);
+        return NULL;
+    }
+    return nm;
+}
+
+void ap_namer_free(void *p)
+{
+    namer_t *nm = p;
+    if (!nm)
+        return;
+    dense_free(&nm->data);
+    dense_free(&nm->instructions);
+    free(nm->counts);
+    free(nm);
+}
+
+/*
+ * The data key of an access (access_names.py decodes it):
+ *   bits 62-63: 0 a bare region, 1 a heap block, 2 a DWARF variable, 3 an ELF object
+ *   bare region: bits 0-31 the region;
+ *   heap block: bits 0-31 the block id << 1 | freed, 32-61 the region;
+ *   DWARF variable: bits 0-31 the offset in it, 32-61 the object;
+ *   ELF object: bits 32-61 the object.
+ */
+#define KEY(kind, hi, lo) (((uint64_t)(kind) << 62) | ((uint64_t)(hi) << 32) | (uint64_t)(uint32_t)(lo))
+
+static inline int64_t region_of(namer_t *nm, uint64_t addr)
+{
+    int64_t j = find(&nm->sections, addr);
+    if (j >= 0)
+        return nm->sections.payload[j];
+    j = find(&nm->maps, addr);
+    return j >= 0 ? nm->maps.payload[j] : nm->unmapped;
+}
+
+static int grow_counts(namer_t *nm, int64_t d)
+{
+    int64_t cap = nm->counts_cap ? nm->counts_cap * 2 : 1024;
+    while (cap <= d)
+        cap *= 2;
+    int64_t *c = realloc(nm->counts, (size_t)cap * NCOUNT * sizeof *c);
+    if (!c)
+        return -1;
+    memset(c + nm->counts_cap * NCOUNT, 0, (size_t)(cap - nm->counts_cap) * NCOUNT * sizeof *c);
+    nm->counts = c;
+    nm->counts_cap = cap;
+    return 0;
+}
+
+/* the data key of one access (see KEY) */
+static inline uint64_t data_key(namer_t *nm, const access_t *r)
+{
+    uint32_t block = r->block;
+    if (block > 0 && (int64_t)block <= nm->n_blocks) {
+        int64_t region = region_of(nm, nm->block_address[block - 1]);
+        return KEY(1, region, ((uint64_t)block << 1) | (r->freed != 0));
+    }
+    int64_t j = find(&nm->objects, r->addr);
+    if (j >= 0) {
+        int64_t obj = nm->objects.payload[j];
+        return nm->object_is_variable[obj] ? KEY(2, obj, r->addr - nm->objects.start[j])
+                                           : KEY(3, obj, 0);
+    }
+    return KEY(0, 0, region_of(nm, r->addr));
+}
+
+/* name ``n`` rows: data ids, and instruction ids unless ``inst_id`` is NULL */
+static int name_rows(namer_t *nm, const access_t *rows, int64_t n, uint32_t *data_id,
+                     uint32_t *inst_id)
+{
+    uint64_t last_key = UINT64_MAX, last_ikey = UINT64_MAX;
+    int64_t d = -1, k = -1;
+    for (int64_t i = 0; i < n; i++) {
+        const access_t *r = &rows[i];
+        uint64_t key = data_key(nm, r);
+        if (key != last_key) {
+            d = dense_id(&nm->data, key);
+            if (d < 0)
+                return -1;
+            last_key = key;
+            if (d >= nm->counts_cap && grow_counts(nm, d))
+                return -1;
+        }
+        if (inst_id) {
+            uint64_t ikey = r->rip ^ ((uint64_t)r->size << 48);
+            if (ikey != last_ikey) {
+                k = dense_id(&nm->instructions, ikey);
+                if (k < 0)
+                    return -1;
+                last_ikey = ikey;
+            }
+            inst_id[i] = (uint32_t)k;
+        }
+        nm->counts[d * NCOUNT + (r->kind == 1 ? 0 : 1)] += 1;
+        nm->counts[d * NCOUNT + 2] += r->size;
+        data_id[i] = (uint32_t)d;
+    }
+    return 0;
+}
+
+/*
+ * Name ``n`` rows: ``data_id``/``inst_id`` (out, per row) get dense ids; the
+ * counts of each data id grow.  Returns 0, -1 when memory ran out.
+ */
+int ap_name(void *p, const access_t *rows, int64_t n, uint32_t *data_id, uint32_t *inst_id)
+{
+    return name_rows(p, rows, n, data_id, inst_id);
+}
+
+typedef struct {           /* numpy EVENT_DTYPE (replay.py) */
+    int64_t call_id, ref;
+    uint64_t tsc;
+    int32_t fid, depth;
+    uint8_t type, fate;
+    uint8_t pad[6];
+} event_t;
+
+_Static_assert(sizeof(event_t) == 40, "EVENT_DTYPE is 40 bytes");
+
+enum { EV_ACCESS = 2 };
+enum { FLAG_STORE = 1, FLAG_FIRST = 2, FLAG_ALLOCATOR = 4 };   /* columnar.py */
+
+/* the allocator span holding ``order``: ``*span`` is one past the last span
+ * beginning at or before the previous order (a cursor: orders mostly grow) */
+static inline int in_span(const uint64_t *begin, const uint64_t *end, int64_t n, int64_t *span,
+                          uint64_t order)
+{
+    if (!n)
+        return 0;
+    if (*span == 0 || begin[*span - 1] > order) {       /* a binary search */
+        int64_t lo = 0, hi = n;
+        while (lo < hi) {
+            int64_t mid = (lo + hi) >> 1;
+            if (begin[mid] <= order)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        *span = lo;
+    }
+    while (*span < n && begin[*span] <= order)
+        (*span)++;
+    return *span > 0 && order <= end[*span - 1];
+}
+
+/*
+ * The store's access rows of one chunk of the segmentation (segmentation.py):
+ * ``rows`` (n accesses, the first of index ``access_start`` in its thread),
+ * ``events`` (the chunk's events: its ACCESS events are the rows' calls, in
+ * order), ``span_begin``/``span_end`` (sorted orders of the thread's allocator
+ * calls: an access inside one is the allocator's).  Writes the columns of
+ * columnar.py's access_rows; returns 0, -1 when memory ran out, -2 when the
+ * events do not match the rows.
+ */
+int ap_rows(void *p, const access_t *rows, int64_t n, int64_t access_start,
+            const event_t *events, int64_t n_events,
+            const uint64_t *span_begin, const uint64_t *span_end, int64_t n_spans,
+            int64_t *pos, int64_t *seq, uint64_t *order, int64_t *call_id, int32_t *fid,
+            uint32_t *inst_id, uint32_t *data_id, uint64_t *addr, uint8_t *flags)
+{
+    if (ap_name(p, rows, n, data_id, inst_id))
+        return -1;
+    int64_t e = 0, span = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const access_t *r = &rows[i];
+        while (e < n_events && events[e].type != EV_ACCESS)
+            e++;
+        if (e == n_events)
+            return -2;
+        call_id[i] = events[e].call_id;
+        fid[i] = events[e].fid;
+        e++;
+        seq[i] = (int64_t)r->seq;
+        pos[i] = access_start + i + (int64_t)r->seq;
+        order[i] = r->order;
+        addr[i] = r->addr;
+        uint8_t f = (uint8_t)((r->kind == 1 ? 0 : FLAG_STORE) | (r->first ? FLAG_FIRST : 0));
+        if (in_span(span_begin, span_end, n_spans, &span, r->order))
+            f |= FLAG_ALLOCATOR;
+        flags[i] = f;
+    }
+    return 0;
+}
+
+/* the keys of the data ids (``which`` 0) or of the instruction ids (1) from
+ * ``first`` on, into ``out`` (room for all); returns how many ids there are */
+int64_t ap_keys(void *p, int which, int64_t first, uint64_t *out)
+{
+    namer_t *nm = p;
+    dense_t *d = which ? &nm->instructions : &nm->data;
+    if (out && first < d->n)
+        memcpy(out, d->order + first, (size_t)(d->n - first) * sizeof *out);
+    return d->n;
+}
+
+/* loads, stores, bytes and after_free of each data id (NCOUNT per id) into ``out`` */
+int64_t ap_counts(void *p, int64_t *out)
+{
+    namer_t *nm = p;
+    memset(out, 0, (size_t)nm->data.n * NCOUNT * sizeof *out);
+    int64_t have = nm->data.n < nm->counts_cap ? nm->data.n : nm->counts_cap;
+    if (have > 0)
+        memcpy(out, nm->counts, (size_t)have * NCOUNT * sizeof *out);
+    return nm->data.n;
+}
+
+/*
+ * The counts of ``n`` access rows (no ids out): what a summary needs, without
+ * a store.  ``span_begin``/``span_end``: the thread's allocator calls.
+ */
+int ap_count_rows(void *p, const access_t *rows, int64_t n, const uint64_t *span_begin,
+                  const uint64_t *span_end, int64_t n_spans)
+{
+    namer_t *nm = p;
+    enum { TILE = 1024 };
+    uint32_t data_id[TILE];
+    int64_t span = 0;
+    for (int64_t first = 0; first < n; first += TILE) {
+        int64_t m = n - first < TILE ? n - first : TILE;
+        if (name_rows(nm, rows + first, m, data_id, NULL))
+            return -1;
+        for (int64_t i = 0; i < m; i++) {
+            const access_t *r = &rows[first + i];
+            if (r->freed && !in_span(span_begin, span_end, n_spans, &span, r->order))
+                nm->counts[(int64_t)data_id[i] * NCOUNT + 3] += 1;
+        }
+    }
+    return 0;
+}
+
+/*
+ * The counts of one block of compact records (ap_decode's arguments), decoded
+ * a tile at a time into a buffer that stays in the cache.  Returns 0, -1 when
+ * memory ran out, -2 with ``*bad_id`` for an unknown instruction id.
+ */
+int ap_count_compact(void *p, const uint8_t *data, int64_t n, int planes,
+                     const uint64_t *i_rip, const uint16_t *i_size, const uint8_t *i_kind,
+                     const uint8_t *i_ilen, const uint8_t *i_first, int64_t n_inst,
+                     decode_state_t *state, const uint64_t *span_begin,
+                     const uint64_t *span_end, int64_t n_spans, int64_t *bad_id)
+{
+    enum { TILE = 512 };
+    access_t rows[2 * TILE];
+    uint8_t tile[TILE * REC_SIZE];
+    decode_state_t s = *state;
+    for (int64_t i = 0; i < n; i++) {      /* every id known before anything is counted */
+        uint32_t id;
+        if (planes)
+            id = (uint32_t)plane_bytes(data, n, i, 8, 4);
+        else
+            memcpy(&id, data + i * REC_SIZE + 8, 4);
+        if ((int64_t)id >= n_inst) {
+            *bad_id = id;
+            return -2;
+        }
+    }
+    for (int64_t first = 0; first < n; first += TILE) {
+        int64_t m = n - first < TILE ? n - first : TILE;
+        const uint8_t *src = data + first * REC_SIZE;
+        if (planes) {        /* the tile's records out of the planes */
+            for (int k = 0; k < REC_SIZE; k++) {
+                const uint8_t *plane = data + (int64_t)k * n + first;
+                for (int64_t i = 0; i < m; i++)
+                    tile[i * REC_SIZE + k] = plane[i];
+            }
+            src = tile;
+        }
+        int64_t got = ap_decode(src, m, 0, i_rip, i_size, i_kind, i_ilen, i_first, n_inst, &s,
+                                rows, bad_id);
+        if (got < 0)
+            return -2;
+        if (ap_count_rows(p, rows, got, span_begin, span_end, n_spans))
+            return -1;
+    }
+    *state = s;
+    return 0;
+}

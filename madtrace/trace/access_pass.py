@@ -1,0 +1,207 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The access pass (madtrace/trace/access_pass.c), through ctypes.
+
+* :func:`decode` turns one block of compact access records into access rows
+  (``ACCESS_DTYPE``): what compact.py's reader does for every block;
+* :class:`AccessIds` gives each access row the dense ids of the store: its
+  instruction (rip and size) and its data (access_names.py says what a data
+  key means), and counts loads, stores and bytes per data id as it goes.
+
+This module only moves arrays; the rules are in the C file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+from ..errors import TracerInternalError
+from ..native import load
+from .format import ACCESS_DTYPE, COMPACT_DTYPE
+
+P, I64, I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+
+
+@functools.lru_cache(maxsize=None)
+def _library() -> ctypes.CDLL:
+    lib = load("libmtreplay.so", "the access pass")
+    sigs = {
+        "ap_access_size": (ctypes.c_size_t, []),
+        "ap_decode": (I64, [P, I64, I, P, P, P, P, P, I64, P, P, P]),
+        "ap_namer_new": (P, [P, P, P, I64, P, P, P, P, I64, P, P, P, I64, I64, P, I64]),
+        "ap_namer_free": (None, [P]),
+        "ap_name": (I, [P, P, I64, P, P]),
+        "ap_keys": (I64, [P, I, I64, P]),
+        "ap_count_rows": (I, [P, P, I64, P, P, I64]),
+        "ap_count_compact": (I, [P, P, I64, I, P, P, P, P, P, I64, P, P, P, I64, P]),
+        "ap_rows": (I, [P, P, I64, I64, P, I64, P, P, I64, P, P, P, P, P, P, P, P, P]),
+        "ap_counts": (I64, [P, P]),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    if lib.ap_access_size() != ACCESS_DTYPE.itemsize:
+        raise TracerInternalError("libmtreplay.so does not match ACCESS_DTYPE: rebuild it "
+                                  "(make native)")
+    return lib
+
+
+class DecodeState(ctypes.Structure):
+    """The seq and the next order a thread's decoding carries from block to block."""
+    _fields_ = [("seq", ctypes.c_uint64), ("next_order", ctypes.c_int64)]
+
+
+class UnknownInstruction(Exception):
+    """A record names an instruction id the table does not have (yet)."""
+
+    def __init__(self, ident: int):
+        super().__init__(ident)
+        self.ident = ident
+
+
+def decode(raw, n: int, planes: bool, table, state: DecodeState, out: np.ndarray) -> int:
+    """Writes the access rows of ``n`` compact records ``raw`` (bytes: byte planes
+    when ``planes``) to ``out`` (ACCESS_DTYPE, contiguous, room for 2n rows);
+    returns how many.  ``table``: compact.InstructionColumns.  UnknownInstruction
+    when a record names an id past the table (``state`` is then unchanged)."""
+    lib = _library()
+    if len(out) < 2 * n or not out.flags.c_contiguous:
+        raise TracerInternalError("decode: the output has no room for the rows")
+    buf = np.frombuffer(raw, dtype=np.uint8, count=n * COMPACT_DTYPE.itemsize)
+    bad = ctypes.c_int64(0)
+    m = lib.ap_decode(buf.ctypes.data, n, int(planes), table.rip.ctypes.data,
+                      table.size.ctypes.data, table.kind.ctypes.data, table.ilen.ctypes.data,
+                      table.first.ctypes.data, len(table.rip), ctypes.byref(state),
+                      out.ctypes.data, ctypes.byref(bad))
+    if m < 0:
+        raise UnknownInstruction(bad.value)
+    return m
+
+
+def _u64(values) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=np.uint64)
+
+
+def _spans(spans) -> tuple[np.ndarray, np.ndarray]:
+    if spans is None:
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+    return _u64(spans[0]), _u64(spans[1])
+
+
+class AccessIds:
+    """Dense instruction and data ids for access rows (C state).  ``objects``,
+    ``sections``, ``maps``: (starts, ends, payloads) sorted by start;
+    ``object_is_variable``: per object payload; ``block_address``: per block id - 1."""
+
+    def __init__(self, objects, object_is_variable, sections, maps, unmapped: int,
+                 block_address):
+        self.lib = _library()
+        # the C side keeps pointers into these: they live as long as it does
+        self._keep = []
+
+        def triple(t):
+            starts, ends, payloads = (_u64(t[0]), _u64(t[1]),
+                                      np.ascontiguousarray(t[2], dtype=np.int64))
+            self._keep.extend((starts, ends, payloads))
+            return [starts.ctypes.data, ends.ctypes.data, payloads.ctypes.data, len(starts)]
+
+        variable = np.ascontiguousarray(np.append(np.asarray(object_is_variable, dtype=np.uint8),
+                                                  0))
+        blocks = _u64(block_address) if len(block_address) else np.zeros(1, dtype=np.uint64)
+        self._keep.extend((variable, blocks))
+        self._ctx = self.lib.ap_namer_new(*triple(objects), variable.ctypes.data,
+                                          *triple(sections), *triple(maps), unmapped,
+                                          blocks.ctypes.data, len(block_address))
+        if not self._ctx:
+            raise MemoryError("ap_namer_new")
+
+    def close(self) -> None:
+        if self._ctx:
+            self.lib.ap_namer_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self):
+        self.close()
+
+    def name(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(data ids, instruction ids) of ``rows`` (ACCESS_DTYPE), uint32 each."""
+        rows = np.ascontiguousarray(rows)
+        data = np.empty(len(rows), dtype=np.uint32)
+        inst = np.empty(len(rows), dtype=np.uint32)
+        if self.lib.ap_name(self._ctx, rows.ctypes.data, len(rows), data.ctypes.data,
+                            inst.ctypes.data):
+            raise MemoryError("ap_name")
+        return data, inst
+
+    def rows(self, rows: np.ndarray, access_start: int, events: np.ndarray,
+             spans: tuple[np.ndarray, np.ndarray] | None) -> dict:
+        """The store's access_rows columns (columnar.py) of ``rows`` (ACCESS_DTYPE, the
+        first of index ``access_start`` in its thread), their calls from the ACCESS
+        events of ``events`` (EVENT_DTYPE), their allocator flags from ``spans``
+        (the thread's allocator calls: sorted begin and end orders)."""
+        rows = np.ascontiguousarray(rows)
+        events = np.ascontiguousarray(events)
+        n = len(rows)
+        out = {"pos": np.empty(n, np.int64), "seq": np.empty(n, np.int64),
+               "order": np.empty(n, np.uint64), "call_id": np.empty(n, np.int64),
+               "fid": np.empty(n, np.int32), "iid": np.empty(n, np.uint32),
+               "did": np.empty(n, np.uint32), "addr": np.empty(n, np.uint64),
+               "flags": np.empty(n, np.uint8)}
+        begins, ends = _spans(spans)
+        rc = self.lib.ap_rows(self._ctx, rows.ctypes.data, n, access_start, events.ctypes.data,
+                              len(events), begins.ctypes.data, ends.ctypes.data, len(begins),
+                              *(out[c].ctypes.data for c in ("pos", "seq", "order", "call_id",
+                                                             "fid", "iid", "did", "addr",
+                                                             "flags")))
+        if rc == -1:
+            raise MemoryError("ap_rows")
+        if rc:
+            raise TracerInternalError("ap_rows: the chunk's events do not match its accesses")
+        return out
+
+    def keys(self, which: int, first: int = 0) -> np.ndarray:
+        """The keys of the ids from ``first`` on (``which`` 0: data, 1: instructions)."""
+        n = self.lib.ap_keys(self._ctx, which, 0, None)
+        out = np.empty(max(n - first, 0), dtype=np.uint64)
+        if len(out):
+            self.lib.ap_keys(self._ctx, which, first, out.ctypes.data)
+        return out
+
+    def count_rows(self, rows: np.ndarray, spans) -> None:
+        """Count access rows (ACCESS_DTYPE) in counts(); ``spans``: the thread's
+        allocator calls (sorted begin and end orders), or None."""
+        rows = np.ascontiguousarray(rows)
+        begins, ends = _spans(spans)
+        if self.lib.ap_count_rows(self._ctx, rows.ctypes.data, len(rows), begins.ctypes.data,
+                                  ends.ctypes.data, len(begins)):
+            raise MemoryError("ap_count_rows")
+
+    def count_compact(self, raw, n: int, planes: bool, table, state: DecodeState,
+                      spans) -> None:
+        """Count the access rows of ``n`` compact records (decode's arguments)
+        without making them; UnknownInstruction as decode (nothing counted)."""
+        buf = np.frombuffer(raw, dtype=np.uint8, count=n * COMPACT_DTYPE.itemsize)
+        begins, ends = _spans(spans)
+        bad = ctypes.c_int64(0)
+        rc = self.lib.ap_count_compact(self._ctx, buf.ctypes.data, n, int(planes),
+                                       table.rip.ctypes.data, table.size.ctypes.data,
+                                       table.kind.ctypes.data, table.ilen.ctypes.data,
+                                       table.first.ctypes.data, len(table.rip),
+                                       ctypes.byref(state), begins.ctypes.data,
+                                       ends.ctypes.data, len(begins), ctypes.byref(bad))
+        if rc == -2:
+            raise UnknownInstruction(bad.value)
+        if rc:
+            raise MemoryError("ap_count_compact")
+
+    def counts(self) -> np.ndarray:
+        """Per data id: loads, stores, bytes, after_free (accesses to a freed block
+        not made by the allocator, counted by count_rows and count_compact only):
+        an (n, 4) int64 array."""
+        n = self.lib.ap_keys(self._ctx, 0, 0, None)
+        out = np.zeros((n, 4), dtype=np.int64)
+        if n:
+            self.lib.ap_counts(self._ctx, out.ctypes.data)
+        return out
