@@ -15,7 +15,7 @@ import shutil
 import pyspark        # the test extra (make setup); Java: openjdk-17-jre-headless (apt)
 import pytest
 
-from madtrace.trace.query import connect
+from madtrace.trace.query import ACCESSES_VIEW, connect
 
 from .util import madtrace, prog
 
@@ -47,8 +47,11 @@ def test_spark_reads_the_store_as_duckdb_does(spark, trace):
     from pyspark.sql import functions
     con = connect(trace)
     store = os.path.join(trace, "store")
-    # the line of docs/sql.md: partition discovery gives the tid column
-    accesses = spark.read.parquet(os.path.join(store, "accesses"))
+    # the lines of docs/sql.md: partition discovery gives the tid column, the view
+    # joins the access rows with their names
+    for table in ("access_rows", "access_instructions", "access_data", "functions"):
+        spark.read.parquet(os.path.join(store, table)).createOrReplaceTempView(table)
+    accesses = spark.sql(ACCESSES_VIEW.format(q="`"))
     assert "tid" in accesses.columns
     assert accesses.count() == con.execute("SELECT count(*) FROM accesses").fetchone()[0] > 0
     by_function = {r["function"]: r["count"] for r in
@@ -60,6 +63,10 @@ def test_spark_reads_the_store_as_duckdb_does(spark, trace):
     assert per_thread == {(t, k): n for t, k, n in con.execute(
         "SELECT tid, kind::VARCHAR, count(*) FROM accesses GROUP BY 1, 2").fetchall()}
     assert len({t for t, _ in per_thread}) >= 2          # the program's threads
+    # the names the view joins in, and the offsets it computes
+    by_data = {r["data"]: r["count"] for r in accesses.groupBy("data").count().collect()}
+    assert by_data == dict(con.execute("SELECT data, count(*) FROM accesses GROUP BY 1").fetchall())
+    assert len(by_data) > 1
     # calls: the same rows, and the same inclusive sums per function
     calls = spark.read.parquet(os.path.join(store, "calls"))
     sums = {r["function"]: (r["n"], r["incl"]) for r in calls.groupBy("function").agg(

@@ -4,16 +4,13 @@
 Oracles: the raw capture itself (calls/*.rec, data/*.acc: a naive merge of
 the two streams gives the events view's order; row counts), the summary
 (accesses and calls), the segmentation (calls), and a store built after the
-fact (--no-store) against one written while the target ran."""
+fact against one built with --store when the target ended."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -23,9 +20,10 @@ from madtrace.trace.format import ACCESS_DTYPE, RECORD_DTYPE, read_store_meta
 from madtrace.trace.record_files import store_is_complete
 from madtrace.trace.record_files import ACCESS_RECORDS, CALL_RECORDS
 from madtrace.trace.query import connect
+from madtrace.trace import store_writer
 from madtrace.trace.store_writer import RecordFollower
 
-from .util import ROOT, madtrace, one_line_error, prog, summary_json
+from .util import madtrace, one_line_error, prog, summary_json
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +31,7 @@ def longjmp_trace(tmp_path_factory):
     """calls_longjmp with data tracing (two threads' worth is calls_threads
     below): longjmp-unwound calls, accesses inside them."""
     directory = tmp_path_factory.mktemp("store") / "t"
-    result = madtrace("record", "-q", "--data", "-o", str(directory), "--",
+    result = madtrace("record", "-q", "--data", "--store", "-o", str(directory), "--",
                       prog("calls_longjmp", "O2-nopie"), "30", timeout=300)
     assert result.returncode == 0, result.stderr.decode()
     return str(directory)
@@ -64,9 +62,9 @@ def naive_merge(directory: str, tid: int) -> list[tuple[str, int]]:
 
 def test_store_is_written_and_matches_the_capture(longjmp_trace):
     directory = longjmp_trace
-    assert store_is_complete(directory)
+    assert store_is_complete(directory)         # --store: built when the target ended
     meta = read_store_meta(directory)
-    assert meta["written_live"] == ["records"]
+    assert meta["format_version"] == 4 and meta["rows"]["access_rows"] > 0
     con = connect(directory)
     tids = [t for t, _ in sg.thread_files(directory)]
     for tid in tids:
@@ -116,86 +114,41 @@ def test_query_text_output_and_errors(longjmp_trace, tmp_path):
     one_line_error(madtrace("query", str(tmp_path / "none"), "SELECT 1"), 18, "none")
 
 
-def test_no_store_builds_it_on_first_use(tmp_path, longjmp_trace):
+def test_a_recording_writes_no_store_and_the_first_query_builds_it(tmp_path, longjmp_trace):
+    """By default nothing is written to the store while the target runs nor when
+    it ends (the summary counts from the raw files); the first query builds it,
+    with the same answers as the store --store built."""
     directory = tmp_path / "t"
-    result = madtrace("record", "-q", "--data", "--no-store", "-o", str(directory), "--",
+    result = madtrace("record", "-q", "--data", "-o", str(directory), "--",
                       prog("calls_longjmp", "O2-nopie"), "30", timeout=300)
     assert result.returncode == 0
     assert not os.path.exists(directory / "store")
+    summary = madtrace("summary", str(directory), "--json")
+    assert summary.returncode == 0 and summary.stderr == b""
+    assert not os.path.exists(directory / "store")          # the summary needs none
     first = madtrace("query", str(directory), "SELECT count(*) FROM events")
     assert first.returncode == 0
     assert "building the store" in first.stderr.decode()
     assert store_is_complete(str(directory))
     again = madtrace("query", str(directory), "SELECT count(*) FROM events")
     assert again.stderr == b"" and again.stdout == first.stdout
+    sql = "SELECT kind, data, count(*) AS n FROM accesses GROUP BY ALL ORDER BY ALL"
+    assert query(str(directory), sql) == query(longjmp_trace, sql)
     # an incomplete store is built again
     meta = json.loads((directory / "store" / "meta.json").read_text())
     (directory / "store" / "meta.json").write_text(json.dumps(dict(meta, complete=False)))
     rebuilt = madtrace("query", str(directory), "SELECT count(*) FROM events")
     assert "incomplete" in rebuilt.stderr.decode() and rebuilt.stdout == first.stdout
+    # a store of the previous format is rebuilt with one line
+    (directory / "store" / "meta.json").write_text(json.dumps(dict(meta, format_version=3)))
+    older = madtrace("query", str(directory), "SELECT count(*) FROM events")
+    assert older.stdout == first.stdout
+    assert "is of format 3, not 4" in older.stderr.decode().splitlines()[0]
 
 
-def test_a_large_store_is_left_to_its_first_use(tmp_path):
-    """A recording whose store needs more than FINISH_AT_END_EVENTS events
-    converted ends with the target and says so; the first query builds the
-    store, and its counts are the capture's."""
-    from madtrace.trace.store_writer import FINISH_AT_END_EVENTS
-    calls = FINISH_AT_END_EVENTS // 2 + 1000          # two records per call
-    directory = tmp_path / "t"
-    result = madtrace("record", "-f", "leaf", "-o", str(directory), "--",
-                      prog("bench_calls", "O2-pie"), str(calls), timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert b"the first query, export, report or summary" in result.stderr
-    assert not store_is_complete(str(directory))
-    assert read_store_meta(str(directory))["deferred_events"] == 2 * calls
-    first = madtrace("query", str(directory), "SELECT count(*) FROM calls", "--json")
-    assert first.returncode == 0 and "building the store" in first.stderr.decode()
-    assert json.loads(first.stdout) == [{"count_star()": calls}]
-    assert store_is_complete(str(directory))
-
-
-def test_records_are_written_while_the_target_runs(tmp_path):
-    """The store's records table grows while the program still runs (it waits
-    for its stdin to close), and ends equal to the capture."""
-    directory = tmp_path / "t"
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    tracer = subprocess.Popen([sys.executable, "-m", "madtrace.cli.main", "record", "-q",
-                               "-o", str(directory), "--", prog("live_calls", "O2-nopie"), "10"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, env=env)
-    try:
-        parts = directory / "store" / "records"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not list(parts.glob("tid=*/p0.parquet")):
-            assert tracer.poll() is None
-            time.sleep(0.1)
-        assert list(parts.glob("tid=*/p0.parquet")), "no records written while running"
-        assert tracer.poll() is None
-        tracer.stdin.close()
-        assert tracer.wait(timeout=120) == 0, tracer.stderr.read()
-    finally:
-        tracer.kill()
-    meta = read_store_meta(str(directory))
-    assert meta["records_written_live"] >= 1 << 18, meta
-    if not meta["complete"]:
-        # a loaded machine let the program make more events than a recording's end
-        # converts (FINISH_AT_END_EVENTS): the first query builds the store
-        assert meta["deferred_events"] > 1_000_000, meta
-        assert madtrace("query", str(directory), "SELECT 1").returncode == 0
-        assert read_store_meta(str(directory))["complete"]
-    con = connect(str(directory))
-    (tid, path), = sg.thread_files(str(directory))
-    records = CALL_RECORDS.read(path)
-    stored = con.execute("SELECT seq, pos, tsc, code, rsp FROM records ORDER BY seq").fetchnumpy()
-    assert (stored["seq"] == np.arange(len(records))).all() and (stored["pos"] == stored["seq"]).all()
-    for field in ("tsc", "code", "rsp"):
-        assert (stored[field] == records[field]).all()
-
-
-def test_record_positions_wait_for_the_accesses_before_them(tmp_path):
-    """A record is written once every access before it is on disk: the files
-    grow in steps (accesses behind the records) and the positions come out
-    as with the whole files."""
+def test_record_positions_count_the_accesses_before_them(tmp_path):
+    """A record's position counts every access before it, the accesses read in
+    batches that do not line up with the records'."""
     directory = tmp_path / "t"
     os.makedirs(directory / "calls")
     os.makedirs(directory / "data")
@@ -205,20 +158,21 @@ def test_record_positions_wait_for_the_accesses_before_them(tmp_path):
     accesses = np.zeros(8000, dtype=ACCESS_DTYPE)
     accesses["seq"] = np.sort(rng.integers(0, 5001, len(accesses)))
     rec_path, acc_path = directory / "calls" / "7.rec", directory / "data" / "7.acc"
-    follower = RecordFollower(str(directory), 7)
     rec_fd, acc_fd = CALL_RECORDS.create(str(rec_path)), ACCESS_RECORDS.create(str(acc_path))
-    for step in range(1, 11):         # the files grow as a recording appends to them
+    for step in range(1, 11):         # in chunks, as a recording appends them
         CALL_RECORDS.append(rec_fd, records[500 * (step - 1): 500 * step])
         ACCESS_RECORDS.append(acc_fd, accesses[700 * (step - 1): 700 * step])
-        follower.step(final=False, accesses_possible=lambda: True, min_rows=1)
-        # nothing written beyond the accesses known: every record written so far
-        # has all the accesses before it on disk
-        assert follower.records <= max(int(accesses["seq"][700 * step - 1]), 0)
     ACCESS_RECORDS.append(acc_fd, accesses[7000:])
     os.close(rec_fd)
     os.close(acc_fd)
-    while follower.step(final=True, accesses_possible=lambda: True, min_rows=1):
-        pass
+    follower = RecordFollower(str(directory), 7)
+    batch = store_writer.BATCH_ROWS
+    store_writer.BATCH_ROWS = 777        # batches that end between records' accesses
+    try:
+        while follower.step():
+            pass
+    finally:
+        store_writer.BATCH_ROWS = batch
     follower.close()
     import pyarrow.parquet as pq
     table = pq.read_table(directory / "store" / "records" / "tid=7" / "p0.parquet")
@@ -240,7 +194,7 @@ def test_store_that_cannot_be_written_is_a_one_line_error(tmp_path):
     """(as root a read-only directory is writable: a file where the store's
     folder goes fails the same way)"""
     directory = tmp_path / "t"
-    assert madtrace("record", "-q", "--no-store", "-o", str(directory), "--",
+    assert madtrace("record", "-q", "-o", str(directory), "--",
                     prog("calls_recursion", "O2-nopie")).returncode == 0
     (directory / "store").write_text("not a folder")
     one_line_error(madtrace("query", str(directory), "SELECT 1"), 23, "cannot write the store")

@@ -123,8 +123,12 @@ def _connect(directory: str, out=None):
     return con
 
 
+# what a Parquet export holds: the views with names (the access rows joined with theirs)
+EXPORTED_VIEWS = ("records", "calls", "accesses", "allocations", "block_events", "sites")
+
+
 def copy_store(directory: str, output: str, out=None) -> dict[str, int]:
-    """The store as one Parquet file per table (tid a column again) in the new
+    """The store as one Parquet file per view (tid a column again) in the new
     directory ``output`` (replaced if it exists), with DuckDB's streaming COPY;
     plus store_meta.json.  Returns the rows of each table."""
     import json
@@ -135,7 +139,7 @@ def copy_store(directory: str, output: str, out=None) -> dict[str, int]:
             else os.unlink(output)
     os.makedirs(output)
     rows = {}
-    for table in TABLES:
+    for table in EXPORTED_VIEWS:
         path = os.path.join(output, f"{table}.parquet").replace("'", "''")
         con.execute(f"COPY (SELECT * FROM {table}) TO '{path}' "
                     "(FORMAT PARQUET, COMPRESSION ZSTD, ROW_GROUP_SIZE 1048576)")
