@@ -345,15 +345,16 @@ class AddressSpace:
 
     def code_location(self, addr: int, decimal: bool = False) -> str:
         """``function+0xoff`` of a code address, always with its offset (decimal
-        with ``decimal``, as MadT writes call sites): ``module+0xoff`` without a
-        symbol, the bare address outside every module."""
+        with ``decimal``, as MadT writes call sites: ``function+230``):
+        ``module+0xoff`` without a symbol (hex then too: a module's offsets are
+        read against its disassembly), the bare address outside every module."""
         mod = self.module_for(addr)
         if mod is None:
             return f"{addr:#x}"
         rel = addr - mod.bias
         sym = mod.image.symbol_at(rel)
         name, off = (sym.name, rel - sym.address) if sym is not None else (mod.name, rel)
-        return f"{name}+{off}" if decimal else f"{name}+{off:#x}"
+        return f"{name}+{off}" if decimal and sym is not None else f"{name}+{off:#x}"
 
     def _modules_for_scope(self, scope):
         if scope is None:

@@ -539,6 +539,15 @@ class FunctionTracer:
                        "sites": sites, "functions": functions, "report": self.report,
                        "relocated": [list(m) for m in sorted(self.moved_code)]}, f, indent=1)
 
+    def original_return(self, address: int) -> int:
+        """The program's own return address of a return address inside a call-site
+        trampoline (the re-issued call's: ``return_points``), else ``address``."""
+        for area in (*self.code_areas.values(), *self.retired_code_areas):
+            original = area.area.return_points.get(address)
+            if original is not None:
+                return original
+        return address
+
     def original_addresses(self, rips: np.ndarray) -> np.ndarray:
         """``rips`` (uint64) with each address inside a relocated prologue
         instruction replaced by the original instruction's address."""

@@ -6,8 +6,6 @@ import json
 import os
 import sys
 
-import numpy as np
-
 from ..trace.format import META_FILE
 from ..trace.meta import read_meta
 
@@ -40,7 +38,6 @@ def data_totals(directory: str, top: int = TOP_DATA, out=sys.stderr) -> dict:
     from ..trace.blocks import block_name, load_block_table
     totals = access_totals(directory)
     d, counts = totals.data, totals.counts
-    accesses = counts[:, 0] + counts[:, 1] if len(counts) else np.zeros(0, dtype=np.int64)
     regions: dict[str, list[int]] = {}
     variables: dict[str, list] = {}
     blocks: dict[int, list[int]] = {}
@@ -60,8 +57,7 @@ def data_totals(directory: str, top: int = TOP_DATA, out=sys.stderr) -> dict:
             v = variables.setdefault(symbol, [region, 0, 0])
             v[1] += loads + stores
             v[2] += size
-    del accesses
-    table = load_block_table(directory) if blocks else None
+    table = load_block_table(directory)
     top_blocks = []
     for block, (n, size, after_free) in sorted(blocks.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]:
         row = table.rows[block - 1]
@@ -69,14 +65,14 @@ def data_totals(directory: str, top: int = TOP_DATA, out=sys.stderr) -> dict:
                                                            table.sites[int(row["site"])], False),
                            "size": int(row["size"]), "accesses": n, "bytes": size,
                            "after_free": after_free})
-    region_rows = [{"region": r, "module": module_of_region(r), "loads": lo, "stores": st,
+    region_rows: list[dict] = [{"region": r, "module": module_of_region(r), "loads": lo, "stores": st,
                     "bytes": b} for r, (lo, st, b) in
                    sorted(regions.items(), key=lambda kv: (-(kv[1][0] + kv[1][1]), kv[0]))]
     modules: dict[str, dict] = {}
-    for r in region_rows:
-        m = modules.setdefault(r["module"], {"loads": 0, "stores": 0, "bytes": 0})
+    for row in region_rows:
+        m = modules.setdefault(str(row["module"]), {"loads": 0, "stores": 0, "bytes": 0})
         for key in m:
-            m[key] += r[key]
+            m[key] += int(row[key])
     return {"functions": totals.functions,
             "top_variables": [{"name": n, "region": r, "accesses": c, "bytes": b}
                               for n, (r, c, b) in sorted(variables.items(),

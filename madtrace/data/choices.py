@@ -43,7 +43,9 @@ class FunctionTracingLinks:
     the original instruction's address); ``rings``: the function tracer's (the
     hybrid engine's data records go there too; None: it makes its own);
     ``entry_links``: where function tracing's entry trampolines go on to
-    (calls/entry_links.py)."""
+    (calls/entry_links.py); ``original_return(address)``: the program's return
+    address of one inside a call-site trampoline (an allocation's call site is
+    the program's, not the trampoline's)."""
 
     sequence_of: Callable | None = None
     sequence_address: Callable | None = None
@@ -51,3 +53,4 @@ class FunctionTracingLinks:
     original_address: Callable | None = None
     rings: Any = None
     entry_links: Any = None
+    original_return: Callable | None = None

@@ -99,6 +99,7 @@ class DataEngine:
         self.sequence_of = sequence_of or (lambda tid: 0)
         self.sequence_address = sequence_address or (lambda tid: 0)
         self.original_address = original_address or (lambda rips: rips)
+        self.original_return = functions.original_return or (lambda address: address)
         self.regions = RegionSet([])
         self.protected = PageProtections()   # page -> original PROT_* bits, as runs
         self.decoded: dict[int, MemInstruction | None] = {}
@@ -393,7 +394,9 @@ class DataEngine:
         return True
 
     def code_address(self, address: int) -> int:
-        """The original code's address (relocated code: paths.py; moved prologues)."""
+        """The original code's address (relocated code: paths.py; moved prologues;
+        a return address inside a call-site trampoline of function tracing)."""
+        address = self.original_return(address)
         return int(self.original_address(np.array([address], dtype=np.uint64))[0])
 
     def _settle(self, event: SignalStop) -> None:

@@ -397,7 +397,8 @@ class Recording(ImageChanges, CleanSlate, Results):
             sequence_of=functions.sequence_of if functions else None,
             sequence_address=functions.sequence_address if functions else None,
             patched_addresses=self.entry_patched(), original_address=self._original_addresses,
-            rings=functions.rings if functions else None, entry_links=self.entry_links)
+            rings=functions.rings if functions else None, entry_links=self.entry_links,
+            original_return=functions.original_return if functions else None)
         engine = DataEngine(self.tracee, self.address_space, self.output, choices, links,
                             defer=self.controller.deferred.extend)
         if self.options.copy_after is not None:

@@ -69,20 +69,22 @@ def _with_calls(directory, totals, dimensions, allocator, progress) -> None:
     n = max(len(tables.names), 1)
     # calls, a_self, a_incl, b_self, b_incl, rows (unmatched exits included)
     sums = np.zeros((6, n), dtype=np.int64)
-    done_before = 0
+    done_before: int = 0
     for chunk in iter_thread_chunks(directory, tables=tables, chunk_rows=CHUNK_ROWS):
+        s: np.ndarray
         s = chunk.segments
         if len(s):
-            fid = s["fid"].astype(np.int64)
+            fids = s["fid"].astype(np.int64)
             outer = s["outer"] != 0
             for row, weights in enumerate((s["fate"] != _UNMATCHED, s["accesses_self"],
                                            np.where(outer, s["accesses_incl"], 0),
                                            s["bytes_self"], np.where(outer, s["bytes_incl"], 0),
                                            np.ones(len(s), dtype=np.int64))):
-                sums[row] += np.bincount(fid, weights=weights, minlength=n)[:n].astype(np.int64)
+                sums[row] += np.bincount(fids, weights=weights, minlength=n)[:n].astype(np.int64)
         if len(chunk.accesses) and dimensions is not None:
             dimensions.ids.count_rows(chunk.accesses, allocator.spans(chunk.tid))
-        done = chunk.record_start + len(chunk.records) + chunk.access_start + len(chunk.accesses)
+        done = int(chunk.record_start + len(chunk.records) + chunk.access_start +
+                   len(chunk.accesses))
         if progress is not None:
             progress(done_before + done)
         if chunk.last:

@@ -85,8 +85,8 @@ class AccessDimensions:
         """The data table's rows of the ids not given out before."""
         keys = self.ids.keys(0, self._data_rows)
         first, self._data_rows = self._data_rows, self._data_rows + len(keys)
-        out = {"did": np.arange(first, first + len(keys), dtype=np.uint32), "symbol": [],
-               "variable": [], "region": [], "base": [], "block": [], "freed": []}
+        columns: dict[str, list] = {"symbol": [], "variable": [], "region": [], "base": [],
+                                    "block": [], "freed": []}
         namer = self.namer
         blocks = namer.blocks
         for key in keys.tolist():
@@ -112,7 +112,9 @@ class AccessDimensions:
             for column, value in (("symbol", symbol), ("variable", variable),
                                   ("region", region), ("base", base), ("block", block),
                                   ("freed", freed)):
-                out[column].append(value)
+                columns[column].append(value)
+        out: dict = {"did": np.arange(first, first + len(keys), dtype=np.uint32)}
+        out.update(columns)
         return out
 
     def _region_at(self, address: int) -> str:

@@ -99,7 +99,7 @@ class AccessIds:
                  block_address):
         self.lib = _library()
         # the C side keeps pointers into these: they live as long as it does
-        self._keep = []
+        self._keep: list[np.ndarray] = []
 
         def triple(t):
             starts, ends, payloads = (_u64(t[0]), _u64(t[1]),
@@ -144,7 +144,7 @@ class AccessIds:
         rows = np.ascontiguousarray(rows)
         events = np.ascontiguousarray(events)
         n = len(rows)
-        out = {"pos": np.empty(n, np.int64), "seq": np.empty(n, np.int64),
+        out: dict[str, np.ndarray] = {"pos": np.empty(n, np.int64), "seq": np.empty(n, np.int64),
                "order": np.empty(n, np.uint64), "call_id": np.empty(n, np.int64),
                "fid": np.empty(n, np.int32), "iid": np.empty(n, np.uint32),
                "did": np.empty(n, np.uint32), "addr": np.empty(n, np.uint64),

@@ -124,10 +124,11 @@ def write_dimensions(directory: str, dimensions: AccessDimensions | None,
                      names: list[str]) -> dict[str, int]:
     """The names of the access rows' ids, and the function names of the fids."""
     out = {}
-    for table, columns in (
-            ("access_instructions", dimensions.new_instructions() if dimensions else None),
-            ("access_data", dimensions.new_data() if dimensions else None),
-            ("functions", {"fid": np.arange(len(names), dtype=np.int32), "function": names})):
+    tables: list[tuple[str, dict | None]] = [
+        ("access_instructions", dimensions.new_instructions() if dimensions else None),
+        ("access_data", dimensions.new_data() if dimensions else None),
+        ("functions", {"fid": np.arange(len(names), dtype=np.int32), "function": names})]
+    for table, columns in tables:
         writer = PartWriter(directory, table)
         if columns is not None and len(columns[writer.schema[0].name]):
             writer.write({f.name: columns[f.name] if isinstance(columns[f.name], np.ndarray)
