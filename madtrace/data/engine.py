@@ -149,7 +149,7 @@ class DataEngine:
         if not regions and not (self.syscalls.traces_default("[heap]")
                                 or self.syscalls.traces_default("[anon 0x0]")):
             raise UsageError("no data region to trace")   # nor any the program could create
-        self.regions = RegionSet(regions)
+        self.regions = RegionSet(regions, clock=self.next_order)
         self.protected = page_protections(mappings, self.regions.pages())
         if self.gate is not None:
             self.gate.resolve(self.patched_addresses)   # refused before anything changes

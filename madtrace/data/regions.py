@@ -53,12 +53,40 @@ def default_regions(space: AddressSpace, mappings: list[Mapping], opt_in: bool =
 
 
 class RegionSet:
-    """Sorted, non-overlapping traced ranges with bisect lookup."""
+    """Sorted, non-overlapping traced ranges with bisect lookup, and their
+    history: ``history`` holds ``[start, end, label, from, to]`` per version of
+    a region, ``from``/``to`` orders of the tracer's event counter (``clock()``:
+    the next order; None: 0), ``to`` None while it lasts.  A region that grows
+    or shrinks from the same start under the same label ([heap] at each brk)
+    stays one version (its end the largest it had); one cut or moved ends its
+    version.  The trace names each access's region from it, as it was when
+    the access happened (trace/access_names.py)."""
 
-    def __init__(self, regions: list[Region]):
+    def __init__(self, regions: list[Region], clock=None):
         self.regions = sorted(regions, key=lambda r: r.start)
         self._starts = [r.start for r in self.regions]
         self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+        self.clock = clock
+        self.history: list[list] = []
+        self._open: dict[tuple[int, str], int] = {}     # (start, label) -> its version
+        for r in self.regions:
+            self._opened(r, 0)
+
+    def _now(self) -> int:
+        return self.clock() if self.clock is not None else 0
+
+    def _opened(self, r: Region, now: int | None = None) -> None:
+        at = self._open.get((r.start, r.label))
+        if at is not None:
+            self.history[at][1] = max(self.history[at][1], r.end)
+            return
+        self._open[(r.start, r.label)] = len(self.history)
+        self.history.append([r.start, r.end, r.label, self._now() if now is None else now, None])
+
+    def _closed(self, r: Region) -> None:
+        at = self._open.pop((r.start, r.label), None)
+        if at is not None:
+            self.history[at][4] = self._now()
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """The ranges' starts and ends (uint64, sorted)."""
@@ -82,12 +110,18 @@ class RegionSet:
         return None
 
     def add(self, region: Region) -> None:
+        self._opened(region)
         self.regions.append(region)
         self.regions.sort(key=lambda r: r.start)
         self._starts = [r.start for r in self.regions]
         self._arrays = None
 
     def replace(self, label: str, region: Region | None) -> None:
+        for r in self.regions:
+            if r.label == label and (region is None or r.start != region.start):
+                self._closed(r)
+        if region is not None:
+            self._opened(region)
         self.regions = [r for r in self.regions if r.label != label]
         if region is not None:
             self.regions.append(region)
@@ -102,10 +136,13 @@ class RegionSet:
             if r.end <= start or r.start >= end:
                 kept.append(r)
                 continue
+            self._closed(r)
             if r.start < start:
                 kept.append(Region(r.start, start, r.label))
+                self._opened(kept[-1])
             if r.end > end:
                 kept.append(Region(end, r.end, r.label))
+                self._opened(kept[-1])
         self.regions = sorted(kept, key=lambda r: r.start)
         self._starts = [r.start for r in self.regions]
         self._arrays = None

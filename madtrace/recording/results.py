@@ -108,6 +108,8 @@ class Results:
                                  # vfork children that ran untraced in the shared memory
                                  "vfork_windows": engine.vfork.windows,
                                  "regions": [[r.start, r.end, r.label] for r in engine.regions.regions],
+                                 # every version of each, with the orders it lasted
+                                 "region_history": engine.regions.history,
                                  "engine": engine.engine_kind,
                                  "paths": engine.paths.report() if engine.paths else None,
                                  "alias": engine.alias.report() if engine.alias else None}}

@@ -13,9 +13,12 @@ and the names are made once per id, here, into two small tables:
 
 A data key (the C side makes it) is ``kind << 62 | hi << 32 | lo``: kind 0 a
 bare region (lo: its interval), 1 a heap block (lo: id << 1 | freed, hi: the
-interval of its address), 2 a DWARF variable (hi: the object, lo: the offset
-in it), 3 an ELF object (hi: the object).  An interval is a module's section
-(0..S-1) or a mapping of the memory map (S..S+M-1); S+M: unmapped.  The names
+interval of its address when it was allocated), 2 a DWARF variable (hi: the
+object, lo: the offset in it), 3 an ELF object (hi: the object).  An interval
+is a module's section (0..S-1), a version of a traced region (S..S+H-1: the
+region as it was when the access happened, from meta.json's
+data_tracing.region_history), or a mapping of the last memory map
+(S+H..S+H+M-1, for what no version holds); S+H+M: unmapped.  The names
 are those of naming.py (AccessNamer), which both sides share.
 """
 
@@ -26,10 +29,23 @@ import numpy as np
 from ..binary.dwarf_vars import describe_in_variable
 from .access_pass import AccessIds
 from .blocks import block_name
+from ..errors import CorruptTraceError
+from .meta import read_meta
 from .naming import AccessNamer
 
 LOW32 = (1 << 32) - 1
 HI30 = (1 << 30) - 1
+
+
+def region_history(directory: str) -> list[list]:
+    """The versions of the traced regions, ``[start, end, label, from, to]``
+    (meta.json's data_tracing.region_history; none in older traces)."""
+    try:
+        meta = read_meta(directory)
+    except CorruptTraceError:
+        return []
+    history = (meta.get("data_tracing") or {}).get("region_history") or []
+    return [list(v) for v in history if isinstance(v, list) and len(v) == 5]
 
 
 class AccessDimensions:
@@ -37,21 +53,30 @@ class AccessDimensions:
 
     def __init__(self, namer: AccessNamer):
         self.namer = namer
-        n_sections = len(namer.sections.starts)
+        history = sorted(region_history(namer.directory), key=lambda v: (v[0], v[3]))
+        n_sections, n_history = len(namer.sections.starts), len(history)
         self.labels = [namer.region_names[int(i)] for i in namer.sections.ids.tolist()] + \
+            [v[2] for v in history] + \
             [namer.region_names[int(i)] for i in namer.maps.ids.tolist()] + ["unmapped"]
-        self.interval_starts = np.concatenate([namer.sections.starts, namer.maps.starts,
+        h_start = np.array([v[0] for v in history], dtype=np.uint64)
+        self.interval_starts = np.concatenate([namer.sections.starts, h_start, namer.maps.starts,
                                                np.zeros(1, dtype=np.uint64)])
         interval_ids = np.arange(len(self.labels), dtype=np.int64)
         objects = namer.objects
         blocks = namer.blocks.rows
+        no_end = np.iinfo(np.uint64).max
         self.ids = AccessIds(
             (objects.starts, objects.ends, objects.ids),
             [v is not None for v in namer.object_vars],
             (namer.sections.starts, namer.sections.ends, interval_ids[:n_sections]),
-            (namer.maps.starts, namer.maps.ends, interval_ids[n_sections:-1]),
+            (namer.maps.starts, namer.maps.ends, interval_ids[n_sections + n_history:-1]),
             len(self.labels) - 1,
-            blocks["address"] if len(blocks) else np.zeros(0, dtype=np.uint64))
+            blocks["address"] if len(blocks) else np.zeros(0, dtype=np.uint64),
+            blocks["order"] if len(blocks) else np.zeros(0, dtype=np.uint64),
+            (h_start, np.array([v[1] for v in history], dtype=np.uint64),
+             np.array([v[3] for v in history], dtype=np.uint64),
+             np.array([no_end if v[4] is None else v[4] for v in history], dtype=np.uint64),
+             interval_ids[n_sections:n_sections + n_history]))
         self._data_rows = 0          # data ids already described
         self._inst_rows = 0
 
@@ -118,6 +143,7 @@ class AccessDimensions:
         return out
 
     def _region_at(self, address: int) -> str:
+        """A static object's region: its module's section (else the last map's)."""
         at = np.array([address], dtype=np.uint64)
         for table in (self.namer.sections, self.namer.maps):
             j = int(table.find(at)[0])

@@ -210,9 +210,18 @@ typedef struct {            /* sorted [start, end) intervals, payload per interv
     uint64_t gap_lo, gap_hi;   /* [lo, hi): where the previous lookup found none */
 } intervals_t;
 
+typedef struct {            /* versions of the traced regions, each for a span of orders */
+    const uint64_t *start, *end, *from, *to, *max_end;   /* max_end: of start[0..j] */
+    const int64_t *payload;
+    int64_t n;
+    int64_t last;
+} history_t;
+
 typedef struct {
     intervals_t objects, sections, maps;
+    history_t history;
     const uint64_t *block_address;   /* by block id - 1 */
+    const uint64_t *block_order;     /* when it was allocated */
     int64_t n_blocks;
     const uint8_t *object_is_variable;   /* by object payload: a DWARF variable */
     int64_t unmapped;                /* the region id of an address in no region */
@@ -279,7 +288,10 @@ void *ap_namer_new(const uint64_t *o_start, const uint64_t *o_end, const int64_t
                    int64_t n_sections,
                    const uint64_t *m_start, const uint64_t *m_end, const int64_t *m_payload,
                    int64_t n_maps, int64_t unmapped,
-                   const uint64_t *block_address, int64_t n_blocks)
+                   const uint64_t *block_address, const uint64_t *block_order, int64_t n_blocks,
+                   const uint64_t *h_start, const uint64_t *h_end, const uint64_t *h_from,
+                   const uint64_t *h_to, const uint64_t *h_max_end, const int64_t *h_payload,
+                   int64_t n_history)
 {
     namer_t *nm = calloc(1, sizeof *nm);
     if (!nm)
@@ -287,9 +299,11 @@ void *ap_namer_new(const uint64_t *o_start, const uint64_t *o_end, const int64_t
     set_intervals(&nm->objects, o_start, o_end, o_payload, n_objects);
     set_intervals(&nm->sections, s_start, s_end, s_payload, n_sections);
     set_intervals(&nm->maps, m_start, m_end, m_payload, n_maps);
+    nm->history = (history_t){h_start, h_end, h_from, h_to, h_max_end, h_payload, n_history, -1};
     nm->object_is_variable = object_is_variable;
     nm->unmapped = unmapped;
     nm->block_address = block_address;
+    nm->block_order = block_order;
     nm->n_blocks = n_blocks;
     if (dense_init(&nm->data) || dense_init(&nm->instructions)) {
         dense_free(&nm->data);
@@ -321,11 +335,44 @@ void ap_namer_free(void *p)
  */
 #define KEY(kind, hi, lo) (((uint64_t)(kind) << 62) | ((uint64_t)(hi) << 32) | (uint64_t)(uint32_t)(lo))
 
-static inline int64_t region_of(namer_t *nm, uint64_t addr)
+static inline int in_version(const history_t *h, int64_t j, uint64_t addr, uint64_t order)
+{
+    return addr >= h->start[j] && addr < h->end[j] && order >= h->from[j] && order < h->to[j];
+}
+
+/* the version of a traced region holding ``addr`` at ``order`` (-1: none) */
+static inline int64_t find_version(history_t *h, uint64_t addr, uint64_t order)
+{
+    if (h->n == 0)
+        return -1;
+    if (h->last >= 0 && in_version(h, h->last, addr, order))
+        return h->last;
+    int64_t lo = 0, hi = h->n;          /* first start > addr */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) >> 1;
+        if (h->start[mid] <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (int64_t j = lo - 1; j >= 0 && h->max_end[j] > addr; j--)
+        if (in_version(h, j, addr, order)) {
+            h->last = j;
+            return j;
+        }
+    return -1;
+}
+
+/* the region of an address at an order: a module's section, else the traced
+ * region's version then, else the mapping of the last memory map */
+static inline int64_t region_of(namer_t *nm, uint64_t addr, uint64_t order)
 {
     int64_t j = find(&nm->sections, addr);
     if (j >= 0)
         return nm->sections.payload[j];
+    j = find_version(&nm->history, addr, order);
+    if (j >= 0)
+        return nm->history.payload[j];
     j = find(&nm->maps, addr);
     return j >= 0 ? nm->maps.payload[j] : nm->unmapped;
 }
@@ -349,7 +396,7 @@ static inline uint64_t data_key(namer_t *nm, const access_t *r)
 {
     uint32_t block = r->block;
     if (block > 0 && (int64_t)block <= nm->n_blocks) {
-        int64_t region = region_of(nm, nm->block_address[block - 1]);
+        int64_t region = region_of(nm, nm->block_address[block - 1], nm->block_order[block - 1]);
         return KEY(1, region, ((uint64_t)block << 1) | (r->freed != 0));
     }
     int64_t j = find(&nm->objects, r->addr);
@@ -358,7 +405,7 @@ static inline uint64_t data_key(namer_t *nm, const access_t *r)
         return nm->object_is_variable[obj] ? KEY(2, obj, r->addr - nm->objects.start[j])
                                            : KEY(3, obj, 0);
     }
-    return KEY(0, 0, region_of(nm, r->addr));
+    return KEY(0, 0, region_of(nm, r->addr, r->order));
 }
 
 /* name ``n`` rows: data ids, and instruction ids unless ``inst_id`` is NULL */

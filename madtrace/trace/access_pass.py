@@ -30,7 +30,8 @@ def _library() -> ctypes.CDLL:
     sigs = {
         "ap_access_size": (ctypes.c_size_t, []),
         "ap_decode": (I64, [P, I64, I, P, P, P, P, P, I64, P, P, P]),
-        "ap_namer_new": (P, [P, P, P, I64, P, P, P, P, I64, P, P, P, I64, I64, P, I64]),
+        "ap_namer_new": (P, [P, P, P, I64, P, P, P, P, I64, P, P, P, I64, I64, P, P, I64,
+                             P, P, P, P, P, P, I64]),
         "ap_namer_free": (None, [P]),
         "ap_name": (I, [P, P, I64, P, P]),
         "ap_keys": (I64, [P, I, I64, P]),
@@ -93,10 +94,12 @@ def _spans(spans) -> tuple[np.ndarray, np.ndarray]:
 class AccessIds:
     """Dense instruction and data ids for access rows (C state).  ``objects``,
     ``sections``, ``maps``: (starts, ends, payloads) sorted by start;
-    ``object_is_variable``: per object payload; ``block_address``: per block id - 1."""
+    ``object_is_variable``: per object payload; ``block_address``, ``block_order``:
+    per block id - 1; ``history``: (starts, ends, froms, tos, payloads) of the
+    traced regions' versions, sorted by start."""
 
     def __init__(self, objects, object_is_variable, sections, maps, unmapped: int,
-                 block_address):
+                 block_address, block_order, history):
         self.lib = _library()
         # the C side keeps pointers into these: they live as long as it does
         self._keep: list[np.ndarray] = []
@@ -110,10 +113,19 @@ class AccessIds:
         variable = np.ascontiguousarray(np.append(np.asarray(object_is_variable, dtype=np.uint8),
                                                   0))
         blocks = _u64(block_address) if len(block_address) else np.zeros(1, dtype=np.uint64)
-        self._keep.extend((variable, blocks))
+        orders = _u64(block_order) if len(block_order) else np.zeros(1, dtype=np.uint64)
+        h_start, h_end, h_from, h_to = (_u64(c) for c in history[:4])
+        h_payload = np.ascontiguousarray(history[4], dtype=np.int64)
+        h_max_end = np.maximum.accumulate(h_end) if len(h_end) else h_end
+        self._keep.extend((variable, blocks, orders, h_start, h_end, h_from, h_to, h_payload,
+                           h_max_end))
         self._ctx = self.lib.ap_namer_new(*triple(objects), variable.ctypes.data,
                                           *triple(sections), *triple(maps), unmapped,
-                                          blocks.ctypes.data, len(block_address))
+                                          blocks.ctypes.data, orders.ctypes.data,
+                                          len(block_address), h_start.ctypes.data,
+                                          h_end.ctypes.data, h_from.ctypes.data,
+                                          h_to.ctypes.data, h_max_end.ctypes.data,
+                                          h_payload.ctypes.data, len(h_start))
         if not self._ctx:
             raise MemoryError("ap_namer_new")
 

@@ -69,6 +69,7 @@ class Intervals:
 
 class AccessNamer:
     def __init__(self, directory: str, space=None):
+        self.directory = directory
         if space is None:
             space = address_space_of(directory)
         self.space = space
