@@ -378,7 +378,8 @@ def test_block_events_for_system_calls_and_mem_functions(tmp_path):
     argv = [prog("data_blocks", "O2-nopie"), "5000"]
     meta, out = _record_data(tmp_path, argv)
     assert out == subprocess.run(argv, capture_output=True, timeout=60).stdout
-    events = json.loads((tmp_path / "t" / "data" / "block_events.json").read_text())
+    from madtrace.trace.block_event_records import block_events
+    events = list(block_events(str(tmp_path / "t")))
     image = ElfImage.load(argv[0])
     a = image.symbols_named("a")[0].address
     b = image.symbols_named("b")[0].address
@@ -434,3 +435,30 @@ def test_rodata_on_request_equals_lackey(tmp_path, variant):
     assert plain.returncode == 0
     assert not any(".rodata" in r[2] for r in json.load(open(tmp_path / "p" / "meta.json"))
                    ["data_tracing"]["regions"])
+
+
+def test_block_events_carry_the_heap_blocks_of_their_ranges(tmp_path):
+    """Each block event is a record with the heap block that held its address (and
+    its source's) then, as the tracer's block index said: the same blocks the
+    block table gives by address and order (BlockIndex, the offline oracle);
+    hooks_churn's heap-to-heap copies of 64 bytes among them."""
+    from madtrace.trace.block_event_records import block_events
+    from madtrace.trace.blocks import BlockIndex, load_allocations
+    argv = [prog("hooks_churn", "O2-pie"), "200"]
+    _record_data(tmp_path, argv)
+    directory = str(tmp_path / "t")
+    assert not os.path.exists(os.path.join(directory, "data", "block_events.json"))
+    events = list(block_events(directory))
+    blocks = load_allocations(directory)
+    index = BlockIndex(blocks)
+    for e in events:
+        for address, key, freed_key in (("address", "block", "freed"),
+                                        ("source", "source_block", "source_freed")):
+            if e.get(address) is None:
+                continue
+            block, freed = index.find(e[address], e["order"])
+            assert (e[key], e[freed_key]) == ((block["id"], freed) if block else (0, False)), e
+    heap_copies = [e for e in events if e["kind"] == "Y" and e["size"] == 64 and e["block"]
+                   and e["source_block"]]
+    assert len(heap_copies) >= 10, len(heap_copies)
+    assert all(e["block"] != e["source_block"] for e in heap_copies)

@@ -15,7 +15,7 @@ happened and whether that block was already freed (the recorder's
 accesses the allocator made itself (its thread inside malloc, free...:
 trace/allocator_calls.py) are counted apart (``allocator_accesses``) and are
 never a use after free;
-block events are placed with ``trace_input.BlockIndex``.  The malloc block
+block events carry their blocks too (trace/block_event_records.py).  The malloc block
 inside a C++ ``new`` (``part_of``) is the ``new`` block's bytes: its
 accesses are the ``new`` block's, and it is neither listed as never touched
 nor counted again in its site.  Memory: a few counters per block.
@@ -29,10 +29,11 @@ import numpy as np
 
 from ..trace.allocator_calls import AllocatorCalls
 from ..trace.blocks import block_name, load_allocations
-from ..trace.format import load_block_events
+from ..trace.block_event_records import block_events
 from ..trace.naming import address_space_of
 from ..trace.reader import iter_access_chunks
-from .trace_input import BlockIndex, Progress, access_rows, block_ranges, require_accesses
+from .trace_input import (BLOCK_READS, BLOCK_WRITES, Progress, access_rows, block_ranges,
+                          require_accesses)
 
 COLUMNS = ("loads", "stores", "bytes_loaded", "bytes_stored", "block_bytes_in", "block_bytes_out",
            "block_events", "freed_accesses", "allocator_accesses")
@@ -97,24 +98,38 @@ def _accumulate(directory: str, size: int) -> tuple[np.ndarray, dict]:
     return table, first_uaf
 
 
+def _range_blocks(event: dict) -> list[tuple[int, bool]]:
+    """(block, freed) of each range of ``block_ranges(event)``, in its order: the
+    source (read) before the destination (written)."""
+    out = []
+    if event["kind"] in BLOCK_READS and event.get(BLOCK_READS[event["kind"]]) is not None:
+        read_block = (event["source_block"], event["source_freed"]) if BLOCK_READS[event["kind"]] \
+            == "source" else (event["block"], event["freed"])
+        out.append(read_block)
+    if event["kind"] in BLOCK_WRITES:
+        out.append((event["block"], event["freed"]))
+    return out
+
+
 def alloc_usage(directory: str) -> AllocUsage:
     require_accesses(directory, "alloc")
     blocks = load_allocations(directory)
     size = max((b["id"] for b in blocks), default=0) + 1
     table, first_uaf = _accumulate(directory, size)
-    index = BlockIndex(blocks)
+    by_id = {b["id"]: b for b in blocks}
     freed_block_events = np.zeros(size, dtype=np.int64)
-    for event in load_block_events(directory):
-        for address, nbytes, is_store in block_ranges(event):
-            block, freed = index.find(address, int(event["order"]))
+    for event in block_events(directory):
+        # each range with the block the tracer found there (block_event_records.py)
+        for (address, nbytes, is_store), (block_id, freed) in zip(
+                block_ranges(event), _range_blocks(event)):
+            block = by_id.get(block_id) if block_id else None
             if block is None:
                 continue
-            table[block["id"], 4 if is_store else 5] += min(nbytes, block["address"] +
-                                                          block["size"] - address)
-            table[block["id"], 6] += 1
-            freed_block_events[block["id"]] += freed
+            table[block_id, 4 if is_store else 5] += min(nbytes, block["address"] +
+                                                         block["size"] - address)
+            table[block_id, 6] += 1
+            freed_block_events[block_id] += freed
     space = address_space_of(directory) if first_uaf else None
-    by_id = {b["id"]: b for b in blocks}
     out = []
     for b in sorted(blocks, key=lambda b: b["id"]):
         counters = {name: int(table[b["id"], i]) for i, name in enumerate(COLUMNS)}

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..trace.format import PAGE, PAGE_SHIFT as SHIFT, load_block_events
+from ..trace.block_event_records import block_events
+from ..trace.format import PAGE, PAGE_SHIFT as SHIFT
 from ..trace.naming import address_space_of
 from ..trace.reader import iter_access_chunks
 from .trace_input import Progress, access_rows, block_ranges, require_accesses
@@ -229,7 +230,7 @@ def count_accesses(directory: str, counter: _Counter) -> None:
         straddle = last != first
         if straddle.any():
             counter.add(last[straddle], region[straddle], column[straddle])
-    for event in load_block_events(directory):
+    for event in block_events(directory):
         for address, size, _store in block_ranges(event):
             pages = np.arange(address >> SHIFT, ((address + max(size, 1) - 1) >> SHIFT) + 1,
                               dtype=np.uint64)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..binary.dwarf_cache import line_table
-from ..trace.format import load_block_events
+from ..trace.block_event_records import block_events
 from ..trace.naming import address_space_of
 from ..trace.reader import iter_access_chunks
 from .trace_input import Progress, access_rows, require_accesses
@@ -74,7 +74,7 @@ def per_instruction(directory: str) -> dict[int, list[int]]:
 def source_lines(directory: str) -> SourceReport:
     require_accesses(directory, "source")
     rows = per_instruction(directory)
-    for event in load_block_events(directory):
+    for event in block_events(directory):
         row = rows.setdefault(int(event.get("rip") or 0), [0, 0, 0, 0, 0])
         row[3] += 1
         row[4] += int(event["size"])

@@ -17,7 +17,7 @@ import sys
 from ..errors import NoDataError
 from ..trace.blocks import BlockIndex  # noqa: F401 - the analyses import it from here
 from ..trace.record_files import ACCESS_RECORDS
-from ..trace.format import load_block_events
+from ..trace.block_event_records import block_events
 from ..trace.meta import read_meta
 
 # block event kinds -> which of their ranges were read / written
@@ -74,7 +74,7 @@ def thread_block_ranges(directory: str, meta: dict) -> dict[int, list[tuple[int,
     the thread's call records (seq) and accesses (order)."""
     regions = sorted((int(s), int(e)) for s, e, _ in meta.get("data_tracing", {}).get("regions", []))
     out: dict[int, list[tuple[int, int, int, int]]] = {}
-    for event in load_block_events(directory):
+    for event in block_events(directory):
         for address, size, _store in block_ranges(event):
             for start, end in regions:
                 lo, hi = max(start, address), min(end, address + size)

@@ -22,23 +22,23 @@ written at once, recorded as one event instead of a fault per access.
   engine gives the call its buffers' alias instead (``redirected``), so no
   page is opened; its result is put back to the destination it was given.
 
-Events go to data/block_events.json: order (shared with accesses and
-allocations), tid, seq (call records before it), kind, rip (the call site
-or system call), address, size, source (Y: where the bytes came from),
-what ("read", "memcpy"...).  Each event is appended to that JSON list as it
-comes (never kept in memory); ``write`` closes the list with its ``]``,
-which the next event replaces.
+Events go to data/block_events.bin (trace/block_event_records.py): order
+(shared with accesses and allocations), tid, seq (call records before it),
+kind, rip (the call site or system call), address, size, source (Y: where
+the bytes came from), what ("read", "memcpy"...), and the heap blocks that
+held the address and the source then (the allocation tracker's index, as for
+an access).  Each event is appended as it comes (a small buffer, never the
+whole list in memory); ``write`` flushes it: the file is complete as of then.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import struct
 from collections import Counter
 
 from ..process.remote_syscall import RemoteSyscalls
-from ..trace.format import BLOCK_EVENTS_FILE, PAGE
+from ..trace.block_event_records import BlockEventWriter
+from ..trace.format import BLOCK_EVENT_WHATS, PAGE
 from .heap.call_hooks import CallHooks
 from .open_window import open_window
 
@@ -55,6 +55,9 @@ SYSCALL_BUFFERS = {
     46: ("G", "sendmsg", "msghdr"), 47: ("W", "recvmsg", "msghdr"),
 }
 MEM_FUNCTIONS = (("memcpy", "Y"), ("memmove", "Y"), ("memset", "W"))
+# every name an event can have has its code in the record format
+assert {n for _, n, _ in SYSCALL_BUFFERS.values()} | {n for n, _ in MEM_FUNCTIONS} <= \
+    set(BLOCK_EVENT_WHATS)
 MAX_IOV = 1024
 
 
@@ -85,7 +88,7 @@ class BlockEvents:
     def __init__(self, engine):
         self.engine = engine
         self.totals: dict = {}               # kind -> {"events", "bytes"}
-        self._spool = None                   # data/block_events.json, opened at the first event
+        self._writer: BlockEventWriter | None = None   # data/block_events.bin, at the first event
         self.hooks: CallHooks | None = None
         self.inline = None         # the hybrid engine's hook stubs (inline_hooks.py)
         self._calls: dict[int, int] = {}    # return address -> the call (its original)
@@ -104,32 +107,17 @@ class BlockEvents:
                 (source is None or engine.regions.find(source) is None)):
             return
         order = (order or engine.next_order)()
-        event = {"order": order, "tid": tid, "seq": (seq or engine.sequence_of)(tid),
-                 "kind": kind, "what": what, "rip": rip, "address": address, "size": size}
-        if source is not None:
-            event["source"] = source
-        self._append(engine.out_dir, json.dumps(event))
+        alloc = engine.alloc if engine.alloc is not None and engine.alloc.active else None
+        block = alloc.block_at(address) if alloc is not None else (0, 0)
+        source_block = alloc.block_at(source) if alloc is not None and source is not None \
+            else (0, 0)
+        if self._writer is None:
+            self._writer = BlockEventWriter(engine.out_dir)
+        self._writer.add(tid, kind, what, order, (seq or engine.sequence_of)(tid), rip, address,
+                         size, source, block, source_block)
         entry = self.totals.setdefault(kind, {"events": 0, "bytes": 0})
         entry["events"] += 1
         entry["bytes"] += size
-
-    def _append(self, out_dir: str, text: str | None) -> None:
-        """One event (``text``) at the end of the list; None: none, just open it."""
-        if self._spool is None:
-            path = os.path.join(out_dir, BLOCK_EVENTS_FILE)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            self._spool = open(path, "wb")
-            self._spool.write(b"[")
-            self._first = True
-            self._closed = False
-        if text is None:
-            return
-        if self._closed:                     # the "]" written by write() goes
-            self._spool.seek(self._spool.tell() - 1)
-            self._spool.truncate()
-            self._closed = False
-        self._spool.write((text if self._first else "," + text).encode())
-        self._first = False
 
     def syscall_done(self, tid: int, nr: int, ranges, rip: int, result: int) -> None:
         """A call that moved ``result`` bytes through ``ranges`` (in order)."""
@@ -258,9 +246,7 @@ class BlockEvents:
         return {kind: dict(entry) for kind, entry in self.totals.items()}
 
     def write(self, out_dir: str) -> None:
-        """data/block_events.json complete as of now (a JSON list)."""
-        self._append(out_dir, None)
-        if not self._closed:
-            self._spool.write(b"]")
-            self._closed = True
-        self._spool.flush()
+        """data/block_events.bin complete as of now (an empty file when none came)."""
+        if self._writer is None:
+            self._writer = BlockEventWriter(out_dir)
+        self._writer.flush()

@@ -29,7 +29,9 @@ A trace directory (``FORMAT_VERSION`` 2, in meta.json)::
                                             (trace/blocks.py reads and writes both)
   data/allocations.json   ALLOCATIONS_FILE  load_allocations_json: the heap blocks
                                             of traces older than blocks.bin
-  data/block_events.json  BLOCK_EVENTS_FILE load_block_events: memcpy/memset/syscalls
+  data/block_events.bin   BLOCK_EVENTS_FILE BLOCK_EVENT_DTYPE, 64 bytes an event: memcpy/
+                                            memset/syscalls (trace/block_event_records.py;
+                                            data/block_events.json in older traces)
   data/numa.json          NUMA_FILE         load_numa: nodes, thread masks, page nodes
   data/allocator_calls.bin ALLOCATOR_CALLS_FILE  ALLOCATOR_CALL_DTYPE, 24 bytes a call
                                             of the allocator (trace/allocator_calls.py)
@@ -114,7 +116,8 @@ STORE_DIR = "store"
 BLOCKS_FILE = f"{DATA_DIR}/blocks.bin"
 BLOCK_SITES_FILE = f"{DATA_DIR}/blocks.sites"
 ALLOCATIONS_FILE = f"{DATA_DIR}/allocations.json"  # the block list of older traces
-BLOCK_EVENTS_FILE = f"{DATA_DIR}/block_events.json"
+BLOCK_EVENTS_FILE = f"{DATA_DIR}/block_events.bin"
+BLOCK_EVENTS_FILE_V1 = f"{DATA_DIR}/block_events.json"  # ... as older traces wrote them
 NUMA_FILE = f"{DATA_DIR}/numa.json"
 ALLOCATOR_CALLS_FILE = f"{DATA_DIR}/allocator_calls.bin"
 INSTRUCTIONS_FILE = f"{DATA_DIR}/instructions.jsonl"  # of the compact access records
@@ -216,6 +219,57 @@ ALLOCATOR_CALL_DTYPE = np.dtype([("tid", "<u4"), ("pad", "<u4"), ("begin", "<u8"
 ALLOCATOR_CALL_OPEN = np.iinfo(np.uint64).max
 
 
+# A block event (data/block_events.bin, trace/block_event_records.py): MadT's Y
+# (memcpy/memmove), W (memset, a system call writing traced memory) and G (a
+# system call reading it), one record each, in the order the tracer met them:
+# its order (shared with accesses and allocations), seq (the thread's call records
+# before it), the call site or system call (rip), the range (address, size) and,
+# for Y, where the bytes came from (source); block / source_block: the heap block
+# that held the address then (0: none; the tracer's block index, as an access's),
+# freed when BLOCK_EVENT_FREED / BLOCK_EVENT_SOURCE_FREED is set in flags; what:
+# an index into BLOCK_EVENT_WHATS; kind: an index into BLOCK_EVENT_KINDS.
+BLOCK_EVENT_DTYPE = np.dtype(
+    [
+        ("order", "<u8"),
+        ("seq", "<u8"),
+        ("rip", "<u8"),
+        ("address", "<u8"),
+        ("size", "<u8"),
+        ("source", "<u8"),
+        ("tid", "<u4"),
+        ("block", "<u4"),
+        ("source_block", "<u4"),
+        ("kind", "u1"),
+        ("what", "u1"),
+        ("flags", "u1"),
+        ("pad", "u1"),
+    ]
+)
+BLOCK_EVENT_KINDS = ("Y", "W", "G")
+BLOCK_EVENT_WHATS = (
+    "memcpy",
+    "memmove",
+    "memset",
+    "read",
+    "write",
+    "pread64",
+    "pwrite64",
+    "sendto",
+    "recvfrom",
+    "getrandom",
+    "getdents64",
+    "readv",
+    "writev",
+    "preadv",
+    "pwritev",
+    "preadv2",
+    "pwritev2",
+    "sendmsg",
+    "recvmsg",
+)
+BLOCK_EVENT_HAS_SOURCE, BLOCK_EVENT_FREED, BLOCK_EVENT_SOURCE_FREED = 1, 2, 4
+
+
 # Compact access records (data/<tid>.dat, the hybrid data engine; trace/compact.py
 # decodes them).  The file is a sequence of blocks, one per batch the tracer
 # drained: a COMPACT_BLOCK_HEADER (magic COMPACT_MAGIC "MTZ1", the records'
@@ -264,7 +318,14 @@ CAPTURE_HEADER = np.dtype(
 CHUNK_HEADER = np.dtype([("magic", "<u4"), ("length", "<u4"), ("check", "<u8")])
 CHUNK_MAGIC = 0x4B43544D  # "MTCK"
 CHUNK_MAX_BYTES = 4 << 20  # the largest payload a writer frames (a reader refuses more)
-CAPTURE_KINDS = {"calls": 1, "accesses": 2, "compact": 3, "allocator calls": 4, "blocks": 5}
+CAPTURE_KINDS = {
+    "calls": 1,
+    "accesses": 2,
+    "compact": 3,
+    "allocator calls": 4,
+    "blocks": 5,
+    "block events": 6,
+}
 
 
 # ------------------------------------------------------------------ meta.json
@@ -314,7 +375,7 @@ def load_functions(directory: str):
 
 
 # --------------------------------------------------------- the lists of data/
-def _load_list(directory: str, name: str, keys: tuple[str, ...]) -> list[dict]:
+def load_json_list(directory: str, name: str, keys: tuple[str, ...]) -> list[dict]:
     """The JSON list ``name`` (empty if the file is missing), each item
     checked for ``keys`` (CorruptTraceError otherwise)."""
     path = os.path.join(directory, name)
@@ -344,13 +405,7 @@ def load_allocations_json(directory: str) -> list[dict] | None:
     blocks with trace/blocks.py load_allocations (either file)."""
     if not os.path.exists(os.path.join(directory, ALLOCATIONS_FILE)):
         return None
-    return _load_list(directory, ALLOCATIONS_FILE, ("id", "address", "size", "kind", "site"))
-
-
-def load_block_events(directory: str) -> list[dict]:
-    """Every block event (kind Y copy, W block store, G block fetch; address,
-    source, size, tid, seq, order, site); empty without --data."""
-    return _load_list(directory, BLOCK_EVENTS_FILE, ("kind", "address", "size", "order"))
+    return load_json_list(directory, ALLOCATIONS_FILE, ("id", "address", "size", "kind", "site"))
 
 
 def load_numa(directory: str) -> dict | None:

@@ -19,6 +19,7 @@ import numpy as np
 from .capture_file import CaptureFormat, rebatch
 from .compact import BLOCK_HEADER, DATA_SUFFIX, CompactReader, InstructionColumns, compact_chunks
 from .format import (ACCESS_DTYPE, ALLOCATOR_CALL_DTYPE, ALLOCATOR_CALLS_FILE, BLOCK_DTYPE,
+                     BLOCK_EVENT_DTYPE, BLOCK_EVENTS_FILE,
                      BLOCKS_FILE, CALLS_DIR, CHUNK_HEADER, COMPACT_DTYPE, COMPACT_EXTENSION, DATA_DIR,
                      RECORD_DTYPE, STORE_FORMAT_VERSION, read_store_meta)
 
@@ -138,6 +139,8 @@ COMPACT_RECORDS = RecordFile(DATA_DIR, COMPACT_EXTENSION, COMPACT_DTYPE, "compac
 RECORD_FILES = (CALL_RECORDS, ACCESS_RECORDS)
 # data/allocator_calls.bin (one file, not per thread: read with the path ALLOCATOR_CALLS_FILE)
 ALLOCATOR_CALL_RECORDS = RecordFile(DATA_DIR, ".bin", ALLOCATOR_CALL_DTYPE, "allocator calls")
+# data/block_events.bin (one file: read with the path BLOCK_EVENTS_FILE)
+BLOCK_EVENT_RECORDS = RecordFile(DATA_DIR, ".bin", BLOCK_EVENT_DTYPE, "block events")
 # data/blocks.bin: rows written in place while recording (a flat file), sealed
 # into the container when the recording ends (trace/blocks.py)
 BLOCK_RECORDS = RecordFile(DATA_DIR, ".bin", BLOCK_DTYPE, "blocks")
@@ -212,7 +215,7 @@ def capture_sources(directory: str) -> dict[str, list[int]]:
     is gone leaves the store as it is (it holds what the file held)."""
     out = {}
     names = [os.path.relpath(p, directory) for r in RECORD_FILES for _, p in r.files(directory)]
-    for name in {*names, ALLOCATOR_CALLS_FILE, BLOCKS_FILE}:
+    for name in {*names, ALLOCATOR_CALLS_FILE, BLOCKS_FILE, BLOCK_EVENTS_FILE}:
         try:
             st = os.stat(os.path.join(directory, name))
         except OSError:

@@ -10,7 +10,8 @@ the variable or symbol, else the region.
 ``pos`` (in the ``events`` view) of the first access after it, or of the
 call record after it when no access of the thread comes between them;
 ``order`` is the tracer's total order of accesses, allocations and block
-events.
+events.  Each event carries its blocks (trace/block_event_records.py): they
+are not looked up again here.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .blocks import BlockIndex, load_allocations
+from .block_event_records import read_block_event_rows
 from .columnar import PartWriter
-from .format import load_block_events
+from .format import (BLOCK_EVENT_FREED, BLOCK_EVENT_HAS_SOURCE, BLOCK_EVENT_KINDS,
+                     BLOCK_EVENT_SOURCE_FREED, BLOCK_EVENT_WHATS)
 from .naming import AccessNamer
 from .reader import iter_access_chunks
 
@@ -31,18 +33,22 @@ class BlockEventPlacer:
     over the accesses is not made a second time for the events."""
 
     def __init__(self, directory: str):
-        events = load_block_events(directory)
-        self.events = sorted(events, key=lambda e: (int(e["tid"]), int(e["order"])))
-        self.tids = np.array([int(e["tid"]) for e in self.events], dtype=np.int64)
-        self.orders = np.array([int(e["order"]) for e in self.events], dtype=np.uint64)
-        self.before = np.zeros(len(self.events), dtype=np.int64)
+        rows = read_block_event_rows(directory)
+        self.rows = rows[np.lexsort((rows["order"], rows["tid"]))]
+        self.tids = self.rows["tid"].astype(np.int64)
+        self.before = np.zeros(len(self.rows), dtype=np.int64)
+        self._mine: dict[int, np.ndarray] = {}
 
     def see(self, tid: int, orders: np.ndarray) -> None:
-        if not len(self.events):
+        if not len(self.rows) or not len(orders):
             return
-        mine = np.flatnonzero(self.tids == tid)
+        mine = self._mine.get(tid)
+        if mine is None:
+            mine = self._mine[tid] = np.flatnonzero(self.tids == tid)
         if len(mine):
-            self.before[mine] += np.searchsorted(np.sort(orders), self.orders[mine], side="left")
+            if (orders[1:] < orders[:-1]).any():
+                orders = np.sort(orders)
+            self.before[mine] += np.searchsorted(orders, self.rows["order"][mine], side="left")
 
 
 def write_block_events(directory: str, namer: AccessNamer | None,
@@ -53,55 +59,32 @@ def write_block_events(directory: str, namer: AccessNamer | None,
         placer = BlockEventPlacer(directory)
         for tid, chunk in iter_access_chunks(directory):
             placer.see(tid, chunk["order"])
-    events = placer.events
+    rows = placer.rows
     writer = PartWriter(directory, "block_events")
-    if events:
+    if len(rows):
         namer = namer or AccessNamer(directory)
-        blocks = BlockIndex(load_allocations(directory))
-        tids = np.array([int(e["tid"]) for e in events], dtype=np.int64)
-        orders = np.array([int(e["order"]) for e in events], dtype=np.uint64)
-        seqs = np.array([int(e.get("seq", 0)) for e in events], dtype=np.int64)
-        before = placer.before
-        addresses = np.array([int(e["address"]) for e in events], dtype=np.uint64)
-        sources = [e.get("source") for e in events]
-        rips = np.array([int(e.get("rip", 0)) for e in events], dtype=np.uint64)
-        codes, names = namer.code_names(rips)
+        seqs = rows["seq"].astype(np.int64)
+        codes, names = namer.code_names(rows["rip"])
+        has_source = (rows["flags"] & BLOCK_EVENT_HAS_SOURCE) != 0
+        data = namer.data_labels(rows["address"], rows["block"],
+                                 ((rows["flags"] & BLOCK_EVENT_FREED) != 0).astype(np.uint8))
+        source_data = namer.data_labels(rows["source"], rows["source_block"],
+                                        ((rows["flags"] & BLOCK_EVENT_SOURCE_FREED) != 0
+                                         ).astype(np.uint8))
         writer.write({
-            "tid": tids.astype(np.int32), "pos": seqs + before, "seq": seqs, "order": orders,
-            "kind": pa.array([e["kind"] for e in events], type=pa.string()),
-            "what": pa.array([e.get("what") for e in events], type=pa.string()),
-            "rip": rips, "instruction": pa.array([names[c] for c in codes.tolist()],
-                                                 type=pa.string()),
-            "addr": addresses, "size": np.array([int(e["size"]) for e in events], dtype=np.uint64),
-            "source": pa.array(sources, type=pa.uint64()),
-            "data": pa.array(_names(namer, blocks, addresses, orders), type=pa.string()),
-            "source_data": pa.array(_source_names(namer, blocks, sources, orders),
-                                    type=pa.string())})
+            "tid": rows["tid"].astype(np.int32), "pos": seqs + placer.before, "seq": seqs,
+            "order": rows["order"],
+            "kind": pa.array(np.array(BLOCK_EVENT_KINDS, dtype=object)[rows["kind"]],
+                             type=pa.string()),
+            "what": pa.array(np.array(BLOCK_EVENT_WHATS, dtype=object)[rows["what"]],
+                             type=pa.string()),
+            "rip": rows["rip"], "instruction": pa.array([names[c] for c in codes.tolist()],
+                                                        type=pa.string()),
+            "addr": rows["address"], "size": rows["size"],
+            "source": pa.array(rows["source"], type=pa.uint64(), mask=~has_source),
+            "data": pa.array(data, type=pa.string()),
+            "source_data": pa.array([d if h else None for d, h in
+                                     zip(source_data, has_source.tolist())], type=pa.string())})
     writer.close()
     writer.ensure_file()
     return writer.rows
-
-
-def _names(namer: AccessNamer, blocks: BlockIndex, addresses: np.ndarray,
-           orders: np.ndarray) -> list[str]:
-    """The name of each address when its event happened, as accesses are named:
-    the heap block that held it then (live or freed), else the variable, symbol
-    or region, + offset."""
-    ids = np.zeros(len(addresses), dtype=np.uint32)
-    freed = np.zeros(len(addresses), dtype=np.uint8)
-    for i, (address, order) in enumerate(zip(addresses.tolist(), orders.tolist())):
-        block, was_freed = blocks.find(address, order)
-        if block is not None:
-            ids[i], freed[i] = block["id"], was_freed
-    return namer.data_labels(addresses, ids, freed)
-
-
-def _source_names(namer, blocks, sources: list, orders: np.ndarray) -> list[str | None]:
-    given = [i for i, s in enumerate(sources) if s is not None]
-    out: list[str | None] = [None] * len(sources)
-    if given:
-        named = _names(namer, blocks, np.array([int(sources[i]) for i in given], dtype=np.uint64),
-                       orders[given])
-        for i, name in zip(given, named):
-            out[i] = name
-    return out
