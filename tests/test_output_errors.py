@@ -90,6 +90,7 @@ def test_corrupt_store_is_rebuilt_from_the_trace_files(trace, tmp_path):
 def test_corrupt_store_without_trace_files_is_exit_18(trace, tmp_path):
     copy = tmp_path / "t"
     shutil.copytree(trace, copy)
+    assert madtrace("query", str(copy), "SELECT 1").returncode == 0     # the store built
     shutil.rmtree(copy / "data")
     shutil.rmtree(copy / "calls", ignore_errors=True)
     for path in (copy / "store").rglob("*.parquet"):

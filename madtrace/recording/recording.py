@@ -552,7 +552,9 @@ class Recording(ImageChanges, CleanSlate, Results):
             write_meta(self.output, self.meta)
             if failure is not None:
                 raise failure       # after writing what could be written
-        if self.options.store and self.data is not None:
+        if self.data is not None:
+            # the debug info read while the target ran names the accesses: read to the
+            # end and cached now, not again by the summary or the first query
             self._wait_for_dwarf(out)
         self._finish_store()
         self.meta["tracer"] = self.tracer_stats(time.monotonic() - started)

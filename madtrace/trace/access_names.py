@@ -29,6 +29,7 @@ import numpy as np
 from ..binary.dwarf_vars import describe_in_variable
 from .access_pass import AccessIds
 from .blocks import block_name
+from .compact import compact_reader
 from ..errors import CorruptTraceError
 from .meta import read_meta
 from .naming import AccessNamer
@@ -90,6 +91,11 @@ class AccessDimensions:
     def rows(self, rows: np.ndarray, access_start: int, events: np.ndarray, spans) -> dict:
         """The store's access_rows columns of a chunk (AccessIds.rows)."""
         return self.ids.rows(rows, access_start, events, spans)
+
+    def row_chunks(self, path: str, spans, chunk_rows: int):
+        """The access_rows columns of a compact file of a thread without call
+        records, in chunks (CompactReader.row_chunks)."""
+        return compact_reader(path).row_chunks(self.ids, spans, chunk_rows)
 
     def counts(self) -> np.ndarray:
         """Per data id: loads, stores, bytes."""

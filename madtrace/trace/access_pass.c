@@ -507,13 +507,18 @@ int ap_rows(void *p, const access_t *rows, int64_t n, int64_t access_start,
     int64_t e = 0, span = 0;
     for (int64_t i = 0; i < n; i++) {
         const access_t *r = &rows[i];
-        while (e < n_events && events[e].type != EV_ACCESS)
+        if (events) {
+            while (e < n_events && events[e].type != EV_ACCESS)
+                e++;
+            if (e == n_events)
+                return -2;
+            call_id[i] = events[e].call_id;
+            fid[i] = events[e].fid;
             e++;
-        if (e == n_events)
-            return -2;
-        call_id[i] = events[e].call_id;
-        fid[i] = events[e].fid;
-        e++;
+        } else {            /* a thread without call records: outside every call */
+            call_id[i] = -1;
+            fid[i] = -1;
+        }
         seq[i] = (int64_t)r->seq;
         pos[i] = access_start + i + (int64_t)r->seq;
         order[i] = r->order;
@@ -524,6 +529,63 @@ int ap_rows(void *p, const access_t *rows, int64_t n, int64_t access_start,
         flags[i] = f;
     }
     return 0;
+}
+
+/*
+ * ap_rows for the compact records of one block (ap_decode's arguments) of a
+ * thread without call records (``events`` NULL), decoded a tile at a time into
+ * a buffer that stays in the cache: the columns from ``out_at`` on (room for 2n
+ * rows); returns the rows written, -1 when memory ran out, -2 with ``*bad_id``
+ * for an unknown instruction id (nothing written, the state unchanged).
+ */
+int64_t ap_rows_compact(void *p, const uint8_t *data, int64_t n, int planes,
+                        const uint64_t *i_rip, const uint16_t *i_size, const uint8_t *i_kind,
+                        const uint8_t *i_ilen, const uint8_t *i_first, int64_t n_inst,
+                        decode_state_t *state, int64_t access_start,
+                        const uint64_t *span_begin, const uint64_t *span_end, int64_t n_spans,
+                        int64_t *pos, int64_t *seq, uint64_t *order, int64_t *call_id,
+                        int32_t *fid, uint32_t *inst_id, uint32_t *data_id, uint64_t *addr,
+                        uint8_t *flags, int64_t *bad_id)
+{
+    enum { TILE = 512 };
+    access_t rows[2 * TILE];
+    uint8_t tile[TILE * REC_SIZE];
+    for (int64_t i = 0; i < n; i++) {      /* every id known before anything is named */
+        uint32_t id;
+        if (planes)
+            id = (uint32_t)plane_bytes(data, n, i, 8, 4);
+        else
+            memcpy(&id, data + i * REC_SIZE + 8, 4);
+        if ((int64_t)id >= n_inst) {
+            *bad_id = id;
+            return -2;
+        }
+    }
+    decode_state_t s = *state;
+    int64_t done = 0;
+    for (int64_t first = 0; first < n; first += TILE) {
+        int64_t m = n - first < TILE ? n - first : TILE;
+        const uint8_t *src = data + first * REC_SIZE;
+        if (planes) {
+            for (int k = 0; k < REC_SIZE; k++) {
+                const uint8_t *plane = data + (int64_t)k * n + first;
+                for (int64_t i = 0; i < m; i++)
+                    tile[i * REC_SIZE + k] = plane[i];
+            }
+            src = tile;
+        }
+        int64_t got = ap_decode(src, m, 0, i_rip, i_size, i_kind, i_ilen, i_first, n_inst, &s,
+                                rows, bad_id);
+        if (got < 0)
+            return -2;
+        if (ap_rows(p, rows, got, access_start + done, NULL, 0, span_begin, span_end, n_spans,
+                    pos + done, seq + done, order + done, call_id + done, fid + done,
+                    inst_id + done, data_id + done, addr + done, flags + done))
+            return -1;
+        done += got;
+    }
+    *state = s;
+    return done;
 }
 
 /* the keys of the data ids (``which`` 0) or of the instruction ids (1) from

@@ -37,6 +37,8 @@ def _library() -> ctypes.CDLL:
         "ap_keys": (I64, [P, I, I64, P]),
         "ap_count_rows": (I, [P, P, I64, P, P, I64]),
         "ap_count_compact": (I, [P, P, I64, I, P, P, P, P, P, I64, P, P, P, I64, P]),
+        "ap_rows_compact": (I64, [P, P, I64, I, P, P, P, P, P, I64, P, I64, P, P, I64,
+                                  P, P, P, P, P, P, P, P, P, P]),
         "ap_rows": (I, [P, P, I64, I64, P, I64, P, P, I64, P, P, P, P, P, P, P, P, P]),
         "ap_counts": (I64, [P, P]),
     }
@@ -91,6 +93,17 @@ def _spans(spans) -> tuple[np.ndarray, np.ndarray]:
     return _u64(spans[0]), _u64(spans[1])
 
 
+# the store's access_rows columns (columnar.py), in the order the C side takes them
+ROW_COLUMNS = ("pos", "seq", "order", "call_id", "fid", "iid", "did", "addr", "flags")
+_ROW_TYPES = (np.int64, np.int64, np.uint64, np.int64, np.int32, np.uint32, np.uint32,
+              np.uint64, np.uint8)
+
+
+def row_columns(n: int) -> dict[str, np.ndarray]:
+    """Empty access_rows columns of ``n`` rows."""
+    return {c: np.empty(n, dtype=t) for c, t in zip(ROW_COLUMNS, _ROW_TYPES)}
+
+
 class AccessIds:
     """Dense instruction and data ids for access rows (C state).  ``objects``,
     ``sections``, ``maps``: (starts, ends, payloads) sorted by start;
@@ -110,8 +123,9 @@ class AccessIds:
             self._keep.extend((starts, ends, payloads))
             return [starts.ctypes.data, ends.ctypes.data, payloads.ctypes.data, len(starts)]
 
-        variable = np.ascontiguousarray(np.append(np.asarray(object_is_variable, dtype=np.uint8),
-                                                  0))
+        # one byte per object (and one more: never empty)
+        variable = np.zeros(len(object_is_variable) + 1, dtype=np.uint8)
+        variable[:len(object_is_variable)] = np.asarray(object_is_variable, dtype=bool)
         blocks = _u64(block_address) if len(block_address) else np.zeros(1, dtype=np.uint64)
         orders = _u64(block_order) if len(block_order) else np.zeros(1, dtype=np.uint64)
         h_start, h_end, h_from, h_to = (_u64(c) for c in history[:4])
@@ -156,22 +170,41 @@ class AccessIds:
         rows = np.ascontiguousarray(rows)
         events = np.ascontiguousarray(events)
         n = len(rows)
-        out: dict[str, np.ndarray] = {"pos": np.empty(n, np.int64), "seq": np.empty(n, np.int64),
-               "order": np.empty(n, np.uint64), "call_id": np.empty(n, np.int64),
-               "fid": np.empty(n, np.int32), "iid": np.empty(n, np.uint32),
-               "did": np.empty(n, np.uint32), "addr": np.empty(n, np.uint64),
-               "flags": np.empty(n, np.uint8)}
+        out = row_columns(n)
         begins, ends = _spans(spans)
         rc = self.lib.ap_rows(self._ctx, rows.ctypes.data, n, access_start, events.ctypes.data,
                               len(events), begins.ctypes.data, ends.ctypes.data, len(begins),
-                              *(out[c].ctypes.data for c in ("pos", "seq", "order", "call_id",
-                                                             "fid", "iid", "did", "addr",
-                                                             "flags")))
+                              *(out[c].ctypes.data for c in ROW_COLUMNS))
         if rc == -1:
             raise MemoryError("ap_rows")
         if rc:
             raise TracerInternalError("ap_rows: the chunk's events do not match its accesses")
         return out
+
+    def rows_compact(self, raw, n: int, planes: bool, table, state: DecodeState,
+                     access_start: int, spans, out: dict, at: int) -> int:
+        """AccessIds.rows for ``n`` compact records of a thread without call records
+        (decode's arguments), into the columns ``out`` (access_rows' columns, room
+        for 2n rows from ``at``); returns the rows written.  UnknownInstruction as
+        decode (nothing written)."""
+        buf = np.frombuffer(raw, dtype=np.uint8, count=n * COMPACT_DTYPE.itemsize)
+        begins, ends = _spans(spans)
+        bad = ctypes.c_int64(0)
+        columns = [out[c][at:] for c in ROW_COLUMNS]
+        if any(len(c) < 2 * n for c in columns):
+            raise TracerInternalError("rows_compact: the columns have no room for the rows")
+        got = self.lib.ap_rows_compact(self._ctx, buf.ctypes.data, n, int(planes),
+                                       table.rip.ctypes.data, table.size.ctypes.data,
+                                       table.kind.ctypes.data, table.ilen.ctypes.data,
+                                       table.first.ctypes.data, len(table.rip),
+                                       ctypes.byref(state), access_start, begins.ctypes.data,
+                                       ends.ctypes.data, len(begins),
+                                       *(c.ctypes.data for c in columns), ctypes.byref(bad))
+        if got == -2:
+            raise UnknownInstruction(bad.value)
+        if got < 0:
+            raise MemoryError("ap_rows_compact")
+        return got
 
     def keys(self, which: int, first: int = 0) -> np.ndarray:
         """The keys of the ids from ``first`` on (``which`` 0: data, 1: instructions)."""

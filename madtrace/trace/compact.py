@@ -202,6 +202,43 @@ class CompactReader:
         self.seq, self.next_order = int(state.seq), int(state.next_order)
         return m
 
+    def row_chunks(self, ids, spans, chunk_rows: int = 1 << 20) -> Iterator[dict]:
+        """The store's access_rows columns (access_pass.ROW_COLUMNS) of the complete
+        blocks not read yet, for a thread without call records (``ids``:
+        access_pass.AccessIds; ``spans``: its allocator calls), in chunks of about
+        ``chunk_rows``: decoded and named a tile at a time, no access row made."""
+        out, size, start = access_pass.row_columns(0), 0, 0
+        for offset, raw, n, planes in iter_raw_blocks(self.path, self.offset):
+            if size + 2 * n > len(out["pos"]):
+                if size:
+                    yield {c: v[:size] for c, v in out.items()}
+                    start += size
+                out, size = access_pass.row_columns(max(chunk_rows, 2 * n) + 2 * n), 0
+            state = access_pass.DecodeState(self.seq, self.next_order)
+            try:
+                got = ids.rows_compact(raw, n, planes, self.table, state, start + size, spans,
+                                       out, size)
+            except access_pass.UnknownInstruction as exc:
+                if self.directory is None:
+                    raise CorruptTraceError(f"{self.path}: instruction id {exc.ident} unknown") \
+                        from None
+                self.table = InstructionColumns.load(self.directory)
+                try:
+                    got = ids.rows_compact(raw, n, planes, self.table, state, start + size,
+                                           spans, out, size)
+                except access_pass.UnknownInstruction as again:
+                    raise CorruptTraceError(f"{self.path}: instruction id {again.ident} "
+                                            "unknown") from None
+            self.seq, self.next_order = int(state.seq), int(state.next_order)
+            self.offset = offset
+            size += got
+            if size >= chunk_rows:
+                yield {c: v[:size] for c, v in out.items()}
+                start += size
+                out, size = access_pass.row_columns(0), 0
+        if size:
+            yield {c: v[:size] for c, v in out.items()}
+
     def count(self, ids, spans) -> None:
         """Count the access rows of the complete blocks not read yet in ``ids``
         (access_pass.AccessIds) without making them; ``spans``: the thread's

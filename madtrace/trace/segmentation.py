@@ -250,15 +250,22 @@ def _thread_records(directory: str, tid: int, path: str | None, tables: CallTabl
 
 def iter_thread_chunks(directory: str, *, accesses: bool = True,
                        chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                       tables: CallTables | None = None) -> Iterator[SegmentChunk]:
+                       tables: CallTables | None = None,
+                       skip: set[int] | None = None) -> Iterator[SegmentChunk]:
     """The segmented stream of every thread (see the module docstring).
-    ``accesses=False``: calls only (the data files are not read)."""
+    ``accesses=False``: calls only (the data files are not read); ``skip``:
+    threads without call records the caller reads itself (they have no calls:
+    the call ids of the others are the same)."""
     if tables is None:
         tables = load_tables(directory, required=False)
     record_paths = dict(thread_files(directory))
     tids = set(record_paths)
     if accesses:
         tids |= {t for t, _ in ACCESS_RECORDS.files(directory)}
+    if skip:
+        if skip & set(record_paths):
+            raise ValueError("only threads without call records can be skipped")
+        tids -= skip
     next_call = 0
     for tid in sorted(tids):
         replay = ThreadReplay(tables.code_fid, tables.code_exit, tables.code_kind,

@@ -13,7 +13,8 @@ import pyarrow as pa
 
 from .allocator_calls import AllocatorCalls
 from .replay import FATES
-from .segmentation import iter_thread_chunks, load_tables
+from .compact import DATA_SUFFIX
+from .segmentation import iter_thread_chunks, load_tables, thread_files
 from .access_names import AccessDimensions
 from .columnar import Flusher, PartWriter, dictionary_column
 from .blocks import block_name, load_block_table
@@ -141,11 +142,29 @@ def write_dimensions(directory: str, dimensions: AccessDimensions | None,
 
 def _write_threads(directory, tables, dimensions, placer, flusher, rows, written,
                    progress) -> None:
-    """calls and access rows of every thread, in one segmentation pass."""
+    """calls and access rows of every thread, in one segmentation pass; the
+    threads without call records (their accesses outside every call) straight
+    from their compact files."""
     allocator_calls = AllocatorCalls.load(directory)
-    writers: dict[str, PartWriter] = {}
+    with_records = {t for t, _ in thread_files(directory)}
+    direct = {t: p for t, p in ACCESS_RECORDS.files(directory)
+              if t not in with_records and p.endswith(DATA_SUFFIX)}
     done_before = 0
-    for chunk in iter_thread_chunks(directory, tables=tables, chunk_rows=CHUNK_ROWS):
+    for tid, path in sorted(direct.items()):
+        writer = PartWriter(directory, "access_rows", tid, flusher)
+        for columns in dimensions.row_chunks(path, allocator_calls.spans(tid), CHUNK_ROWS):
+            placer.see(tid, columns["order"])
+            writer.write(columns)
+            done_before += len(columns["pos"])
+            if progress is not None:
+                progress(done_before)
+        writer.close()
+        rows["access_rows"] += writer.rows
+        if writer.files:
+            written.add("access_rows")
+    writers: dict[str, PartWriter] = {}
+    for chunk in iter_thread_chunks(directory, tables=tables, chunk_rows=CHUNK_ROWS,
+                                    skip=set(direct)):
         if not writers:
             writers = {t: PartWriter(directory, t, chunk.tid, flusher) for t in rows}
         if len(chunk.segments):
