@@ -164,6 +164,31 @@ class Flusher:
         if self.error is not None:
             raise self.error
 
+    def pick(self, part: int) -> "Flusher":
+        """The flusher of a table's part ``part``: this one."""
+        return self
+
+
+class Flushers:
+    """``count`` flushers; a table's parts go to them in turn, so that parts are
+    encoded and written in parallel (each part's row groups in order on one)."""
+
+    def __init__(self, count: int = 2, depth: int = 2, nice: int | None = None):
+        self.flushers = [Flusher(depth, nice) for _ in range(max(count, 1))]
+
+    def pick(self, part: int) -> Flusher:
+        return self.flushers[part % len(self.flushers)]
+
+    def join(self) -> None:
+        errors = []
+        for flusher in self.flushers:
+            try:
+                flusher.join()
+            except BaseException as exc:     # every thread joined, then the first error
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
 
 class _Inline:
     """Runs each task at once (no background thread)."""
@@ -171,6 +196,10 @@ class _Inline:
     @staticmethod
     def submit(task) -> None:
         task()
+
+    @classmethod
+    def pick(cls, part: int):
+        return cls
 
 
 class PartWriter:
@@ -189,7 +218,7 @@ class PartWriter:
         self.schema = SCHEMAS[table]
         self.options = _options(self.schema, table)
         self.flusher = flusher or _Inline
-        self.writer: pq.ParquetWriter | None = None   # used by the flusher's thread only
+        self._state: dict = {"writer": None}     # the open part's writer (its flusher's)
         self.part = 0
         self.part_rows = 0
         self.rows = 0
@@ -216,45 +245,49 @@ class PartWriter:
         n = batch.num_rows
         done = 0
         while done < n or self.files == 0:
+            flusher = self.flusher.pick(self.part)
             if self.part_rows == 0:
                 path = os.path.join(self.folder, f"p{self.part}.parquet")
-                self.flusher.submit(lambda path=path: self._open(path))
+                # each part its own writer, used by its flusher's thread only
+                self._state = {"writer": None}
+                flusher.submit(lambda path=path, state=self._state: self._open(path, state))
                 self.files += 1
             take = min(n - done, PART_ROWS - self.part_rows)
             piece = batch.slice(done, take)
-            self.flusher.submit(lambda piece=piece: self.writer.write_table(
+            flusher.submit(lambda piece=piece, state=self._state: state["writer"].write_table(
                 piece, row_group_size=ROW_GROUP_ROWS))
             done += take
             self.part_rows += take
             self.rows += take
             if self.part_rows >= PART_ROWS:
-                self.flusher.submit(self._close_part)
+                flusher.submit(lambda state=self._state: self._close_part(state))
                 self.part += 1
                 self.part_rows = 0
             if n == 0:
                 break
 
-    def _open(self, path: str) -> None:
-        self.writer = pq.ParquetWriter(path, self.schema, **self.options)
+    def _open(self, path: str, state: dict) -> None:
+        state["writer"] = pq.ParquetWriter(path, self.schema, **self.options)
 
     def close(self) -> None:
         self.flush()
         if self.part_rows:
-            self.flusher.submit(self._close_part)
+            self.flusher.pick(self.part).submit(lambda state=self._state: self._close_part(state))
             self.part += 1
             self.part_rows = 0
 
-    def _close_part(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+    @staticmethod
+    def _close_part(state: dict) -> None:
+        if state["writer"] is not None:
+            state["writer"].close()
+            state["writer"] = None
 
     def ensure_file(self) -> None:
         """A table with no rows still gets one (empty) file: readers see its schema."""
         if self.files == 0:
             self.write({f.name: pa.array([], type=f.type) for f in self.schema})
             self.flush()
-            self.flusher.submit(self._close_part)
+            self.flusher.pick(self.part).submit(lambda state=self._state: self._close_part(state))
 
 
 def dictionary_column(codes, names: list[str]) -> pa.DictionaryArray:

@@ -16,7 +16,7 @@ from .replay import FATES
 from .compact import DATA_SUFFIX
 from .segmentation import iter_thread_chunks, load_tables, thread_files
 from .access_names import AccessDimensions
-from .columnar import Flusher, PartWriter, dictionary_column
+from .columnar import Flushers, PartWriter, dictionary_column
 from .blocks import block_name, load_block_table
 from .record_files import ACCESS_RECORDS
 from .format import load_functions
@@ -25,6 +25,9 @@ from .store_block_events import BlockEventPlacer, write_block_events
 
 # rows per chunk of the segmentation pass: large enough that the per-chunk work is amortised
 CHUNK_ROWS = 1 << 20
+# threads that encode and write Parquet parts side by side (the encoding is the
+# store's largest cost: bench/bench_store_real.py)
+WRITERS = 2
 
 
 def calls_columns(segments: np.ndarray, names: list[str]) -> dict:
@@ -104,7 +107,7 @@ def write_final_tables(directory: str, progress=None) -> dict[str, int]:
     placer = BlockEventPlacer(directory)
     rows = {"calls": 0, "access_rows": 0}
     written: set[str] = set()      # tables with at least one file
-    flusher = Flusher()
+    flusher = Flushers(WRITERS)
     try:
         _write_threads(directory, tables, dimensions, placer, flusher, rows, written, progress)
     finally:

@@ -96,8 +96,8 @@ class StoreWriter:
 
     def write_records(self, progress=None) -> int:
         """The records table (every file complete).  Returns its rows."""
-        from .columnar import Flusher, PartWriter
-        flusher = Flusher()
+        from .columnar import Flushers, PartWriter
+        flusher = Flushers()
         written = 0
         try:
             for tid, _path in CALL_RECORDS.files(self.directory):
