@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..trace.access_pass import Tally
 from ..trace.block_event_records import block_events
 from ..trace.format import PAGE, PAGE_SHIFT as SHIFT
 from ..trace.naming import address_space_of
@@ -191,6 +192,7 @@ class _Counter:
                                >> SHIFT, dtype=np.int64) for r in regions]
         self.counts = [np.zeros((len(p), 3), dtype=np.int64) for p in self.pages]
         self.orphans: dict[int, list[int]] = {}
+        self.tally = Tally(1)       # (region, page, column) -> count, until finish()
 
     def region_index(self, addresses: np.ndarray) -> np.ndarray:
         """Index of the region holding each address, -1 for none."""
@@ -207,13 +209,20 @@ class _Counter:
         rel = pages[hit] - self.first_page[region[hit]]
         keys = (region[hit].astype(np.uint64) << np.uint64(38)) | (rel << np.uint64(2)) \
             | column[hit].astype(np.uint64)
-        unique, n = np.unique(keys, return_counts=True)
-        for key, c in zip(unique.tolist(), n.tolist()):
+        self.tally.add(keys, [None])
+        if not hit.all():
+            for page, col in zip(pages[~hit].tolist(), column[~hit].tolist()):
+                self.orphans.setdefault(page, [0, 0, 0])[col] += 1
+
+    def finish(self) -> None:
+        """The tallied counts into ``counts``."""
+        keys, sums, _ = self.tally.result()
+        self.tally.close()
+        self.tally = Tally(1)
+        for key, (c,) in zip(keys.tolist(), sums.tolist()):
             table = self.counts[key >> 38]
             row = min((key >> 2) & ((1 << 36) - 1), len(table) - 1)
             table[row, key & 3] += c
-        for page, col in zip(pages[~hit].tolist(), column[~hit].tolist()):
-            self.orphans.setdefault(page, [0, 0, 0])[col] += 1
 
 
 def count_accesses(directory: str, counter: _Counter) -> None:
@@ -236,6 +245,7 @@ def count_accesses(directory: str, counter: _Counter) -> None:
                               dtype=np.uint64)
             where = np.maximum(pages << np.uint64(SHIFT), np.uint64(address))
             counter.add(pages, counter.region_index(where), np.full(len(pages), 2))
+    counter.finish()
 
 
 def heatmap(directory: str) -> Heatmap:

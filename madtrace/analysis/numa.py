@@ -49,6 +49,7 @@ from ..errors import NoDataError, UsageError
 from ..trace.blocks import load_allocations
 from ..trace.format import NUMA_FILE, PAGE_SHIFT as SHIFT, load_numa
 from ..trace.naming import address_space_of
+from ..trace.access_pass import Tally
 from ..trace.reader import iter_access_chunks
 from .trace_input import Progress, access_rows, require_accesses
 
@@ -141,18 +142,34 @@ class Bindings:
 
 # -------------------------------------------------------------------- pages
 def _first_touches(directory: str, bindings: Bindings, progress: Progress):
-    """{page: (order, tid, rip, thread node)} of each page's first access."""
+    """{page: (order, tid, rip, thread node)} of each page's first access: each
+    thread's first access to each page (its orders grow: the first met), then
+    the earliest of the threads'."""
     first: dict[int, tuple] = {}
-    for tid, chunk in iter_access_chunks(directory):
-        progress.add(len(chunk))
-        pages = chunk["addr"] >> np.uint64(SHIFT)
-        unique, index = np.unique(pages, return_index=True)
-        orders = chunk["order"][index]
-        nodes = bindings.nodes_at(tid, orders)
-        for page, i, order, node in zip(unique.tolist(), index.tolist(), orders.tolist(),
-                                        nodes.tolist()):
+
+    def merge(tid: int, seen: dict) -> None:
+        orders = np.array([o for o, _ in seen.values()], dtype=np.uint64)
+        nodes = bindings.nodes_at(tid, orders).tolist() if len(orders) else []
+        for (page, (order, rip)), node in zip(seen.items(), nodes):
             if page not in first or order < first[page][0]:
-                first[page] = (order, tid, int(chunk["rip"][i]), node)
+                first[page] = (order, tid, rip, node)
+
+    current, tally, seen = None, None, {}
+    for tid, chunk in iter_access_chunks(directory):
+        if tid != current:
+            if current is not None:
+                merge(current, seen)
+                tally.close()
+            current, tally, seen = tid, Tally(1), {}
+        progress.add(len(chunk))
+        before, base = tally.size(), tally.rows
+        tally.add(chunk["addr"] >> np.uint64(SHIFT), [None])
+        keys, _, rows = tally.result()
+        for page, i in zip(keys[before:].tolist(), (rows[before:] - base).tolist()):
+            seen[page] = (int(chunk["order"][i]), int(chunk["rip"][i]))
+    if current is not None:
+        merge(current, seen)
+        tally.close()
     return first
 
 
@@ -230,19 +247,27 @@ class _Table:
 
     def __init__(self):
         self.rows: dict[int, np.ndarray] = {}
+        # key << 3 | category -> accesses, first touches, unpinned first touches
+        self.tally = Tally(3)
 
     def add(self, keys: np.ndarray, category: np.ndarray, first: np.ndarray,
             unpinned_first: np.ndarray) -> None:
-        unique, inverse = np.unique(keys, return_inverse=True)
-        counts = np.zeros((len(unique), len(METRICS)), dtype=np.int64)
-        np.add.at(counts, (inverse, category), 1)
-        np.add.at(counts[:, 0], inverse, first.astype(np.int64))
-        np.add.at(counts[:, 1], inverse, unpinned_first.astype(np.int64))
-        for key, row in zip(unique.tolist(), counts):
-            if key in self.rows:
-                self.rows[key] += row
-            else:
-                self.rows[key] = row.copy()
+        self.tally.add((keys.astype(np.int64) << 3 | category).view(np.uint64),
+                       [None, first, unpinned_first])
+
+    def finish(self) -> "_Table":
+        """The tallied counts into ``rows``."""
+        keys, sums, _ = self.tally.result()
+        self.tally.close()
+        self.tally = Tally(3)
+        for key, (n, first, unpinned) in zip(keys.view(np.int64).tolist(), sums.tolist()):
+            row = self.rows.get(key >> 3)
+            if row is None:
+                row = self.rows[key >> 3] = np.zeros(len(METRICS), dtype=np.int64)
+            row[key & 7] += n
+            row[0] += first
+            row[1] += unpinned
+        return self
 
 
 def numa_report(directory: str, topology: Topology | None = None) -> NumaReport:
@@ -273,6 +298,8 @@ def numa_report(directory: str, topology: Topology | None = None) -> NumaReport:
         row = matrix.setdefault(tid, {})
         for node, c in zip(nodes.tolist(), n.tolist()):
             row[node] = row.get(node, 0) + c
+    for table_ in (by_rip, by_group, by_thread):
+        table_.finish()
     space = address_space_of(directory)
     access_sites = _rows(by_rip.rows, lambda rip: {"site": space.code_location(rip), "rip": rip})
     blocks = {b["id"]: b for b in load_allocations(directory)}

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..binary.dwarf_cache import line_table
+from ..trace.access_pass import Tally
 from ..trace.block_event_records import block_events
 from ..trace.naming import address_space_of
 from ..trace.reader import iter_access_chunks
@@ -55,19 +56,19 @@ class SourceReport:
 
 def per_instruction(directory: str) -> dict[int, list[int]]:
     """{instruction address: [loads, stores, bytes, 0, 0]}."""
-    out: dict[int, list[int]] = {}
+    tally = Tally(2)            # key: rip << 1 | store; the accesses, their bytes
     progress = Progress("source", access_rows(directory))
     for _tid, chunk in iter_access_chunks(directory):
         progress.add(len(chunk))
-        keys = (chunk["rip"] << np.uint64(1)) | (chunk["kind"] == 2).astype(np.uint64)
-        unique, inverse = np.unique(keys, return_inverse=True)
-        n = np.bincount(inverse, minlength=len(unique))
-        nbytes = np.bincount(inverse, weights=chunk["size"].astype(np.float64),
-                             minlength=len(unique))
-        for key, c, b in zip(unique.tolist(), n.tolist(), nbytes.tolist()):
-            row = out.setdefault(key >> 1, [0, 0, 0, 0, 0])
-            row[key & 1] += c
-            row[2] += int(b)
+        tally.add((chunk["rip"] << np.uint64(1)) | (chunk["kind"] == 2).astype(np.uint64),
+                  [None, chunk["size"]])
+    keys, sums, _ = tally.result()
+    tally.close()
+    out: dict[int, list[int]] = {}
+    for key, (n, nbytes) in zip(keys.tolist(), sums.tolist()):
+        row = out.setdefault(key >> 1, [0, 0, 0, 0, 0])
+        row[key & 1] += n
+        row[2] += nbytes
     return out
 
 

@@ -681,3 +681,97 @@ int ap_count_compact(void *p, const uint8_t *data, int64_t n, int planes,
     *state = s;
     return 0;
 }
+
+/* ------------------------------------------------------------- tallies */
+/*
+ * A tally: per distinct u64 key, the sums of up to ``width`` int64 columns and
+ * the position where the key was first met (the analyses' "group by key, sum"
+ * in one hashed pass instead of numpy's sort).
+ */
+typedef struct {
+    dense_t keys;
+    int64_t width;
+    int64_t *sums;          /* width per key */
+    int64_t *first;         /* the position where each key was first met */
+    int64_t cap;
+} tally_t;
+
+void *tl_new(int64_t width)
+{
+    tally_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    if (dense_init(&t->keys)) {
+        dense_free(&t->keys);
+        free(t);
+        return NULL;
+    }
+    t->width = width;
+    return t;
+}
+
+void tl_free(void *p)
+{
+    tally_t *t = p;
+    if (!t)
+        return;
+    dense_free(&t->keys);
+    free(t->sums);
+    free(t->first);
+    free(t);
+}
+
+/* add ``n`` rows: ``keys``, the columns ``cols`` (``ncols`` <= width pointers to
+ * int64 arrays; NULL entries add 1 to their column), the first row at ``base`` */
+int tl_add(void *p, const uint64_t *keys, int64_t n, const int64_t *const *cols, int64_t ncols,
+           int64_t base)
+{
+    tally_t *t = p;
+    uint64_t last_key = 0;
+    int64_t id = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (id < 0 || keys[i] != last_key) {
+            id = dense_id(&t->keys, keys[i]);
+            if (id < 0)
+                return -1;
+            last_key = keys[i];
+            if (id >= t->cap) {
+                int64_t cap = t->cap ? t->cap * 2 : 1024;
+                while (cap <= id)
+                    cap *= 2;
+                int64_t *s = realloc(t->sums, (size_t)(cap * t->width) * sizeof *s);
+                if (!s)
+                    return -1;
+                t->sums = s;
+                int64_t *f = realloc(t->first, (size_t)cap * sizeof *f);
+                if (!f)
+                    return -1;
+                t->first = f;
+                memset(s + t->cap * t->width, 0, (size_t)((cap - t->cap) * t->width) * sizeof *s);
+                for (int64_t k = t->cap; k < cap; k++)
+                    f[k] = -1;
+                t->cap = cap;
+            }
+            if (t->first[id] < 0)
+                t->first[id] = base + i;
+        }
+        int64_t *row = t->sums + id * t->width;
+        for (int64_t c = 0; c < ncols; c++)
+            row[c] += cols[c] ? cols[c][i] : 1;
+    }
+    return 0;
+}
+
+/* how many keys; with the outputs, the keys, their sums (width each) and first positions */
+int64_t tl_dump(void *p, uint64_t *keys, int64_t *sums, int64_t *first)
+{
+    tally_t *t = p;
+    int64_t n = t->keys.n;
+    if (keys)
+        memcpy(keys, t->keys.order, (size_t)n * sizeof *keys);
+    if (sums && n)
+        memcpy(sums, t->sums, (size_t)(n * t->width) * sizeof *sums);
+    if (first && n)
+        memcpy(first, t->first, (size_t)n * sizeof *first);
+    return n;
+}

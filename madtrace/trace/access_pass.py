@@ -39,6 +39,8 @@ def _library() -> ctypes.CDLL:
         "ap_count_compact": (I, [P, P, I64, I, P, P, P, P, P, I64, P, P, P, I64, P]),
         "ap_rows_compact": (I64, [P, P, I64, I, P, P, P, P, P, I64, P, I64, P, P, I64,
                                   P, P, P, P, P, P, P, P, P, P]),
+        "tl_new": (P, [I64]), "tl_free": (None, [P]),
+        "tl_add": (I, [P, P, I64, P, I64, I64]), "tl_dump": (I64, [P, P, P, P]),
         "ap_rows": (I, [P, P, I64, I64, P, I64, P, P, I64, P, P, P, P, P, P, P, P, P]),
         "ap_counts": (I64, [P, P]),
     }
@@ -250,3 +252,52 @@ class AccessIds:
         if n:
             self.lib.ap_counts(self._ctx, out.ctypes.data)
         return out
+
+
+class Tally:
+    """Per distinct uint64 key: the sums of ``width`` int64 columns and the
+    position where the key was first met (C: one hashed pass, no sort)."""
+
+    def __init__(self, width: int):
+        self.lib = _library()
+        self.width = width
+        self._ctx = self.lib.tl_new(width)
+        if not self._ctx:
+            raise MemoryError("tl_new")
+        self.rows = 0          # positions given so far (the next add's base)
+
+    def close(self) -> None:
+        if self._ctx:
+            self.lib.tl_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self):
+        self.close()
+
+    def add(self, keys: np.ndarray, columns: list) -> None:
+        """``keys`` (uint64), one entry per column: an int64 array, or None to
+        count the rows."""
+        keys = _u64(keys)
+        if len(columns) > self.width:
+            raise TracerInternalError("Tally.add: more columns than the tally's width")
+        arrays = [None if c is None else np.ascontiguousarray(c, dtype=np.int64) for c in columns]
+        pointers = (ctypes.c_void_p * max(len(arrays), 1))(
+            *[None if a is None else a.ctypes.data for a in arrays])
+        if self.lib.tl_add(self._ctx, keys.ctypes.data, len(keys), pointers, len(arrays),
+                           self.rows):
+            raise MemoryError("tl_add")
+        self.rows += len(keys)
+
+    def size(self) -> int:
+        """How many distinct keys so far."""
+        return self.lib.tl_dump(self._ctx, None, None, None)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(keys in the order first met, sums (n, width), first positions)."""
+        n = self.lib.tl_dump(self._ctx, None, None, None)
+        keys = np.empty(n, dtype=np.uint64)
+        sums = np.empty((n, self.width), dtype=np.int64)
+        first = np.empty(n, dtype=np.int64)
+        if n:
+            self.lib.tl_dump(self._ctx, keys.ctypes.data, sums.ctypes.data, first.ctypes.data)
+        return keys, sums, first

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import CorruptTraceError
 from . import access_pass, zstd
+from .read_ahead import read_ahead
 from .capture_file import CaptureFormat
 from .format import (ACCESS_DTYPE, COMPACT_BLOCK_HEADER,
                      COMPACT_CODEC, COMPACT_DTYPE, COMPACT_EXTENSION, COMPACT_FREED_BIT,
@@ -171,7 +172,7 @@ class CompactReader:
         chunks of about ``chunk_rows``."""
         out = np.empty(0, dtype=ACCESS_DTYPE)
         size = 0
-        for offset, raw, n, planes in iter_raw_blocks(self.path, self.offset):
+        for offset, raw, n, planes in read_ahead(iter_raw_blocks(self.path, self.offset)):
             if size + 2 * n > len(out):
                 if size:
                     yield out[:size]
@@ -208,7 +209,7 @@ class CompactReader:
         access_pass.AccessIds; ``spans``: its allocator calls), in chunks of about
         ``chunk_rows``: decoded and named a tile at a time, no access row made."""
         out, size, start = access_pass.row_columns(0), 0, 0
-        for offset, raw, n, planes in iter_raw_blocks(self.path, self.offset):
+        for offset, raw, n, planes in read_ahead(iter_raw_blocks(self.path, self.offset)):
             if size + 2 * n > len(out["pos"]):
                 if size:
                     yield {c: v[:size] for c, v in out.items()}
@@ -243,7 +244,7 @@ class CompactReader:
         """Count the access rows of the complete blocks not read yet in ``ids``
         (access_pass.AccessIds) without making them; ``spans``: the thread's
         allocator calls (AllocatorCalls.spans)."""
-        for offset, raw, n, planes in iter_raw_blocks(self.path, self.offset):
+        for offset, raw, n, planes in read_ahead(iter_raw_blocks(self.path, self.offset)):
             state = access_pass.DecodeState(self.seq, self.next_order)
             try:
                 ids.count_compact(raw, n, planes, self.table, state, spans)

@@ -19,6 +19,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import CorruptTraceError
+from .read_ahead import read_ahead
 from .record_files import ACCESS_RECORDS, CALL_RECORDS
 
 DEFAULT_CHUNK_ROWS = 1 << 20
@@ -34,10 +35,12 @@ def iter_call_chunks(directory: str, tid: int | None = None,
 
 def iter_access_chunks(directory: str, tid: int | None = None,
                        chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
+    """(tid, ACCESS_DTYPE rows) of each thread's accesses in order, decoded ahead
+    of the reader (read_ahead.py)."""
     for t, path in ACCESS_RECORDS.files(directory):
         if tid is None or t == tid:
-            for chunk in ACCESS_RECORDS.chunks(path, chunk_rows):
-                yield t, chunk
+            yield from ((t, chunk) for chunk in read_ahead(ACCESS_RECORDS.chunks(path,
+                                                                                  chunk_rows)))
 
 
 def entry_counts(directory: str, sites: int, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> np.ndarray:
