@@ -194,11 +194,44 @@ def test_chrome_export_is_a_valid_nested_timeline(tmp_path, program, args, optio
                 assert s["ts"] <= e["ts"] <= s["ts"] + s["dur"] + 1e-3
 
 
-def test_chrome_export_is_cut_at_max_events(tmp_path):
+def test_chrome_export_beyond_max_events_covers_the_whole_run(tmp_path):
+    """A trace larger than the budget is exported whole at a coarser grain: its
+    longest calls, at most the budget, nested as before, the outermost call
+    among them; the file and one line on stderr say what was left out."""
+    from madtrace.trace.query import connect
+    directory = tmp_path / "t"
+    assert madtrace("record", "-q", "--data", "-o", str(directory), "--",
+                    prog("calls_longjmp", "O2-nopie"), "30", timeout=300).returncode == 0
+    con = connect(str(directory))
+    calls, = con.execute("SELECT count(*) FROM calls WHERE fate <> 'unmatched'").fetchone()
+    accesses, = con.execute("SELECT count(*) FROM accesses").fetchone()
+    assert calls > 200 and accesses > 0
+    result = madtrace("export", str(directory), "--format", "chrome", "--max-events", "200")
+    assert result.returncode == 0
+    err = result.stderr.decode().splitlines()
+    assert len(err) == 1 and "exported the whole run" in err[0] and "--max-events 200" in err[0]
+    doc = json.loads(result.stdout)
+    per_thread = check_trace_events(doc)
+    slices = [e for x, _ in per_thread.values() for e in x]
+    assert 0 < len(slices) <= 200 and not any(i for _, i in per_thread.values())
+    coverage = doc["otherData"]["coverage"]
+    assert coverage["calls"] == calls and coverage["accesses"] == accesses
+    assert coverage["calls_kept"] == len(slices) and coverage["accesses_kept"] == 0
+    # the longest calls: every one left out is shorter than every one kept
+    shortest = min(e["dur"] for e in slices)
+    left_out, = con.execute("SELECT count(*) FROM calls WHERE fate <> 'unmatched' AND "
+                            "duration_ns > ?", [shortest * 1000 * 1.1 + 1]).fetchone()
+    assert left_out <= len(slices)
+    longest, = con.execute("SELECT max(duration_ns) FROM calls").fetchone()
+    assert max(e["dur"] for e in slices) * 1000 >= 0.9 * longest
+
+
+def test_chrome_export_is_cut_at_max_events_with_first(tmp_path):
     directory = tmp_path / "t"
     assert madtrace("record", "-q", "-o", str(directory), "--",
                     prog("calls_recursion", "O2-nopie")).returncode == 0
-    result = madtrace("export", str(directory), "--format", "chrome", "--max-events", "500")
+    result = madtrace("export", str(directory), "--format", "chrome", "--max-events", "500",
+                      "--first")
     assert result.returncode == 0
     err = result.stderr.decode().splitlines()
     assert len(err) == 1 and err[0].startswith("madtrace: export: the trace has ") and \

@@ -18,8 +18,15 @@ def _arguments(parser) -> None:
         type=int,
         metavar="N",
         default=DEFAULT_MAX_EVENTS,
-        help=f"chrome: at most N events, the earliest (default {DEFAULT_MAX_EVENTS}; "
-        "a warning says when the trace was cut)",
+        help=f"chrome: at most N events (default {DEFAULT_MAX_EVENTS}); a larger trace is "
+        "exported whole at a coarser grain (no accesses, then only the calls longer than a "
+        "duration), said on stderr and in the file",
+    )
+    parser.add_argument(
+        "--first",
+        action="store_true",
+        help="chrome: beyond --max-events, every event up to the time the budget is reached "
+        "(the start of the run, in full) instead of the whole run",
     )
 
 
@@ -35,9 +42,9 @@ def _write(args) -> int:
     if args.output:
         check_output(args.output, args.force)
         with writing(args.output), open(args.output, "w") as out:
-            write_chrome(args.directory, out, args.max_events, warn)
+            write_chrome(args.directory, out, args.max_events, warn, args.first)
     else:
-        write_chrome(args.directory, sys.stdout, args.max_events, warn)
+        write_chrome(args.directory, sys.stdout, args.max_events, warn, args.first)
     return 0
 
 

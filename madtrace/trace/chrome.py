@@ -23,10 +23,17 @@ One JSON object ``{"traceEvents": [...], "displayTimeUnit": "ns", ...}``:
 Without timestamps (``--no-time``) the time axis is each thread's record
 index (one "microsecond" per call record), the accesses spread between.
 
-``--max-events N`` bounds the output: when the trace has more events, the
-export keeps everything up to the time T at which N events are reached
-(found from a histogram of the event times, read from the raw records), cuts
-calls still open at T (``args.cut``) and says so on stderr.
+``--max-events N`` bounds the output.  When the trace has more events, the
+export still covers the whole run, at a coarser grain (``Coverage``): the
+accesses are left out (each call's args keep their counts), and if the calls
+alone are still too many, the calls shorter than a duration D are left out
+too, D the shortest that keeps at most N (found from a histogram of the calls'
+durations, a first pass over the records).  A call is never shorter than a
+call inside it, so what is kept nests as before.  The file says so
+(``otherData.coverage``), and so does one line on stderr.  With ``first``
+(``--first``) the export keeps every event up to the time T at which N events
+are reached instead (from a histogram of the event times, read from the raw
+records), cuts calls still open at T (``args.cut``) and says so.
 """
 
 from __future__ import annotations
@@ -45,6 +52,9 @@ from .naming import AccessNamer
 
 HISTOGRAM_BINS = 1 << 16
 CHUNK = 1 << 20
+# call durations: log2 of ns in 1/DURATION_STEPS octaves, from 1 ns to 2^48 ns
+DURATION_STEPS = 32
+DURATION_BINS = 48 * DURATION_STEPS
 
 
 class Clock:
@@ -109,6 +119,82 @@ def cut_time(directory: str, clock: Clock, max_events: int) -> tuple[float | Non
     return (float(edges[k]) if k > 0 else lo), total
 
 
+class Coverage:
+    """What a coarse export keeps: every call of at least ``min_duration`` (µs,
+    or record positions without timestamps), no access when ``accesses`` is
+    False; the counts of what it leaves out."""
+
+    def __init__(self, total_calls: int, total_accesses: int, min_duration: float,
+                 accesses: bool, kept_calls: int):
+        self.total_calls, self.total_accesses = total_calls, total_accesses
+        self.min_duration, self.accesses, self.kept_calls = min_duration, accesses, kept_calls
+
+    def to_dict(self, timed: bool) -> dict:
+        return {"whole_run": True, "calls": self.total_calls, "calls_kept": self.kept_calls,
+                "accesses": self.total_accesses,
+                "accesses_kept": self.total_accesses if self.accesses else 0,
+                ("min_duration_us" if timed else "min_duration_records"): self.min_duration}
+
+    def line(self, max_events: int, timed: bool) -> str:
+        unit = "µs" if timed else "records"
+        shorter = (f", the {self.total_calls - self.kept_calls} calls shorter than "
+                   f"{self.min_duration:g} {unit}" if self.kept_calls < self.total_calls else "")
+        left = ([f"its {self.total_accesses} accesses"] if self.total_accesses else []) + \
+            ([shorter.removeprefix(", ")] if shorter else [])
+        return (f"the trace has {self.total_calls + self.total_accesses} events, more than "
+                f"--max-events {max_events}: exported the whole run without "
+                f"{' and '.join(left)} (the calls' args count their accesses; --first exports "
+                "every event up to the budget instead)")
+
+
+def _call_durations(chunk, clock: Clock) -> np.ndarray:
+    """The durations of a chunk's ended calls (unmatched exits left out), as the
+    coarse export measures them: µs between the records, else record positions."""
+    seg = chunk.segments[chunk.segments["fate"] != FATE_UNMATCHED]
+    if clock.timed:
+        return clock.us(seg["end_tsc"]) - clock.us(seg["begin_tsc"])
+    return (seg["end_seq"] - seg["begin_seq"]).astype(np.float64)
+
+
+def _call_durations_all(segments: np.ndarray, clock: Clock) -> np.ndarray:
+    """_call_durations of every segment row (unmatched ones too, aligned)."""
+    if clock.timed:
+        return clock.us(segments["end_tsc"]) - clock.us(segments["begin_tsc"])
+    return (segments["end_seq"] - segments["begin_seq"]).astype(np.float64)
+
+
+def _duration_bin(durations: np.ndarray) -> np.ndarray:
+    scaled = np.maximum(durations * 1000.0, 1.0)        # ns (or positions x 1000)
+    return np.minimum((np.log2(scaled) * DURATION_STEPS).astype(np.int64), DURATION_BINS - 1)
+
+
+def coverage(directory: str, clock: Clock, max_events: int, tables) -> Coverage | None:
+    """None when the trace fits in ``max_events``, else what to keep (see the module)."""
+    calls = accesses = 0
+    for _, path in CALL_RECORDS.files(directory):
+        for part in CALL_RECORDS.chunks(path, CHUNK):
+            calls += int(np.count_nonzero((part["code"] & 1) == 0))
+    meta = read_meta(directory)
+    accesses = sum(int(c["L"]) + int(c["S"]) for c in (meta.get("accesses") or {}).values()) \
+        if meta.get("accesses") else ACCESS_RECORDS.total_rows(directory)
+    if calls + accesses <= max_events:
+        return None
+    counts = np.zeros(DURATION_BINS, dtype=np.int64)
+    ended = 0
+    for chunk in iter_thread_chunks(directory, accesses=False, tables=tables):
+        durations = _call_durations(chunk, clock)
+        ended += len(durations)
+        counts += np.bincount(_duration_bin(durations), minlength=DURATION_BINS)
+    if ended <= max_events:
+        return Coverage(ended, accesses, 0.0, False, ended)
+    kept_from = np.cumsum(counts[::-1])[::-1]          # calls in bin k or above
+    k = int(np.searchsorted(-kept_from, -max_events, side="left"))  # first bin that fits
+    k = min(k, DURATION_BINS - 1)
+    threshold = float(2.0 ** (k / DURATION_STEPS) / 1000.0)
+    kept = int(kept_from[k]) if k < DURATION_BINS else 0
+    return Coverage(ended, accesses, threshold, False, kept)
+
+
 def _spread(times: np.ndarray, is_record: np.ndarray, last: float) -> tuple[np.ndarray, float]:
     """Times of a chunk's events: records have theirs; each run of accesses
     between two records is spread evenly between them (after the chunk's last
@@ -145,16 +231,18 @@ def _record_times(times_us: np.ndarray, is_record: np.ndarray, last_ns: int) -> 
     return out, int(ns[-1])
 
 
-def chrome_events(directory: str, max_events: int | None, warn=None):
+def chrome_events(directory: str, max_events: int | None, warn=None, first: bool = False,
+                  plan: Coverage | None = None):
     """Yields the trace events (dicts) of ``directory``; ``warn(message)`` is
-    called once if --max-events cut the trace."""
+    called once if --max-events cut the trace (``first``) or thinned it
+    (``plan``, coverage()'s)."""
     clock = Clock(directory)
     tables = load_tables(directory, required=False)
     names = tables.names
     meta = read_meta(directory)
     pid = int(meta.get("pid") or 0)
     command = " ".join(meta.get("command") or []) or f"pid {pid}"
-    limit, total = cut_time(directory, clock, max_events) if max_events is not None \
+    limit, total = cut_time(directory, clock, max_events) if max_events is not None and first \
         else (None, None)
     namer = AccessNamer(directory) if ACCESS_RECORDS.files(directory) else None
     yield {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": command}}
@@ -176,22 +264,32 @@ def chrome_events(directory: str, max_events: int | None, warn=None):
         times, last = _spread(record_times, is_record, last)
         opened = np.flatnonzero(ev["type"] == EVENT_BEGIN)
         begins.update(zip(ev["call_id"][opened].tolist(), times[opened].tolist()))
-        for item in _chunk_events(chunk, ev, times, begins, names, namer, pid, limit):
+        for item in _chunk_events(chunk, ev, times, begins, names, namer, pid, limit, plan,
+                                  clock):
             emitted += 1
             yield item
     if limit is not None and warn is not None:
         warn(f"the trace has {total} events: exported the first {emitted} (up to "
              f"{limit:.3f} µs; raise --max-events for more)")
+    if plan is not None and warn is not None:
+        warn(plan.line(max_events or 0, clock.timed))
 
 
-def _chunk_events(chunk, ev, times, begins, names, namer, pid, limit):
+def _chunk_events(chunk, ev, times, begins, names, namer, pid, limit, plan, clock):
     tid = chunk.tid
     segments = chunk.segments
     ends = np.flatnonzero(ev["type"] == EVENT_END)
     access_rows = np.flatnonzero(ev["type"] == EVENT_ACCESS)
+    if plan is not None and not plan.accesses:
+        access_rows = access_rows[:0]
+    long_enough = None
+    if plan is not None and plan.min_duration > 0:
+        # the same measure and bins as coverage() counted them with
+        threshold_bin = _duration_bin(np.array([plan.min_duration]))[0]
+        long_enough = _duration_bin(_call_durations_all(segments, clock)) >= threshold_bin
     acc = chunk.accesses
     data = instr = None
-    if len(acc) and namer is not None:
+    if len(access_rows) and len(acc) and namer is not None:
         data = namer.data_labels(acc["addr"], acc["block"], acc["freed"])
         codes, insn_names = namer.code_names(acc["rip"])
         instr = [insn_names[c] for c in codes.tolist()]
@@ -199,6 +297,9 @@ def _chunk_events(chunk, ev, times, begins, names, namer, pid, limit):
     for k, i in enumerate(ends.tolist()):
         seg = segments[k]
         if seg["fate"] == FATE_UNMATCHED:
+            continue
+        if long_enough is not None and not long_enough[k]:
+            begins.pop(int(seg["call_id"]))
             continue
         begin, end = begins.pop(int(seg["call_id"])), float(times[i])
         if limit is not None and begin > limit:
@@ -227,13 +328,23 @@ def _chunk_events(chunk, ev, times, begins, names, namer, pid, limit):
         yield item
 
 
-def write_chrome(directory: str, out, max_events: int | None, warn=None) -> int:
-    """Writes the JSON object to ``out`` (a text file); returns the events written."""
+def write_chrome(directory: str, out, max_events: int | None, warn=None,
+                 first: bool = False) -> int:
+    """Writes the JSON object to ``out`` (a text file); returns the events written.
+    Beyond ``max_events``: the whole run at a coarser grain, or with ``first`` the
+    events up to the budget (see the module)."""
+    plan = None
+    other = {"producer": "madtrace", "trace_directory": os.path.abspath(directory)}
+    if max_events is not None and not first:
+        clock = Clock(directory)
+        plan = coverage(directory, clock, max_events, load_tables(directory, required=False))
+        if plan is not None:
+            other["coverage"] = plan.to_dict(clock.timed)
     out.write('{"displayTimeUnit": "ns", "otherData": ')
-    out.write(json.dumps({"producer": "madtrace", "trace_directory": os.path.abspath(directory)}))
+    out.write(json.dumps(other))
     out.write(', "traceEvents": [\n')
     n = 0
-    for event in chrome_events(directory, max_events, warn):
+    for event in chrome_events(directory, max_events, warn, first, plan):
         out.write((",\n" if n else "") + json.dumps(event, separators=(",", ":")))
         n += 1
     out.write("\n]}\n")
