@@ -334,7 +334,7 @@ def write_chrome(directory: str, out, max_events: int | None, warn=None,
     Beyond ``max_events``: the whole run at a coarser grain, or with ``first`` the
     events up to the budget (see the module)."""
     plan = None
-    other = {"producer": "madtrace", "trace_directory": os.path.abspath(directory)}
+    other: dict = {"producer": "madtrace", "trace_directory": os.path.abspath(directory)}
     if max_events is not None and not first:
         clock = Clock(directory)
         plan = coverage(directory, clock, max_events, load_tables(directory, required=False))
