@@ -4,10 +4,8 @@ stream (100 M events by default), side by side in one run:
 
   spool read      reading the raw capture (calls/*.rec, data/*.acc) in chunks:
                   the floor for everything below
-  records         the records table, what the StoreWriter writes while the
-                  target runs (calls/*.rec -> store/records)
-  calls+accesses  the tables written when the recording ends (one
-                  segmentation pass: calls, named accesses)
+  store           every table, as the first query builds them (one
+                  segmentation pass: records, calls, access rows and names)
   query           `SELECT function, count(*) ... GROUP BY` over calls and
                   over accesses with DuckDB (madtrace query's path)
 
@@ -114,16 +112,6 @@ def phase_spool(directory: str) -> dict:
     return {"events": n}
 
 
-def phase_records(directory: str) -> dict:
-    from madtrace.trace.store_writer import StoreWriter
-    _started()
-    from madtrace.trace.record_files import ACCESS_RECORDS
-    writer = StoreWriter(directory)
-    written = writer.write_records()
-    accesses = ACCESS_RECORDS.total_rows(directory)
-    return {"events": written + accesses, "written": written}
-
-
 def phase_final(directory: str) -> dict:
     from madtrace.trace.format import write_store_meta
     from madtrace.trace.store_tables import write_final_tables
@@ -131,8 +119,8 @@ def phase_final(directory: str) -> dict:
     rows = write_final_tables(directory)
     write_store_meta(directory, {"complete": True, "rows": rows, "timestamps": True,
                                  "tsc_hz": 2.5e9})
-    return {"events": rows["calls"] * 2 + rows["accesses"], "rows": rows,
-            "written": rows["calls"] + rows["accesses"]}
+    return {"events": rows["records"] + rows["access_rows"], "rows": rows,
+            "written": rows["records"] + rows["calls"] + rows["access_rows"]}
 
 
 def phase_query(directory: str) -> dict:
@@ -166,8 +154,7 @@ def _started() -> None:
     _start[:] = [time.perf_counter(), peak_rss_mb()]
 
 
-PHASES = {"spool": phase_spool, "records": phase_records, "final": phase_final,
-          "query": phase_query}
+PHASES = {"spool": phase_spool, "final": phase_final, "query": phase_query}
 
 
 def run_phase(name: str, directory: str) -> dict:
@@ -189,8 +176,7 @@ def bench_stream(directory: str, kind: str, events: int, threads: int, per_round
           f"accesses, {threads} threads (generated in {time.perf_counter() - t0:.1f} s)",
           flush=True)
     rows = []
-    for name, label in (("spool", "spool read"), ("records", "records (live)"),
-                        ("final", "calls+accesses (end)"), ("query", "query")):
+    for name, label in (("spool", "spool read"), ("final", "store"), ("query", "query")):
         r = run_phase(name, directory)
         written = r.get("written", 0)
         rows.append((label, r["events"], written, f"{r['seconds']:.2f}",

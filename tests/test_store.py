@@ -16,12 +16,10 @@ import numpy as np
 import pytest
 
 from madtrace.trace import segmentation as sg
-from madtrace.trace.format import ACCESS_DTYPE, RECORD_DTYPE, read_store_meta
+from madtrace.trace.format import read_store_meta
 from madtrace.trace.record_files import store_is_complete
-from madtrace.trace.record_files import ACCESS_RECORDS, CALL_RECORDS
+from madtrace.trace.record_files import CALL_RECORDS
 from madtrace.trace.query import connect
-from madtrace.trace import store_writer
-from madtrace.trace.store_writer import RecordFollower
 
 from .util import madtrace, one_line_error, prog, summary_json
 
@@ -144,40 +142,6 @@ def test_a_recording_writes_no_store_and_the_first_query_builds_it(tmp_path, lon
     older = madtrace("query", str(directory), "SELECT count(*) FROM events")
     assert older.stdout == first.stdout
     assert "is of format 3, not 4" in older.stderr.decode().splitlines()[0]
-
-
-def test_record_positions_count_the_accesses_before_them(tmp_path):
-    """A record's position counts every access before it, the accesses read in
-    batches that do not line up with the records'."""
-    directory = tmp_path / "t"
-    os.makedirs(directory / "calls")
-    os.makedirs(directory / "data")
-    rng = np.random.default_rng(3)
-    records = np.zeros(5000, dtype=RECORD_DTYPE)
-    records["code"] = np.arange(5000) % 2
-    accesses = np.zeros(8000, dtype=ACCESS_DTYPE)
-    accesses["seq"] = np.sort(rng.integers(0, 5001, len(accesses)))
-    rec_path, acc_path = directory / "calls" / "7.rec", directory / "data" / "7.acc"
-    rec_fd, acc_fd = CALL_RECORDS.create(str(rec_path)), ACCESS_RECORDS.create(str(acc_path))
-    for step in range(1, 11):         # in chunks, as a recording appends them
-        CALL_RECORDS.append(rec_fd, records[500 * (step - 1): 500 * step])
-        ACCESS_RECORDS.append(acc_fd, accesses[700 * (step - 1): 700 * step])
-    ACCESS_RECORDS.append(acc_fd, accesses[7000:])
-    os.close(rec_fd)
-    os.close(acc_fd)
-    follower = RecordFollower(str(directory), 7)
-    batch = store_writer.BATCH_ROWS
-    store_writer.BATCH_ROWS = 777        # batches that end between records' accesses
-    try:
-        while follower.step():
-            pass
-    finally:
-        store_writer.BATCH_ROWS = batch
-    follower.close()
-    import pyarrow.parquet as pq
-    table = pq.read_table(directory / "store" / "records" / "tid=7" / "p0.parquet")
-    expected = np.arange(5000) + np.searchsorted(accesses["seq"], np.arange(5000), side="right")
-    assert table.column("pos").to_pylist() == expected.tolist()
 
 
 def test_snapshot_store_is_copied_without_the_live_one(tmp_path, longjmp_trace):

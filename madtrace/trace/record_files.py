@@ -17,7 +17,7 @@ from typing import Iterator
 import numpy as np
 
 from .capture_file import CaptureFormat, rebatch
-from .compact import BLOCK_HEADER, DATA_SUFFIX, CompactReader, InstructionColumns, compact_chunks
+from .compact import BLOCK_HEADER, DATA_SUFFIX, compact_chunks
 from .format import (ACCESS_DTYPE, ALLOCATOR_CALL_DTYPE, ALLOCATOR_CALLS_FILE, BLOCK_DTYPE,
                      BLOCK_EVENT_DTYPE, BLOCK_EVENTS_FILE,
                      BLOCKS_FILE, CALLS_DIR, CHUNK_HEADER, COMPACT_DTYPE, COMPACT_EXTENSION, DATA_DIR,
@@ -162,49 +162,6 @@ def record_count(path: str) -> int:
             if len(head) == BLOCK_HEADER.itemsize:
                 total += int(np.frombuffer(head, dtype=BLOCK_HEADER)[0]["records"])
     return total
-
-
-class SeqFollower:
-    """The seq of each access row of one thread's access file as it grows (the
-    live store writer): ``count()`` the rows on disk now (complete blocks),
-    ``seq_at(i)`` and ``seqs(i, j)`` for rows not ``release``d yet."""
-
-    def __init__(self, directory: str, tid: int):
-        self.directory = directory
-        self.acc = ACCESS_RECORDS.path(directory, tid)
-        self.dat = ACCESS_RECORDS.compact_path(directory, tid)
-        self.reader: CompactReader | None = None
-        self.base = 0                              # row index of seqs[0]
-        self.pending = np.zeros(0, dtype=np.uint64)
-        self.rows = 0
-
-    def count(self) -> int:
-        if os.path.exists(self.acc):
-            return ACCESS_RECORDS.rows(self.acc)
-        if not os.path.exists(self.dat):
-            return 0
-        if self.reader is None:
-            self.reader = CompactReader(self.dat, InstructionColumns.load(self.directory),
-                                        self.directory)
-        fresh = [rows["seq"] for rows in self.reader.chunks()]
-        if fresh:
-            self.pending = np.concatenate([self.pending, *fresh])
-            self.rows += sum(len(f) for f in fresh)
-        return self.rows
-
-    def seqs(self, start: int, stop: int) -> np.ndarray:
-        if os.path.exists(self.acc):
-            return ACCESS_RECORDS.read(self.acc, start, stop - start)["seq"]
-        return self.pending[start - self.base:stop - self.base]
-
-    def seq_at(self, index: int) -> int:
-        return int(self.seqs(index, index + 1)[0])
-
-    def release(self, upto: int) -> None:
-        """Rows before ``upto`` are not asked for again."""
-        if upto > self.base and self.reader is not None:
-            self.pending = self.pending[upto - self.base:]
-            self.base = upto
 
 
 # ------------------------------------------------- what the store was built from

@@ -30,6 +30,18 @@ CHUNK_ROWS = 1 << 20
 WRITERS = 2
 
 
+def records_columns(chunk) -> dict:
+    """The records table's columns of a chunk of the segmentation: a record's
+    place in its thread's merged stream (pos) counts the accesses before it,
+    every one of which the replay gave out with it or before (an access with seq
+    q lies between records q-1 and q)."""
+    seq = chunk.record_start + np.arange(len(chunk.records), dtype=np.int64)
+    before = chunk.access_start + np.searchsorted(chunk.accesses["seq"].astype(np.int64), seq,
+                                                  side="right")
+    r = chunk.records
+    return {"pos": seq + before, "seq": seq, "tsc": r["tsc"], "code": r["code"], "rsp": r["rsp"]}
+
+
 def calls_columns(segments: np.ndarray, names: list[str]) -> dict:
     s = segments
     before, incl = s["accesses_before"], s["accesses_incl"]
@@ -98,14 +110,14 @@ def write_sites(directory: str) -> int:
 
 
 def write_final_tables(directory: str, progress=None) -> dict[str, int]:
-    """calls, access rows and their names, functions, allocations, sites and block
-    events; returns the rows of each.  ``progress(events_done)`` is called after
+    """records, calls, access rows and their names, functions, allocations, sites
+    and block events; returns the rows of each.  ``progress(events_done)`` is called after
     each chunk."""
     tables = load_tables(directory, required=False)
     namer = AccessNamer(directory) if ACCESS_RECORDS.files(directory) else None
     dimensions = AccessDimensions(namer) if namer is not None else None
     placer = BlockEventPlacer(directory)
-    rows = {"calls": 0, "access_rows": 0}
+    rows = {"records": 0, "calls": 0, "access_rows": 0}
     written: set[str] = set()      # tables with at least one file
     flusher = Flushers(WRITERS)
     try:
@@ -170,6 +182,8 @@ def _write_threads(directory, tables, dimensions, placer, flusher, rows, written
                                     skip=set(direct)):
         if not writers:
             writers = {t: PartWriter(directory, t, chunk.tid, flusher) for t in rows}
+        if len(chunk.records):
+            writers["records"].write(records_columns(chunk))
         if len(chunk.segments):
             writers["calls"].write(calls_columns(chunk.segments, tables.names))
         if len(chunk.accesses):
