@@ -222,6 +222,7 @@ typedef struct {
     history_t history;
     const uint64_t *block_address;   /* by block id - 1 */
     const uint64_t *block_order;     /* when it was allocated */
+    int64_t *block_region;           /* its region, once found (-1: not yet) */
     int64_t n_blocks;
     const uint8_t *object_is_variable;   /* by object payload: a DWARF variable */
     int64_t unmapped;                /* the region id of an address in no region */
@@ -305,7 +306,11 @@ void *ap_namer_new(const uint64_t *o_start, const uint64_t *o_end, const int64_t
     nm->block_address = block_address;
     nm->block_order = block_order;
     nm->n_blocks = n_blocks;
-    if (dense_init(&nm->data) || dense_init(&nm->instructions)) {
+    nm->block_region = malloc((size_t)(n_blocks + 1) * sizeof *nm->block_region);
+    if (nm->block_region)
+        memset(nm->block_region, 0xff, (size_t)(n_blocks + 1) * sizeof *nm->block_region);
+    if (!nm->block_region || dense_init(&nm->data) || dense_init(&nm->instructions)) {
+        free(nm->block_region);
         dense_free(&nm->data);
         dense_free(&nm->instructions);
         free(nm);
@@ -322,6 +327,7 @@ void ap_namer_free(void *p)
     dense_free(&nm->data);
     dense_free(&nm->instructions);
     free(nm->counts);
+    free(nm->block_region);
     free(nm);
 }
 
@@ -396,7 +402,10 @@ static inline uint64_t data_key(namer_t *nm, const access_t *r)
 {
     uint32_t block = r->block;
     if (block > 0 && (int64_t)block <= nm->n_blocks) {
-        int64_t region = region_of(nm, nm->block_address[block - 1], nm->block_order[block - 1]);
+        int64_t region = nm->block_region[block];
+        if (region < 0)         /* a block's region: where it was when allocated */
+            region = nm->block_region[block] =
+                region_of(nm, nm->block_address[block - 1], nm->block_order[block - 1]);
         return KEY(1, region, ((uint64_t)block << 1) | (r->freed != 0));
     }
     int64_t j = find(&nm->objects, r->addr);

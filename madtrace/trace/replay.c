@@ -310,10 +310,15 @@ static void access(replay_t *s, uint16_t size)
  * the output might not fit.  out[0] = records used, out[1] = accesses used,
  * out[2] = events written, out[3] = segments written.  Returns 0, or -1 when
  * memory ran out. */
-int rp_run(replay_t *s, const record_t *rec, int64_t n_rec, const uint64_t *acc_seq,
-           const uint16_t *acc_size, int64_t n_acc, int records_final, int accesses_final,
+int rp_run(replay_t *s, const record_t *rec, int64_t n_rec, const uint8_t *seq_at,
+           int64_t seq_stride, const uint8_t *size_at, int64_t size_stride, int64_t n_acc,
+           int records_final, int accesses_final,
            event_t *ev, int64_t ev_cap, segment_t *seg, int64_t seg_cap, int64_t *out)
 {
+/* the accesses' seq (u64) and size (u16), each ``stride`` bytes apart: fields of the
+ * access rows as they are, or arrays of their own */
+#define ACC_SEQ(k) (*(const uint64_t *)(const void *)(seq_at + (k) * seq_stride))
+#define ACC_SIZE(k) (*(const uint16_t *)(const void *)(size_at + (k) * size_stride))
     int64_t i = 0, a = 0;
     s->ev = ev; s->ev_cap = ev_cap; s->n_ev = 0;
     s->seg = seg; s->seg_cap = seg_cap; s->n_seg = 0;
@@ -325,14 +330,18 @@ int rp_run(replay_t *s, const record_t *rec, int64_t n_rec, const uint64_t *acc_
     }
     for (;;) {
         /* the accesses before record s->records */
-        while (a < n_acc && acc_seq[a] <= (uint64_t)s->records && s->n_ev < ev_cap)
-            access(s, acc_size[a++]);
+        while (a < n_acc && ACC_SEQ(a) <= (uint64_t)s->records && s->n_ev < ev_cap) {
+            access(s, ACC_SIZE(a));
+            a++;
+        }
         if (s->n_ev >= ev_cap)
             break;
         if (i == n_rec) {
             if (records_final)
-                while (a < n_acc && s->n_ev < ev_cap)
-                    access(s, acc_size[a++]);
+                while (a < n_acc && s->n_ev < ev_cap) {
+                    access(s, ACC_SIZE(a));
+                    a++;
+                }
             break;
         }
         if (a == n_acc && !accesses_final)

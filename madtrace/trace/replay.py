@@ -45,7 +45,7 @@ def _library() -> ctypes.CDLL:
         "rp_event_size": (SZ, []), "rp_segment_size": (SZ, []),
         "rp_new": (P, [P, P, P, I64, I64, I64]), "rp_free": (None, [P]),
         "rp_stats": (None, [P, P]), "rp_depth": (I64, [P]),
-        "rp_run": (I, [P, P, I64, P, P, I64, I, I, P, I64, P, I64, P]),
+        "rp_run": (I, [P, P, I64, P, I64, P, I64, I64, I, I, P, I64, P, I64, P]),
         "rp_finish": (I64, [P, P, I64, P, I64]),
     }
     for name, (restype, argtypes) in sigs.items():
@@ -96,13 +96,17 @@ class ThreadReplay:
         as their order allows.  Returns (records used, accesses used, events,
         segments)."""
         records = np.ascontiguousarray(records)
-        seq = np.ascontiguousarray(seq, dtype=np.uint64)
-        size = np.ascontiguousarray(size, dtype=np.uint16)
+        # the accesses' seq and size as they are (fields of the access rows: no copy)
+        if seq.dtype != np.uint64 or seq.ndim != 1:
+            seq = np.ascontiguousarray(seq, dtype=np.uint64)
+        if size.dtype != np.uint16 or size.ndim != 1:
+            size = np.ascontiguousarray(size, dtype=np.uint16)
         events, segments = self._buffers()
         rc = self.lib.rp_run(self._ctx, records.ctypes.data, len(records), seq.ctypes.data,
-                             size.ctypes.data, len(seq), int(records_final), int(accesses_final),
-                             events.ctypes.data, len(events), segments.ctypes.data,
-                             len(segments), self._out.ctypes.data)
+                             seq.strides[0] if len(seq) else 8, size.ctypes.data,
+                             size.strides[0] if len(size) else 2, len(seq), int(records_final),
+                             int(accesses_final), events.ctypes.data, len(events),
+                             segments.ctypes.data, len(segments), self._out.ctypes.data)
         if rc:
             raise MemoryError("rp_run: the call stack could not grow")
         used_records, used_accesses, n_events, n_segments = self._out.tolist()
