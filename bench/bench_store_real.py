@@ -15,7 +15,10 @@ Side by side with the raw capture's size and the store's.  Each phase in its
 own process (/usr/bin/time gives its wall time and peak RSS); ``--runs`` runs,
 the median.
 
-  python bench/bench_store_real.py [--mb 5] [--runs 3] [--keep DIR]
+  reports    with --reports: each report kind (and the HTML page) on the
+             last run's trace, once: wall time and peak RSS
+
+  python bench/bench_store_real.py [--mb 5] [--runs 3] [--reports] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from common import ROOT, table
 
 sys.path.insert(0, ROOT)
 
+REPORT_KINDS = ("heatmap", "alloc", "footprint", "numa", "source", "segments", "calls")
 QUERY = "SELECT region, kind, count(*) FROM accesses GROUP BY ALL"
 FLOOR = """
 import sys, time
@@ -77,6 +81,8 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=5.0, help="size of the text (MB)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--keep", help="keep the last trace directory here")
+    parser.add_argument("--reports", action="store_true",
+                        help="also time every report kind on the last run's trace")
     args = parser.parse_args()
     gzip = shutil.which("gzip")
     if gzip is None:
@@ -84,6 +90,7 @@ def main() -> None:
     madtrace = [sys.executable, "-m", "madtrace.cli.main"]
     work = tempfile.mkdtemp(prefix="madtrace-store-real-")
     results: dict[str, list[float]] = {}
+    reports: list[tuple] = []
     try:
         source = os.path.join(work, "text")
         text(source, int(args.mb * 1e6))
@@ -113,6 +120,14 @@ def main() -> None:
                                ("events M", events / 1e6), ("raw MB", raw / 1e6),
                                ("store MB", stored / 1e6), ("store / raw", stored / raw)):
                 results.setdefault(key, []).append(value)
+            if run == args.runs - 1 and args.reports:
+                for kind in REPORT_KINDS:
+                    seconds, rss, _ = timed([*madtrace, "report", directory, "--kind", kind,
+                                             "--json"])
+                    reports.append((kind, f"{seconds:.1f}", rss))
+                page = os.path.join(work, "page.html")
+                seconds, rss, _ = timed([*madtrace, "report", directory, "--html", page])
+                reports.append(("html (all kinds)", f"{seconds:.1f}", rss))
             if run < args.runs - 1 or not args.keep:
                 shutil.rmtree(directory)
             else:
@@ -122,6 +137,9 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     print(f"gzip -c of a {args.mb:g} MB text, every data access traced; {args.runs} runs, "
           "the median (min-max)")
+    if args.reports:
+        print(table("each report kind on the last run's trace", reports,
+                    ("kind", "s", "peak RSS MB")))
     print(table("the first answers", [(k, f"{statistics.median(v):.2f}",
                                        f"{min(v):.2f}-{max(v):.2f}")
                  for k, v in results.items()], ("measurement", "median", "range")))

@@ -13,7 +13,9 @@ stderr, exit status and every file written.
 
 REF is any commit: its ``madtrace/`` is extracted with ``git archive`` into
 DIR/ref and run with PYTHONPATH pointing at it (the compiled helpers of
-build/ are shared: they must not differ between the two versions).  Exit
+build/ are shared: they must not differ between the two versions; with
+``--own-native`` REF's native parts are built from its own sources into its
+``madtrace/built``, where it finds them first, for a change of the C parts).  Exit
 status 0 when every output is identical, 1 otherwise (the differing outputs
 listed).  ``make parity REF=...`` runs it.
 """
@@ -141,7 +143,7 @@ def outputs(root: str, traces: str, out_dir: str, work: str) -> None:
         # the store (built by the first query when it was recorded with --no-store)
         run(root, ["query", d, "SELECT 1"], work, f"{name}/query-store-built", out_dir,
             [os.path.join(d, "store")])
-        for table in ("records", "calls", "accesses", "allocations", "sites"):
+        for table in ("records", "calls", "accesses", "allocations", "sites", "block_events"):
             run(root, ["query", d, f"SELECT * FROM {table} ORDER BY ALL", "--json"], work,
                 f"{name}/store-{table}", out_dir)
 
@@ -186,6 +188,8 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
     parser.add_argument("--traces", help="use these traces (recorded earlier) instead of "
                         "recording new ones with REF")
+    parser.add_argument("--own-native", action="store_true",
+                        help="build REF's native parts from its own sources (the C changed)")
     parser.add_argument("--reuse", action="store_true", help="keep the traces and the reference's "
                         "outputs already in --work (only the working tree's are made again)")
     args = parser.parse_args()
@@ -198,9 +202,14 @@ def main() -> int:
     ref = os.path.join(work, "ref")
     shutil.rmtree(ref, ignore_errors=True)
     os.makedirs(ref)
-    archive = subprocess.run(["git", "archive", args.ref, "madtrace"], cwd=ROOT,
+    parts = ["madtrace", "injector"] if args.own_native else ["madtrace"]
+    archive = subprocess.run(["git", "archive", args.ref, *parts], cwd=ROOT,
                              capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", ref], input=archive, check=True)
+    if args.own_native:
+        subprocess.run([sys.executable, os.path.join(ref, "injector", "build_native.py"),
+                        os.path.join(ref, "madtrace", "built")], check=True, cwd=ref,
+                       env=dict(os.environ, PYTHONPATH=ref))
     os.symlink(BUILD, os.path.join(ref, "build"))
     traces = os.path.abspath(args.traces) if args.traces else os.path.join(work, "traces")
     reuse = args.reuse and os.path.isdir(os.path.join(work, "out-ref"))

@@ -58,6 +58,21 @@ def test_a_mapped_malloc_block_is_named_in_its_mapping(remap_trace):
     assert start <= big["address"] < start + 4096
 
 
+def test_the_heat_map_counts_each_access_once(remap_trace):
+    """Its totals are the accesses (a load and a store spanning two pages among
+    them), as the summary counts them; its pages count a straddler on each."""
+    directory = remap_trace[0]
+    summary = summary_json(directory)
+    loads = sum(c["L"] for c in summary["accesses"].values())
+    stores = sum(c["S"] for c in summary["accesses"].values())
+    result = madtrace("report", directory, "--kind", "heatmap", "--json")
+    assert result.returncode == 0, result.stderr.decode()
+    heat = json.loads(result.stdout)
+    assert (heat["loads"], heat["stores"]) == (loads, stores)
+    per_page = sum(r["loads"] + r["stores"] for r in heat["regions"])
+    assert per_page >= loads + stores + 2          # the two straddlers, twice each
+
+
 def test_summary_and_store_count_the_regions_alike(remap_trace):
     directory = remap_trace[0]
     summary = {r["region"]: (r["loads"], r["stores"], r["bytes"])

@@ -96,6 +96,9 @@ class HeatRegion:
 class Heatmap:
     directory: str
     regions: list[HeatRegion]
+    # the accesses, each counted once ({"loads", "stores"}): a region's cells count an
+    # access that spans two pages on each, its totals too; these are the trace's
+    accesses: dict | None = None
 
     @property
     def max_cell(self) -> int:
@@ -111,6 +114,8 @@ class Heatmap:
     def to_dict(self) -> dict:
         totals = {k: sum(r.totals()[k] for r in self.regions)
                   for k in ("loads", "stores", "block_events", "touched_pages")}
+        if self.accesses is not None:
+            totals.update(self.accesses)
         return {"kind": "heatmap", "directory": self.directory, "page_size": PAGE,
                 "columns": COLUMNS, **totals, "regions": [r.to_dict() for r in self.regions]}
 
@@ -193,6 +198,7 @@ class _Counter:
         self.counts = [np.zeros((len(p), 3), dtype=np.int64) for p in self.pages]
         self.orphans: dict[int, list[int]] = {}
         self.tally = Tally(1)       # (region, page, column) -> count, until finish()
+        self.once = np.zeros(2, dtype=np.int64)     # loads, stores: each access once
 
     def region_index(self, addresses: np.ndarray) -> np.ndarray:
         """Index of the region holding each address, -1 for none."""
@@ -236,6 +242,7 @@ def count_accesses(directory: str, counter: _Counter) -> None:
         column = (chunk["kind"] == 2).astype(np.int64)
         region = counter.region_index(addr)
         counter.add(first, region, column)
+        counter.once += np.bincount(column, minlength=2)[:2]
         straddle = last != first
         if straddle.any():
             counter.add(last[straddle], region[straddle], column[straddle])
@@ -264,4 +271,5 @@ def heatmap(directory: str) -> Heatmap:
     regions.sort(key=lambda r: r.start)
     for r in regions:
         r.cell_pages = _cell_pages(r.pages)
-    return Heatmap(directory, regions)
+    return Heatmap(directory, regions, {"loads": int(counter.once[0]),
+                                        "stores": int(counter.once[1])})
