@@ -51,7 +51,7 @@ class SourceReport:
                           for path in self.ordered_files()],
                 "without_lines": [{"function": name, **dict(zip(COLUMNS, row))}
                                   for name, row in sorted(self.without_lines.items(),
-                                                          key=lambda kv: -kv[1][0] - kv[1][1])]}
+                                                          key=lambda kv: (-kv[1][0] - kv[1][1], kv[0]))]}
 
 
 def per_instruction(directory: str) -> dict[int, list[int]]:
@@ -64,8 +64,9 @@ def per_instruction(directory: str) -> dict[int, list[int]]:
                   [None, chunk["size"]])
     keys, sums, _ = tally.result()
     tally.close()
+    order = np.argsort(keys, kind="stable")        # by address: ties keep that order
     out: dict[int, list[int]] = {}
-    for key, (n, nbytes) in zip(keys.tolist(), sums.tolist()):
+    for key, (n, nbytes) in zip(keys[order].tolist(), sums[order].tolist()):
         row = out.setdefault(key >> 1, [0, 0, 0, 0, 0])
         row[key & 1] += n
         row[2] += nbytes

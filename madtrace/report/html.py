@@ -121,7 +121,7 @@ def source_section(report) -> str:
         rows.append("</table>")
         parts.append("".join(rows))
     if report.without_lines:
-        functions = sorted(report.without_lines.items(), key=lambda kv: -kv[1][0] - kv[1][1])
+        functions = sorted(report.without_lines.items(), key=lambda kv: (-kv[1][0] - kv[1][1], kv[0]))
         parts.append("<h3>Instructions without a source line (per function)</h3>")
         parts.append(_table(["function", "loads", "stores", "bytes", "blocks"],
                             [[name, r[0], r[1], r[2], r[3]] for name, r in functions]))

@@ -191,7 +191,7 @@ def print_source(report, top: int, out) -> None:
                for line, r in sorted(rows)], out, indent="     ", left=(5,))
         _more(list(report.files[path]), top, "lines", out)
     if report.without_lines:
-        rows = sorted(report.without_lines.items(), key=lambda kv: -kv[1][0] - kv[1][1])
+        rows = sorted(report.without_lines.items(), key=lambda kv: (-kv[1][0] - kv[1][1], kv[0]))
         print("\n   instructions without a source line (per function):", file=out)
         table(["function", "loads", "stores", "bytes", "blocks"],
               [[name, r[0], r[1], r[2], r[3]] for name, r in rows[:top]], out)

@@ -89,9 +89,9 @@ def _with_calls(directory, totals, dimensions, allocator, progress) -> None:
             progress(done_before + done)
         if chunk.last:
             done_before += done
-    for fid, name in enumerate(tables.names):
+    for fid, name in sorted(enumerate(tables.names), key=lambda item: item[1]):
         if not sums[5, fid]:
-            continue        # no call of it in the trace
+            continue        # no call of it in the trace (by name, as the summary lists them)
         f = totals.functions.setdefault(name, {"calls": 0, "accesses_self": 0, "accesses_incl": 0,
                                                "bytes_self": 0, "bytes_incl": 0})
         for row, key in enumerate(("calls", "accesses_self", "accesses_incl", "bytes_self",
