@@ -62,10 +62,14 @@ def text(path: str, size: int) -> None:
             written += len(line)
 
 
-def timed(command: list[str], out=subprocess.DEVNULL) -> tuple[float, int, str]:
-    """(wall s, peak RSS MB, stderr) of one command."""
+def timed(command: list[str], out=subprocess.DEVNULL, refused_ok: bool = False
+          ) -> tuple[float, int, str]:
+    """(wall s, peak RSS MB, stderr) of one command; ``refused_ok``: a command that
+    refuses the trace (a report kind that needs what it lacks) gives (-1, 0, why)."""
     done = subprocess.run(["/usr/bin/time", "-f", "@@ %e %M", *command], stdout=out,
                           stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    if done.returncode and refused_ok:
+        return -1.0, 0, done.stderr.splitlines()[0] if done.stderr else ""
     if done.returncode:
         raise SystemExit(f"failed: {' '.join(command)}\n{done.stderr[-2000:]}")
     last = [line for line in done.stderr.splitlines() if line.startswith("@@ ")][-1].split()
@@ -122,9 +126,10 @@ def main() -> None:
                 results.setdefault(key, []).append(value)
             if run == args.runs - 1 and args.reports:
                 for kind in REPORT_KINDS:
-                    seconds, rss, _ = timed([*madtrace, "report", directory, "--kind", kind,
-                                             "--json"])
-                    reports.append((kind, f"{seconds:.1f}", rss))
+                    seconds, rss, why = timed([*madtrace, "report", directory, "--kind", kind,
+                                               "--json"], refused_ok=True)
+                    reports.append((kind, f"{seconds:.1f}", rss) if seconds >= 0 else
+                                   (kind, "refused", why.split(": ", 2)[-1][:60]))
                 page = os.path.join(work, "page.html")
                 seconds, rss, _ = timed([*madtrace, "report", directory, "--html", page])
                 reports.append(("html (all kinds)", f"{seconds:.1f}", rss))
