@@ -51,6 +51,39 @@ static inline uint64_t plane_bytes(const uint8_t *planes, int64_t n, int64_t i, 
     return v;
 }
 
+/* whether every record of a block names an instruction of the table (else
+ * ``*bad_id``: the first that does not), checked before anything is counted */
+static int ids_known(const uint8_t *data, int64_t n, int planes, int64_t n_inst, int64_t *bad_id)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t id;
+        if (planes)
+            id = (uint32_t)plane_bytes(data, n, i, 8, 4);
+        else
+            memcpy(&id, data + i * REC_SIZE + 8, 4);
+        if ((int64_t)id >= n_inst) {
+            *bad_id = id;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* the records first..first+m-1 of a block as they are: in place, or copied out
+ * of the byte planes into ``tile`` (room for m records) */
+static const uint8_t *tile_records(const uint8_t *data, int64_t n, int planes, int64_t first,
+                                   int64_t m, uint8_t *tile)
+{
+    if (!planes)
+        return data + first * REC_SIZE;
+    for (int k = 0; k < REC_SIZE; k++) {
+        const uint8_t *plane = data + (int64_t)k * n + first;
+        for (int64_t i = 0; i < m; i++)
+            tile[i * REC_SIZE + k] = plane[i];
+    }
+    return tile;
+}
+
 /*
  * Decode ``n`` records: ``planes`` true: byte planes (byte k of every record,
  * then byte k + 1), else the records as they are.  Instruction columns by id:
@@ -559,30 +592,13 @@ int64_t ap_rows_compact(void *p, const uint8_t *data, int64_t n, int planes,
     enum { TILE = 512 };
     access_t rows[2 * TILE];
     uint8_t tile[TILE * REC_SIZE];
-    for (int64_t i = 0; i < n; i++) {      /* every id known before anything is named */
-        uint32_t id;
-        if (planes)
-            id = (uint32_t)plane_bytes(data, n, i, 8, 4);
-        else
-            memcpy(&id, data + i * REC_SIZE + 8, 4);
-        if ((int64_t)id >= n_inst) {
-            *bad_id = id;
-            return -2;
-        }
-    }
+    if (!ids_known(data, n, planes, n_inst, bad_id))
+        return -2;
     decode_state_t s = *state;
     int64_t done = 0;
     for (int64_t first = 0; first < n; first += TILE) {
         int64_t m = n - first < TILE ? n - first : TILE;
-        const uint8_t *src = data + first * REC_SIZE;
-        if (planes) {
-            for (int k = 0; k < REC_SIZE; k++) {
-                const uint8_t *plane = data + (int64_t)k * n + first;
-                for (int64_t i = 0; i < m; i++)
-                    tile[i * REC_SIZE + k] = plane[i];
-            }
-            src = tile;
-        }
+        const uint8_t *src = tile_records(data, n, planes, first, m, tile);
         int64_t got = ap_decode(src, m, 0, i_rip, i_size, i_kind, i_ilen, i_first, n_inst, &s,
                                 rows, bad_id);
         if (got < 0)
@@ -658,28 +674,11 @@ int ap_count_compact(void *p, const uint8_t *data, int64_t n, int planes,
     access_t rows[2 * TILE];
     uint8_t tile[TILE * REC_SIZE];
     decode_state_t s = *state;
-    for (int64_t i = 0; i < n; i++) {      /* every id known before anything is counted */
-        uint32_t id;
-        if (planes)
-            id = (uint32_t)plane_bytes(data, n, i, 8, 4);
-        else
-            memcpy(&id, data + i * REC_SIZE + 8, 4);
-        if ((int64_t)id >= n_inst) {
-            *bad_id = id;
-            return -2;
-        }
-    }
+    if (!ids_known(data, n, planes, n_inst, bad_id))
+        return -2;
     for (int64_t first = 0; first < n; first += TILE) {
         int64_t m = n - first < TILE ? n - first : TILE;
-        const uint8_t *src = data + first * REC_SIZE;
-        if (planes) {        /* the tile's records out of the planes */
-            for (int k = 0; k < REC_SIZE; k++) {
-                const uint8_t *plane = data + (int64_t)k * n + first;
-                for (int64_t i = 0; i < m; i++)
-                    tile[i * REC_SIZE + k] = plane[i];
-            }
-            src = tile;
-        }
+        const uint8_t *src = tile_records(data, n, planes, first, m, tile);
         int64_t got = ap_decode(src, m, 0, i_rip, i_size, i_kind, i_ilen, i_first, n_inst, &s,
                                 rows, bad_id);
         if (got < 0)

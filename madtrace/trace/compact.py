@@ -188,20 +188,26 @@ class CompactReader:
             yield out[:size]
 
     def _decode_raw(self, raw, n: int, planes: bool, out: np.ndarray) -> int:
-        state = access_pass.DecodeState(self.seq, self.next_order)
+        return self._with_state(lambda table, state:
+                                access_pass.decode(raw, n, planes, table, state, out))
+
+    def _with_state(self, work):
+        """``work(table, state)`` on one block, from the seq and order reached; the
+        instruction table read again once if the block names an id past it (appended
+        to data/instructions.jsonl after this reader loaded it: the tracer writes
+        every id before the first record naming it).  Returns what ``work`` does."""
         for attempt in (0, 1):
+            state = access_pass.DecodeState(self.seq, self.next_order)
             try:
-                m = access_pass.decode(raw, n, planes, self.table, state, out)
+                result = work(self.table, state)
                 break
             except access_pass.UnknownInstruction as exc:
                 if attempt or self.directory is None:
                     raise CorruptTraceError(f"{self.path}: instruction id {exc.ident} unknown") \
                         from None
-                # appended to data/instructions.jsonl after this reader loaded it (the
-                # tracer writes every id before the first record naming it)
                 self.table = InstructionColumns.load(self.directory)
         self.seq, self.next_order = int(state.seq), int(state.next_order)
-        return m
+        return result
 
     def row_chunks(self, ids, spans, chunk_rows: int = 1 << 20) -> Iterator[dict]:
         """The store's access_rows columns (access_pass.ROW_COLUMNS) of the complete
@@ -215,22 +221,9 @@ class CompactReader:
                     yield {c: v[:size] for c, v in out.items()}
                     start += size
                 out, size = access_pass.row_columns(max(chunk_rows, 2 * n) + 2 * n), 0
-            state = access_pass.DecodeState(self.seq, self.next_order)
-            try:
-                got = ids.rows_compact(raw, n, planes, self.table, state, start + size, spans,
-                                       out, size)
-            except access_pass.UnknownInstruction as exc:
-                if self.directory is None:
-                    raise CorruptTraceError(f"{self.path}: instruction id {exc.ident} unknown") \
-                        from None
-                self.table = InstructionColumns.load(self.directory)
-                try:
-                    got = ids.rows_compact(raw, n, planes, self.table, state, start + size,
-                                           spans, out, size)
-                except access_pass.UnknownInstruction as again:
-                    raise CorruptTraceError(f"{self.path}: instruction id {again.ident} "
-                                            "unknown") from None
-            self.seq, self.next_order = int(state.seq), int(state.next_order)
+            got = self._with_state(
+                lambda table, state, raw=raw, n=n, planes=planes, at=start + size, out=out,
+                size=size: ids.rows_compact(raw, n, planes, table, state, at, spans, out, size))
             self.offset = offset
             size += got
             if size >= chunk_rows:
@@ -245,20 +238,8 @@ class CompactReader:
         (access_pass.AccessIds) without making them; ``spans``: the thread's
         allocator calls (AllocatorCalls.spans)."""
         for offset, raw, n, planes in read_ahead(iter_raw_blocks(self.path, self.offset)):
-            state = access_pass.DecodeState(self.seq, self.next_order)
-            try:
-                ids.count_compact(raw, n, planes, self.table, state, spans)
-            except access_pass.UnknownInstruction as exc:
-                if self.directory is None:
-                    raise CorruptTraceError(f"{self.path}: instruction id {exc.ident} unknown") \
-                        from None
-                self.table = InstructionColumns.load(self.directory)
-                try:
-                    ids.count_compact(raw, n, planes, self.table, state, spans)
-                except access_pass.UnknownInstruction as again:
-                    raise CorruptTraceError(f"{self.path}: instruction id {again.ident} "
-                                            "unknown") from None
-            self.seq, self.next_order = int(state.seq), int(state.next_order)
+            self._with_state(lambda table, state, raw=raw, n=n, planes=planes:
+                             ids.count_compact(raw, n, planes, table, state, spans))
             self.offset = offset
 
     def decode(self, r: np.ndarray) -> np.ndarray:
