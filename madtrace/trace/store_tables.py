@@ -157,9 +157,9 @@ def write_dimensions(directory: str, dimensions: AccessDimensions | None,
 
 def _write_threads(directory, tables, dimensions, placer, flusher, rows, written,
                    progress) -> None:
-    """calls and access rows of every thread, in one segmentation pass; the
-    threads without call records (their accesses outside every call) straight
-    from their compact files."""
+    """records, calls and access rows of every thread, in one segmentation pass;
+    the threads without call records (their accesses outside every call)
+    straight from their compact files."""
     allocator_calls = AllocatorCalls.load(directory)
     with_records = {t for t, _ in thread_files(directory)}
     direct = {t: p for t, p in ACCESS_RECORDS.files(directory)
