@@ -188,12 +188,6 @@ class ImageChanges:
         else:
             self.controller.after_resume.append(write)
 
-    def _rings_busy(self) -> bool:
-        """Records pour into the function tracer's or the data engine's rings."""
-        functions, paths = self.functions, self.data and self.data.paths
-        return any(part is not None and part.rings is not None and part.rings.busy()
-                   for part in (functions, paths))
-
     def _space_ahead(self, pid: int) -> tuple | None:
         """Attach: the address space loaded before the target is stopped (parsing its
         ELF files was most of an attach's pause: 130-150 ms of the 140-160 ms

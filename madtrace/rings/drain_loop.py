@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 
 from ..errors import TracerInternalError
 
 SERVICE = 0.001            # s: the pool's claims are adopted this soon while records come
-BUSY_WINDOW = 0.1          # s: busy() while more than a ring's worth comes per window
 SWITCH_INTERVAL = 0.0005   # s: the drain waits for the GIL at most about that long
 
 
@@ -37,38 +35,19 @@ class DrainLoop:
         self.rings = rings
         self.interval = interval
         self.idle_max = idle_max
-        self.rate = 0.0                 # records per s, all rings, at the last drain
         self._stop = threading.Event()
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
         self._thread = threading.Thread(target=self._loop, name="madtrace-drain", daemon=True)
         self._thread.start()
 
-    def busy(self) -> bool:
-        """Records come fast (the last rate), or more than 1/64 of a ring waits in one
-        now (a burst not seen yet): the drain needs the CPU."""
-        rings = self.rings
-        if self.rate * BUSY_WINDOW > rings.L.MT_RING_RECORDS:
-            return True
-        if not rings.lock.acquire(blocking=False):
-            return True                     # draining (or closing) now
-        try:
-            waiting = rings.L.MT_RING_RECORDS // 64
-            return not rings.closed and any(
-                rings.ring_u64(i, rings.L.MT_RING_HEAD) - rings.ring_u64(i, rings.L.MT_RING_TAIL)
-                > waiting for i in rings.thread_ring.values())
-        finally:
-            rings.lock.release()
-
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-        self.rate = 0.0
 
     def _loop(self) -> None:
         rings = self.rings
         busy = rings.L.MT_RING_RECORDS // 16
         idle = self.interval
-        last = time.monotonic()
         while not self._stop.is_set():
             try:
                 moved = rings.drain_all(background=True)
@@ -77,9 +56,6 @@ class DrainLoop:
                     rings.fail(TracerInternalError(f"the ring drain failed: {exc!r}"))
             if rings.failure is not None:
                 return
-            now = time.monotonic()
-            self.rate = moved / max(now - last, 1e-6)
-            last = now
             native = rings.spill.active
             if moved >= busy and not native:
                 idle = self.interval

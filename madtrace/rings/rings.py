@@ -541,10 +541,6 @@ class RingSet:
             self.spill.start()
         self._loop = DrainLoop(self)
 
-    def busy(self) -> bool:
-        """Records pour in: other work of the tracer's had better wait (DrainLoop.busy)."""
-        return self._loop is not None and self._loop.busy()
-
     def stop(self) -> None:
         if self._loop is not None:
             self._loop.stop()

@@ -84,10 +84,6 @@ class AccessDimensions:
     def close(self) -> None:
         self.ids.close()
 
-    def name(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(data ids, instruction ids) of access rows (ACCESS_DTYPE)."""
-        return self.ids.name(rows)
-
     def rows(self, rows: np.ndarray, access_start: int, events: np.ndarray, spans) -> dict:
         """The store's access_rows columns of a chunk (AccessIds.rows)."""
         return self.ids.rows(rows, access_start, events, spans)
