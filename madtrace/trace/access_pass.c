@@ -6,7 +6,7 @@
  *  - ap_decode: the compact access records of one block (data/<tid>.dat, the
  *    layout of madtrace/trace/format.py: COMPACT_DTYPE, the markers, byte
  *    planes) to access rows (ACCESS_DTYPE), a read-modify-write as two rows;
- *  - ap_name: each access row to the ids of the store (madtrace/trace/
+ *  - the namer (ap_rows, ap_count_*): each access row to the ids of the store (madtrace/trace/
  *    access_names.py): its instruction (rip and size) and its data (a heap
  *    block as live or freed, a static object and, for a DWARF variable, the
  *    offset in it, else the bare region), each a dense id given in the order
@@ -484,15 +484,6 @@ static int name_rows(namer_t *nm, const access_t *rows, int64_t n, uint32_t *dat
     return 0;
 }
 
-/*
- * Name ``n`` rows: ``data_id``/``inst_id`` (out, per row) get dense ids; the
- * counts of each data id grow.  Returns 0, -1 when memory ran out.
- */
-int ap_name(void *p, const access_t *rows, int64_t n, uint32_t *data_id, uint32_t *inst_id)
-{
-    return name_rows(p, rows, n, data_id, inst_id);
-}
-
 typedef struct {           /* numpy EVENT_DTYPE (replay.py) */
     int64_t call_id, ref;
     uint64_t tsc;
@@ -544,7 +535,7 @@ int ap_rows(void *p, const access_t *rows, int64_t n, int64_t access_start,
             int64_t *pos, int64_t *seq, uint64_t *order, int64_t *call_id, int32_t *fid,
             uint32_t *inst_id, uint32_t *data_id, uint64_t *addr, uint8_t *flags)
 {
-    if (ap_name(p, rows, n, data_id, inst_id))
+    if (name_rows(p, rows, n, data_id, inst_id))
         return -1;
     int64_t e = 0, span = 0;
     for (int64_t i = 0; i < n; i++) {

@@ -33,7 +33,6 @@ def _library() -> ctypes.CDLL:
         "ap_namer_new": (P, [P, P, P, I64, P, P, P, P, I64, P, P, P, I64, I64, P, P, I64,
                              P, P, P, P, P, P, I64]),
         "ap_namer_free": (None, [P]),
-        "ap_name": (I, [P, P, I64, P, P]),
         "ap_keys": (I64, [P, I, I64, P]),
         "ap_count_rows": (I, [P, P, I64, P, P, I64]),
         "ap_count_compact": (I, [P, P, I64, I, P, P, P, P, P, I64, P, P, P, I64, P]),
@@ -66,6 +65,16 @@ class UnknownInstruction(Exception):
         self.ident = ident
 
 
+def _block(raw, n: int, planes: bool, table) -> tuple[np.ndarray, list]:
+    """The first arguments of every C function that reads a block of compact
+    records: the records, how many, their layout, the instruction columns.  The
+    array returned must live as long as the call."""
+    buf = np.frombuffer(raw, dtype=np.uint8, count=n * COMPACT_DTYPE.itemsize)
+    return buf, [buf.ctypes.data, n, int(planes), table.rip.ctypes.data, table.size.ctypes.data,
+                 table.kind.ctypes.data, table.ilen.ctypes.data, table.first.ctypes.data,
+                 len(table.rip)]
+
+
 def decode(raw, n: int, planes: bool, table, state: DecodeState, out: np.ndarray) -> int:
     """Writes the access rows of ``n`` compact records ``raw`` (bytes: byte planes
     when ``planes``) to ``out`` (ACCESS_DTYPE, contiguous, room for 2n rows);
@@ -74,12 +83,9 @@ def decode(raw, n: int, planes: bool, table, state: DecodeState, out: np.ndarray
     lib = _library()
     if len(out) < 2 * n or not out.flags.c_contiguous:
         raise TracerInternalError("decode: the output has no room for the rows")
-    buf = np.frombuffer(raw, dtype=np.uint8, count=n * COMPACT_DTYPE.itemsize)
+    _buf, block = _block(raw, n, planes, table)
     bad = ctypes.c_int64(0)
-    m = lib.ap_decode(buf.ctypes.data, n, int(planes), table.rip.ctypes.data,
-                      table.size.ctypes.data, table.kind.ctypes.data, table.ilen.ctypes.data,
-                      table.first.ctypes.data, len(table.rip), ctypes.byref(state),
-                      out.ctypes.data, ctypes.byref(bad))
+    m = lib.ap_decode(*block, ctypes.byref(state), out.ctypes.data, ctypes.byref(bad))
     if m < 0:
         raise UnknownInstruction(bad.value)
     return m
@@ -153,16 +159,6 @@ class AccessIds:
     def __del__(self):
         self.close()
 
-    def name(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(data ids, instruction ids) of ``rows`` (ACCESS_DTYPE), uint32 each."""
-        rows = np.ascontiguousarray(rows)
-        data = np.empty(len(rows), dtype=np.uint32)
-        inst = np.empty(len(rows), dtype=np.uint32)
-        if self.lib.ap_name(self._ctx, rows.ctypes.data, len(rows), data.ctypes.data,
-                            inst.ctypes.data):
-            raise MemoryError("ap_name")
-        return data, inst
-
     def rows(self, rows: np.ndarray, access_start: int, events: np.ndarray,
              spans: tuple[np.ndarray, np.ndarray] | None) -> dict:
         """The store's access_rows columns (columnar.py) of ``rows`` (ACCESS_DTYPE, the
@@ -189,18 +185,14 @@ class AccessIds:
         (decode's arguments), into the columns ``out`` (access_rows' columns, room
         for 2n rows from ``at``); returns the rows written.  UnknownInstruction as
         decode (nothing written)."""
-        buf = np.frombuffer(raw, dtype=np.uint8, count=n * COMPACT_DTYPE.itemsize)
+        _buf, block = _block(raw, n, planes, table)
         begins, ends = _spans(spans)
         bad = ctypes.c_int64(0)
         columns = [out[c][at:] for c in ROW_COLUMNS]
         if any(len(c) < 2 * n for c in columns):
             raise TracerInternalError("rows_compact: the columns have no room for the rows")
-        got = self.lib.ap_rows_compact(self._ctx, buf.ctypes.data, n, int(planes),
-                                       table.rip.ctypes.data, table.size.ctypes.data,
-                                       table.kind.ctypes.data, table.ilen.ctypes.data,
-                                       table.first.ctypes.data, len(table.rip),
-                                       ctypes.byref(state), access_start, begins.ctypes.data,
-                                       ends.ctypes.data, len(begins),
+        got = self.lib.ap_rows_compact(self._ctx, *block, ctypes.byref(state), access_start,
+                                       begins.ctypes.data, ends.ctypes.data, len(begins),
                                        *(c.ctypes.data for c in columns), ctypes.byref(bad))
         if got == -2:
             raise UnknownInstruction(bad.value)
@@ -229,14 +221,10 @@ class AccessIds:
                       spans) -> None:
         """Count the access rows of ``n`` compact records (decode's arguments)
         without making them; UnknownInstruction as decode (nothing counted)."""
-        buf = np.frombuffer(raw, dtype=np.uint8, count=n * COMPACT_DTYPE.itemsize)
+        _buf, block = _block(raw, n, planes, table)
         begins, ends = _spans(spans)
         bad = ctypes.c_int64(0)
-        rc = self.lib.ap_count_compact(self._ctx, buf.ctypes.data, n, int(planes),
-                                       table.rip.ctypes.data, table.size.ctypes.data,
-                                       table.kind.ctypes.data, table.ilen.ctypes.data,
-                                       table.first.ctypes.data, len(table.rip),
-                                       ctypes.byref(state), begins.ctypes.data,
+        rc = self.lib.ap_count_compact(self._ctx, *block, ctypes.byref(state), begins.ctypes.data,
                                        ends.ctypes.data, len(begins), ctypes.byref(bad))
         if rc == -2:
             raise UnknownInstruction(bad.value)

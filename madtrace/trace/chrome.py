@@ -150,10 +150,7 @@ class Coverage:
 def _call_durations(chunk, clock: Clock) -> np.ndarray:
     """The durations of a chunk's ended calls (unmatched exits left out), as the
     coarse export measures them: µs between the records, else record positions."""
-    seg = chunk.segments[chunk.segments["fate"] != FATE_UNMATCHED]
-    if clock.timed:
-        return clock.us(seg["end_tsc"]) - clock.us(seg["begin_tsc"])
-    return (seg["end_seq"] - seg["begin_seq"]).astype(np.float64)
+    return _call_durations_all(chunk.segments[chunk.segments["fate"] != FATE_UNMATCHED], clock)
 
 
 def _call_durations_all(segments: np.ndarray, clock: Clock) -> np.ndarray:
