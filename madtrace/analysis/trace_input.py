@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import CorruptTraceError, NoDataError
-from ..trace.record_files import ACCESS_RECORDS, record_count
+from ..errors import NoDataError
+from ..trace.record_files import ACCESS_RECORDS
 from ..trace.block_event_records import block_events
-from ..trace.meta import read_meta
+from ..trace.meta import accesses_recorded, read_meta
 
 # block event kinds -> which of their ranges were read / written
 #   Y copy: `source` read, `address` written; W block store; G block fetch (write())
@@ -35,15 +35,8 @@ def require_accesses(directory: str, kind: str) -> dict:
 
 
 def access_rows(directory: str) -> int:
-    """How many accesses the trace holds, for a progress line: meta.json's counts,
-    else the files' headers (a compact file's records: a read-modify-write is
-    two accesses), without reading the files."""
-    try:
-        counted = (read_meta(directory).get("accesses") or {}).values()
-        total = sum(int(c["L"]) + int(c["S"]) for c in counted)
-    except (CorruptTraceError, KeyError, TypeError, ValueError, AttributeError):
-        total = 0
-    return total or sum(record_count(path) for _, path in ACCESS_RECORDS.files(directory))
+    """How many accesses the trace holds, for a progress line (meta.accesses_recorded)."""
+    return accesses_recorded(directory)
 
 
 def block_ranges(event: dict):

@@ -49,3 +49,17 @@ def read_meta(directory: str) -> dict:
             f"{meta_path}: unsupported or missing format_version (expected {FORMAT_VERSION})"
         )
     return settle(meta, directory)
+
+
+def accesses_recorded(directory: str) -> int:
+    """How many accesses a trace holds, without reading its access files (for a
+    progress line): meta.json's counts, else (a trace cut short) the access
+    records of the files' headers, which count a read-modify-write once where it
+    is two accesses."""
+    from .record_files import ACCESS_RECORDS, record_count
+    try:
+        counted = (read_meta(directory).get("accesses") or {}).values()
+        total = sum(int(c["L"]) + int(c["S"]) for c in counted)
+    except (CorruptTraceError, OSError, KeyError, TypeError, ValueError, AttributeError):
+        total = 0
+    return total or sum(record_count(path) for _, path in ACCESS_RECORDS.files(directory))

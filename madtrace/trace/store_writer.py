@@ -21,12 +21,10 @@ import os
 import shutil
 import sys
 
-from ..errors import CorruptTraceError
 from ..progress import Progress
-from .meta import read_meta
+from .meta import accesses_recorded
 from .format import STORE_FORMAT_VERSION, load_functions, read_store_meta, store_path, write_store_meta
-from .record_files import (ACCESS_RECORDS, CALL_RECORDS, capture_sources, record_count,
-                           store_is_complete)
+from .record_files import (CALL_RECORDS, capture_sources, store_is_complete)
 
 
 class StoreWriter:
@@ -38,18 +36,8 @@ class StoreWriter:
         write_store_meta(directory, {"complete": False})
 
     def _captured_events(self) -> int:
-        """Call records and accesses: the accesses meta.json counted, else (a trace
-        cut short) the access records of the compact blocks' headers, which count
-        a read-modify-write once where it is two accesses."""
-        records = CALL_RECORDS.total_rows(self.directory)
-        try:
-            counted = (read_meta(self.directory).get("accesses") or {}).values()
-            accesses = sum(int(c["L"]) + int(c["S"]) for c in counted)
-        except (CorruptTraceError, OSError, KeyError, TypeError, ValueError, AttributeError):
-            accesses = 0
-        if not accesses:
-            accesses = sum(record_count(p) for _, p in ACCESS_RECORDS.files(self.directory))
-        return records + accesses
+        """Call records and accesses (an estimate for the progress line)."""
+        return CALL_RECORDS.total_rows(self.directory) + accesses_recorded(self.directory)
 
     def finish(self, out=sys.stderr) -> dict:
         """Every file is complete: write the tables.  Returns the store's meta."""
