@@ -6,7 +6,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_STAMP := build/.apt-installed
-APT_PACKAGES := gcc g++ make valgrind uftrace binutils procps nodejs libdw-dev libxxhash-dev libzstd1 openjdk-17-jre-headless
+APT_PACKAGES := gcc g++ make valgrind uftrace binutils procps nodejs libdw-dev libxxhash-dev libzstd1 openjdk-17-jre-headless chromium chromium-driver
 
 TEST_SRCS := $(wildcard tests/progs/*.c) $(wildcard tests/progs/*.cc)
 TEST_NAMES := $(basename $(notdir $(TEST_SRCS)))
