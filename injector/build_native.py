@@ -94,6 +94,7 @@ def build(out: str, compiler: str = "gcc", python: str = sys.executable) -> list
                             _src("madtrace", "trace", "access_pass.c")], [], []),
         ("libmtblocks.so", [_src("madtrace", "data", "heap", "block_index.c")], [], []),
         ("libmtfootprint.so", [_src("madtrace", "analysis", "footprint.c")], [], []),
+        ("libmtmemsim.so", [_src("madtrace", "analysis", "memory_sim.c")], [], []),
     ]
     for name, sources, flags, libs in libraries:
         target = os.path.join(native, name)

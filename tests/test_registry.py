@@ -58,7 +58,7 @@ def _text(rows, top, args, out):
 KIND = Kind(name="threads", help="accesses per thread", order=7, needs=("accesses",),
             compute=_compute, text=_text,
             json=lambda rows, args: {str(t): r for t, r in sorted(rows.items())},
-            all_order=6)
+            all_order=99)
 '''
 
 CSV_EXPORT = '''

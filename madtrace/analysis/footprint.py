@@ -56,7 +56,7 @@ _ERRORS = {1: "out of memory", 2: "a thread has more than 2**31 calls",
 
 @functools.lru_cache(maxsize=None)
 def _library() -> ctypes.CDLL:
-    lib = load("libmtfootprint.so", "the footprint analysis", "footprint-native")
+    lib = load("libmtfootprint.so", "the footprint analysis", "analysis-native")
     P, I64 = ctypes.c_void_p, ctypes.c_int64
     for name, restype, argtypes in (
             ("fp_new", P, []), ("fp_free", None, [P]), ("fp_reset", None, [P]),

@@ -80,24 +80,36 @@ def source_lines(directory: str) -> SourceReport:
         row = rows.setdefault(int(event.get("rip") or 0), [0, 0, 0, 0, 0])
         row[3] += 1
         row[4] += int(event["size"])
-    space = address_space_of(directory)
     report = SourceReport(directory, {})
+    for rip, (path, line) in place_instructions(directory, list(rows)).items():
+        if path is not None:
+            target = report.files.setdefault(path, {}).setdefault(int(line), [0] * 5)
+        else:
+            target = report.without_lines.setdefault(str(line), [0] * 5)
+        for k in range(5):
+            target[k] += rows[rip][k]
+    return report
+
+
+def place_instructions(directory: str, rips: list[int]) -> dict[int, tuple[str | None, int | str]]:
+    """Each instruction's source (path, line) from its module's DWARF line
+    table, or (None, function) when it has no line (a library without debug
+    information: the function ``symbol`` of the instruction)."""
+    space = address_space_of(directory)
     by_module: dict[object, list[int]] = {}
-    for rip in rows:
+    for rip in rips:
         by_module.setdefault(space.module_for(rip), []).append(rip)
-    for module, rips in by_module.items():
+    out: dict[int, tuple[str | None, int | str]] = {}
+    for module, group in by_module.items():
         if module is not None and module.name != "[vdso]":
             files, lines = line_table(module.image).lookup(
-                np.array(rips, dtype=np.uint64) - np.uint64(module.bias))
+                np.array(group, dtype=np.uint64) - np.uint64(module.bias))
             names = line_table(module.image).files
         else:
-            files, lines, names = np.full(len(rips), -1), np.zeros(len(rips)), []
-        for rip, f, line in zip(rips, files.tolist(), lines.tolist()):
+            files, lines, names = np.full(len(group), -1), np.zeros(len(group)), []
+        for rip, f, line in zip(group, files.tolist(), lines.tolist()):
             if f >= 0 and line > 0:
-                target = report.files.setdefault(names[f], {}).setdefault(int(line), [0] * 5)
+                out[rip] = (names[f], int(line))
             else:
-                name = space.code_location(rip).rsplit("+", 1)[0]
-                target = report.without_lines.setdefault(name, [0] * 5)
-            for k in range(5):
-                target[k] += rows[rip][k]
-    return report
+                out[rip] = (None, space.code_location(rip).rsplit("+", 1)[0])
+    return out

@@ -23,7 +23,7 @@ NAME = "doctor"
 HELP = "check that tracing works on this machine, and say what to do where it does not"
 CAP_SYS_PTRACE = 19
 LIBRARIES = ("libmtloop.so", "libmtdrain.so", "libmtreplay.so", "libmtblocks.so",
-             "libmtfootprint.so")
+             "libmtfootprint.so", "libmtmemsim.so")
 SYS_PROCESS_VM_READV = 310
 MIN_KERNEL = (5, 3)     # PTRACE_GET_SYSCALL_INFO
 

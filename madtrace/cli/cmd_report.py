@@ -44,6 +44,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--depth", type=int, metavar="D", default=None,
                         help=f"call tree levels shown below the root (default {DEFAULT_DEPTH}; "
                              "with --json: all)")
+    parser.add_argument("--cache", metavar="SPEC",
+                        help="cache: the hierarchy to simulate, LEVEL=SIZE:WAYS:LINE,... e.g. "
+                             "L1=32K:8:64,L2=1M:16:64,L3=32M:16:64 (default: this machine's, "
+                             "as /sys/devices/system/cpu/cpu0/cache says)")
+    parser.add_argument("--line", type=int, metavar="N", default=None,
+                        help="sharing, reuse: the cache line in bytes (default 64)")
     parser.add_argument("--topology", metavar="FILE",
                         help="numa: a simulated topology (JSON: nodes -> CPUs, page ranges -> "
                              "node, policy) instead of the recorded one")
@@ -127,6 +133,10 @@ def run(args) -> int:
     kind = _kind_of(args)
     if args.topology and kind not in ("numa", "all"):
         raise UsageError("--topology is for --kind numa")
+    if args.cache is not None and kind != "cache":
+        raise UsageError("--cache is for --kind cache")
+    if args.line is not None and kind not in ("sharing", "reuse"):
+        raise UsageError("--line is for --kind sharing and --kind reuse")
     if kind != "all" and KINDS[kind].text_only:
         return _listing(args, KINDS[kind])
     if args.png and kind not in PNG_KINDS:
@@ -155,8 +165,9 @@ def run(args) -> int:
         print(f"madtrace: wrote {args.png}", file=sys.stderr)
     if args.html:
         from ..report.html import write_html
+        shown = html_sections([KINDS[name] for name in kinds])
         sections = [(k.name, k.html(results.get(k.name)))  # type: ignore[misc]  # html_sections: has one
-                    for k in html_sections([KINDS[name] for name in kinds])]
-        write_html(args.directory, sections, args.html)
+                    for k in shown]
+        write_html(args.directory, sections, args.html, {k.name: results.get(k.name) for k in shown})
         print(f"madtrace: wrote {args.html}", file=sys.stderr)
     return 0

@@ -28,7 +28,7 @@ def table(headers: list[str], rows: list[list], out, indent: str = "   ",
         print(line(row), file=out)
 
 
-def _more(rows: list, top: int, what: str, out) -> None:
+def more_rows(rows: list, top: int, what: str, out) -> None:
     if len(rows) > top:
         print(f"   … {len(rows) - top} more {what} (raise --top, or --json for all)", file=out)
 
@@ -91,7 +91,7 @@ def print_alloc(usage, top: int, out) -> None:
             s["stores"], s["bytes"], s["block_bytes_in"], s["block_bytes_out"],
             s["untouched_blocks"], s["freed_accesses"], s["allocator_accesses"]]
            for s in usage.sites[:top]], out)
-    _more(usage.sites, top, "sites", out)
+    more_rows(usage.sites, top, "sites", out)
     blocks = sorted(usage.blocks, key=lambda b: (-(b["loads"] + b["stores"]), b["id"]))
     print("\n   blocks (by accesses):", file=out)
     table(["block", "size", "loads", "stores", "accessed B", "block in B", "block out B",
@@ -99,7 +99,7 @@ def print_alloc(usage, top: int, out) -> None:
           [[b["allocated_as"], b["size"], b["loads"], b["stores"], b["bytes"], b["block_bytes_in"],
             b["block_bytes_out"], b["freed_accesses"], b["allocator_accesses"],
             "yes" if b["freed"] else ""] for b in blocks[:top]], out)
-    _more(blocks, top, "blocks", out)
+    more_rows(blocks, top, "blocks", out)
     untouched = usage.untouched
     if untouched:
         print(f"\n   never touched ({len(untouched)}): " + ", ".join(
@@ -149,13 +149,13 @@ def print_numa(report, top: int, out) -> None:
     table(["thread", "binding", "accesses", *NUMA_HEADERS],
           [[th["tid"], " → ".join(_cpus(b["cpus"]) for b in th["bindings"]) or "?",
             th["accesses"], *_metric_cells(th)] for th in report.threads[:top]], out)
-    _more(report.threads, top, "threads", out)
+    more_rows(report.threads, top, "threads", out)
     for title, rows in (("access sites", report.access_sites),
                         ("allocation sites", report.allocation_sites)):
         print(f"\n   {title} (remote and unpinned first):", file=out)
         table(["site", "accesses", *NUMA_HEADERS],
               [[r["site"], r["accesses"], *_metric_cells(r)] for r in rows[:top]], out)
-        _more(rows, top, title, out)
+        more_rows(rows, top, title, out)
     nodes_seen = sorted({n for row in report.matrix.values() for n in row})
     print("\n   accesses per thread and page node (? = unknown):", file=out)
     table(["thread", *[("?" if n < 0 else f"node {n}") for n in nodes_seen]],
@@ -189,13 +189,13 @@ def print_source(report, top: int, out) -> None:
               [[line, r[0], r[1], r[2], r[3],
                 (text[line - 1].strip()[:60] if text and line <= len(text) else "")]
                for line, r in sorted(rows)], out, indent="     ", left=(5,))
-        _more(list(report.files[path]), top, "lines", out)
+        more_rows(list(report.files[path]), top, "lines", out)
     if report.without_lines:
         rows = sorted(report.without_lines.items(), key=lambda kv: (-kv[1][0] - kv[1][1], kv[0]))
         print("\n   instructions without a source line (per function):", file=out)
         table(["function", "loads", "stores", "bytes", "blocks"],
               [[name, r[0], r[1], r[2], r[3]] for name, r in rows[:top]], out)
-        _more(rows, top, "functions", out)
+        more_rows(rows, top, "functions", out)
 
 
 def short_path(path: str) -> str:
@@ -224,12 +224,12 @@ def print_footprint(report, top: int, out) -> None:
     table(["function", "calls", "incl max", "incl mean B", "self max", "self mean B"],
           [[f["function"], f["calls"], _fp(f, "incl", "max"), f["incl_bytes_mean"],
             _fp(f, "self", "max"), f["self_bytes_mean"]] for f in functions[:top]], out)
-    _more(functions, top, "functions", out)
+    more_rows(functions, top, "functions", out)
     calls = report.call_rows()
     print("\n   calls (largest inclusive byte footprint first):", file=out)
     table(["call", "function", "thread", "depth", "incl", "self"],
           [[c["call_id"], c["function"], c["tid"], c["depth"], _fp(c, "incl"), _fp(c, "self")]
            for c in calls[:top]], out, left=(0, 1))
-    _more(calls, top, "calls", out)
+    more_rows(calls, top, "calls", out)
     print(f"   analysis memory (shadow and open calls, peak): {report.peak_memory} bytes",
           file=out)

@@ -251,11 +251,13 @@ def _thread_records(directory: str, tid: int, path: str | None, tables: CallTabl
 def iter_thread_chunks(directory: str, *, accesses: bool = True,
                        chunk_rows: int = DEFAULT_CHUNK_ROWS,
                        tables: CallTables | None = None,
-                       skip: set[int] | None = None) -> Iterator[SegmentChunk]:
+                       skip: set[int] | None = None, only: int | None = None,
+                       first_call: int = 0) -> Iterator[SegmentChunk]:
     """The segmented stream of every thread (see the module docstring).
     ``accesses=False``: calls only (the data files are not read); ``skip``:
     threads without call records the caller reads itself (they have no calls:
-    the call ids of the others are the same)."""
+    the call ids of the others are the same); ``only``: that thread alone, its
+    first call numbered ``first_call`` (the calls of the threads before it)."""
     if tables is None:
         tables = load_tables(directory, required=False)
     record_paths = dict(thread_files(directory))
@@ -266,8 +268,11 @@ def iter_thread_chunks(directory: str, *, accesses: bool = True,
         if skip & set(record_paths):
             raise ValueError("only threads without call records can be skipped")
         tids -= skip
-    next_call = 0
+    if only is not None:
+        tids &= {only}
+    next_call = first_call
     for tid in sorted(tids):
+        replay_first = next_call
         replay = ThreadReplay(tables.code_fid, tables.code_exit, tables.code_kind,
                               len(tables.names), next_call, chunk_rows)
         try:
@@ -295,6 +300,7 @@ def iter_thread_chunks(directory: str, *, accesses: bool = True,
             stats = replay.stats()
             events, segments = replay.finish()
             stats["open_frames"] = stats.pop("depth")
+            stats["calls"] = stats["next_call"] - replay_first
             next_call = stats.pop("next_call")
             stats.pop("closed")
             yield SegmentChunk(tid, events, segments, _EMPTY_RECORDS, stats["records"],

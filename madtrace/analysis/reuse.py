@@ -1,0 +1,147 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Reuse distances (madtrace report DIR --kind reuse [--line N]): for each use
+of a cache line, how many distinct other lines the thread used since its
+previous use of it (a fully associative LRU cache of C lines hits exactly
+the uses at distance < C).  Exact (memory_sim.c: Olken's method over a
+Fenwick tree; memory proportional to the distinct lines, not to the trace).
+
+Each thread's stream is its own (the distance a thread's private cache sees).
+An access that spans two lines is a use of each.  Histograms in powers of
+two: bucket 0 holds distance 0, bucket b >= 1 the distances 2^(b-1) ..
+2^b - 1; ``cold`` the first use of a line.  Per data (variable and field,
+heap block, region) and per function (the innermost traced call), with the
+distance under which half and nine tenths of the reuses fall (the bucket's
+upper bound): the working set that would keep them in cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..trace.access_pass import Tally
+from ..trace.read_ahead import read_ahead
+from .access_stream import AccessStream
+from .memory_sim import ReuseDistances
+from .sharing import check_line
+
+BUCKETS = 48  # distances up to 2^47 lines
+COLD = BUCKETS  # the bucket of first uses
+
+
+def bucket_of(distance: np.ndarray) -> np.ndarray:
+    """The histogram bucket of each distance (-1: COLD)."""
+    d = distance.astype(np.int64)
+    out = np.zeros(len(d), dtype=np.int64)
+    pos = d > 0
+    b = np.floor(np.log2(d[pos].astype(np.float64))).astype(np.int64) + 1
+    b[(np.int64(1) << (b - 1)) > d[pos]] -= 1  # log2 rounded up below a power of two
+    out[pos] = b
+    out[d < 0] = COLD
+    return out
+
+
+def bucket_label(b: int) -> str:
+    if b == COLD:
+        return "cold"
+    if b <= 1:
+        return str(b)
+    return f"{1 << (b - 1)}-{(1 << b) - 1}"
+
+
+def _bound(b: int) -> int:
+    return 0 if b == 0 else (1 << b) - 1
+
+
+@dataclass
+class ReuseReport:
+    directory: str
+    line: int
+    histogram: np.ndarray  # BUCKETS + 1 counts
+    by_data: list[dict] = field(default_factory=list)
+    by_function: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "reuse",
+            "directory": self.directory,
+            "line": self.line,
+            "buckets": [bucket_label(b) for b in range(BUCKETS)] + ["cold"],
+            **_summary(self.histogram),
+            "by_data": self.by_data,
+            "by_function": self.by_function,
+        }
+
+
+def _summary(hist: np.ndarray) -> dict:
+    """uses, cold, the histogram (trailing empty buckets cut) and the distances
+    half and nine tenths of the reuses stay under."""
+    warm = hist[:BUCKETS]
+    reuses = int(warm.sum())
+    out: dict = {"uses": int(hist.sum()), "cold": int(hist[COLD]), "reuses": reuses}
+    nonzero = np.nonzero(warm)[0]
+    out["histogram"] = warm[: (int(nonzero[-1]) + 1) if len(nonzero) else 0].tolist()
+    for name, share in (("p50", 0.5), ("p90", 0.9)):
+        if reuses:
+            b = int(np.searchsorted(np.cumsum(warm), share * reuses))
+            out[name] = _bound(b)
+        else:
+            out[name] = None
+    return out
+
+
+def reuse_report(directory: str, line: int | None = None) -> ReuseReport:
+    line = check_line(line)
+    stream = AccessStream(directory, "reuse")
+    width = BUCKETS + 1
+    by_data, by_function = Tally(1), Tally(1)
+    hist = np.zeros(width, dtype=np.int64)
+    current: tuple[int, ReuseDistances] | None = None
+    try:
+        for _tid, chunk in read_ahead(stream.threads()):
+            thread = int(chunk.thread)
+            if current is None or current[0] != thread:
+                if current is not None:
+                    current[1].close()
+                current = (thread, ReuseDistances(line))
+            c = chunk.columns
+            first, second = current[1].run(c["addr"], c["size"])
+            two = second != -2
+            buckets = np.concatenate([bucket_of(first), bucket_of(second[two])])
+            did = np.concatenate([c["did"], c["did"][two]]).astype(np.uint64)
+            fid = np.concatenate([c["fid"], c["fid"][two]]).astype(np.int64) + 1
+            b = buckets.astype(np.uint64)
+            by_data.add((did << np.uint64(8)) | b, [None])
+            by_function.add((fid.astype(np.uint64) << np.uint64(8)) | b, [None])
+            hist += np.bincount(buckets, minlength=width)[:width]
+        labels, regions = stream.data_labels()
+        report = ReuseReport(directory, line, hist)
+        report.by_data = _rows(by_data, lambda k: labels[k], "data", lambda k: {"region": regions[k]})
+        if stream.has_calls:
+            report.by_function = _rows(by_function, lambda k: stream.function_name(k - 1), "function")
+        return report
+    finally:
+        if current is not None:
+            current[1].close()
+        by_data.close()
+        by_function.close()
+        stream.close()
+
+
+def _rows(tally: Tally, name_of, label: str, extra=None) -> list[dict]:
+    keys, sums, _ = tally.result()
+    hists: dict[str, np.ndarray] = {}
+    more: dict[str, dict] = {}
+    for key, (n,) in zip(keys.tolist(), sums.tolist()):
+        ident, b = key >> 8, key & 0xFF
+        name = name_of(ident)
+        h = hists.get(name)
+        if h is None:
+            h = hists[name] = np.zeros(BUCKETS + 1, dtype=np.int64)
+            if extra is not None:
+                more[name] = extra(ident)
+        h[b] += n
+    rows = [{label: name, **more.get(name, {}), **_summary(h)} for name, h in hists.items()]
+    rows.sort(key=lambda r: (-r["uses"], r[label]))
+    return rows
