@@ -20,7 +20,7 @@ EXAMPLE_BINS := $(patsubst examples/%.c,build/examples/%,$(EXAMPLE_SRCS))
 
 CFLAGS_COMMON := -g -Wall -Wno-unused-result -fno-omit-frame-pointer -pthread
 
-.PHONY: all setup deps venv bytecode programs injector native footprint-native demo example-reports docs check test soak parity bench clean distclean
+.PHONY: all setup deps venv bytecode programs injector native analysis-native demo example-reports docs check test soak parity bench clean distclean
 
 all: setup
 
@@ -58,7 +58,7 @@ $(PYC_STAMP): $(shell find madtrace -name '*.py') $(STAMP)
 # libraries the test programs load with dlopen
 TEST_LIBS := $(patsubst tests/progs/lib/%.c,build/tests/libmt%.so,$(wildcard tests/progs/lib/*.c))
 
-programs: $(TEST_BINS) $(STRIPPED_BINS) $(TEST_LIBS) $(EXAMPLE_BINS) injector native footprint-native
+programs: $(TEST_BINS) $(STRIPPED_BINS) $(TEST_LIBS) $(EXAMPLE_BINS) injector native analysis-native
 
 # the code that runs inside the target: trampoline templates + shared layout
 INJECTOR_OUT := build/injector/templates.json
@@ -110,10 +110,15 @@ $(CTL_OUT): madtrace/cli/madtrace_ctl.c Makefile
 	gcc -O2 -g -Wall -Wextra -DMADTRACE_PYTHON='"$(abspath $(VPY))"' \
 	    -DMADTRACE_PACKAGE='"$(abspath madtrace)"' -o $@ $<
 
-# the footprint analysis core (analysis side, C, loaded with ctypes)
+# the analyses' cores (analysis side, C, loaded with ctypes): the footprint; the
+# cache simulation, sharing and reuse distances
 FOOTPRINT_OUT := build/native/libmtfootprint.so
-footprint-native: $(FOOTPRINT_OUT)
+MEMSIM_OUT := build/native/libmtmemsim.so
+analysis-native: $(FOOTPRINT_OUT) $(MEMSIM_OUT)
 $(FOOTPRINT_OUT): madtrace/analysis/footprint.c
+	@mkdir -p $(@D)
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
+$(MEMSIM_OUT): madtrace/analysis/memory_sim.c
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
 
@@ -174,7 +179,11 @@ docs: setup
 # lint, layers and types (pyproject.toml has their settings); the format check covers the
 # modules listed in FORMATTED (the rest is formatted once the concurrent branches have landed)
 FORMATTED := madtrace/trace/format.py madtrace/kinds madtrace/exports madtrace/arch/x86_64/encode.py \
-	tests/test_offline.py tests/test_registry.py
+	tests/test_offline.py tests/test_registry.py madtrace/api.py madtrace/analysis/cache.py \
+	madtrace/analysis/sharing.py madtrace/analysis/reuse.py madtrace/analysis/access_stream.py \
+	madtrace/analysis/memory_sim.py madtrace/analysis/diff.py madtrace/report/memory_text.py \
+	madtrace/report/memory_html.py madtrace/report/memory_png.py madtrace/report/diff_text.py \
+	madtrace/cli/cmd_diff.py tests/test_memory_analyses.py tests/test_api.py tests/test_diff.py
 check: setup
 	$(VENV)/bin/ruff check madtrace tests bench injector
 	$(VENV)/bin/ruff format --check $(FORMATTED)

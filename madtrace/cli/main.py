@@ -23,7 +23,8 @@ from ..errors import CorruptTraceError, MadtraceError, OutputError, UsageError
 COMMAND_MODULES = {"run": "cmd_run", "record": "cmd_record", "attach": "cmd_attach",
                    "summary": "cmd_summary", "export": "cmd_export", "query": "cmd_query",
                    "report": "cmd_report", "repl": "cmd_repl", "daemon": "cmd_daemon",
-                   "ctl": "cmd_ctl", "cache": "cmd_cache", "doctor": "cmd_doctor"}
+                   "ctl": "cmd_ctl", "cache": "cmd_cache", "doctor": "cmd_doctor",
+                   "diff": "cmd_diff"}
 INTERNAL_ERROR_EXIT = 70
 # errors of writing, whatever wrote: a read-only file system, a full disk, a quota
 WRITE_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
