@@ -145,3 +145,10 @@ class NotComparableError(MadtraceError):
     one with data accesses (or call records) that the other lacks."""
 
     exit_code = 27
+
+
+class BinaryChangedError(MadtraceError):
+    """A binary the trace names changed since the recording (its build-id differs):
+    the trace's addresses would be named from the wrong code and data."""
+
+    exit_code = 28

@@ -137,3 +137,25 @@ def test_accesses_per_region_and_module(traces):
         assert got["loads"] + got["stores"] > 0 and got["module"] == name
     module = summary["accesses_by_module"][name]
     assert module["loads"] == sum(r["loads"] for r in regions.values() if r["module"] == name)
+
+
+def test_a_binary_changed_since_the_recording_is_refused(tmp_path):
+    """meta.json keeps each module's build-id: once the program is rebuilt (another
+    binary at the same path) the trace's addresses would be named from other code,
+    so every reader refuses it in one line (exit 28); the recorded binary put back,
+    it reads again."""
+    import shutil
+    from .util import one_line_error
+    program = tmp_path / "prog"
+    shutil.copy(prog("data_globals", "O2-pie"), program)
+    directory = str(tmp_path / "t")
+    r = madtrace("record", "-q", "--data", "-o", directory, "--", str(program))
+    assert r.returncode == 0, r.stderr.decode()
+    before = summary_json(directory)
+    assert [m["build_id"] for m in before["modules"].values() if m["main"]][0]
+    shutil.copy(prog("data_globals", "O0-pie"), program)
+    for command in (["summary", directory], ["report", directory, "--kind", "heatmap"],
+                    ["report", directory, "--kind", "cache"]):
+        one_line_error(madtrace(*command), 28, "changed since")
+    shutil.copy(prog("data_globals", "O2-pie"), program)
+    assert summary_json(directory) == before

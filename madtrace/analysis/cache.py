@@ -210,7 +210,6 @@ class CacheReport:
                     "writeback_misses": st["writeback_misses"],
                     "writebacks": st["writebacks"],
                     "invalidations": st["invalidations"],
-                    "invalidations": st["invalidations"],
                     "loads": st["loads"],
                     "stores": st["stores"],
                     "writebacks_in": st["writebacks_in"],

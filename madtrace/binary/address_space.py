@@ -55,6 +55,7 @@ from madtrace.errors import (
     UnknownSymbolError,
 )
 
+from ..cache.disk import build_id
 from .dwarf_vars import Variable, describe_in_variable
 from .elf import ElfImage, Symbol
 from .maps import Mapping, read_maps
@@ -465,7 +466,8 @@ class AddressSpace:
             funcs = sum(1 for s in img.symbols if s.kind in ("FUNC", "IFUNC"))
             objs = sum(1 for s in img.symbols if s.kind == "OBJECT")
             entry = {"symbols": len(img.symbols), "functions": funcs, "objects": objs,
-                     "plt": len(img.plt), "stripped": img.stripped}
+                     "plt": len(img.plt), "stripped": img.stripped,
+                     "build_id": build_id(img) if m.name != VDSO else None}
             if img.variables_read is not None:
                 entry["variables"] = len(img.variables_read)
             out[m.name] = entry

@@ -23,7 +23,10 @@ import numpy as np
 from ..binary.address_space import AddressSpace
 from ..binary.dwarf_vars import describe_in_variable
 from ..binary.maps import parse_maps
+from ..cache.disk import build_id
+from ..errors import BinaryChangedError, CorruptTraceError
 from .blocks import block_name, load_block_table
+from .meta import read_meta
 from .saved_maps import last_maps_text
 
 OBJECT_KINDS = ("OBJECT", "COMMON", "TLS")
@@ -33,7 +36,29 @@ def address_space_of(directory: str) -> AddressSpace:
     """The modules and mappings of the traced process, from the last memory
     map the trace saved and the ELF files it names (read where they are)."""
     text = last_maps_text(directory)
-    return AddressSpace.from_maps(parse_maps(text) if text is not None else [])
+    space = AddressSpace.from_maps(parse_maps(text) if text is not None else [])
+    check_binaries(directory, space)
+    return space
+
+
+def check_binaries(directory: str, space: AddressSpace) -> None:
+    """BinaryChangedError when a module's binary is not the one recorded (meta.json's
+    modules[].build_id; traces without one are not checked)."""
+    try:
+        recorded = {m.get("path"): m.get("build_id") for m in read_meta(directory).get("modules") or []
+                    if isinstance(m, dict)}
+    except CorruptTraceError:
+        return
+    for module in space.modules:
+        was = recorded.get(module.path)
+        if not isinstance(was, str):
+            continue
+        now = build_id(module.image)
+        if now != was:
+            raise BinaryChangedError(
+                f"{module.path} changed since {directory} was recorded (build-id {was[:12]}, now "
+                f"{(now or 'none')[:12]}): its names would be wrong; record again, or put the "
+                "recorded binary back")
 
 
 class Intervals:
