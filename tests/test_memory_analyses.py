@@ -210,7 +210,8 @@ def test_cache_renderings_and_errors(recorded, tmp_path):
     page = tmp_path / "cache.html"
     r = madtrace("report", d, "--kind", "cache", "--cache", SPEC, "--html", str(page))
     assert r.returncode == 0, r.stderr
-    assert "L2 misses" in page.read_text()
+    html = page.read_text()
+    assert "L2 misses" in html and "data_kernels.c: its lines with their misses" in html
     for bad, needle in (
         ("L1=4K:4", "is not LEVEL=SIZE:WAYS:LINE"),
         ("L1=4X:4:64", "is not a size"),

@@ -126,7 +126,60 @@ def cache_section(report) -> str:
             shade=shade,
         )
     )
+    out.append(_annotated(d["by_line"], names))
     return "".join(out)
+
+
+ANNOTATED_FILES = 3  # source files shown annotated with their misses
+CONTEXT = 2  # lines shown around each line with accesses
+
+
+def _annotated(by_line: list[dict], names: list[str]) -> str:
+    """The source files with the most misses at the last level, each line with
+    accesses annotated with them (and CONTEXT lines around)."""
+    files: dict[str, dict[int, dict]] = {}
+    for r in by_line:
+        if r["file"]:
+            files.setdefault(r["file"], {})[int(r["line"])] = r
+    ranked = sorted(files, key=lambda f: (-sum(r["misses"][names[-1]] for r in files[f].values()), f))
+    parts = []
+    for path in ranked[:ANNOTATED_FILES]:
+        lines = files[path]
+        try:
+            with open(path, errors="replace") as f:
+                text = f.read().splitlines()
+        except OSError:
+            text = []
+        shown = sorted(
+            {
+                n
+                for line in lines
+                for n in range(line - CONTEXT, line + CONTEXT + 1)
+                if 1 <= n <= max(len(text), line)
+            }
+        )
+        rows = []
+        for n in shown:
+            r = lines.get(n)
+            code = (text[n - 1] if n - 1 < len(text) else "").expandtabs(4)
+            code = "\u00a0" * (len(code) - len(code.lstrip(" "))) + code.lstrip(" ")  # indentation kept
+            rows.append(
+                [n, code]
+                + ([r["accesses"]] + [r["misses"][m] for m in names] if r else [None] * (1 + len(names)))
+            )
+        parts.append(
+            table(
+                ["line", "source", "accesses"] + [f"{m} misses" for m in names],
+                rows,
+                left=(1,),
+                plain=(0,),
+                caption=f"{path}: its lines with their misses",
+                shade=tuple(range(3, 3 + len(names))),
+                limit=0,
+                cls="src",
+            )
+        )
+    return "".join(parts)
 
 
 def sharing_section(report) -> str:
