@@ -5,6 +5,7 @@ the page's tables (html.py)."""
 from __future__ import annotations
 
 from .html import cell, empty, heading, table
+from .memory_text import level_table
 
 
 def _rate(part: int, whole: int):
@@ -36,45 +37,8 @@ def cache_section(report) -> str:
             "lines written back from the level above; the tables count the accesses' own.",
         )
     ]
-    out.append(
-        table(
-            [
-                "level",
-                "bytes",
-                "ways",
-                "line",
-                "kept",
-                "lookups",
-                "misses",
-                "load misses",
-                "store misses",
-                "write-back misses",
-                "write-backs",
-                "invalidations",
-                "miss rate",
-            ],
-            [
-                [
-                    lv["name"],
-                    lv["size"],
-                    lv["ways"],
-                    lv["line"],
-                    "shared" if lv["shared"] else "per thread",
-                    lv["accesses"],
-                    lv["misses"],
-                    lv["load_misses"],
-                    lv["store_misses"],
-                    lv["writeback_misses"],
-                    lv["writebacks"],
-                    lv["invalidations"],
-                    _rate(lv["misses"], lv["accesses"]),
-                ]
-                for lv in d["levels"]
-            ],
-            left=(0, 4),
-            limit=0,
-        )
-    )
+    headers, rows = level_table(d, _rate)
+    out.append(table(headers, rows, left=(0, 4), limit=0))
     miss_headers = ["accesses"] + [f"{n} misses" for n in names] + [f"{names[-1]} rate"]
     shade = tuple(range(2, 2 + len(names)))
     out.append(

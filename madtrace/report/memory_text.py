@@ -28,6 +28,47 @@ def _miss_table(
     more_rows(rows, top, what, out)
 
 
+LEVEL_HEADERS = (
+    "level",
+    "bytes",
+    "ways",
+    "line",
+    "kept",
+    "lookups",
+    "misses",
+    "load misses",
+    "store misses",
+    "write-back misses",
+    "write-backs",
+    "invalidations",
+    "miss rate",
+)
+
+
+def level_table(d: dict, rate) -> tuple[list[str], list[list]]:
+    """The cache report's table of levels (``d``: its JSON): headers and rows,
+    the miss rate made by ``rate(misses, lookups)``."""
+    rows = [
+        [
+            lv["name"],
+            lv["size"],
+            lv["ways"],
+            lv["line"],
+            "shared" if lv["shared"] else "per thread",
+            lv["accesses"],
+            lv["misses"],
+            lv["load_misses"],
+            lv["store_misses"],
+            lv["writeback_misses"],
+            lv["writebacks"],
+            lv["invalidations"],
+            rate(lv["misses"], lv["accesses"]),
+        ]
+        for lv in d["levels"]
+    ]
+    return list(LEVEL_HEADERS), rows
+
+
 def print_cache(report, top: int, out) -> None:
     d = report.to_dict()
     names = [lv["name"] for lv in d["levels"]]
@@ -38,42 +79,8 @@ def print_cache(report, top: int, out) -> None:
         f"({source}; LRU, write-back, write-allocate)",
         file=out,
     )
-    rows = [
-        [
-            lv["name"],
-            f"{lv['size']}",
-            lv["ways"],
-            lv["line"],
-            "shared" if lv["shared"] else "per thread",
-            lv["accesses"],
-            lv["misses"],
-            lv["load_misses"],
-            lv["store_misses"],
-            lv["writeback_misses"],
-            lv["writebacks"],
-            _pct(lv["misses"], lv["accesses"]),
-        ]
-        for lv in d["levels"]
-    ]
-    table(
-        [
-            "level",
-            "bytes",
-            "ways",
-            "line",
-            "",
-            "lookups",
-            "misses",
-            "load misses",
-            "store misses",
-            "write-back misses",
-            "write-backs",
-            "miss rate",
-        ],
-        rows,
-        out,
-        left=(0, 4),
-    )
+    headers, rows = level_table(d, lambda part, whole: _pct(part, whole))
+    table(headers, rows, out, left=(0, 4))
     print("\n== misses per data", file=out)
     _miss_table(d["by_data"], lambda r: r["data"], names, top, out, "data", ("region",))
     if d["by_site"]:
