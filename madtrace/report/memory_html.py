@@ -124,12 +124,12 @@ def _annotated(by_line: list[dict], names: list[str]) -> str:
         )
         rows = []
         for n in shown:
-            r = lines.get(n)
+            hit = lines.get(n)
             code = (text[n - 1] if n - 1 < len(text) else "").expandtabs(4)
             code = "\u00a0" * (len(code) - len(code.lstrip(" "))) + code.lstrip(" ")  # indentation kept
             rows.append(
                 [n, code]
-                + ([r["accesses"]] + [r["misses"][m] for m in names] if r else [None] * (1 + len(names)))
+                + ([hit["accesses"]] + [hit["misses"][m] for m in names] if hit else [None] * (1 + len(names)))
             )
         parts.append(
             table(
