@@ -129,7 +129,11 @@ def _annotated(by_line: list[dict], names: list[str]) -> str:
             code = "\u00a0" * (len(code) - len(code.lstrip(" "))) + code.lstrip(" ")  # indentation kept
             rows.append(
                 [n, code]
-                + ([hit["accesses"]] + [hit["misses"][m] for m in names] if hit else [None] * (1 + len(names)))
+                + (
+                    [hit["accesses"]] + [hit["misses"][m] for m in names]
+                    if hit
+                    else [None] * (1 + len(names))
+                )
             )
         parts.append(
             table(
