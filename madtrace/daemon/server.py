@@ -189,7 +189,7 @@ def _daemon_main(pid: int, options: RecordOptions, status_fd: int) -> int:
                            "log": transport.log_path(pid), "leftovers": recording.leftovers_line})
     recording.controller.after_resume.append(serve)
     try:
-        status = recording.run()
+        status = recording.run(status_line=False)
         session.end(end_message(recording, status))
     except BaseException as exc:
         session.end(f"madtrace failed: {exc}")

@@ -559,6 +559,23 @@ class DataEngine:
     def faults(self) -> int:
         return self.loop_stats()["fast"] + self.slow
 
+    def live_counts(self) -> dict[str, int]:
+        """What a recording's status line shows, read from its own thread while the
+        target runs: counters only (the C loop's as last read), nothing that calls
+        into the target or the loop.  ``accesses``: recorded so far; ``on_faults``:
+        of those, made on the fault path; ``relocated``: functions copied with probes."""
+        faults = int(self._loop_stats.get("fast", 0)) + self.slow
+        if self.paths is None:
+            return {"accesses": faults, "on_faults": faults, "relocated": 0}
+        probe, fault = self.paths.records.by_path
+        rewriter = self.paths.rewriter
+        out = {"accesses": probe + fault, "on_faults": fault,
+               "relocated": int(rewriter.stats.get("copies", 0)) if rewriter is not None else 0}
+        if self.paths.rings is not None:
+            totals = self.paths.rings.totals()
+            out["dropped"] = totals["dropped"] + totals["unregistered_records"]
+        return out
+
     def loop_stats(self) -> dict[str, int]:
         """The C loop's counters (kept when it is closed)."""
         if self.area is not None and not self.area.loop.closed:

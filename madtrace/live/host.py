@@ -38,7 +38,7 @@ def run_with_frontend(recording, batch: str | None = None) -> int | None:
     thread = threading.Thread(target=front, name="madtrace-repl", daemon=True)
     thread.start()
     try:
-        status = recording.run()
+        status = recording.run(status_line=False)
     except BaseException as exc:
         session.end(f"madtrace failed: {exc}")
         thread.join(5)

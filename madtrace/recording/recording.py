@@ -17,6 +17,7 @@ from ..binary import dwarf_cache
 from ..binary.dwarf_prefetch import Prefetch
 from ..cache import disk
 from ..progress import Activity
+from .status_line import StatusLine
 from ..binary.address_space import AddressSpace
 from ..data.choices import DataChoices, FunctionTracingLinks
 from ..data.engine import DataEngine
@@ -481,13 +482,17 @@ class Recording(ImageChanges, CleanSlate, Results):
         return alias.maps_view(text) if alias is not None and alias.active else text
 
     # -------------------------------------------------------------- run
-    def run(self) -> int | None:
+    def run(self, status_line: bool = True) -> int | None:
         """Runs to the target's exit or to a stop request. Returns the target's exit
-        code (128+N for death by signal N), or None when madtrace detached."""
+        code (128+N for death by signal N), or None when madtrace detached.
+        ``status_line``: what it is doing on a terminal (status_line.py; not under a
+        REPL or a daemon, whose terminal is theirs)."""
         controller = self.controller
         controller.arm_duration(self.options.duration)
         try:
-            outcome = controller.run()
+            shown = status_line and not self.options.quiet
+            with StatusLine(self.live_counts, sys.stderr if shown else None):
+                outcome = controller.run()
         except BaseException:
             # never leave the target stopped or patched because the tracer failed
             try:
@@ -505,6 +510,20 @@ class Recording(ImageChanges, CleanSlate, Results):
             self._maps_end = self._maps_end or self._program_maps()
             self.log(f"detached from process {self.tracee.pid} ({controller.stop_reason})")
         return self.finish(outcome)
+
+    def live_counts(self) -> dict[str, int]:
+        """The status line's counters (status_line.py), read on its thread."""
+        counts: dict[str, int] = {}
+        rings = self.functions.rings if self.functions is not None else None
+        if rings is not None:
+            counts["call_records"] = sum(list(rings.records_per_thread.values()))
+            totals = rings.totals()
+            counts["dropped"] = totals["dropped"] + totals["unregistered_records"]
+        if self.data is not None:
+            data = self.data.live_counts()
+            counts["dropped"] = counts.get("dropped", 0) + data.pop("dropped", 0)
+            counts.update(data)
+        return counts
 
     def _state_meta(self, outcome: str) -> dict:
         """How the recording stands (or ended): the part of meta.json that the end

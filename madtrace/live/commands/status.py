@@ -62,6 +62,11 @@ class Status(Command):
             else round(session.controller.attach_pause * 1000, 3),
             "tracer_events": session.controller.events_handled,
         }
+        data = session.recording.data
+        if data is not None:
+            counts = data.live_counts()
+            status.update(accesses=counts["accesses"], accesses_on_faults=counts["on_faults"],
+                          functions_relocated=counts["relocated"])
         rings = engine.rings if engine is not None else None
         if rings is not None:
             status["ring_peak"] = {str(t): round(f, 4) for t, f in rings.take_peaks().items()}
@@ -93,6 +98,8 @@ class Status(Command):
             f"since the last status; {s.get('ring_waits', 0)} records waited for room)",
             f"dropped events: {s['dropped_events']}",
             f"new threads   : {_pool_line(s.get('ring_pool') or {})}",
-            f"data tracing  : {s['data_tracing']}",
+            f"data tracing  : {s['data_tracing']}"
+            + (f"; {s['accesses']} accesses ({s['accesses_on_faults']} on faults), "
+               f"{s['functions_relocated']} functions relocated" if "accesses" in s else ""),
             f"trace dir     : {s['output']}",
         ])
