@@ -41,7 +41,8 @@ class Progress:
             return
         self.last = now
         self.shown = True
-        share = min(done, self.total) / self.total
+        done = min(done, self.total)    # the total is an estimate (a trace's meta.json)
+        share = done / self.total
         text = f"madtrace: {self.what} {int(100 * share)}% ({done} of {self.total} {self.unit})"
         if self.tty:
             fill = int(BAR * share)

@@ -34,9 +34,15 @@ def data_totals(directory: str, top: int = TOP_DATA, out=sys.stderr) -> dict:
     block by the name it had while live; after_free: the program's accesses to
     it once freed, the allocator's own bookkeeping is not a use after free);
     the accesses per region."""
+    from ..progress import Progress
     from ..trace.access_counts import access_totals
     from ..trace.blocks import block_name, load_block_table
-    totals = access_totals(directory)
+    from ..trace.meta import accesses_recorded
+    from ..trace.record_files import CALL_RECORDS
+    events = accesses_recorded(directory) + sum(CALL_RECORDS.rows(p) for _, p in CALL_RECORDS.files(directory))
+    progress = Progress("counting the trace", events, out)
+    totals = access_totals(directory, progress)
+    progress.done()
     d, counts = totals.data, totals.counts
     regions: dict[str, list[int]] = {}
     variables: dict[str, list] = {}

@@ -46,9 +46,16 @@ def access_totals(directory: str, progress=None) -> AccessTotals:
             _with_calls(directory, totals, dimensions, allocator, progress)
         elif dimensions is not None:
             done = 0
+
+            def step(n: int) -> None:
+                nonlocal done
+                done += n
+                if progress is not None:
+                    progress(done)
+
             for tid, path in ACCESS_RECORDS.files(directory):
                 if path.endswith(DATA_SUFFIX):
-                    compact_reader(path).count(dimensions.ids, allocator.spans(tid))
+                    compact_reader(path).count(dimensions.ids, allocator.spans(tid), step)
                 else:
                     for chunk in ACCESS_RECORDS.chunks(path, CHUNK_ROWS):
                         dimensions.ids.count_rows(chunk, allocator.spans(tid))

@@ -233,14 +233,17 @@ class CompactReader:
         if size:
             yield {c: v[:size] for c, v in out.items()}
 
-    def count(self, ids, spans) -> None:
+    def count(self, ids, spans, progress=None) -> None:
         """Count the access rows of the complete blocks not read yet in ``ids``
         (access_pass.AccessIds) without making them; ``spans``: the thread's
-        allocator calls (AllocatorCalls.spans)."""
+        allocator calls (AllocatorCalls.spans); ``progress(n)`` after each block of
+        n records."""
         for offset, raw, n, planes in read_ahead(iter_raw_blocks(self.path, self.offset)):
             self._with_state(lambda table, state, raw=raw, n=n, planes=planes:
                              ids.count_compact(raw, n, planes, table, state, spans))
             self.offset = offset
+            if progress is not None:
+                progress(n)
 
     def decode(self, r: np.ndarray) -> np.ndarray:
         """The access rows of records ``r`` (COMPACT_DTYPE) as they are."""
