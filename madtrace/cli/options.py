@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import os
 from typing import TYPE_CHECKING
 
@@ -81,13 +82,29 @@ def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str
                         "summary needs none)")
     parser.add_argument("--no-store", dest="store", action="store_false",
                         help="the default: the store is built on first use")
+    parser.add_argument("--max-size", metavar="SIZE",
+                        help="stop recording once the trace holds SIZE bytes (100M, 2G): madtrace "
+                             "detaches and the program runs on untraced; meta.json says so")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+
+
+SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str, option: str) -> int:
+    """``100M`` -> bytes (K, M, G, T: powers of 1024; an optional B)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*", text.upper())
+    if not m or float(m.group(1)) <= 0:
+        raise UsageError(f"{option}: {text!r} is not a size (100M, 2G, 65536)")
+    return int(float(m.group(1)) * SIZE_UNITS[m.group(2)])
 
 
 def recording_options(args, output: str) -> RecordOptions:
     duration = getattr(args, "duration", None)
     if duration is not None and duration <= 0:
         raise UsageError("--duration must be a positive number of seconds")
+    max_size = getattr(args, "max_size", None)
+    max_bytes = parse_size(max_size, "--max-size") if max_size is not None else None
     selecting = args.regions or args.only or args.data_in or args.loads_only or args.stores_only \
         or args.data_engine or args.copy_after is not None
     if selecting and not args.data:
@@ -105,7 +122,7 @@ def recording_options(args, output: str) -> RecordOptions:
                          timestamps=args.timestamps, method=args.method,
                          track_allocations=args.track_allocations, store=args.store,
                          data_engine=data_engine(args.data_engine),
-                         copy_after=args.copy_after)
+                         copy_after=args.copy_after, max_bytes=max_bytes)
 
 
 def data_engine(chosen: str | None) -> str:

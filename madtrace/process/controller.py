@@ -35,6 +35,7 @@ INT3 = b"\xcc"
 # with a command hook, the run loop sleeps until a stop of the target (SIGCHLD) or a
 # command (``wake``) arrives; this long at most (a safety net, never a latency)
 POLL_MAX = 0.25
+BOUND_PERIOD = 0.05     # s between two checks of --max-size
 
 
 class Controller:
@@ -160,9 +161,26 @@ class Controller:
             previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
         return previous
 
-    def arm_duration(self, seconds: float | None) -> None:
-        if seconds:
-            signal.signal(signal.SIGALRM, lambda s, f: self.request_stop("duration"))
+    def arm_bounds(self, seconds: float | None, max_bytes: int | None = None,
+                   size: Callable[[], int] | None = None) -> None:
+        """A stop request once ``seconds`` have passed ("duration") or once
+        ``size()`` reaches ``max_bytes`` ("max-size", checked every BOUND_PERIOD s);
+        on the tracer's thread (SIGALRM), which alone may stop the target."""
+        if not seconds and not (max_bytes and size):
+            return
+        start = time.monotonic()
+
+        def tick(signum, frame):
+            if seconds and time.monotonic() - start >= seconds:
+                self.request_stop("duration")
+            elif max_bytes and size is not None and size() >= max_bytes:
+                self.request_stop("max-size")
+
+        signal.signal(signal.SIGALRM, tick)
+        if max_bytes and size is not None:
+            first = min(BOUND_PERIOD, seconds) if seconds else BOUND_PERIOD
+            signal.setitimer(signal.ITIMER_REAL, first, BOUND_PERIOD)
+        else:
             signal.setitimer(signal.ITIMER_REAL, seconds)
 
     # -------------------------------------------------------------- main loop

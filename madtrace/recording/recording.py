@@ -64,6 +64,7 @@ class RecordOptions:
     store: bool = False              # build DIR/store when the target ends (store_writer.py)
     data_engine: str = "hybrid"      # hybrid (alias + rewritten code) or fault (a stop per access)
     copy_after: int | None = None    # hybrid: a function is copied after N faults (None: default)
+    max_bytes: int | None = None     # --max-size: stop recording once the trace holds this
 
 
 BLOCK_NAME = re.compile(r"^<?(?:malloc|calloc|realloc|freed:)?(\d+)(?:@.*)?>?$")
@@ -488,7 +489,7 @@ class Recording(ImageChanges, CleanSlate, Results):
         ``status_line``: what it is doing on a terminal (status_line.py; not under a
         REPL or a daemon, whose terminal is theirs)."""
         controller = self.controller
-        controller.arm_duration(self.options.duration)
+        controller.arm_bounds(self.options.duration, self.options.max_bytes, self.bytes_written)
         try:
             shown = status_line and not self.options.quiet
             with StatusLine(self.live_counts, sys.stderr if shown else None):
@@ -508,8 +509,23 @@ class Recording(ImageChanges, CleanSlate, Results):
             self._restore_signal_handlers()
         if outcome == "detached":
             self._maps_end = self._maps_end or self._program_maps()
-            self.log(f"detached from process {self.tracee.pid} ({controller.stop_reason})")
+            if controller.stop_reason == "max-size":
+                self.log(f"the trace reached --max-size ({self.bytes_written() / 1e6:.1f} MB): "
+                         f"detached from process {self.tracee.pid}, which runs on untraced")
+            else:
+                self.log(f"detached from process {self.tracee.pid} ({controller.stop_reason})")
         return self.finish(outcome)
+
+    def bytes_written(self) -> int:
+        """The bytes of the trace directory's files so far (--max-size)."""
+        total = 0
+        for folder, _dirs, files in os.walk(self.output):
+            for name in files:
+                try:
+                    total += os.stat(os.path.join(folder, name)).st_size
+                except OSError:
+                    continue    # a file replaced as it was read
+        return total
 
     def live_counts(self) -> dict[str, int]:
         """The status line's counters (status_line.py), read on its thread."""
