@@ -15,7 +15,7 @@ HELP = ("attach to a running process (every thread), trace it until it exits, "
 def add_arguments(parser) -> None:
     parser.add_argument("pid", help="process to attach to")
     add_recording_arguments(parser, default_output="madtrace.data")
-    parser.add_argument("--duration", type=float, metavar="SECONDS",
+    parser.add_argument("--duration", "--for", dest="duration", type=float, metavar="SECONDS",
                         help="detach after this many seconds")
     live = parser.add_mutually_exclusive_group()
     live.add_argument("--repl", action="store_true",

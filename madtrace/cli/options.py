@@ -102,7 +102,7 @@ def parse_size(text: str, option: str) -> int:
 def recording_options(args, output: str) -> RecordOptions:
     duration = getattr(args, "duration", None)
     if duration is not None and duration <= 0:
-        raise UsageError("--duration must be a positive number of seconds")
+        raise UsageError("--for (--duration) must be a positive number of seconds")
     max_size = getattr(args, "max_size", None)
     max_bytes = parse_size(max_size, "--max-size") if max_size is not None else None
     selecting = args.regions or args.only or args.data_in or args.loads_only or args.stores_only \
