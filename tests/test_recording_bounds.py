@@ -91,3 +91,28 @@ def test_start_after_attaches_to_the_running_program(tmp_path):
     assert not os.path.exists(tmp_path / "none")
     one_line_error(madtrace("record", "--start-after", "0", "-o", str(tmp_path / "x"), "--", *quick),
                    2, "--start-after must be a positive")
+
+
+def test_every_period_records_windows(tmp_path):
+    """--every PERIOD --for SECONDS: windows of a long run, each a whole trace
+    directory (DIR, DIR/window.2...), the program untraced in between and its
+    output its own."""
+    long = [prog("data_sharing", "O2-pie"), "300000000"]
+    out = str(tmp_path / "t")
+    r = madtrace("record", "--data", "--every", "0.6", "--for", "0.2", "-o", out, "--", *long,
+                 timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == run_untraced(long).stdout
+    with open(os.path.join(out, "meta.json")) as f:
+        windows = json.load(f)["windows"]
+    assert len(windows) >= 2 and windows[0]["directory"] == "."
+    starts = [w["start_time"] for w in windows]
+    assert starts == sorted(starts) and all(b - a > 0.3 for a, b in zip(starts, starts[1:]))
+    for w in windows:
+        directory = os.path.join(out, w["directory"])
+        assert sum(c["L"] + c["S"] for c in summary_json(directory)["accesses"].values()) > 0
+    argv = [prog("data_kernels", "O2-pie"), "matmul", "10"]
+    one_line_error(madtrace("record", "--every", "1", "-o", str(tmp_path / "a"), "--", *argv), 2,
+                   "--every needs --for")
+    one_line_error(madtrace("record", "--every", "1", "--for", "2", "-o", str(tmp_path / "b"), "--",
+                            *argv), 2, "--every must be longer than --for")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from ..errors import CommandNotFoundError, UnknownSymbolError, UsageError
@@ -22,6 +23,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--start-after", type=float, metavar="SECONDS",
                         help="run the program untraced for SECONDS, then attach to it and record "
                              "(as madtrace attach does: its start-up is not traced)")
+    parser.add_argument("--every", type=float, metavar="PERIOD",
+                        help="with --for: record a window of --for seconds every PERIOD seconds of "
+                             "a long run, the program untraced in between (the first window in "
+                             "DIR, the next ones in DIR/window.2, DIR/window.3...)")
     parser.add_argument("--for", "--duration", dest="duration", type=float, metavar="SECONDS",
                         help="stop recording after SECONDS: madtrace detaches and the program "
                              "runs on untraced")
@@ -42,6 +47,8 @@ def record(args, output: str) -> tuple[Recording, int | None]:
         from ..live.host import repl_options
         options = repl_options(options)
     from ..recording.recording import Recording
+    if args.every is not None:
+        return _windows(args, options, output)
     recording = Recording(options)
     child = None
     if args.start_after is not None:
@@ -67,12 +74,64 @@ def record(args, output: str) -> tuple[Recording, int | None]:
     return recording, status
 
 
-def _start_untraced(argv: list[str], seconds: float, start_at: str):
+def _windows(args, options, output: str) -> tuple[Recording, int | None]:
+    """--every PERIOD --for SECONDS: the program started untraced; a window of
+    SECONDS recorded at --start-after (default: at once), then every PERIOD, until
+    the program ends.  Each window is a whole trace directory; DIR's meta.json
+    lists the others (``windows``)."""
+    import dataclasses
+    import subprocess
+    import time
+
+    from ..recording.recording import Recording
+    from ..trace.meta import read_meta, write_meta
+    if args.duration is None:
+        raise UsageError("--every needs --for SECONDS: the length of each window")
+    if args.every <= args.duration:
+        raise UsageError("--every must be longer than --for (the program runs untraced between "
+                         "two windows)")
+    if args.repl:
+        raise UsageError("--every and --repl contradict each other")
+    child = _start_untraced(args.target_command, args.start_after or 0.0, args.start_at, at_once=True)
+    begin = time.monotonic()
+    first: Recording | None = None
+    windows: list[dict] = []
+    status = child.returncode
+    number = 0
+    while status is None:
+        number += 1
+        where = output if number == 1 else os.path.join(output, f"window.{number}")
+        recording = Recording(dataclasses.replace(options, output=where))
+        recording.attach(child.pid)
+        first = first or recording
+        started = time.time()
+        status = recording.run()
+        recording.log(f"window {number} written to {where}")
+        windows.append({"directory": os.path.relpath(where, output), "start_time": started,
+                        "outcome": recording.meta.get("outcome")})
+        if status is not None:
+            break
+        try:
+            status = child.wait(timeout=max(begin + number * args.every - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            continue
+        except KeyboardInterrupt:
+            break
+    if first is None:
+        raise UsageError(f"{args.target_command[0]} ended before the first window "
+                         f"(status {status}): nothing recorded")
+    meta = read_meta(output)
+    meta["windows"] = windows
+    write_meta(output, meta)
+    return first, status
+
+
+def _start_untraced(argv: list[str], seconds: float, start_at: str, at_once: bool = False):
     """The program started as a child of madtrace, untraced, and left to run
-    ``seconds`` (or until it ends)."""
+    ``seconds`` (or until it ends); ``at_once``: 0 s is allowed."""
     import shutil
     import subprocess
-    if seconds <= 0:
+    if seconds < 0 or (seconds == 0 and not at_once):
         raise UsageError("--start-after must be a positive number of seconds")
     if start_at != "entry":
         raise UsageError("--start-after and --start-at main contradict each other")
@@ -82,10 +141,11 @@ def _start_untraced(argv: list[str], seconds: float, start_at: str):
         child = subprocess.Popen(argv)
     except OSError as exc:
         raise CommandNotFoundError(f"{argv[0]}: {exc.strerror}") from None
-    try:
-        child.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        pass
+    if seconds:
+        try:
+            child.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            pass
     return child
 
 
