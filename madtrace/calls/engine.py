@@ -28,6 +28,7 @@ from ..binary.address_space import AddressSpace
 from ..rings.rings import MADV_POPULATE_WRITE, RingSet
 from ..rings.tsc import start_calibration, tsc_flags, tsc_hz
 from ..process.remote_syscall import RemoteSyscalls
+from ..errors import NoSuchProcessError
 from ..process.tracee import Tracee
 from ..trace.format import FUNCTIONS_FILE, RECORD_FORMAT
 from ..target.areas import CodeArea, SharedArea, gap_for_module, page_round
@@ -204,7 +205,14 @@ class FunctionTracer:
         entry-patched function that has not returned (mappings.py)."""
         if self.rings is None or self.rings.closed:
             return []
-        return [(slot, self.exit_stubs, ret) for ret, slot in shadow_entries(self.rings)]
+        fs_bases = {}
+        for tid, state in list(self.tracee.threads.items()):
+            if not state.running and not state.gone:
+                try:
+                    fs_bases[tid] = self.tracee.get_regs(tid).fs_base
+                except NoSuchProcessError:
+                    continue
+        return [(slot, self.exit_stubs, ret) for ret, slot in shadow_entries(self.rings, fs_bases)]
 
     def _map_rings(self, tracee: Tracee) -> None:
         """Maps the rings of the threads there are (their pages exist already, see

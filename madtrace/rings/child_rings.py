@@ -35,22 +35,48 @@ def private_rings(rings, injector, child) -> None:
         child.mem.write(rings.ring_address(index), bytes(header))
 
 
-def shadow_entries(rings) -> list[tuple[int, int]]:
+def shadow_entries(rings, fs_bases: dict[int, int] | None = None) -> list[tuple[int, int]]:
     """(real return address, stack slot) of every call of an entry-patched
     function that has not returned, per thread of ``rings`` (a RingSet) from
     the newest; an entry whose slot is not above the newer one's was left by
-    longjmp (as the exit stub decides)."""
+    longjmp (as the exit stub decides); of two entries for one slot, the older
+    (the frame entered twice: the newer saved the exit stub).  ``fs_bases`` ({tid: fs base} of the
+    threads stopped now): each thread's ring is also found as the trampolines
+    find it (its slot), so a thread that took a ring the tracer has not met
+    (claimed from the pool just now, or a dead thread's ring its reused TCB
+    found) has its pending calls read too."""
     L = rings.L
     out = []
+    seen: set[int] = set()
     with rings.lock:
-        for index in rings.thread_ring.values():
+        if rings.pool is not None and not rings.closed:
+            # threads that took a ring from the pool since the last drain: their
+            # pending calls too (a thread per request claims one on its first call)
+            rings.pool.adopt()
+        indexes = list(rings.thread_ring.values())
+        if fs_bases:
+            by_address = {rings.ring_address(i): i for i in range(rings.capacity)}
+            for fs_base in fs_bases.values():
+                block = rings.slots.find(~fs_base & ((1 << 64) - 1)) if fs_base else None
+                if block in by_address and by_address[block] not in indexes:
+                    indexes.append(by_address[block])
+        for index in indexes:
+            if index in seen:
+                continue
+            seen.add(index)
             top = min(rings.ring_u64(index, L.MT_RING_SHADOW_TOP), L.MT_SHADOW_ENTRIES)
             mem, offset = rings.ring_memory(index)
             entries = np.frombuffer(mem, dtype="<u8", count=2 * top,
                                     offset=offset + L.MT_RING_SHADOW).reshape(-1, 2).copy()
-            newer = 0
+            newer, kept = 0, 0
             for ret, slot in entries[::-1].tolist():
                 if slot > newer:
                     out.append((ret, slot))
-                    newer = slot
+                    newer, kept = slot, len(out)
+                elif slot == newer and kept:
+                    # one frame entered twice (the hybrid engine moved a thread from a
+                    # trampoline's relocated prologue into a copy whose entry is traced
+                    # too): the newer entry saved the exit stub, the older one holds the
+                    # real return address, as the exit stub finds it when it pops both
+                    out[kept - 1] = (ret, slot)
     return out
