@@ -60,7 +60,6 @@ class AccessStream:
         self.allocator = AllocatorCalls.load(directory)
         self.dimensions = AccessDimensions(AccessNamer(directory))
         self.total = access_rows(directory)
-        self._blocks: list[int] = []
         engine = (require_accesses(directory, label).get("data_tracing") or {}).get("engine")
         # how threads' accesses are interleaved: "exact" (the fault engine: each
         # access takes the next order), "drain" (the order the rings were drained in)
@@ -162,29 +161,26 @@ class AccessStream:
             yield StreamChunk(thread[order], {k: v[order] for k, v in columns.items()})
 
     # ----------------------------------------------------------- the names
-    def data_labels(self) -> tuple[list[str], list[str]]:
+    def data_labels(self) -> tuple[list[str], list[str], list[str | None]]:
         """Per data id: its name (variable and field, heap block, symbol or
-        region) and its region.  Call once, after the stream was read."""
+        region), its region, and the allocation site of its heap block
+        (``<malloc@main+107>``: the allocator and the call site; None: not a
+        block).  Call once, after the stream was read."""
         data = self.dimensions.new_data()
-        self._blocks = [int(b) for b in data["block"]]
         names = [
             variable or symbol or region
             for variable, symbol, region in zip(data["variable"], data["symbol"], data["region"])
         ]
-        return names, list(data["region"])
-
-    def data_sites(self) -> list[str | None]:
-        """Per data id (after data_labels): the allocation site of its heap block,
-        ``<malloc@main+107>`` (the allocator and the call site), else None."""
         blocks = self.dimensions.namer.blocks
-        out: list[str | None] = []
-        for block in self._blocks:
-            if block:
-                row = blocks.rows[block - 1]
-                out.append(f"<{blocks.kinds[int(row['kind'])]}@{blocks.sites[int(row['site'])]}>")
-            else:
-                out.append(None)
-        return out
+        sites: list[str | None] = []
+        for block in data["block"]:
+            row = blocks.rows[int(block) - 1] if block else None
+            sites.append(
+                None
+                if row is None
+                else f"<{blocks.kinds[int(row['kind'])]}@{blocks.sites[int(row['site'])]}>"
+            )
+        return names, list(data["region"]), sites
 
     def function_name(self, fid: int) -> str:
         return self.function_names[fid] if 0 <= fid < len(self.function_names) else "(no traced call)"

@@ -254,7 +254,7 @@ def cache_report(directory: str, spec: str | None = None, top_calls: int = 1000)
             if stream.has_calls:
                 by_call.add((c["call_id"] + 1).astype(np.uint64), cols)
             accesses += len(codes)
-        labels, regions = stream.data_labels()
+        labels, regions, sites_of = stream.data_labels()
         report = CacheReport(
             directory,
             levels,
@@ -265,7 +265,6 @@ def cache_report(directory: str, spec: str | None = None, top_calls: int = 1000)
             stream.interleaving,
         )
         keys, sums, _ = by_data_fn.result()
-        sites_of = stream.data_sites()
         data: dict[str, list] = {}
         sites: dict[str, np.ndarray] = {}
         functions: dict[str, np.ndarray] = {}

@@ -115,7 +115,7 @@ def reuse_report(directory: str, line: int | None = None) -> ReuseReport:
             by_data.add((did << np.uint64(8)) | b, [None])
             by_function.add((fid.astype(np.uint64) << np.uint64(8)) | b, [None])
             hist += np.bincount(buckets, minlength=width)[:width]
-        labels, regions = stream.data_labels()
+        labels, regions, _sites = stream.data_labels()
         report = ReuseReport(directory, line, hist)
         report.by_data = _rows(by_data, lambda k: labels[k], "data", lambda k: {"region": regions[k]})
         if stream.has_calls:

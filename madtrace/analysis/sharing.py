@@ -58,7 +58,6 @@ class SharingReport:
     threads: list[int]
     interleaving: str = "exact"
     lines: list[dict] = field(default_factory=list)
-    shared_lines: int = 0
 
     def to_dict(self) -> dict:
         return {
@@ -122,9 +121,8 @@ def sharing_report(directory: str, line: int | None = None) -> SharingReport:
         finally:
             if gather is not None:
                 gather[1].close()
-        labels, _regions = stream.data_labels()
+        labels, _regions, _sites = stream.data_labels()
         report.lines = _lines(stream, labels, lines, transfers, uses, line)
-        report.shared_lines = len(report.lines)
         return report
     finally:
         stream.close()

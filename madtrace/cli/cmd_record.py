@@ -129,16 +129,16 @@ def _windows(args, options, output: str) -> tuple[Recording, int | None]:
 def _start_untraced(argv: list[str], seconds: float, start_at: str, at_once: bool = False):
     """The program started as a child of madtrace, untraced, and left to run
     ``seconds`` (or until it ends); ``at_once``: 0 s is allowed."""
-    import shutil
     import subprocess
+
+    from ..process.tracee import resolve_command
     if seconds < 0 or (seconds == 0 and not at_once):
         raise UsageError("--start-after must be a positive number of seconds")
     if start_at != "entry":
         raise UsageError("--start-after and --start-at main contradict each other")
-    if shutil.which(argv[0]) is None:
-        raise CommandNotFoundError(f"{argv[0]}: no such program (or not executable)")
+    path = resolve_command(argv[0])       # launch's own checks and messages
     try:
-        child = subprocess.Popen(argv)
+        child = subprocess.Popen([path, *argv[1:]])
     except OSError as exc:
         raise CommandNotFoundError(f"{argv[0]}: {exc.strerror}") from None
     if seconds:
