@@ -183,7 +183,8 @@ FORMATTED := madtrace/trace/format.py madtrace/kinds madtrace/exports madtrace/a
 	madtrace/analysis/sharing.py madtrace/analysis/reuse.py madtrace/analysis/access_stream.py \
 	madtrace/analysis/memory_sim.py madtrace/analysis/diff.py madtrace/report/memory_text.py \
 	madtrace/report/memory_html.py madtrace/report/memory_png.py madtrace/report/diff_text.py \
-	madtrace/cli/cmd_diff.py tests/test_memory_analyses.py tests/test_api.py tests/test_diff.py
+	madtrace/cli/cmd_diff.py tests/test_memory_analyses.py tests/test_api.py tests/test_diff.py \
+	madtrace/flight madtrace/live/commands/snapshot.py tests/test_flight.py
 check: setup
 	$(VENV)/bin/ruff check madtrace tests bench injector
 	$(VENV)/bin/ruff format --check $(FORMATTED)

@@ -66,7 +66,12 @@ def record(args, output: str) -> tuple[Recording, int | None]:
         status = run_with_frontend(recording, args.batch)
     else:
         status = recording.run()
-    recording.log(f"trace written to {output}")
+    if recording.flight is not None:
+        taken = recording.flight.recorder.taken
+        recording.log(f"flight recorder: {len(taken)} snapshot{'s' * (len(taken) != 1)} in "
+                      f"{output}" + (f" (the last: {taken[-1]['directory']})" if taken else ""))
+    else:
+        recording.log(f"trace written to {output}")
     never = recording.meta.get("unmatched_functions")
     if never:
         raise UnknownSymbolError(f"no function matches {', '.join(map(repr, never))} in any image "

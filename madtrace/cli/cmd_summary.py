@@ -104,7 +104,11 @@ def print_human_summary(meta: dict, directory: str, out, totals: dict | None = N
     """``totals``: data_totals() of the directory (None: not shown)."""
     s = summary_of(meta)
     command = " ".join(s["command"] or []) or f"pid {s['pid']}"
-    if s["outcome"] == "snapshot":
+    flight = meta.get("flight")
+    if flight:
+        ending = (f"a flight recorder's snapshot ({flight.get('trigger')}): the last "
+                  f"{flight.get('seconds', 0):.3f} s, written")
+    elif s["outcome"] == "snapshot":
         ending = "still running: a snapshot written by the REPL's save,"
     elif s["outcome"] == "tracer killed":
         ending = "cut short: madtrace was killed (a partial trace: what reached the disk),"
@@ -120,7 +124,7 @@ def print_human_summary(meta: dict, directory: str, out, totals: dict | None = N
         ending = f"detached ({s['stop_reason']})"
     print(f"== madtrace summary of {directory}", file=out)
     print(f"   target   : {command}", file=out)
-    label = "state" if s["outcome"] in ("snapshot", "running") else "ended"
+    label = "state" if s["outcome"] in ("snapshot", "running") or flight else "ended"
     print(f"   {label:<9}: {ending} after {s['duration_s']:.3f} s", file=out)
     print(f"   threads  : {s['threads']}   forks: {s['forks']}   "
           f"signals forwarded: {s['signals_forwarded']}", file=out)

@@ -85,6 +85,24 @@ def add_recording_arguments(parser: argparse.ArgumentParser, default_output: str
     parser.add_argument("--max-size", metavar="SIZE",
                         help="stop recording once the trace holds SIZE bytes (100M, 2G): madtrace "
                              "detaches and the program runs on untraced; meta.json says so")
+    flight = parser.add_argument_group("flight recorder (nothing written until a trigger)")
+    flight.add_argument("--flight", metavar="SIZE",
+                        help="keep only the last SIZE of the recording (100M, 1G), in memory; "
+                             "write it to DIR/snapshot.N on a trigger (--trigger-on, "
+                             "--trigger-slow, a signal that kills the program, SIGUSR1 to "
+                             "madtrace, 'madtrace ctl PID snapshot'), or at the end if none "
+                             "fired")
+    flight.add_argument("--keep", type=float, metavar="SECONDS",
+                        help="flight recorder: keep only the last SECONDS (with or without "
+                             "--flight SIZE)")
+    flight.add_argument("--trigger-on", action="append", default=[], metavar="FUNC[:N]",
+                        help="flight recorder: a snapshot when FUNC is called (every Nth call); "
+                             "FUNC must be traced (-f)")
+    flight.add_argument("--trigger-slow", action="append", default=[], metavar="FUNC:TIME",
+                        help="flight recorder: a snapshot when a call of FUNC takes longer than "
+                             "TIME (5ms, 200us, 1s): the slow request")
+    flight.add_argument("--snapshots", type=int, metavar="N",
+                        help="flight recorder: keep the last N snapshots (default: all)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
 
 
@@ -112,6 +130,17 @@ def recording_options(args, output: str) -> RecordOptions:
                          "--data-engine and --copy-after concern data accesses: add --data")
     if args.copy_after is not None and args.copy_after < 1:
         raise UsageError("--copy-after must be at least 1")
+    flight_size = getattr(args, "flight", None)
+    flight_bytes = parse_size(flight_size, "--flight") if flight_size is not None else None
+    keep = getattr(args, "keep", None)
+    if keep is not None and keep <= 0:
+        raise UsageError("--keep must be a positive number of seconds")
+    snapshots = getattr(args, "snapshots", None)
+    if snapshots is not None and snapshots < 1:
+        raise UsageError("--snapshots must be at least 1")
+    from ..flight.triggers import parse_on, parse_slow
+    triggers = [parse_on(t) for t in getattr(args, "trigger_on", [])] + \
+        [parse_slow(t) for t in getattr(args, "trigger_slow", [])]
     from ..recording.recording import RecordOptions
     return RecordOptions(output=output, force=args.force, functions=args.functions,
                          data=args.data, follow_forks=args.follow_forks,
@@ -122,7 +151,9 @@ def recording_options(args, output: str) -> RecordOptions:
                          timestamps=args.timestamps, method=args.method,
                          track_allocations=args.track_allocations, store=args.store,
                          data_engine=data_engine(args.data_engine),
-                         copy_after=args.copy_after, max_bytes=max_bytes)
+                         copy_after=args.copy_after, max_bytes=max_bytes,
+                         flight_bytes=flight_bytes, keep_seconds=keep, triggers=triggers,
+                         snapshots=snapshots)
 
 
 def data_engine(chosen: str | None) -> str:

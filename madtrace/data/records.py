@@ -257,6 +257,9 @@ class RingRecords:
         seq = self.last_seq.get(tid)
         if seq is None:
             seq = self.last_seq[tid] = ctypes.c_uint64(2**64 - 1)
+        # each block (one a batch) starts with its seq, as with its order: a block
+        # reads without the ones before it (a flight recorder's window starts anywhere)
+        seq.value = 2**64 - 1
         s = self._seg
         s.input, s.addresses = out.ctypes.data, self._addresses.ctypes.data
         s.blocks, s.freed = self._blocks.ctypes.data, self._freed.ctypes.data

@@ -43,6 +43,9 @@ def failure(exc: BaseException) -> Reply:
 def end_message(recording, status: int | None) -> str:
     tracee = recording.tracee
     where = f"trace written to {recording.options.output}"
+    if recording.flight is not None:
+        taken = len(recording.flight.recorder.taken)
+        where = f"{taken} flight recorder snapshot{'s' * (taken != 1)} in {recording.options.output}"
     if status is None:
         reason = recording.controller.stop_reason if recording.controller else None
         return f"detached from process {tracee.pid} ({reason}){_kept(recording)}; {where}"

@@ -35,7 +35,7 @@ INT3 = b"\xcc"
 # with a command hook, the run loop sleeps until a stop of the target (SIGCHLD) or a
 # command (``wake``) arrives; this long at most (a safety net, never a latency)
 POLL_MAX = 0.25
-BOUND_PERIOD = 0.05     # s between two checks of --max-size
+BOUND_PERIOD = 0.05     # s between two checks of --max-size (and a flight recorder's ticks)
 
 
 class Controller:
@@ -77,6 +77,9 @@ class Controller:
         self.attach_pause: float | None = None   # s from the seize to that resume (attached)
         self.attach_window: tuple[float, float] | None = None   # (seize, resume), perf_counter
         self._wake_r = self._wake_w = -1     # the run loop's wake-up pipe, while it runs
+        # work asked for from a signal handler or another thread (a flight recorder's
+        # trigger), run by the run loop at its next safe point (the target running)
+        self.actions: list[Callable[[], None]] = []
 
     def wake(self) -> None:
         """Any thread: the run loop looks at its commands now."""
@@ -135,6 +138,20 @@ class Controller:
         one running thread so that the blocking wait returns."""
         if self.stop_reason is None:
             self.stop_reason = reason
+        self._interrupt_one()
+
+    def request_action(self, action: Callable[[], None]) -> None:
+        """``action`` runs in the run loop at its next safe point, on the tracer's
+        thread, the target running.  As async-safe as request_stop:
+        the loop's wake-up pipe while it polls, else one running thread interrupted."""
+        self.actions.append(action)
+        if self.command_poll is not None:
+            self.wake()
+        else:
+            self._interrupt_one()
+
+    def _interrupt_one(self) -> None:
+        """One running thread interrupted: the run loop's blocking wait returns."""
         for state in list(self.tracee.threads.values()):
             if state.running and not state.gone:
                 try:
@@ -162,22 +179,26 @@ class Controller:
         return previous
 
     def arm_bounds(self, seconds: float | None, max_bytes: int | None = None,
-                   size: Callable[[], int] | None = None) -> None:
+                   size: Callable[[], int] | None = None,
+                   periodic: Callable[[], None] | None = None) -> None:
         """A stop request once ``seconds`` have passed ("duration") or once
         ``size()`` reaches ``max_bytes`` ("max-size", checked every BOUND_PERIOD s);
-        on the tracer's thread (SIGALRM), which alone may stop the target."""
-        if not seconds and not (max_bytes and size):
+        ``periodic()`` every BOUND_PERIOD s; on the tracer's thread (SIGALRM),
+        which alone may stop the target."""
+        if not seconds and not (max_bytes and size) and periodic is None:
             return
         start = time.monotonic()
 
         def tick(signum, frame):
+            if periodic is not None:
+                periodic()
             if seconds and time.monotonic() - start >= seconds:
                 self.request_stop("duration")
             elif max_bytes and size is not None and size() >= max_bytes:
                 self.request_stop("max-size")
 
         signal.signal(signal.SIGALRM, tick)
-        if max_bytes and size is not None:
+        if (max_bytes and size is not None) or periodic is not None:
             first = min(BOUND_PERIOD, seconds) if seconds else BOUND_PERIOD
             signal.setitimer(signal.ITIMER_REAL, first, BOUND_PERIOD)
         else:
@@ -204,6 +225,11 @@ class Controller:
                 if tracee.exit_event is not None and not tracee.threads:
                     self._reap_children()
                     return "exited"
+                if self.actions:
+                    actions, self.actions = self.actions, []
+                    for action in actions:
+                        action()
+                    continue
                 if self.deferred:
                     # events of threads an engine stopped while it worked (still stopped there)
                     event = self.deferred.pop(0)
@@ -280,6 +306,8 @@ class Controller:
             for claim in hooks.signal_claimers:
                 if claim(tracee, event):
                     return
+            for hook in hooks.before_forward_signal:
+                hook(tracee, event)
             self.signals_forwarded += 1
             tracee.resume(tid, event.signum)
             return
@@ -536,5 +564,8 @@ class TraceeHooks:
         self.on_thread_exit: list[Callable[[Tracee, int], None]] = []
         # engines claim signals they caused (breakpoints, protection faults); True if handled
         self.signal_claimers: list[Callable[[Tracee, SignalStop], bool]] = []
+        # a signal no engine claimed, about to be delivered to the program (its thread
+        # stopped): a flight recorder's crash trigger writes what led up to it
+        self.before_forward_signal: list[Callable[[Tracee, SignalStop], None]] = []
         # syscall entry/exit stops (when tracee.trace_syscalls): True if handled (resumed)
         self.syscall_claimers: list[Callable[[Tracee, SyscallStop], bool]] = []

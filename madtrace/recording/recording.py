@@ -31,6 +31,7 @@ from .results import Results
 from .images import ImageChanges, parent_of, read_cmdline
 from .forks import ForkChildren
 from ..errors import StrippedBinaryError, UnknownSymbolError, UsageError
+from ..flight.session import FlightSession, flight_session
 from ..process.controller import Controller
 from ..process.cpu import SameCpu
 from ..process.entry_start import EntryStart
@@ -65,6 +66,13 @@ class RecordOptions:
     data_engine: str = "hybrid"      # hybrid (alias + rewritten code) or fault (a stop per access)
     copy_after: int | None = None    # hybrid: a function is copied after N faults (None: default)
     max_bytes: int | None = None     # --max-size: stop recording once the trace holds this
+    # a flight recorder (flight/): the last flight_bytes (or keep_seconds) kept in memory,
+    # written to DIR/snapshot.N on a trigger (flight/triggers.py Trigger), the last
+    # ``snapshots`` kept
+    flight_bytes: int | None = None
+    keep_seconds: float | None = None
+    triggers: list = field(default_factory=list)
+    snapshots: int | None = None
 
 
 BLOCK_NAME = re.compile(r"^<?(?:malloc|calloc|realloc|freed:)?(\d+)(?:@.*)?>?$")
@@ -151,6 +159,9 @@ class Recording(ImageChanges, CleanSlate, Results):
         self.functions_after_attach = False
         self.attach_patterns: list[str] = []
         self.symbols_seconds = 0.0      # reading the modules' symbols (ELF)
+        # --flight: the recording goes to the flight recorder's scratch directory and
+        # options.output holds its snapshots (flight/session.py)
+        self.flight: FlightSession | None = None
         disk.notify = self.log      # a corrupt cache entry rebuilt: one line, not under -q
         dwarf_cache.progress_out = None if options.quiet else sys.stderr
 
@@ -263,13 +274,28 @@ class Recording(ImageChanges, CleanSlate, Results):
         self._image_hooks.append((hooks, hook))
 
     def _create_output(self) -> None:
-        store.create_trace_dir(self.options.output, self.options.force)
+        if self.flight is None:
+            if self.options.follow_forks and (self.options.flight_bytes or self.options.keep_seconds):
+                raise UsageError("--follow-forks and --flight do not go together yet")
+            self.flight = flight_session(self)
+        if self.flight is not None:
+            try:
+                self.flight.create_folder(self.options.force)
+            except BaseException:
+                self.flight.recorder.close()
+                self.flight = None
+                raise
+            self.output = self.flight.scratch
+        else:
+            store.create_trace_dir(self.options.output, self.options.force)
         self._created_output = True
 
     def _remove_output(self) -> None:
         """Nothing was traced: leave no empty trace directory behind."""
         if getattr(self, "_created_output", False):
             shutil.rmtree(self.options.output, ignore_errors=True)
+            if self.flight is not None:
+                self.flight.recorder.close()
 
     def module_summaries(self) -> list[dict]:
         space = self.address_space
@@ -287,6 +313,8 @@ class Recording(ImageChanges, CleanSlate, Results):
         self._start_image()
         self.hooks.on_thread_exit.append(self._snapshot_at_exit)
         self.hooks.on_exec.append(self._on_exec)
+        if self.flight is not None:
+            self.hooks.before_forward_signal.append(self.flight.before_forward_signal)
 
     def _start_image(self) -> None:
         """Install the engines in the image traced now (at launch, attach, or the entry
@@ -489,7 +517,12 @@ class Recording(ImageChanges, CleanSlate, Results):
         ``status_line``: what it is doing on a terminal (status_line.py; not under a
         REPL or a daemon, whose terminal is theirs)."""
         controller = self.controller
-        controller.arm_bounds(self.options.duration, self.options.max_bytes, self.bytes_written)
+        flight = self.flight
+        controller.arm_bounds(self.options.duration, self.options.max_bytes, self.bytes_written,
+                              periodic=flight.tick if flight is not None else None)
+        if flight is not None:
+            self._previous_handlers[signal.SIGUSR1] = signal.signal(signal.SIGUSR1,
+                                                                    flight.signal_to_tracer)
         try:
             shown = status_line and not self.options.quiet
             with StatusLine(self.live_counts, sys.stderr if shown else None):
@@ -594,15 +627,19 @@ class Recording(ImageChanges, CleanSlate, Results):
         self._finish_store()
         self.meta["tracer"] = self.tracer_stats(time.monotonic() - started)
         write_meta(self.output, self.meta)
+        if self.flight is not None:
+            self.flight.end()
         return self.meta["exit_status"]
 
     # live control: the trace so far, the target still running ---------------------
-    def snapshot(self, directory: str, force: bool = False) -> dict:
+    def snapshot(self, directory: str, force: bool = False, flight_reason: str = "save") -> dict:
         """Write the trace directory of the recording so far to ``directory`` (what
         the end of the recording writes, with outcome "snapshot" and the memory
         map of now as maps.end.txt) while the target keeps running.  Tracer
         thread only (the data engine's buffers are its own); never overwrites an
-        existing path without ``force``.  Returns where and what was written."""
+        existing path without ``force``.  Returns where and what was written.
+        A flight recorder's snapshot holds its window (flight/session.py),
+        ``flight_reason`` its trigger."""
         self.after_commands()
         live = os.path.realpath(self.output)
         wanted = os.path.realpath(directory)
@@ -618,7 +655,10 @@ class Recording(ImageChanges, CleanSlate, Results):
                 # the record files as they are (draining waits only for this)
                 meta.update(self._function_results(final=False))
                 sizes = store.record_file_sizes(self.output)
-            store.copy_trace_files(self.output, directory, sizes)
+            if self.flight is not None:
+                self.flight.window_into(directory, meta, flight_reason)
+            else:
+                store.copy_trace_files(self.output, directory, sizes)
             if self.functions is not None and rings is not None:
                 # the calls of the records copied (the threads' own counters went on)
                 meta["calls"] = self.functions.call_counts(entry_counts(directory, rings.sites))
@@ -633,4 +673,5 @@ class Recording(ImageChanges, CleanSlate, Results):
         return {"directory": directory, "calls": meta["calls"], "records":
                 meta.get("function_tracing", {}).get("records", 0),
                 "accesses": sum(c["L"] + c["S"] for c in meta["accesses"].values()),
-                "dropped_events": meta["dropped_events"], "threads": meta["threads"]}
+                "dropped_events": meta["dropped_events"], "threads": meta["threads"],
+                **({"flight": meta["flight"]} if "flight" in meta else {})}

@@ -97,7 +97,7 @@ class CaptureFormat:
         fd = os.open(path, flags, 0o644)
         try:
             if os.fstat(fd).st_size == 0:
-                _write_all(fd, [self.header()])
+                write_all(fd, [self.header()])
         except BaseException:
             os.close(fd)
             raise
@@ -116,7 +116,7 @@ class CaptureFormat:
         """One chunk (its header and ``payload`` in one write)."""
         if len(payload) > CHUNK_MAX_BYTES:
             raise ValueError(f"a chunk of {len(payload)} bytes, more than {CHUNK_MAX_BYTES}")
-        return _write_all(fd, [chunk_header(payload), payload])
+        return write_all(fd, [chunk_header(payload), payload])
 
     # ------------------------------------------------------------- reading
     def check_header(self, path: str, head: bytes, size: int) -> bool:
@@ -331,7 +331,7 @@ def rebatch(chunks: Iterable[np.ndarray], chunk_rows: int) -> Iterator[np.ndarra
         yield pending[0] if len(pending) == 1 else np.concatenate(pending)
 
 
-def _write_all(fd: int, parts: list) -> int:
+def write_all(fd: int, parts: list) -> int:
     """Writes ``parts`` back to back (one writev while it writes them whole)."""
     total = sum(len(p) for p in parts)
     done = 0

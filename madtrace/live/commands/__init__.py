@@ -2,4 +2,4 @@
 """One module per REPL command; importing this package registers them all."""
 
 from . import (calls, detach, examine, funcs, help, instrument, kill, maps, quit, regs, restore,  # noqa: F401
-               save, sleep, status, top, trace, watch)
+               save, sleep, snapshot, status, top, trace, watch)
