@@ -37,8 +37,12 @@ def query(directory, sql: str) -> list:
 
 def work_accesses(directory, whole_names: bool) -> set[str]:
     """The distinct (accesses made, data named) of completed work() calls; with
-    ``whole_names`` the names without their element or offset."""
-    data = "regexp_replace(a.data, '(\\[\\d+\\]|\\+\\d+)$', '')" if whole_names else "a.data"
+    ``whole_names`` the names without their element or offset.  A heap block's
+    number is left out: it counts the blocks the tracer saw before (a mapping the
+    program made early may come before it in one run and not in another)."""
+    data = "regexp_replace(a.data, '^<(calloc|malloc)\\d+@', '<\\1@')"
+    if whole_names:
+        data = f"regexp_replace({data}, '(\\[\\d+\\]|\\+\\d+)$', '')"
     return set(
         r[0]
         for r in query(
@@ -74,7 +78,7 @@ def test_the_window_is_a_trace_like_the_whole_recording(tmp_path, variant):
     # each work() call of the window makes the accesses it makes in the whole trace,
     # to the same data: the heap block allocated before the window keeps its name
     expected = work_accesses(whole, True)
-    assert len(expected) == 1 and "<calloc0001@main+" in next(iter(expected)), expected
+    assert len(expected) == 1 and "<calloc@main+" in next(iter(expected)), expected
     assert work_accesses(snapshot, True) == expected
     assert work_accesses(snapshot, False) <= work_accesses(whole, False)
     # fewer calls than the whole run, every access of the window inside a call
@@ -134,7 +138,7 @@ def test_a_slow_call_writes_the_window_that_ends_with_it(tmp_path):
         )
     ]
     assert any(d.startswith("table[") for d in named)
-    assert any(d.startswith("<calloc0001@main+") for d in named)
+    assert any(re.match(r"<calloc\d+@main\+", d) for d in named)
 
 
 @pytest.mark.parametrize("how,signum", [("segv", signal.SIGSEGV), ("abort", signal.SIGABRT)])
