@@ -39,6 +39,8 @@ import urllib.request
 from common import ROOT, prog, table
 
 MADTRACE = [sys.executable, "-m", "madtrace.cli.main"]
+CALLS = 20_000_000  # bench_calls N
+REQUESTS = 20_000  # flight_requests R
 WARM_UP = 10.0  # s of requests before the slow one (the first ones are slow, traced)
 SLOW_SERVER = """
 import http.server, time
@@ -55,12 +57,24 @@ server.serve_forever()
 """
 
 
-def wall(command: list[str], env=None) -> float:
+def timed_run(command: list[str], env: dict) -> tuple[float, float]:
+    """(wall s of the whole command, the program's own loop in s: its stderr line
+    ``loop N ns/call`` (bench_calls) or ``loop N ns`` (flight_requests))."""
     started = time.perf_counter()
-    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    done = subprocess.run(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=dict(os.environ, **env),
+        text=True,
+    )
+    took = time.perf_counter() - started
     if done.returncode:
-        raise SystemExit(f"failed: {' '.join(command)}\n{done.stderr.decode()[-2000:]}")
-    return time.perf_counter() - started
+        raise SystemExit(f"failed: {' '.join(command)}\n{done.stderr[-2000:]}")
+    line = [x for x in done.stderr.splitlines() if x.startswith("loop ")][-1].split()
+    loop = float(line[1]) * (CALLS if line[2] == "ns/call" else 1) / 1e9
+    return took, loop
 
 
 def accesses_of(directory: str) -> int:
@@ -69,51 +83,67 @@ def accesses_of(directory: str) -> int:
 
 
 def cost(runs: int, size: str) -> str:
-    calls = 20_000_000
-    requests = 20_000
+    """Per event: (the program's own loop traced - untraced) / events; whole runs
+    too (the flight recording's include writing its end snapshot)."""
     configs = {
-        "calls": ([prog("bench_calls"), str(calls)], ["-f", "leaf"]),
-        "data": ([prog("flight_requests"), str(requests), "-1"], ["--data"]),
+        "calls (-f leaf)": ([prog("bench_calls"), str(CALLS)], ["-f", "leaf"], {"BENCH_CALLS_LOOP": "1"}),
+        "accesses (--data)": (
+            [prog("flight_requests"), str(REQUESTS), "-1"],
+            ["--data"],
+            {"FLIGHT_REQUESTS_TIME": "1"},
+        ),
     }
     rows = []
     work = tempfile.mkdtemp(prefix="madtrace-flight-bench-")
     try:
-        for name, (argv, options) in configs.items():
-            times: dict[str, list[float]] = {"native": [], "ordinary": [], "flight": []}
-            events = calls
+        for name, (argv, options, env) in configs.items():
+            runs_of: dict[str, list[tuple[float, float]]] = {"native": [], "ordinary": [], "flight": []}
+            events = CALLS
             for _ in range(runs):
-                times["native"].append(wall(argv))
+                runs_of["native"].append(timed_run(argv, env))
                 out = os.path.join(work, "t")
-                times["ordinary"].append(wall([*MADTRACE, "record", "-q", *options, "-o", out, "--", *argv]))
-                if name == "data":
+                runs_of["ordinary"].append(
+                    timed_run([*MADTRACE, "record", "-q", *options, "-o", out, "--", *argv], env)
+                )
+                if "--data" in options:
                     events = accesses_of(out)
                 shutil.rmtree(out)
                 folder = os.path.join(work, "f")
-                times["flight"].append(
-                    wall([*MADTRACE, "record", "-q", "--flight", size, *options, "-o", folder, "--", *argv])
+                runs_of["flight"].append(
+                    timed_run(
+                        [*MADTRACE, "record", "-q", "--flight", size, *options, "-o", folder, "--", *argv],
+                        env,
+                    )
                 )
                 shutil.rmtree(folder)
-            native = statistics.median(times["native"])
-            per = {
-                k: (statistics.median(v) - native) / events * 1e9 for k, v in times.items() if k != "native"
+            median = {
+                k: (statistics.median(w for w, _ in v), statistics.median(lp for _, lp in v))
+                for k, v in runs_of.items()
             }
+            native_loop = median["native"][1]
             rows.append(
                 (
                     name,
                     f"{events:,}",
-                    f"{native:.2f} s",
-                    f"{statistics.median(times['ordinary']):.2f} s",
-                    f"{statistics.median(times['flight']):.2f} s",
-                    f"{per['ordinary']:.1f}",
-                    f"{per['flight']:.1f}",
+                    *(f"{median[k][0]:.2f} s" for k in runs_of),
+                    *(f"{(median[k][1] - native_loop) / events * 1e9:.1f}" for k in ("ordinary", "flight")),
                 )
             )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return table(
-        f"Cost: whole runs, median of {runs} (flight: --flight {size})",
+        f"Cost, median of {runs} interleaved runs (flight: --flight {size}); ns per "
+        f"event over native, from the program's own loop",
         rows,
-        ("program", "events", "native", "ordinary", "flight", "ns/event ordinary", "ns/event flight"),
+        (
+            "program",
+            "events",
+            "native run",
+            "ordinary run",
+            "flight run",
+            "ns/event ordinary",
+            "ns/event flight",
+        ),
     )
 
 
@@ -242,8 +272,9 @@ def server(seconds: float, size: str) -> str:
 
 def slow(size: str) -> str:
     work = tempfile.mkdtemp(prefix="madtrace-flight-bench-")
-    with open(os.path.join(work, "index.html"), "w") as f:
-        f.write("hello\n")
+    for name in ("index.html", "slow"):
+        with open(os.path.join(work, name), "w") as f:
+            f.write("hello\n")
     srv, port = start_server(SLOW_SERVER, work)
     folder = os.path.join(work, "flight")
     try:
@@ -289,9 +320,9 @@ def slow(size: str) -> str:
             api.open(newest, progress=False)
             .sql(
                 "SELECT function, duration_ns FROM calls WHERE fate = 'completed' "
-                "ORDER BY end_seq DESC LIMIT 1"
+                "ORDER BY end_tsc DESC LIMIT 1"
             )
-            .fetchone()
+            .fetchall()[0]
         )
         subprocess.run([*MADTRACE, "ctl", str(srv.pid), "stop"], capture_output=True, cwd=ROOT)
         rows = [

@@ -122,7 +122,7 @@ def test_a_slow_call_writes_the_window_that_ends_with_it(tmp_path):
     last = query(
         snapshot,
         "SELECT function, duration_ns, accesses_incl FROM calls "
-        "WHERE fate = 'completed' ORDER BY end_seq DESC LIMIT 1",
+        "WHERE fate = 'completed' ORDER BY end_tsc DESC LIMIT 1",
     )[0]
     assert last[0] == "handle" and abs(last[1] / 1e6 / float(took.group(1)) - 1) < 0.01, (
         last

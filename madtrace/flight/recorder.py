@@ -55,7 +55,7 @@ from ..trace.format import (
 from ..trace.capture_file import write_all
 from ..trace.record_files import ACCESS_RECORDS, BLOCK_RECORDS, COMPACT_RECORDS
 from .rebase import Rebase, framed, rebase_blocks
-from .window import StreamWindow
+from .window import PAGE, StreamWindow
 
 INDEX_FILE = "flight.json"  # in the snapshots' folder: the recorder and its snapshots
 SNAPSHOT_PREFIX = "snapshot."
@@ -139,6 +139,10 @@ class FlightRecorder:
     window_start: float = 0.0  # wall time the oldest chunk kept was first seen after
     taken: list[dict] = field(default_factory=list)  # the snapshots written, oldest first
     peak_bytes: int = 0
+    pid: int = 0  # the target's: the files of its threads that ended go
+    gone_dropped_bytes: int = 0  # dropped from the files removed since
+    gone_dropped_records: int = 0
+    gone_bases: dict[int, int] = field(default_factory=dict)  # of the threads whose files went
     on_call_chunks: Callable[[list], None] | None = None  # the triggers on calls
 
     def __post_init__(self) -> None:
@@ -224,11 +228,14 @@ class FlightRecorder:
             self.on_call_chunks(new_calls)
         if now.number % OTHERS_EVERY == 1:
             self.others = self._whole_files_bytes()
+            self._forget_ended_threads()
         self._trim(now)
         self.peak_bytes = max(self.peak_bytes, self.held_bytes())
 
     def held_bytes(self) -> int:
-        return self.others + sum(w.kept_bytes for w in self.streams.values())
+        """What the scratch directory holds: the chunks kept, a page a growing file
+        (its header, never given back), the files that stay whole."""
+        return self.others + sum(w.kept_bytes + PAGE for w in self.streams.values())
 
     def _discover(self) -> None:
         for folder in (CALLS_DIR, DATA_DIR):
@@ -243,6 +250,25 @@ class FlightRecorder:
                 kind = _stream_kind(os.path.join(folder, name))
                 if kind is not None:
                     self.streams[path] = StreamWindow(path, kind[1])
+
+    def _forget_ended_threads(self) -> None:
+        """The files of threads that ended, once the window holds nothing of them,
+        are removed (a thread-per-request server makes a file per request)."""
+        for path, window in list(self.streams.items()):
+            kind = _stream_kind(os.path.relpath(path, self.scratch))
+            tid = kind[2] if kind is not None else None
+            if window.kept or tid is None or os.path.exists(f"/proc/{self.pid}/task/{tid}"):
+                continue
+            window.close()
+            del self.streams[path]
+            self.gone_dropped_bytes += window.dropped_bytes
+            if kind is not None and kind[0] == "calls":
+                self.gone_dropped_records += window.dropped_records
+                self.gone_bases[tid] = window.dropped_records
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
     def _whole_files_bytes(self) -> int:
         total = 0
@@ -285,18 +311,18 @@ class FlightRecorder:
 
     def dropped(self) -> dict[str, int]:
         return {
-            "bytes": sum(w.dropped_bytes for w in self.streams.values()),
-            "call_records": sum(
+            "bytes": self.gone_dropped_bytes + sum(w.dropped_bytes for w in self.streams.values()),
+            "call_records": self.gone_dropped_records
+            + sum(
                 w.dropped_records
                 for w in self.streams.values()
-                if w.record_size == RECORD_DTYPE.itemsize
-                and os.path.basename(os.path.dirname(w.path)) == CALLS_DIR
+                if os.path.basename(os.path.dirname(w.path)) == CALLS_DIR
             ),
         }
 
     def bases(self) -> dict[int, int]:
         """tid -> call records dropped before the window (what their seqs move back by)."""
-        out = {}
+        out = dict(self.gone_bases)
         for path, window in self.streams.items():
             kind = _stream_kind(os.path.relpath(path, self.scratch))
             if kind is not None and kind[0] == "calls" and kind[2] is not None and window.dropped_records:

@@ -74,6 +74,8 @@ class FlightSession:
     # ------------------------------------------------------------- each tick
     def tick(self) -> None:
         """The controller's timer (tracer thread, a signal handler)."""
+        tracee = self.recording.tracee
+        self.recorder.pid = tracee.pid if tracee is not None else 0
         self.recorder.tick()
 
     def _feed(self, new_calls: list) -> None:
