@@ -141,6 +141,36 @@ def test_a_slow_call_writes_the_window_that_ends_with_it(tmp_path):
     assert any(re.match(r"<calloc\d+@main\+", d) for d in named)
 
 
+def test_the_nth_call_writes_the_window_that_ends_at_its_entry(tmp_path):
+    argv = [prog(PROGRAM, "O2-pie"), "3000", "-1"]
+    folder = tmp_path / "flight"
+    r = madtrace(
+        "record",
+        "--flight",
+        "64M",
+        "--trigger-on",
+        "handle:1000",
+        "-o",
+        str(folder),
+        "--",
+        *argv,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    flight = flight_meta(folder / "snapshot.1")["flight"]
+    assert re.fullmatch(r"on handle:1000 \(thread \d+\)", flight["trigger"]), flight
+    assert flight["cut_at_trigger"] and flight["dropped_call_records"] == 0
+    # nothing dropped (64M): the window holds the 1000 calls of handle, the last one
+    # entered only: the snapshot ends at its entry record
+    assert summary_json(folder / "snapshot.1")["calls"]["handle"] == 1000
+    fates = dict(
+        query(
+            folder / "snapshot.1", "SELECT fate, count(*) FROM calls WHERE function = 'handle' GROUP BY fate"
+        )
+    )
+    assert fates.get("completed") == 999 and sum(fates.values()) == 1000, fates
+
+
 @pytest.mark.parametrize("how,signum", [("segv", signal.SIGSEGV), ("abort", signal.SIGABRT)])
 def test_a_crash_writes_what_led_to_it_then_the_program_dies_of_it(tmp_path, how, signum):
     argv = [prog(PROGRAM, "O2-pie"), "2000", "-1", how]

@@ -60,7 +60,7 @@ class FlightSession:
             self.recorder.on_call_chunks = self._feed
         self.suppressed = 0  # triggers within GAP of the last snapshot
         self._last_trigger = -GAP
-        self._pending = False  # a snapshot asked for, not written yet
+        self._pending: tuple[str, int | None] | None = None  # a trigger's, not written yet
         self.unbound: list[str] = []  # trigger functions without a traced site
         self._cut_tsc: int | None = None  # the snapshot being written ends there
 
@@ -111,10 +111,10 @@ class FlightSession:
         """A trigger: a snapshot at the controller's next safe point (``cut_tsc``:
         it ends at the call record with this time stamp)."""
         now = time.monotonic()
-        if self._pending or now - self._last_trigger < GAP:
+        if self._pending is not None or now - self._last_trigger < GAP:
             self.suppressed += 1
             return
-        self._last_trigger, self._pending = now, True
+        self._last_trigger, self._pending = now, (reason, cut_tsc)
         self.recording.controller.request_action(lambda: self.snapshot(reason, cut_tsc=cut_tsc))
 
     def signal_to_tracer(self, signum, frame) -> None:
@@ -137,7 +137,7 @@ class FlightSession:
     ) -> dict:
         """The window now into ``directory`` (default: the folder's next
         snapshot.N); Recording.snapshot writes its meta.json."""
-        self._pending = False
+        self._pending = None
         directory = directory or self.recorder.next_snapshot()
         self._cut_tsc = cut_tsc
         try:
@@ -168,23 +168,32 @@ class FlightSession:
         return flight
 
     def end(self) -> None:
-        """The recording has written its end into the scratch directory: the window
-        that led to it becomes a snapshot if none was taken; the scratch goes."""
+        """The recording has written its end into the scratch directory: a trigger
+        the last records fired, or else, if no snapshot was taken, the end itself,
+        writes the window that led to it; the scratch goes."""
         recording = self.recording
         try:
-            if not self.recorder.taken:
+            self.recorder.tick()  # the last records, seen by the triggers too
+            reason, cut = self._pending or ("end", None)
+            if self._pending is not None or not self.recorder.taken:
+                self._pending = None
                 directory = self.recorder.next_snapshot()
                 store.create_trace_dir(directory, False)
                 meta = dict(recording.meta)
-                flight = self.window_into(directory, meta, "end")
+                self._cut_tsc = cut
+                try:
+                    flight = self.window_into(directory, meta, reason)
+                finally:
+                    self._cut_tsc = None
                 functions = recording.functions
                 if functions is not None and functions.rings is not None:
                     meta["calls"] = functions.call_counts(entry_counts(directory, functions.rings.sites))
                 write_meta(directory, meta)
-                self.recorder.taken_one(directory, "end", flight)
+                self.recorder.taken_one(directory, reason, flight)
+                what = "the end" if cut is None and reason == "end" else reason
                 recording.log(
-                    f"flight recorder: the last {flight['seconds']:.2f} s before the "
-                    f"end written to {directory}"
+                    f"flight recorder: the last {flight['seconds']:.2f} s before "
+                    f"{what} written to {directory}"
                 )
         finally:
             self.recorder.close()

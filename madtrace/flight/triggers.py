@@ -17,11 +17,13 @@ fires again within it is counted (``suppressed``), not written.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-
-import numpy as np
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:  # (numpy when the triggers run: the options are parsed without it)
+    import numpy as np
 
 GAP = 1.0  # s between two snapshots of triggers, at least
 STACK_DEPTH = 256  # entries of F open per thread, at most (deeper: forgotten)
@@ -35,8 +37,8 @@ class Trigger:
     every: int = 1  # on: every Nth call
     seconds: float = 0.0  # slow: longer than this
     calls: int = 0  # on: calls seen
-    entry_codes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint32))
-    exit_codes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint32))
+    entry_codes: np.ndarray | None = None  # of its function's sites (CallTriggers.bind)
+    exit_codes: np.ndarray | None = None
 
     @property
     def spec(self) -> str:
@@ -83,6 +85,8 @@ class CallTriggers:
 
     def bind(self, sites: list[tuple[int, str]]) -> list[str]:
         """Codes of each trigger's function; returns the functions without a site."""
+        import numpy as np
+
         if len(sites) == self.bound_sites:
             return []
         self.bound_sites = len(sites)
@@ -96,10 +100,12 @@ class CallTriggers:
         return missing
 
     def feed(self, tid: int, records: np.ndarray) -> Fired | None:
+        import numpy as np
+
         fired = None
         codes = records["code"]
         for index, trigger in enumerate(self.triggers):
-            if not len(trigger.entry_codes):
+            if trigger.entry_codes is None or not len(trigger.entry_codes):
                 continue
             if trigger.kind == "on":
                 entries = np.flatnonzero(np.isin(codes, trigger.entry_codes))
@@ -113,7 +119,8 @@ class CallTriggers:
                     at = int(entries[nth])
                     fired = Fired(trigger.spec, tid, int(records["tsc"][at]))
                 continue
-            mine = np.flatnonzero(np.isin(codes, trigger.entry_codes) | np.isin(codes, trigger.exit_codes))
+            exits = trigger.exit_codes if trigger.exit_codes is not None else trigger.entry_codes
+            mine = np.flatnonzero(np.isin(codes, trigger.entry_codes) | np.isin(codes, exits))
             stack = self.stacks.setdefault((index, tid), [])
             for at in mine.tolist():
                 tsc = int(records["tsc"][at])
