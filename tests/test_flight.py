@@ -171,6 +171,18 @@ def test_the_nth_call_writes_the_window_that_ends_at_its_entry(tmp_path):
     assert fates.get("completed") == 999 and sum(fates.values()) == 1000, fates
 
 
+def test_after_an_exec_the_window_is_the_new_images(tmp_path):
+    argv = ["sh", "-c", f"exec {prog(PROGRAM, 'O2-pie')} 3000 -1"]
+    folder = tmp_path / "flight"
+    r = madtrace("record", "--data", "--flight", "2M", "-o", str(folder), "--", *argv, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == run_untraced(argv).stdout
+    assert sorted(os.listdir(folder)) == ["flight.json", "snapshot.1"]  # no exec.N on disk
+    meta = flight_meta(folder / "snapshot.1")
+    assert meta["mode"] == "exec" and meta["command"][0].endswith(f"{PROGRAM}-O2-pie")
+    assert summary_json(folder / "snapshot.1")["calls"]["work"] > 0
+
+
 @pytest.mark.parametrize("how,signum", [("segv", signal.SIGSEGV), ("abort", signal.SIGABRT)])
 def test_a_crash_writes_what_led_to_it_then_the_program_dies_of_it(tmp_path, how, signum):
     argv = [prog(PROGRAM, "O2-pie"), "2000", "-1", how]

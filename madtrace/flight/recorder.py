@@ -45,6 +45,7 @@ from ..trace.format import (
     BLOCK_EVENTS_FILE,
     BLOCKS_FILE,
     CALLS_DIR,
+    EXEC_DIR_PREFIX,
     DATA_DIR,
     KIND_LOAD,
     KIND_STORE,
@@ -133,6 +134,7 @@ class FlightRecorder:
     keep: float | None = None
     snapshots: int | None = None
     scratch: str = ""
+    root: str = ""  # the trace directory of the image traced now (scratch, or an exec's in it)
     streams: dict[str, StreamWindow] = field(default_factory=dict)
     ticks: list[Tick] = field(default_factory=list)
     others: int = 0  # bytes of the files that stay whole
@@ -149,6 +151,7 @@ class FlightRecorder:
         if self.bound is None and self.keep is None:
             raise UsageError("the flight recorder needs a bound: --flight SIZE or --keep SECONDS")
         self.scratch = scratch_directory(self.bound or 0)
+        self.root = self.scratch
         self.window_start = time.time()
         self._number = 0
 
@@ -220,7 +223,7 @@ class FlightRecorder:
             if (
                 window.scan(now.number)
                 and window.record_size == RECORD_DTYPE.itemsize
-                and path.startswith(os.path.join(self.scratch, CALLS_DIR) + os.sep)
+                and path.startswith(os.path.join(self.root, CALLS_DIR) + os.sep)
             ):
                 tid = int(os.path.splitext(os.path.basename(path))[0])
                 new_calls += [(path, tid, offset, length) for offset, length, _ in list(window.kept)[before:]]
@@ -240,11 +243,11 @@ class FlightRecorder:
     def _discover(self) -> None:
         for folder in (CALLS_DIR, DATA_DIR):
             try:
-                names = os.listdir(os.path.join(self.scratch, folder))
+                names = os.listdir(os.path.join(self.root, folder))
             except FileNotFoundError:
                 continue
             for name in names:
-                path = os.path.join(self.scratch, folder, name)
+                path = os.path.join(self.root, folder, name)
                 if path in self.streams:
                     continue
                 kind = _stream_kind(os.path.join(folder, name))
@@ -255,7 +258,7 @@ class FlightRecorder:
         """The files of threads that ended, once the window holds nothing of them,
         are removed (a thread-per-request server makes a file per request)."""
         for path, window in list(self.streams.items()):
-            kind = _stream_kind(os.path.relpath(path, self.scratch))
+            kind = _stream_kind(os.path.relpath(path, self.root))
             tid = kind[2] if kind is not None else None
             if window.kept or tid is None or os.path.exists(f"/proc/{self.pid}/task/{tid}"):
                 continue
@@ -272,7 +275,7 @@ class FlightRecorder:
 
     def _whole_files_bytes(self) -> int:
         total = 0
-        for folder, _dirs, names in os.walk(self.scratch):
+        for folder, _dirs, names in os.walk(self.root):
             for name in names:
                 path = os.path.join(folder, name)
                 if path not in self.streams:
@@ -324,7 +327,7 @@ class FlightRecorder:
         """tid -> call records dropped before the window (what their seqs move back by)."""
         out = dict(self.gone_bases)
         for path, window in self.streams.items():
-            kind = _stream_kind(os.path.relpath(path, self.scratch))
+            kind = _stream_kind(os.path.relpath(path, self.root))
             if kind is not None and kind[0] == "calls" and kind[2] is not None and window.dropped_records:
                 out[kind[2]] = window.dropped_records
         return out
@@ -339,8 +342,9 @@ class FlightRecorder:
         self.tick()  # up to what is complete now
         rebase = Rebase(self.bases(), cut_tsc or None)
         copies, whole = [], []
-        for folder, _dirs, names in os.walk(self.scratch):
-            relative_folder = os.path.relpath(folder, self.scratch)
+        for folder, dirs, names in os.walk(self.root):
+            dirs[:] = [d for d in dirs if not d.startswith(EXEC_DIR_PREFIX)]  # later images
+            relative_folder = os.path.relpath(folder, self.root)
             if relative_folder == STORE_DIR or relative_folder.startswith(STORE_DIR + os.sep):
                 continue
             os.makedirs(os.path.join(directory, relative_folder), exist_ok=True)
@@ -402,6 +406,21 @@ class FlightRecorder:
         rebase_blocks(rows, bases)
         rows.tofile(target)
         seal_block_table(target)
+
+    def follow(self, directory: str) -> None:
+        """The process exec'd: the window is the new image's, traced in
+        ``directory`` (inside the scratch); the old image's record files go (its
+        meta.json stays: the images index reads it)."""
+        for path, window in self.streams.items():
+            window.close()
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        self.streams.clear()
+        self.gone_bases.clear()
+        self.root = directory
+        self.window_start = time.time()
 
     def close(self) -> None:
         for window in self.streams.values():

@@ -76,12 +76,16 @@ class ImageChanges:
         its entry point (its libraries mapped by then)."""
         command = read_cmdline(tracee.pid)
         number = len(self.images) + 1
-        image = exec_dir(self.options.output, number)
+        image = exec_dir(self.trace_root, number)
+        where = "by the flight recorder, whose window is now the new image's" \
+            if self.flight is not None else f"in {image}"
         self.log(f"the target called exec ({' '.join(command)[:80]}): its new image is traced "
-                 f"in {image}")
+                 f"{where}")
         self._end_image(os.path.basename(image), command)
         self.output = image
         store.create_trace_dir(self.output, force=False)
+        if self.flight is not None:
+            self.flight.recorder.follow(image)
         self.meta = {"mode": "exec", "command": command, "image": number}
         self._maps_end = ""
         self._load_address_space()
@@ -111,7 +115,7 @@ class ImageChanges:
         self.meta.update(self._data_results())
         write_meta(self.output, self.meta)
         self._finish_store()
-        self.images.append(image_entry(os.path.relpath(self.output, self.options.output) or ".",
+        self.images.append(image_entry(os.path.relpath(self.output, self.trace_root) or ".",
                                        self.meta))
         self.functions = None
         self.data = None
@@ -163,12 +167,12 @@ class ImageChanges:
     def _write_images_index(self) -> None:
         """DIR/meta.json (the first image's) lists every image of the process and
         ends with the process's own end."""
-        images = self.images + [image_entry(os.path.relpath(self.output, self.options.output),
+        images = self.images + [image_entry(os.path.relpath(self.output, self.trace_root),
                                             self.meta)]
-        first = read_meta(self.options.output)
+        first = read_meta(self.trace_root)
         first.update(images=images, process_exit_status=self.meta.get("exit_status"),
                      process_outcome=self.meta.get("outcome"))
-        write_meta(self.options.output, first)
+        write_meta(self.trace_root, first)
 
     def _write_start_files(self) -> None:
         """maps.start.txt, meta.json ("running"), and the store writer's thread;

@@ -290,6 +290,12 @@ class Recording(ImageChanges, CleanSlate, Results):
             store.create_trace_dir(self.options.output, self.options.force)
         self._created_output = True
 
+    @property
+    def trace_root(self) -> str:
+        """The first image's trace directory (an exec's are inside it): DIR, or the
+        flight recorder's scratch directory (DIR then holds its snapshots)."""
+        return self.flight.scratch if self.flight is not None else self.options.output
+
     def _remove_output(self) -> None:
         """Nothing was traced: leave no empty trace directory behind."""
         if getattr(self, "_created_output", False):
