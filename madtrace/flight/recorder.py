@@ -23,6 +23,7 @@ with time, and count against the bound.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
@@ -136,7 +137,7 @@ class FlightRecorder:
     scratch: str = ""
     root: str = ""  # the trace directory of the image traced now (scratch, or an exec's in it)
     streams: dict[str, StreamWindow] = field(default_factory=dict)
-    ticks: list[Tick] = field(default_factory=list)
+    ticks: collections.deque = field(default_factory=collections.deque)  # from the oldest kept
     others: int = 0  # bytes of the files that stay whole
     window_start: float = 0.0  # wall time the oldest chunk kept was first seen after
     taken: list[dict] = field(default_factory=list)  # the snapshots written, oldest first
@@ -152,6 +153,7 @@ class FlightRecorder:
             raise UsageError("the flight recorder needs a bound: --flight SIZE or --keep SECONDS")
         self.scratch = scratch_directory(self.bound or 0)
         self.root = self.scratch
+        self._ticks_taken = 0
         self.window_start = time.time()
         self._number = 0
 
@@ -214,7 +216,8 @@ class FlightRecorder:
         """Index what the writers completed, then trim to the bound.  The call
         record chunks new since the last tick go to ``on_call_chunks`` first, as
         (path, tid, offset, length)."""
-        now = Tick(len(self.ticks) + 1, time.monotonic(), time.time())
+        self._ticks_taken += 1
+        now = Tick(self._ticks_taken, time.monotonic(), time.time())
         self.ticks.append(now)
         self._discover()
         new_calls = []
@@ -233,6 +236,7 @@ class FlightRecorder:
             self.others = self._whole_files_bytes()
             self._forget_ended_threads()
         self._trim(now)
+        self._forget_old_ticks()
         self.peak_bytes = max(self.peak_bytes, self.held_bytes())
 
     def held_bytes(self) -> int:
@@ -291,11 +295,11 @@ class FlightRecorder:
         the same tick, the one of the file that holds the most)."""
         while self.keep is not None:
             ticks = [t for t in (w.oldest_tick() for w in self.streams.values()) if t is not None]
-            if not ticks or now.monotonic - self.ticks[min(ticks) - 1].monotonic <= self.keep:
+            if not ticks or now.monotonic - self._tick(min(ticks)).monotonic <= self.keep:
                 break
             for window in self.streams.values():
                 window.drop_through(min(ticks))
-            self.window_start = self.ticks[min(ticks) - 1].wall
+            self.window_start = self._tick(min(ticks)).wall
         held = self.held_bytes()
         cut = 0
         while self.bound is not None and held > self.bound:
@@ -305,12 +309,21 @@ class FlightRecorder:
             oldest = min(candidates, key=lambda w: (w.kept[0][2], -w.kept_bytes))
             cut = oldest.kept[0][2]
             held -= oldest.drop_through(cut, most=1)
-            self.window_start = self.ticks[cut - 1].wall
+            self.window_start = self._tick(cut).wall
         if cut > 1:
             # every file starts within the same tick: a file whose chunks are small
             # (compressed accesses) keeps no more of the past than the others
             for window in self.streams.values():
                 window.drop_through(cut - 1)
+
+    def _tick(self, number: int) -> Tick:
+        return self.ticks[number - self.ticks[0].number]
+
+    def _forget_old_ticks(self) -> None:
+        """The ticks before the oldest chunk kept (memory flat over a long run)."""
+        oldest = min((w.kept[0][2] for w in self.streams.values() if w.kept), default=self.ticks[-1].number)
+        while len(self.ticks) > 1 and self.ticks[0].number < oldest:
+            self.ticks.popleft()
 
     def dropped(self) -> dict[str, int]:
         return {

@@ -63,6 +63,7 @@ class FlightSession:
         self._pending: tuple[str, int | None] | None = None  # a trigger's, not written yet
         self.unbound: list[str] = []  # trigger functions without a traced site
         self._cut_tsc: int | None = None  # the snapshot being written ends there
+        self.failed = False
 
     @property
     def scratch(self) -> str:
@@ -73,16 +74,25 @@ class FlightSession:
 
     # ------------------------------------------------------------- each tick
     def tick(self) -> None:
-        """The controller's timer (tracer thread, a signal handler)."""
+        """The controller's timer (tracer thread, a signal handler).  A failure
+        stops the recording (said in one line): the bound would not hold any more."""
+        if self.failed:
+            return
         tracee = self.recording.tracee
         self.recorder.pid = tracee.pid if tracee is not None else 0
-        self.recorder.tick()
+        try:
+            self.recorder.tick()
+        except Exception as exc:  # (a signal handler: the run loop ends the recording)
+            self.failed = True
+            self.recording.log(f"flight recorder: {exc}: recording stops here")
+            self.recording.controller.request_stop("flight recorder error")
 
     def _feed(self, new_calls: list) -> None:
         """FlightRecorder.on_call_chunks: the triggers see each call record once."""
         if self.triggers is None:
             return
         self._bind()
+        self.triggers.forget_ended(self.recorder.pid)
         for path, tid, offset, length in new_calls:
             window = self.recorder.streams[path]
             records = np.frombuffer(window.payload(offset, length), dtype=RECORD_DTYPE)

@@ -16,6 +16,7 @@ fires again within it is counted (``suppressed``), not written.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -135,6 +136,7 @@ class CallTriggers:
                     fired = Fired(trigger.spec, tid, tsc, took)
         return fired
 
-    def thread_exited(self, tid: int) -> None:
-        for key in [k for k in self.stacks if k[1] == tid]:
+    def forget_ended(self, pid: int) -> None:
+        """The open calls of threads of ``pid`` that ended (a thread per request)."""
+        for key in [k for k in self.stacks if not os.path.exists(f"/proc/{pid}/task/{k[1]}")]:
             del self.stacks[key]
