@@ -178,6 +178,7 @@ def test_after_an_exec_the_window_is_the_new_images(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout == run_untraced(argv).stdout
     assert sorted(os.listdir(folder)) == ["flight.json", "snapshot.1"]  # no exec.N on disk
+    one_line_error(madtrace("summary", str(folder)), 18, "(the last: " + str(folder / "snapshot.1"))
     meta = flight_meta(folder / "snapshot.1")
     assert meta["mode"] == "exec" and meta["command"][0].endswith(f"{PROGRAM}-O2-pie")
     assert summary_json(folder / "snapshot.1")["calls"]["work"] > 0

@@ -47,11 +47,13 @@ from ..trace.format import (
     BLOCKS_FILE,
     CALLS_DIR,
     EXEC_DIR_PREFIX,
+    FLIGHT_INDEX_FILE,
     DATA_DIR,
     KIND_LOAD,
     KIND_STORE,
     META_FILE,
     RECORD_DTYPE,
+    SNAPSHOT_DIR_PREFIX,
     STORE_DIR,
 )
 from ..trace.capture_file import write_all
@@ -59,8 +61,6 @@ from ..trace.record_files import ACCESS_RECORDS, BLOCK_RECORDS, COMPACT_RECORDS
 from .rebase import Rebase, framed, rebase_blocks
 from .window import PAGE, StreamWindow
 
-INDEX_FILE = "flight.json"  # in the snapshots' folder: the recorder and its snapshots
-SNAPSHOT_PREFIX = "snapshot."
 SCRATCH_ENV = "MADTRACE_FLIGHT_DIR"
 SCRATCH_PREFIX = "madtrace-flight."  # then madtrace's pid
 OTHERS_EVERY = 20  # ticks between two sums of the files that stay whole
@@ -165,7 +165,7 @@ class FlightRecorder:
             if os.path.lexists(path):
                 if not force:
                     raise OutputExistsError(f"{path} already exists (use --force to overwrite it)")
-                if not os.path.exists(os.path.join(path, INDEX_FILE)):
+                if not os.path.exists(os.path.join(path, FLIGHT_INDEX_FILE)):
                     raise OutputExistsError(
                         f"{path} exists and is not a flight recorder's folder; not overwriting it"
                     )
@@ -182,14 +182,14 @@ class FlightRecorder:
             },
             "snapshots": self.taken,
         }
-        path = os.path.join(self.folder, INDEX_FILE)
+        path = os.path.join(self.folder, FLIGHT_INDEX_FILE)
         with writing(path), open(path + ".tmp", "w") as f:
             json.dump(index, f, indent=1)
         os.replace(path + ".tmp", path)
 
     def next_snapshot(self) -> str:
         self._number += 1
-        return os.path.join(self.folder, f"{SNAPSHOT_PREFIX}{self._number}")
+        return os.path.join(self.folder, f"{SNAPSHOT_DIR_PREFIX}{self._number}")
 
     def taken_one(self, directory: str, reason: str, meta_flight: dict) -> None:
         """A snapshot was written to ``directory``: listed, the oldest beyond

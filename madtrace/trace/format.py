@@ -125,6 +125,10 @@ INSTRUCTIONS_FILE_V1 = f"{DATA_DIR}/instructions.json"  # ... as traces of forma
 STORE_META_FILE = f"{STORE_DIR}/meta.json"
 EXEC_DIR_PREFIX = "exec."  # exec.<n>: the trace of the n-th image the process exec'd
 FORK_DIR_PREFIX = "fork."  # fork.<pid>: the trace of a fork child followed
+# a flight recorder's folder (--flight): snapshot.<n>, each a trace directory, and
+# flight.json listing them
+FLIGHT_INDEX_FILE = "flight.json"
+SNAPSHOT_DIR_PREFIX = "snapshot."
 
 
 def exec_dir(directory: str, number: int) -> str:

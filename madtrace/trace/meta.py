@@ -9,7 +9,7 @@ import os
 
 from ..errors import CorruptTraceError, writing
 from .blocks import seal_block_table
-from .format import BLOCKS_FILE, FORMAT_VERSION, META_FILE, write_json_atomically
+from .format import BLOCKS_FILE, FLIGHT_INDEX_FILE, FORMAT_VERSION, META_FILE, write_json_atomically
 from .partial import settle
 
 
@@ -25,6 +25,15 @@ def write_meta(directory: str, meta: dict) -> None:
         write_json_atomically(path, meta)
 
 
+def _flight_snapshots(directory: str) -> list[str] | None:
+    """The snapshots a flight recorder's folder lists, oldest first (None: not one)."""
+    try:
+        with open(os.path.join(directory, FLIGHT_INDEX_FILE)) as f:
+            return [s["directory"] for s in json.load(f)["snapshots"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def read_meta(directory: str) -> dict:
     """meta.json; CorruptTraceError for anything but a trace directory of this
     version.  A recording whose tracer was killed is settled (trace/partial.py)."""
@@ -35,6 +44,12 @@ def read_meta(directory: str) -> dict:
         with open(meta_path) as f:
             meta = json.load(f)
     except FileNotFoundError:
+        snapshots = _flight_snapshots(directory)
+        if snapshots is not None:
+            raise CorruptTraceError(
+                f"{directory} holds a flight recorder's snapshots, each a trace directory: "
+                + (f"read one (the last: {os.path.join(directory, snapshots[-1])})"
+                   if snapshots else "none was written")) from None
         raise CorruptTraceError(f"{directory}: not a madtrace trace directory (no {META_FILE})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CorruptTraceError(f"{meta_path}: corrupt ({exc})") from None
