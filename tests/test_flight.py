@@ -296,6 +296,44 @@ def test_flight_recorder_attached_to_a_live_server(tmp_path):
     assert summary_json(written[1])["calls"]["handle"] >= 40
 
 
+def test_a_stream_window_gives_the_memory_of_its_oldest_chunks_back():
+    """StreamWindow on a capture file in /dev/shm (tmpfs): the chunks dropped free
+    their pages (st_blocks), the file keeps its size and the writer appends on."""
+    import numpy as np
+
+    from madtrace.flight.window import StreamWindow
+    from madtrace.trace.format import RECORD_DTYPE
+    from madtrace.trace.record_files import CALL_RECORDS
+
+    path = f"/dev/shm/madtrace-test-window.{os.getpid()}"
+    fd = CALL_RECORDS.create(path, truncate=True)
+    try:
+        rows = np.zeros(65536, dtype=RECORD_DTYPE)  # 1 MiB a chunk
+        for tick in (1, 2, 3):
+            rows["tsc"] = tick
+            for _ in range(4):
+                CALL_RECORDS.append(fd, rows)
+            if tick == 1:
+                window = StreamWindow(path, RECORD_DTYPE.itemsize)
+            window.scan(tick)
+        before = os.stat(path)
+        freed = window.drop_through(2)
+        after = os.stat(path)
+        assert freed == 8 * (16 + (1 << 20)) and window.dropped_records == 8 * 65536
+        assert after.st_size == before.st_size
+        assert before.st_blocks * 512 - after.st_blocks * 512 >= 8 * (1 << 20) - 4096
+        kept = window.chunks()
+        assert len(kept) == 4
+        for offset, length in kept:
+            assert set(np.frombuffer(window.payload(offset, length), RECORD_DTYPE)["tsc"]) == {3}
+        CALL_RECORDS.append(fd, rows)  # the writer goes on after the punch
+        assert window.scan(4) == 16 + (1 << 20) and len(window.chunks()) == 5
+    finally:
+        os.close(fd)
+        window.close()
+        os.unlink(path)
+
+
 def test_flight_recorder_errors(tmp_path):
     argv = ["--", prog(PROGRAM, "O2-pie"), "10", "-1"]
     out = str(tmp_path / "t")
