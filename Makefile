@@ -72,8 +72,8 @@ $(INJECTOR_OUT): injector/trampolines.S injector/layout.h injector/build_templat
 NATIVE_OUT := build/native/libmtloop.so
 # the drain of the function-tracing rings (tracer side, C, loaded with ctypes)
 DRAIN_OUT := build/native/libmtdrain.so
-# the frame rules of the call records and the access pass (offline side: trace/segmentation.py,
-# trace/access_pass.py)
+# the frame rules of the call records, the access pass and the report kinds' counters (offline
+# side: trace/segmentation.py, trace/access_pass.py, analysis/access_counters.py)
 REPLAY_OUT := build/native/libmtreplay.so
 # the allocation tracker's block index (tracer side, C, loaded with ctypes)
 BLOCKS_OUT := build/native/libmtblocks.so
@@ -96,9 +96,10 @@ $(DRAIN_OUT): madtrace/rings/ring_drain.c madtrace/rings/drain_thread.c injector
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -pthread -Iinjector -Ibuild/native -o $@ \
 	    madtrace/rings/ring_drain.c madtrace/rings/drain_thread.c -lxxhash
-$(REPLAY_OUT): madtrace/trace/replay.c madtrace/trace/access_pass.c
+$(REPLAY_OUT): madtrace/trace/replay.c madtrace/trace/access_pass.c madtrace/analysis/access_counters.c \
+	    madtrace/trace/access_pass.h
 	@mkdir -p $(@D)
-	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $^
+	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $(filter %.c,$^)
 $(BLOCKS_OUT): madtrace/data/heap/block_index.c
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
@@ -181,7 +182,8 @@ docs: setup
 FORMATTED := madtrace/trace/format.py madtrace/kinds madtrace/exports madtrace/arch/x86_64/encode.py \
 	tests/test_offline.py tests/test_registry.py madtrace/api.py madtrace/analysis/cache.py \
 	madtrace/analysis/sharing.py madtrace/analysis/reuse.py madtrace/analysis/access_stream.py \
-	madtrace/analysis/memory_sim.py madtrace/analysis/diff.py madtrace/report/memory_text.py \
+	madtrace/analysis/memory_sim.py madtrace/analysis/diff.py madtrace/analysis/access_counters.py \
+	madtrace/analysis/shared_pass.py tests/test_shared_pass.py madtrace/report/memory_text.py \
 	madtrace/report/memory_html.py madtrace/report/memory_png.py madtrace/report/diff_text.py \
 	madtrace/cli/cmd_diff.py tests/test_memory_analyses.py tests/test_api.py tests/test_diff.py \
 	madtrace/flight madtrace/live/commands/snapshot.py tests/test_flight.py

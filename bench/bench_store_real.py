@@ -15,10 +15,13 @@ Side by side with the raw capture's size and the store's.  Each phase in its
 own process (/usr/bin/time gives its wall time and peak RSS); ``--runs`` runs,
 the median.
 
-  reports    with --reports: each report kind (and the HTML page) on the
-             last run's trace, once: wall time and peak RSS
+  reports    with --reports: each report kind (and the HTML page: every kind
+             the trace has, in one pass over the accesses) on the last run's
+             trace, once: wall time and peak RSS; with --trace DIR, on that
+             trace (recorded before) alone, --runs times each, the median
 
   python bench/bench_store_real.py [--mb 5] [--runs 3] [--reports] [--keep DIR]
+  python bench/bench_store_real.py --trace DIR [--runs 3]
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from common import ROOT, table
 
 sys.path.insert(0, ROOT)
 
-REPORT_KINDS = ("heatmap", "alloc", "footprint", "numa", "source", "segments", "calls")
+REPORT_KINDS = ("heatmap", "alloc", "footprint", "numa", "source", "cache", "sharing", "reuse",
+                "segments", "calls")
 QUERY = "SELECT region, kind, count(*) FROM accesses GROUP BY ALL"
 FLOOR = """
 import sys, time
@@ -76,6 +80,40 @@ def timed(command: list[str], out=subprocess.DEVNULL, refused_ok: bool = False
     return float(last[1]), int(last[2]) // 1024, done.stderr
 
 
+def time_reports(directory: str, runs: int = 1) -> list[tuple]:
+    """(kind, seconds, peak RSS MB) of each report kind and of the HTML page on
+    ``directory``: the median of ``runs``, the kinds one after the other in each
+    run (so that a load on the machine falls on all of them alike); a kind the
+    trace refuses: (kind, "refused", why)."""
+    madtrace = [sys.executable, "-m", "madtrace.cli.main"]
+    times: dict[str, list[tuple[float, int]]] = {}
+    refused: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="madtrace-reports-") as work:
+        page = os.path.join(work, "page.html")
+        for _ in range(runs):
+            for kind in (*REPORT_KINDS, "html (all kinds)"):
+                if kind in refused:
+                    continue
+                command = [*madtrace, "report", directory, "--html", page, "--force"] \
+                    if kind.startswith("html") else \
+                    [*madtrace, "report", directory, "--kind", kind, "--json"]
+                seconds, rss, why = timed(command, refused_ok=True)
+                if seconds < 0:
+                    refused[kind] = why.split(": ", 2)[-1][:60]
+                else:
+                    times.setdefault(kind, []).append((seconds, rss))
+    out = []
+    for kind in (*REPORT_KINDS, "html (all kinds)"):
+        if kind in refused:
+            out.append((kind, "refused", refused[kind]))
+            continue
+        seconds = [s for s, _ in times[kind]]
+        spread = f" ({min(seconds):.1f}-{max(seconds):.1f})" if runs > 1 else ""
+        out.append((kind, f"{statistics.median(seconds):.1f}{spread}",
+                    int(statistics.median(r for _, r in times[kind]))))
+    return out
+
+
 def size_of(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
@@ -87,7 +125,13 @@ def main() -> None:
     parser.add_argument("--keep", help="keep the last trace directory here")
     parser.add_argument("--reports", action="store_true",
                         help="also time every report kind on the last run's trace")
+    parser.add_argument("--trace", metavar="DIR",
+                        help="only time every report kind on this trace (recorded before)")
     args = parser.parse_args()
+    if args.trace:
+        print(table(f"each report kind on {args.trace}: {args.runs} runs, the median (min-max)",
+                    time_reports(args.trace, args.runs), ("kind", "s", "peak RSS MB")))
+        return
     gzip = shutil.which("gzip")
     if gzip is None:
         raise SystemExit("gzip is not installed (Debian package gzip)")
@@ -125,14 +169,7 @@ def main() -> None:
                                ("store MB", stored / 1e6), ("store / raw", stored / raw)):
                 results.setdefault(key, []).append(value)
             if run == args.runs - 1 and args.reports:
-                for kind in REPORT_KINDS:
-                    seconds, rss, why = timed([*madtrace, "report", directory, "--kind", kind,
-                                               "--json"], refused_ok=True)
-                    reports.append((kind, f"{seconds:.1f}", rss) if seconds >= 0 else
-                                   (kind, "refused", why.split(": ", 2)[-1][:60]))
-                page = os.path.join(work, "page.html")
-                seconds, rss, _ = timed([*madtrace, "report", directory, "--html", page])
-                reports.append(("html (all kinds)", f"{seconds:.1f}", rss))
+                reports = time_reports(directory)
             if run < args.runs - 1 or not args.keep:
                 shutil.rmtree(directory)
             else:

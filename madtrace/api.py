@@ -25,7 +25,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO, Union
 
 from .errors import CorruptTraceError, MadtraceError, NoDataError, QueryError, UsageError
-from .kinds import KINDS, NEEDS, Kind, available
+from .kinds import KINDS, NEEDS, Kind, available, compute
 from .trace.meta import read_meta
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ class Trace:
         kinds = [k for k in available(self.directory) if _has_json(k)]
         if not kinds:
             raise NoDataError(f"{self.directory} has neither call records nor data accesses to report on")
-        results = {k.name: k.compute(self.directory, args) for k in kinds}  # every error first
+        results = compute(kinds, self.directory, args)  # every error first; one pass over the accesses
         value = {
             "kind": "all",
             "directory": self.directory,

@@ -332,6 +332,24 @@ def test_reuse_distances_exact_across_renumbering():
     assert got == naive_distances(lines)
 
 
+def test_reuse_distances_exact_around_the_recent_lines():
+    """The C side keeps the most recent lines in a list of its own (RECENT = 32 in
+    memory_sim.c): loops over about as many lines as it holds, and a mix of
+    short and long distances, cross its edge both ways."""
+    rng = np.random.default_rng(11)
+    parts = [np.tile(np.arange(n, dtype=np.uint64), 40) for n in (31, 32, 33, 48)]
+    parts.append(rng.integers(0, 40, 30_000).astype(np.uint64))
+    parts.append(
+        np.where(rng.random(30_000) < 0.9, rng.integers(0, 8, 30_000), rng.integers(0, 2000, 30_000))
+    )
+    lines = np.concatenate(parts).astype(np.uint64)
+    reuse = ReuseDistances(64)
+    first, second = reuse.run(lines * np.uint64(64), np.full(len(lines), 8, dtype=np.uint16))
+    reuse.close()
+    assert (second == -2).all()
+    assert first.tolist() == naive_distances(lines.tolist())
+
+
 def test_reuse_report_matches_naive(recorded):
     d = recorded("data_kernels", "O0-pie", "matmul", "12", functions=("matmul",))
     report = report_json(d, "--kind", "reuse")

@@ -11,25 +11,43 @@ accesses between two allocation events share the epoch of the first, so
 threads' accesses within an epoch are interleaved by thread (lowest first).
 docs/design/memory-analyses.md says what this means for each analysis.
 
-Memory: a chunk of rows per thread.
+A thread without call records is not segmented: its compact records are
+decoded and named a tile at a time into the columns (no access row made).
+The report kinds' counters of a pass shared with the stream's readers
+(shared_pass.py) are fed each access as it is read (``counting``).
+
+Memory: a chunk of columns per thread.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
 from ..trace.access_names import AccessDimensions
 from ..trace.allocator_calls import AllocatorCalls
+from ..trace.compact import compact_reader
 from ..trace.naming import AccessNamer
+from ..trace.read_ahead import read_ahead
 from ..trace.record_files import ACCESS_RECORDS, CALL_RECORDS
 from ..trace.segmentation import iter_thread_chunks, load_tables
+from . import access_counters
 from .trace_input import Progress, access_rows, require_accesses
 
 CHUNK_ROWS = 1 << 19
 COLUMNS = ("addr", "size", "kind", "rip", "did", "fid", "call_id", "order")
+# the columns a thread without call records reads from its compact records (its
+# fid and call_id: -1)
+COMPACT_COLUMNS = {
+    "addr": np.uint64,
+    "size": np.uint16,
+    "kind": np.uint8,
+    "rip": np.uint64,
+    "did": np.uint32,
+    "order": np.uint64,
+}
 
 
 @dataclass
@@ -47,15 +65,19 @@ class StreamChunk:
 
 
 class AccessStream:
-    """See the module docstring.  ``label``: the analysis, for progress lines."""
+    """See the module docstring.  ``label``: the analysis, for progress lines;
+    ``counting(tid)``: called in the reading thread before the first access of
+    each thread, the counters (access_counters.count's) to feed its accesses."""
 
-    def __init__(self, directory: str, label: str):
+    def __init__(self, directory: str, label: str, counting: Callable[[int], dict] | None = None):
         require_accesses(directory, label)
         self.directory = directory
         self.label = label
+        self.counting = counting
         self.tables = load_tables(directory, required=False)
         self.function_names = list(self.tables.names)
-        self.has_calls = bool(CALL_RECORDS.files(directory))
+        self.call_threads = {t for t, _ in CALL_RECORDS.files(directory)}
+        self.has_calls = bool(self.call_threads)
         self.tids = sorted({t for t, _ in ACCESS_RECORDS.files(directory)})
         self.allocator = AllocatorCalls.load(directory)
         self.dimensions = AccessDimensions(AccessNamer(directory))
@@ -64,14 +86,24 @@ class AccessStream:
         # how threads' accesses are interleaved: "exact" (the fault engine: each
         # access takes the next order), "drain" (the order the rings were drained in)
         self.interleaving = "exact" if engine == "fault" or len(self.tids) < 2 else "drain"
+        self._labels: tuple[list[str], list[str], list[str | None]] | None = None
+        self._no_call: dict[str, np.ndarray] = {
+            "fid": np.zeros(0, np.int32),
+            "call_id": np.zeros(0, np.int64),
+        }
 
     def close(self) -> None:
         self.dimensions.close()
 
     # ------------------------------------------------------------ the rows
-    def _columns(self, chunk) -> dict[str, np.ndarray]:
-        rows = chunk.accesses
-        ids = self.dimensions.rows(rows, chunk.access_start, chunk.events, self.allocator.spans(chunk.tid))
+    def _columns(self, tid: int, rows: np.ndarray, access_start: int, events) -> dict[str, np.ndarray]:
+        """The COLUMNS of ``rows`` (the first of index ``access_start`` in the
+        thread); ``events``: their segmentation's (None: no call records, every
+        access outside every call)."""
+        if events is None:
+            ids = {"did": self.dimensions.data_ids(rows), **self._outside_calls(len(rows))}
+        else:
+            ids = self.dimensions.rows(rows, access_start, events, self.allocator.spans(tid))
         return {
             "addr": rows["addr"],
             "size": rows["size"],
@@ -83,12 +115,47 @@ class AccessStream:
             "order": rows["order"],
         }
 
+    def _outside_calls(self, n: int) -> dict[str, np.ndarray]:
+        """``fid`` and ``call_id`` columns of ``n`` accesses outside every call (-1):
+        views of arrays made once."""
+        if len(self._no_call["fid"]) < n:
+            self._no_call = {
+                "fid": np.full(n, -1, dtype=np.int32),
+                "call_id": np.full(n, -1, dtype=np.int64),
+            }
+        return {k: v[:n] for k, v in self._no_call.items()}
+
     def _thread(self, tid: int, first_call: int) -> Iterator[dict[str, np.ndarray]]:
-        for chunk in iter_thread_chunks(
-            self.directory, tables=self.tables, only=tid, first_call=first_call, chunk_rows=CHUNK_ROWS
-        ):
-            if len(chunk.accesses):
-                yield self._columns(chunk)
+        """The columns of each chunk of the thread's accesses, the counters fed
+        its rows first; a thread without call records is not segmented (every
+        access outside every call)."""
+        counters = self.counting(tid) if self.counting is not None else {}
+        if tid in self.call_threads:
+            for chunk in iter_thread_chunks(
+                self.directory, tables=self.tables, only=tid, first_call=first_call, chunk_rows=CHUNK_ROWS
+            ):
+                if len(chunk.accesses):
+                    if counters:
+                        access_counters.count(chunk.accesses, tid, **counters)
+                    yield self._columns(tid, chunk.accesses, chunk.access_start, chunk.events)
+            return
+        for t, path in ACCESS_RECORDS.files(self.directory):
+            if t != tid:
+                continue
+            if ACCESS_RECORDS.is_compact(path):
+                for columns in compact_reader(path).column_chunks(
+                    COMPACT_COLUMNS,
+                    lambda raw, n, planes, table, state, out, at, _start: access_counters.stream_block(
+                        raw, n, planes, table, state, tid, self.dimensions.ids, out, at, **counters
+                    ),
+                    CHUNK_ROWS,
+                ):
+                    yield {**columns, **self._outside_calls(len(columns["addr"]))}
+                continue
+            for rows in read_ahead(ACCESS_RECORDS.chunks(path, CHUNK_ROWS)):
+                if counters:
+                    access_counters.count(rows, tid, **counters)
+                yield self._columns(tid, rows, 0, None)
 
     def _first_calls(self) -> dict[int, int]:
         """Each thread's first call id (the calls of the threads before it)."""
@@ -165,7 +232,13 @@ class AccessStream:
         """Per data id: its name (variable and field, heap block, symbol or
         region), its region, and the allocation site of its heap block
         (``<malloc@main+107>``: the allocator and the call site; None: not a
-        block).  Call once, after the stream was read."""
+        block).  After the stream was read (made once, for every analysis
+        that read it)."""
+        if self._labels is None:
+            self._labels = self._make_labels()
+        return self._labels
+
+    def _make_labels(self) -> tuple[list[str], list[str], list[str | None]]:
         data = self.dimensions.new_data()
         names = [
             variable or symbol or region

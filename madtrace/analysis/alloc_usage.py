@@ -31,13 +31,12 @@ from ..trace.allocator_calls import AllocatorCalls
 from ..trace.blocks import block_name, load_allocations
 from ..trace.block_event_records import block_events
 from ..trace.naming import address_space_of
-from ..trace.reader import iter_access_chunks
-from .trace_input import (BLOCK_READS, BLOCK_WRITES, Progress, access_rows, block_ranges,
-                          require_accesses)
+from .access_counters import AllocCounter
+from .shared_pass import Part, run_parts
+from .trace_input import BLOCK_READS, BLOCK_WRITES, block_ranges, require_accesses
 
 COLUMNS = ("loads", "stores", "bytes_loaded", "bytes_stored", "block_bytes_in", "block_bytes_out",
            "block_events", "freed_accesses", "allocator_accesses")
-NO_ORDER = np.iinfo(np.uint64).max
 
 
 @dataclass
@@ -62,42 +61,6 @@ class AllocUsage:
                 "use_after_free": [b["id"] for b in self.use_after_free]}
 
 
-def _accumulate(directory: str, size: int) -> tuple[np.ndarray, dict]:
-    """Per block id: the COLUMNS counters, and the first access after free."""
-    table = np.zeros((size, len(COLUMNS)), dtype=np.int64)
-    first_uaf: dict[int, tuple[int, int, int, int]] = {}   # id -> (order, rip, addr, tid)
-    calls = AllocatorCalls.load(directory)
-    progress = Progress("alloc", access_rows(directory))
-    for tid, chunk in iter_access_chunks(directory):
-        progress.add(len(chunk))
-        rows = chunk[chunk["block"] > 0]
-        if not len(rows):
-            continue
-        ids = rows["block"].astype(np.int64)
-        ids = np.where(ids < size, ids, 0)
-        store = rows["kind"] == 2
-        nbytes = rows["size"].astype(np.int64)
-        # the allocator's bookkeeping (its thread inside malloc/free...) is not the
-        # program's use of the block, and never its use after free
-        allocator = calls.inside(tid, rows["order"])
-        program_freed = (rows["freed"] > 0) & ~allocator
-        for column, weights in ((0, ~store), (1, store), (2, np.where(store, 0, nbytes)),
-                                (3, np.where(store, nbytes, 0)), (7, program_freed),
-                                (8, allocator)):
-            table[:, column] += np.bincount(ids, weights=weights.astype(np.int64),
-                                            minlength=size).astype(np.int64)[:size]
-        freed = rows[program_freed]
-        if len(freed):
-            freed = freed[np.argsort(freed["order"], kind="stable")]
-            unique, first = np.unique(freed["block"], return_index=True)
-            for block_id, i in zip(unique.tolist(), first.tolist()):
-                r = freed[i]
-                candidate = (int(r["order"]), int(r["rip"]), int(r["addr"]), tid)
-                if block_id not in first_uaf or candidate < first_uaf[block_id]:
-                    first_uaf[block_id] = candidate
-    return table, first_uaf
-
-
 def _range_blocks(event: dict) -> list[tuple[int, bool]]:
     """(block, freed) of each range of ``block_ranges(event)``, in its order: the
     source (read) before the destination (written)."""
@@ -111,52 +74,80 @@ def _range_blocks(event: dict) -> list[tuple[int, bool]]:
     return out
 
 
+class AllocPart(Part):
+    """The heap blocks' use as a part of the shared pass: access_counters.c
+    counts the COLUMNS of each access's block (the allocator's accesses: its
+    thread inside one of its calls) and keeps each block's first access after
+    free; the block events after the accesses."""
+
+    label = "alloc"
+
+    def __init__(self, directory: str):
+        require_accesses(directory, "alloc")
+        self.directory = directory
+        self.blocks = load_allocations(directory)
+        self.calls = AllocatorCalls.load(directory)
+        self.table = AllocCounter(max((b["id"] for b in self.blocks), default=0) + 1)
+        self.counter = ("alloc", self.table)
+
+    def thread(self, tid: int) -> None:
+        self.table.thread(self.calls.spans(tid))
+
+    def close(self) -> None:
+        self.table.close()
+
+    def result(self) -> AllocUsage:
+        directory, blocks = self.directory, self.blocks
+        table = self.table.table
+        freed = self.table.first_freed
+        first_uaf = {int(i): tuple(int(v) for v in freed[i])
+                     for i in np.flatnonzero(freed[:, 0] != AllocCounter.NO_ORDER)}
+        size = len(table)
+        by_id = {b["id"]: b for b in blocks}
+        freed_block_events = np.zeros(size, dtype=np.int64)
+        for event in block_events(directory):
+            # each range with the block the tracer found there (block_event_records.py)
+            for (address, nbytes, is_store), (block_id, freed) in zip(
+                    block_ranges(event), _range_blocks(event)):
+                block = by_id.get(block_id) if block_id else None
+                if block is None:
+                    continue
+                table[block_id, 4 if is_store else 5] += min(nbytes, block["address"] +
+                                                             block["size"] - address)
+                table[block_id, 6] += 1
+                freed_block_events[block_id] += freed
+        space = address_space_of(directory) if first_uaf else None
+        out = []
+        for b in sorted(blocks, key=lambda b: b["id"]):
+            counters = {name: int(table[b["id"], i]) for i, name in enumerate(COLUMNS)}
+            entry = dict(b, **counters, freed=b.get("freed_order") is not None,
+                         freed_block_events=int(freed_block_events[b["id"]]))
+            entry["bytes"] = counters["bytes_loaded"] + counters["bytes_stored"]
+            # its name while it was live (``name`` is its name at the end: <freed:...>)
+            entry["allocated_as"] = block_name(b["kind"], b["id"], b["site"], False)
+            entry["touched"] = bool(counters["loads"] or counters["stores"] or counters["block_events"])
+            if b["id"] in first_uaf:
+                order, rip, address, tid = first_uaf[b["id"]]
+                entry["first_freed_access"] = {"order": order, "tid": tid, "instruction":
+                                               space.code_location(rip), "rip": rip,
+                                               "offset": address - b["address"]}
+            out.append(entry)
+        for entry in out:      # the malloc inside a `new` is touched when its `new` is
+            outer = by_id.get(entry.get("part_of")) if entry.get("part_of") is not None else None
+            if outer is not None and not entry["touched"]:
+                entry["touched"] = bool(table[outer["id"], 0] or table[outer["id"], 1]
+                                        or table[outer["id"], 6])
+        usage = AllocUsage(directory, out)
+        usage.sites = _sites(out)
+        usage.totals = {
+            "blocks": len(out), "bytes_allocated": sum(b["size"] for b in out if b.get("part_of") is None),
+            **{name: int(table[:, i].sum()) for i, name in enumerate(COLUMNS)},
+            "untouched_blocks": len(usage.untouched), "use_after_free_blocks": len(usage.use_after_free)}
+        return usage
+
+
 def alloc_usage(directory: str) -> AllocUsage:
-    require_accesses(directory, "alloc")
-    blocks = load_allocations(directory)
-    size = max((b["id"] for b in blocks), default=0) + 1
-    table, first_uaf = _accumulate(directory, size)
-    by_id = {b["id"]: b for b in blocks}
-    freed_block_events = np.zeros(size, dtype=np.int64)
-    for event in block_events(directory):
-        # each range with the block the tracer found there (block_event_records.py)
-        for (address, nbytes, is_store), (block_id, freed) in zip(
-                block_ranges(event), _range_blocks(event)):
-            block = by_id.get(block_id) if block_id else None
-            if block is None:
-                continue
-            table[block_id, 4 if is_store else 5] += min(nbytes, block["address"] +
-                                                         block["size"] - address)
-            table[block_id, 6] += 1
-            freed_block_events[block_id] += freed
-    space = address_space_of(directory) if first_uaf else None
-    out = []
-    for b in sorted(blocks, key=lambda b: b["id"]):
-        counters = {name: int(table[b["id"], i]) for i, name in enumerate(COLUMNS)}
-        entry = dict(b, **counters, freed=b.get("freed_order") is not None,
-                     freed_block_events=int(freed_block_events[b["id"]]))
-        entry["bytes"] = counters["bytes_loaded"] + counters["bytes_stored"]
-        # its name while it was live (``name`` is its name at the end: <freed:...>)
-        entry["allocated_as"] = block_name(b["kind"], b["id"], b["site"], False)
-        entry["touched"] = bool(counters["loads"] or counters["stores"] or counters["block_events"])
-        if b["id"] in first_uaf:
-            order, rip, address, tid = first_uaf[b["id"]]
-            entry["first_freed_access"] = {"order": order, "tid": tid, "instruction":
-                                           space.code_location(rip), "rip": rip,
-                                           "offset": address - b["address"]}
-        out.append(entry)
-    for entry in out:      # the malloc inside a `new` is touched when its `new` is
-        outer = by_id.get(entry.get("part_of")) if entry.get("part_of") is not None else None
-        if outer is not None and not entry["touched"]:
-            entry["touched"] = bool(table[outer["id"], 0] or table[outer["id"], 1]
-                                    or table[outer["id"], 6])
-    usage = AllocUsage(directory, out)
-    usage.sites = _sites(out)
-    usage.totals = {
-        "blocks": len(out), "bytes_allocated": sum(b["size"] for b in out if b.get("part_of") is None),
-        **{name: int(table[:, i].sum()) for i, name in enumerate(COLUMNS)},
-        "untouched_blocks": len(usage.untouched), "use_after_free_blocks": len(usage.use_after_free)}
-    return usage
+    return run_parts(directory, [AllocPart(directory)])[0]
 
 
 def _sites(blocks: list[dict]) -> list[dict]:

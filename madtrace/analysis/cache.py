@@ -31,9 +31,12 @@ import numpy as np
 from ..errors import UsageError
 from ..trace.access_pass import Tally
 from ..trace.read_ahead import read_ahead
-from .access_stream import AccessStream
-from .memory_sim import CacheHierarchy, misses_of
+from .access_counters import cache_misses
+from .access_stream import AccessStream, StreamChunk
+from .memory_sim import CacheHierarchy
+from .shared_pass import Part, SharedPass, run_parts, trace_threads
 from .source_lines import place_instructions
+from .trace_input import require_accesses
 
 SYS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
 SPEC_HELP = "LEVEL=SIZE:WAYS:LINE,... e.g. L1=32K:8:64,L2=1M:16:64,L3=32M:16:64"
@@ -232,39 +235,61 @@ class CacheReport:
         }
 
 
-def cache_report(directory: str, spec: str | None = None, top_calls: int = 1000) -> CacheReport:
-    levels = parse_spec(spec) if spec else machine_levels()
-    names = [lv.name for lv in levels]
-    private = next((i for i, lv in enumerate(levels) if lv.shared), len(levels))
-    stream = AccessStream(directory, "cache")
-    sim = CacheHierarchy(
-        [(lv.size, lv.ways) for lv in levels], levels[0].line, private, coherent=len(stream.tids) > 1
-    )
-    width = 1 + len(levels)
-    by_data_fn, by_rip, by_call = Tally(width), Tally(width), Tally(width)
-    accesses = 0
-    try:
-        for chunk in read_ahead(stream.merged()):
-            c = chunk.columns
-            codes = sim.run(c["addr"], c["size"], c["kind"], chunk.thread)
-            cols: list = [None] + [misses_of(codes, k) for k in range(len(levels))]
-            fid1 = (c["fid"].astype(np.int64) + 1).astype(np.uint64)
-            by_data_fn.add((c["did"].astype(np.uint64) << np.uint64(32)) | fid1, cols)
-            by_rip.add(c["rip"], cols)
-            if stream.has_calls:
-                by_call.add((c["call_id"] + 1).astype(np.uint64), cols)
-            accesses += len(codes)
+class CachePart(Part):
+    """The cache simulation as a part of the shared pass (of one thread: the
+    simulation needs every thread's accesses in one order, cache_report
+    merges them): memory_sim.c simulates, access_counters.c tallies the
+    misses per data and function, instruction and call."""
+
+    label = "cache"
+    names = True
+
+    def __init__(self, directory: str, spec: str | None = None, top_calls: int = 1000):
+        self.levels = parse_spec(spec) if spec else machine_levels()
+        require_accesses(directory, "cache")
+        self.directory, self.spec, self.top_calls = directory, spec, top_calls
+        width = 1 + len(self.levels)
+        self.by_data_fn, self.by_rip, self.by_call = Tally(width), Tally(width), Tally(width)
+        self.accesses = 0
+        self.sim: CacheHierarchy | None = None
+        self.stream: AccessStream | None = None
+
+    def prepare(self, shared: SharedPass) -> None:
+        self.start(shared.stream, len(shared.tids))
+
+    def start(self, stream: AccessStream | None, threads: int) -> None:
+        """Before the accesses of ``threads`` threads, read from ``stream``."""
+        levels = self.levels
+        private = next((i for i, lv in enumerate(levels) if lv.shared), len(levels))
+        self.stream = stream
+        self.sim = CacheHierarchy(
+            [(lv.size, lv.ways) for lv in levels], levels[0].line, private, coherent=threads > 1
+        )
+
+    def add(self, tid: int, chunk: StreamChunk) -> None:
+        assert self.sim is not None and self.stream is not None  # start() came first
+        c = chunk.columns
+        codes = self.sim.run(c["addr"], c["size"], c["kind"], chunk.thread)
+        by_call = self.by_call if self.stream.has_calls else None
+        cache_misses(self.by_data_fn, self.by_rip, by_call, len(self.levels), c, codes)
+        self.accesses += len(codes)
+
+    def result(self) -> CacheReport:
+        stream, sim, levels = self.stream, self.sim, self.levels
+        assert stream is not None and sim is not None
+        names = [lv.name for lv in levels]
+        width = 1 + len(levels)
         labels, regions, sites_of = stream.data_labels()
         report = CacheReport(
-            directory,
+            self.directory,
             levels,
             sim.stats(),
-            accesses,
+            self.accesses,
             len(stream.tids),
-            "--cache" if spec else "machine",
+            "--cache" if self.spec else "machine",
             stream.interleaving,
         )
-        keys, sums, _ = by_data_fn.result()
+        keys, sums, _ = self.by_data_fn.result()
         data: dict[str, list] = {}
         sites: dict[str, np.ndarray] = {}
         functions: dict[str, np.ndarray] = {}
@@ -283,14 +308,37 @@ def cache_report(directory: str, spec: str | None = None, top_calls: int = 1000)
         report.by_site = _rows("site", sites, names)
         if stream.has_calls:
             report.by_function = _rows("function", functions, names)
-            report.by_call = _calls(stream, by_call, names, top_calls)
-        report.by_line = _lines(directory, by_rip, names)
+            report.by_call = _calls(stream, self.by_call, names, self.top_calls)
+        report.by_line = _lines(self.directory, self.by_rip, names)
         return report
-    finally:
-        sim.close()
-        for t in (by_data_fn, by_rip, by_call):
+
+    def close(self) -> None:
+        if self.sim is not None:
+            self.sim.close()
+        for t in (self.by_data_fn, self.by_rip, self.by_call):
             t.close()
+
+
+def cache_report(directory: str, spec: str | None = None, top_calls: int = 1000) -> CacheReport:
+    part = CachePart(directory, spec, top_calls)
+    if len(trace_threads(directory)) < 2:
+        return run_parts(directory, [part])[0]
+    stream = AccessStream(directory, "cache")  # every thread's accesses merged in one order
+    try:
+        part.start(stream, len(stream.tids))
+        for chunk in read_ahead(stream.merged()):
+            part.add(-1, chunk)
+        return part.result()
+    finally:
+        part.close()
         stream.close()
+
+
+def cache_part(directory: str, spec: str | None = None) -> CachePart | None:
+    """The cache's part of a shared pass: of a trace of one thread only."""
+    if len(trace_threads(directory)) > 1:
+        return None
+    return CachePart(directory, spec)
 
 
 def _entry(sums, names: list[str]) -> dict:

@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..trace.access_pass import Tally
 from ..trace.block_event_records import block_events
 from ..trace.format import PAGE, PAGE_SHIFT as SHIFT
 from ..trace.naming import address_space_of
-from ..trace.reader import iter_access_chunks
-from .trace_input import Progress, access_rows, block_ranges, require_accesses
+from .access_counters import HeatmapCounter
+from .shared_pass import Part, run_parts
+from .trace_input import block_ranges, require_accesses
 
 COLUMNS = 64                 # cells per row (text and PNG)
 MAX_CELLS = COLUMNS * 64     # cells per region before pages are grouped
@@ -121,10 +121,6 @@ class Heatmap:
 
 
 # ------------------------------------------------------------------- regions
-def _page_span(start: int, end: int) -> tuple[int, int]:
-    return start & ~(PAGE - 1), (end + PAGE - 1) & ~(PAGE - 1)
-
-
 def _overlaps(start: int, end: int, spans) -> bool:
     return any(start < e and s < end for s, e in spans)
 
@@ -184,92 +180,50 @@ def _cell_pages(pages: int) -> int:
 
 
 # ------------------------------------------------------------------ counting
-class _Counter:
-    """Counts per (region, page) with regions found by their exact byte ranges (a
-    page shared by .data and .bss counts each one's accesses in its own row)."""
+class HeatmapPart(Part):
+    """The heat map as a part of the shared pass: access_counters.c counts each
+    access on its page (and the next when it spans two) of the region that
+    holds its address, exact byte ranges (a page shared by .data and .bss
+    counts each one's accesses in its own row); accesses outside every region
+    by page, for ``unmapped_regions``.  The block events after the accesses."""
 
-    def __init__(self, regions: list[HeatRegion]):
-        self.regions = regions
-        self.starts = np.array([r.start for r in regions], dtype=np.uint64)
-        self.ends = np.array([r.end for r in regions], dtype=np.uint64)
-        self.first_page = np.array([r.start >> SHIFT for r in regions], dtype=np.uint64)
-        self.pages = [np.zeros((_page_span(r.start, r.end)[1] - _page_span(r.start, r.end)[0])
-                               >> SHIFT, dtype=np.int64) for r in regions]
-        self.counts = [np.zeros((len(p), 3), dtype=np.int64) for p in self.pages]
-        self.orphans: dict[int, list[int]] = {}
-        self.tally = Tally(1)       # (region, page, column) -> count, until finish()
-        self.once = np.zeros(2, dtype=np.int64)     # loads, stores: each access once
+    label = "heatmap"
 
-    def region_index(self, addresses: np.ndarray) -> np.ndarray:
-        """Index of the region holding each address, -1 for none."""
-        if not len(self.starts):
-            return np.full(len(addresses), -1, dtype=np.int64)
-        idx = np.searchsorted(self.starts, addresses, side="right").astype(np.int64) - 1
-        safe = np.maximum(idx, 0)
-        inside = (idx >= 0) & (addresses < self.ends[safe])
-        return np.where(inside, idx, -1)
+    def __init__(self, directory: str):
+        meta = require_accesses(directory, "heatmap")
+        traced = [(int(s), int(e), str(label))
+                  for s, e, label in meta.get("data_tracing", {}).get("regions", [])]
+        regions = [HeatRegion(label, s, e, True) for s, e, label in traced]
+        regions += untraced_regions(directory, traced)
+        regions.sort(key=lambda r: r.start)
+        self.directory, self.regions = directory, regions
+        self.page_counts = HeatmapCounter([r.start for r in regions], [r.end for r in regions],
+                                    [r.pages for r in regions])
+        self.counter = ("heatmap", self.page_counts)
 
-    def add(self, pages: np.ndarray, region: np.ndarray, column: np.ndarray) -> None:
-        """One count per element: page number, region index (-1: none), column."""
-        hit = region >= 0
-        rel = pages[hit] - self.first_page[region[hit]]
-        keys = (region[hit].astype(np.uint64) << np.uint64(38)) | (rel << np.uint64(2)) \
-            | column[hit].astype(np.uint64)
-        self.tally.add(keys, [None])
-        if not hit.all():
-            for page, col in zip(pages[~hit].tolist(), column[~hit].tolist()):
-                self.orphans.setdefault(page, [0, 0, 0])[col] += 1
+    def result(self) -> Heatmap:
+        for event in block_events(self.directory):
+            for address, size, _store in block_ranges(event):
+                self.page_counts.block_range(address, size)
+        regions = self.regions
+        for i, r in enumerate(regions):
+            counts = self.page_counts.region_counts(i, r.pages)
+            if r.traced or counts.any():
+                r.traced, r.counts = True, counts.copy()
+        orphans: dict[int, list[int]] = {}
+        keys, sums, _ = self.page_counts.outside.result()
+        for key, (n,) in zip(keys.tolist(), sums.tolist()):
+            orphans.setdefault(key >> 2, [0, 0, 0])[key & 3] += n
+        regions += unmapped_regions(orphans)
+        regions.sort(key=lambda r: r.start)
+        for r in regions:
+            r.cell_pages = _cell_pages(r.pages)
+        once = self.page_counts.once
+        return Heatmap(self.directory, regions, {"loads": int(once[0]), "stores": int(once[1])})
 
-    def finish(self) -> None:
-        """The tallied counts into ``counts``."""
-        keys, sums, _ = self.tally.result()
-        self.tally.close()
-        self.tally = Tally(1)
-        for key, (c,) in zip(keys.tolist(), sums.tolist()):
-            table = self.counts[key >> 38]
-            row = min((key >> 2) & ((1 << 36) - 1), len(table) - 1)
-            table[row, key & 3] += c
-
-
-def count_accesses(directory: str, counter: _Counter) -> None:
-    progress = Progress("heatmap", access_rows(directory))
-    for _tid, chunk in iter_access_chunks(directory):
-        progress.add(len(chunk))
-        addr = chunk["addr"]
-        first = addr >> np.uint64(SHIFT)
-        last_addr = addr + np.maximum(chunk["size"], 1).astype(np.uint64) - np.uint64(1)
-        last = last_addr >> np.uint64(SHIFT)
-        column = (chunk["kind"] == 2).astype(np.int64)
-        region = counter.region_index(addr)
-        counter.add(first, region, column)
-        counter.once += np.bincount(column, minlength=2)[:2]
-        straddle = last != first
-        if straddle.any():
-            counter.add(last[straddle], region[straddle], column[straddle])
-    for event in block_events(directory):
-        for address, size, _store in block_ranges(event):
-            pages = np.arange(address >> SHIFT, ((address + max(size, 1) - 1) >> SHIFT) + 1,
-                              dtype=np.uint64)
-            where = np.maximum(pages << np.uint64(SHIFT), np.uint64(address))
-            counter.add(pages, counter.region_index(where), np.full(len(pages), 2))
-    counter.finish()
+    def close(self) -> None:
+        self.page_counts.close()
 
 
 def heatmap(directory: str) -> Heatmap:
-    meta = require_accesses(directory, "heatmap")
-    traced = [(int(s), int(e), str(label))
-              for s, e, label in meta.get("data_tracing", {}).get("regions", [])]
-    regions = [HeatRegion(label, s, e, True) for s, e, label in traced]
-    regions += untraced_regions(directory, traced)
-    regions.sort(key=lambda r: r.start)
-    counter = _Counter(regions)
-    count_accesses(directory, counter)
-    for r, counts in zip(regions, counter.counts):
-        if r.traced or counts.any():
-            r.traced, r.counts = True, counts
-    regions += unmapped_regions(counter.orphans)
-    regions.sort(key=lambda r: r.start)
-    for r in regions:
-        r.cell_pages = _cell_pages(r.pages)
-    return Heatmap(directory, regions, {"loads": int(counter.once[0]),
-                                        "stores": int(counter.once[1])})
+    return run_parts(directory, [HeatmapPart(directory)])[0]

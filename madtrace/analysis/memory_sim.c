@@ -4,7 +4,9 @@
 // coherence traffic of cache lines shared by threads, and exact reuse
 // distances.  Each takes arrays of accesses (address, size, kind) in the order
 // they happened and writes one small result per access; the Python side says
-// what they are for and attributes them to data and calls.
+// what they are for and attributes them to data and calls.  The cache and the
+// reuse distances read their columns with a stride (bytes from one element to
+// the next): a column of the access rows themselves, or an array of its own.
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,30 +14,35 @@
 
 #define EMPTY UINT64_MAX
 
+// element i of a column of ``type`` whose elements are ``stride`` bytes apart
+#define AT(type, column, stride, i) (*(const type *)((const char *)(column) + (i) * (stride)))
+
 // --------------------------------------------------------------- line table
 // An open-addressing map from a cache line number to a slot index (dense,
-// in the order lines were first met), grown by doubling.
+// in the order lines were first met), grown by doubling; each entry's key and
+// slot side by side (one cache miss per lookup).
 typedef struct {
-    uint64_t *keys;
-    int64_t *slots;
+    uint64_t key;      // EMPTY: a free entry
+    int64_t slot;
+} line_entry_t;
+
+typedef struct {
+    line_entry_t *entries;
     int64_t cap, used;
 } linemap_t;
 
 static int lm_init(linemap_t *m, int64_t cap) {
     m->cap = cap;
     m->used = 0;
-    m->keys = malloc(cap * sizeof(uint64_t));
-    m->slots = malloc(cap * sizeof(int64_t));
-    if (!m->keys || !m->slots) return -1;
-    memset(m->keys, 0xff, cap * sizeof(uint64_t));
+    m->entries = malloc(cap * sizeof(line_entry_t));
+    if (!m->entries) return -1;
+    for (int64_t i = 0; i < cap; i++) m->entries[i].key = EMPTY;
     return 0;
 }
 
 static void lm_free(linemap_t *m) {
-    free(m->keys);
-    free(m->slots);
-    m->keys = NULL;
-    m->slots = NULL;
+    free(m->entries);
+    m->entries = NULL;
 }
 
 static inline uint64_t lm_hash(uint64_t k) {
@@ -49,11 +56,10 @@ static int lm_grow(linemap_t *m) {
     linemap_t bigger;
     if (lm_init(&bigger, m->cap * 2)) return -1;
     for (int64_t i = 0; i < m->cap; i++) {
-        if (m->keys[i] == EMPTY) continue;
-        uint64_t h = lm_hash(m->keys[i]) & (bigger.cap - 1);
-        while (bigger.keys[h] != EMPTY) h = (h + 1) & (bigger.cap - 1);
-        bigger.keys[h] = m->keys[i];
-        bigger.slots[h] = m->slots[i];
+        if (m->entries[i].key == EMPTY) continue;
+        uint64_t h = lm_hash(m->entries[i].key) & (bigger.cap - 1);
+        while (bigger.entries[h].key != EMPTY) h = (h + 1) & (bigger.cap - 1);
+        bigger.entries[h] = m->entries[i];
     }
     bigger.used = m->used;
     lm_free(m);
@@ -65,15 +71,15 @@ static int lm_grow(linemap_t *m) {
 static inline int64_t lm_get(linemap_t *m, uint64_t line, int *fresh) {
     if (2 * (m->used + 1) > m->cap && lm_grow(m)) return -1;
     uint64_t h = lm_hash(line) & (m->cap - 1);
-    while (m->keys[h] != EMPTY) {
-        if (m->keys[h] == line) {
+    while (m->entries[h].key != EMPTY) {
+        if (m->entries[h].key == line) {
             *fresh = 0;
-            return m->slots[h];
+            return m->entries[h].slot;
         }
         h = (h + 1) & (m->cap - 1);
     }
-    m->keys[h] = line;
-    m->slots[h] = m->used;
+    m->entries[h].key = line;
+    m->entries[h].slot = m->used;
     *fresh = 1;
     return m->used++;
 }
@@ -322,20 +328,24 @@ static void cs_store_line(cachesim_t *c, int t, int k, uint64_t line, int cause,
 }
 
 // Simulates n accesses: thread index ``thread[i]`` (NULL: all of thread
-// ``one_thread``), address, size, kind (2: a store, else a load).  ``out[i]``:
+// ``one_thread``), address, size, kind (2: a store, else a load), each column
+// with its stride.  ``out[i]``:
 // the demand misses of access i, two bits per level (an access over two
 // lines can miss twice at a level).  0, or -1 when out of memory.
-int cs_run(void *ctx, const uint64_t *addr, const uint16_t *size, const uint8_t *kind,
-           const int32_t *thread, int one_thread, int64_t n, uint8_t *out) {
+int cs_run(void *ctx, const uint64_t *addr, int64_t addr_stride, const uint16_t *size,
+           int64_t size_stride, const uint8_t *kind, int64_t kind_stride, const int32_t *thread,
+           int one_thread, int64_t n, uint8_t *out) {
     cachesim_t *c = ctx;
     int shift = c->line_shift;
     if (cs_threads(c, one_thread)) return -1;
     for (int64_t i = 0; i < n; i++) {
         int t = thread ? thread[i] : one_thread;
         if (t >= c->threads && cs_threads(c, t)) return -1;
-        uint64_t first = addr[i] >> shift;
-        uint64_t last = (addr[i] + (size[i] ? size[i] : 1) - 1) >> shift;
-        int cause = kind[i] == 2 ? CAUSE_STORE : CAUSE_LOAD;
+        uint64_t a = AT(uint64_t, addr, addr_stride, i);
+        uint16_t s = AT(uint16_t, size, size_stride, i);
+        uint64_t first = a >> shift;
+        uint64_t last = (a + (s ? s : 1) - 1) >> shift;
+        int cause = AT(uint8_t, kind, kind_stride, i) == 2 ? CAUSE_STORE : CAUSE_LOAD;
         uint32_t demand = 0;
         for (uint64_t line = first; line <= last; line++) {
             if (cause == CAUSE_STORE && c->coherent && invalidate_others(c, t, line)) return -1;
@@ -470,11 +480,11 @@ int64_t sh_shared(void *ctx, uint64_t *lines, int64_t *transfers) {
     sharing_t *s = ctx;
     int64_t n = 0;
     for (int64_t h = 0; h < s->map.cap; h++) {
-        if (s->map.keys[h] == EMPTY) continue;
-        line_state_t *st = &s->lines[s->map.slots[h]];
+        if (s->map.entries[h].key == EMPTY) continue;
+        line_state_t *st = &s->lines[s->map.entries[h].slot];
         if (!st->many || !st->stored) continue;
         if (lines) {
-            lines[n] = s->map.keys[h];
+            lines[n] = s->map.entries[h].key;
             transfers[n] = st->transfers;
         }
         n++;
@@ -484,20 +494,29 @@ int64_t sh_shared(void *ctx, uint64_t *lines, int64_t *transfers) {
 
 // ==================================================================== reuse
 // Exact reuse distance (distinct lines used between two uses of a line;
-// -1: the line's first use), Olken's method: a Fenwick tree over time slots
-// holds a 1 at the last use of every line, so the distance is the ones after
-// the line's previous use.  When the slots run out, the live ones are
-// renumbered in order: memory stays proportional to the distinct lines.
+// -1: the line's first use).  The most recent lines are a short list in the
+// order of their last use (RECENT of them): a line found there at position j
+// has distance j, and moves to the front.  The others ("old" lines) are
+// counted with Olken's method: a Fenwick tree over time slots holds a 1 for
+// every old line at the time it left the list; lines leave it least recent
+// first, so their times are in the order of their last use, and the distance
+// of an old line is the list's length plus the ones after its time.  When the
+// slots run out, the live ones are renumbered in order: memory stays
+// proportional to the distinct lines.
+
+#define RECENT 32
 
 typedef struct {
     linemap_t map;
-    int64_t *last;       // per line slot: the time of its last use
+    int64_t *last;       // per line slot: the time it left the recent list
     int64_t last_cap;
     int32_t *tree;       // Fenwick tree over times 1..cap
-    uint8_t *mark;       // the time slots that are the last use of a line
+    uint8_t *mark;       // the time slots of an old line
     uint64_t *owner;     // the line slot of each marked time
-    int64_t cap, now, live;
-    uint64_t last_line;  // the line of the last use: used again, nothing changes
+    int64_t cap, now, live;   // live: the old lines (the marks)
+    uint64_t recent_line[RECENT];   // the recent lines, most recent first
+    int64_t recent_slot[RECENT];
+    int recent;                     // how many
     int line_shift;
 } reuse_t;
 
@@ -516,7 +535,6 @@ void *ru_new(int line_shift) {
     reuse_t *r = calloc(1, sizeof(*r));
     if (!r || lm_init(&r->map, 1 << 16) || ru_alloc(r, 1 << 16)) return NULL;
     r->line_shift = line_shift;
-    r->last_line = EMPTY;
     return r;
 }
 
@@ -574,47 +592,74 @@ static int ru_compact(reuse_t *r) {
     return 0;
 }
 
-static inline int64_t ru_use(reuse_t *r, uint64_t line) {
-    if (line == r->last_line) return 0;    // still the most recent line: no other in between
-    r->last_line = line;
-    if (r->now == r->cap && ru_compact(r)) return -2;
-    int fresh;
-    int64_t slot = lm_get(&r->map, line, &fresh);
-    if (slot < 0) return -2;
-    if (slot >= r->last_cap) {
-        int64_t cap = r->last_cap ? 2 * r->last_cap : 1 << 16;
-        int64_t *p = realloc(r->last, cap * sizeof(int64_t));
-        if (!p) return -2;
-        r->last = p;
-        r->last_cap = cap;
-    }
+// the least recent line of the full list becomes old: a mark at the next time
+static inline int ru_retire(reuse_t *r, int64_t slot) {
+    if (r->now == r->cap && ru_compact(r)) return -1;
     int64_t now = ++r->now;
-    int64_t distance = -1;
-    if (!fresh) {
-        int64_t prev = r->last[slot];
-        distance = r->live - fw_sum(r, prev);      // marks after prev: lines used since
-        fw_add(r, prev, -1);
-        r->mark[prev] = 0;
-    } else {
-        r->live++;
-    }
     fw_add(r, now, 1);
     r->mark[now] = 1;
     r->owner[now] = (uint64_t)slot;
     r->last[slot] = now;
+    r->live++;
+    return 0;
+}
+
+static inline int64_t ru_use(reuse_t *r, uint64_t line) {
+    int n = r->recent;
+    int j = 0;
+    while (j < n && r->recent_line[j] != line) j++;
+    int64_t distance, slot;
+    if (j < n) {                                // a recent line
+        distance = j;
+        slot = r->recent_slot[j];
+    } else {
+        int fresh;
+        slot = lm_get(&r->map, line, &fresh);
+        if (slot < 0) return -2;
+        if (slot >= r->last_cap) {
+            int64_t cap = r->last_cap ? 2 * r->last_cap : 1 << 16;
+            int64_t *p = realloc(r->last, cap * sizeof(int64_t));
+            if (!p) return -2;
+            r->last = p;
+            r->last_cap = cap;
+        }
+        distance = -1;
+        if (!fresh) {                           // an old line: no longer old
+            int64_t prev = r->last[slot];
+            distance = n + r->live - fw_sum(r, prev);
+            fw_add(r, prev, -1);
+            r->mark[prev] = 0;
+            r->live--;
+        }
+        if (n == RECENT) {
+            if (ru_retire(r, r->recent_slot[RECENT - 1])) return -2;
+            j = RECENT - 1;
+        } else {
+            j = r->recent++;
+        }
+    }
+    for (; j > 0; j--) {        // a few entries, mostly: a loop, not a call to memmove
+        __asm__("" ::: "memory");
+        r->recent_line[j] = r->recent_line[j - 1];
+        r->recent_slot[j] = r->recent_slot[j - 1];
+    }
+    r->recent_line[0] = line;
+    r->recent_slot[0] = slot;
     return distance;
 }
 
-// n accesses of one thread in order: ``first[i]`` the reuse distance of the
-// first line access i touched, ``second[i]`` that of the next line when it
-// spans two (else -2; an access over more lines counts its first two).
-// 0, -1: out of memory.
-int ru_run(void *ctx, const uint64_t *addr, const uint16_t *size, int64_t n, int64_t *first,
-           int64_t *second) {
+// n accesses of one thread in order (address and size, each column with its
+// stride): ``first[i]`` the reuse distance of the first line access i touched,
+// ``second[i]`` that of the next line when it spans two (else -2; an access
+// over more lines counts its first two).  0, -1: out of memory.
+int ru_run(void *ctx, const uint64_t *addr, int64_t addr_stride, const uint16_t *size,
+           int64_t size_stride, int64_t n, int64_t *first, int64_t *second) {
     reuse_t *r = ctx;
     for (int64_t i = 0; i < n; i++) {
-        uint64_t a = addr[i] >> r->line_shift;
-        uint64_t b = (addr[i] + (size[i] ? size[i] : 1) - 1) >> r->line_shift;
+        uint64_t at = AT(uint64_t, addr, addr_stride, i);
+        uint16_t s = AT(uint16_t, size, size_stride, i);
+        uint64_t a = at >> r->line_shift;
+        uint64_t b = (at + (s ? s : 1) - 1) >> r->line_shift;
         first[i] = ru_use(r, a);
         second[i] = b != a ? ru_use(r, a + 1) : -2;
         if (first[i] == -2 || (b != a && second[i] == -2)) return -1;

@@ -33,7 +33,7 @@ def _library() -> ctypes.CDLL:
     sigs = {
         "cs_new": (P, [I, I, I, P, P, I]),
         "cs_free": (None, [P]),
-        "cs_run": (I, [P, P, P, P, P, I, I64, P]),
+        "cs_run": (I, [P, P, I64, P, I64, P, I64, P, I, I64, P]),
         "cs_stats": (None, [P, P]),
         "sh_new": (P, [I]),
         "sh_free": (None, [P]),
@@ -41,7 +41,7 @@ def _library() -> ctypes.CDLL:
         "sh_shared": (I64, [P, P, P]),
         "ru_new": (P, [I]),
         "ru_free": (None, [P]),
-        "ru_run": (I, [P, P, P, I64, P, P]),
+        "ru_run": (I, [P, P, I64, P, I64, I64, P, P]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -54,6 +54,15 @@ def _arrays(addr, size, kind=None):
     if kind is not None:
         out.append(np.ascontiguousarray(kind, dtype=np.uint8))
     return out
+
+
+def _strided(column, dtype) -> tuple[np.ndarray, list]:
+    """A column as the C side reads it: (the array to keep alive, [its address,
+    the bytes between its elements]); a column of the access rows as it is."""
+    a = np.asarray(column)
+    if a.dtype != dtype or a.ndim != 1 or (len(a) and a.strides[0] <= 0):
+        a = np.ascontiguousarray(a, dtype=dtype)
+    return a, [a.ctypes.data, a.strides[0] if len(a) > 1 else a.itemsize]
 
 
 class _Native:
@@ -100,8 +109,11 @@ class CacheHierarchy(_Native):
 
     def run(self, addr, size, kind, thread) -> np.ndarray:
         """The demand misses of each access (uint8: two bits per level, level 0
-        lowest); ``thread``: the thread index of every access, or one int."""
-        a, s, k = _arrays(addr, size, kind)
+        lowest); ``thread``: the thread index of every access, or one int.  The
+        columns may be views of the access rows."""
+        a, a_at = _strided(addr, np.uint64)
+        s, s_at = _strided(size, np.uint16)
+        k, k_at = _strided(kind, np.uint8)
         out = np.empty(len(a), dtype=np.uint8)
         if isinstance(thread, (int, np.integer)):
             threads, one = None, int(thread)
@@ -110,9 +122,9 @@ class CacheHierarchy(_Native):
             one = int(threads.max()) if len(threads) else 0
         if _library().cs_run(
             self._ctx,
-            a.ctypes.data,
-            s.ctypes.data,
-            k.ctypes.data,
+            *a_at,
+            *s_at,
+            *k_at,
             None if threads is None else threads.ctypes.data,
             one,
             len(a),
@@ -126,11 +138,6 @@ class CacheHierarchy(_Native):
         out = np.zeros((self.levels, len(LEVEL_STATS)), dtype=np.int64)
         _library().cs_stats(self._ctx, out.ctypes.data)
         return [dict(zip(LEVEL_STATS, row)) for row in out.tolist()]
-
-
-def misses_of(codes: np.ndarray, level: int) -> np.ndarray:
-    """The demand misses at ``level`` of each access (CacheHierarchy.run's codes)."""
-    return ((codes >> np.uint8(2 * level)) & np.uint8(3)).astype(np.int64)
 
 
 class LineSharing(_Native):
@@ -172,12 +179,12 @@ class ReuseDistances(_Native):
 
     def run(self, addr, size) -> tuple[np.ndarray, np.ndarray]:
         """(first, second): the distance of each access's first line (-1: never
-        used before) and of its second line when it spans two (else -2)."""
-        a, s = _arrays(addr, size)
+        used before) and of its second line when it spans two (else -2).  The
+        columns may be views of the access rows."""
+        a, a_at = _strided(addr, np.uint64)
+        s, s_at = _strided(size, np.uint16)
         first = np.empty(len(a), dtype=np.int64)
         second = np.empty(len(a), dtype=np.int64)
-        if _library().ru_run(
-            self._ctx, a.ctypes.data, s.ctypes.data, len(a), first.ctypes.data, second.ctypes.data
-        ):
+        if _library().ru_run(self._ctx, *a_at, *s_at, len(a), first.ctypes.data, second.ctypes.data):
             raise MemoryError("ru_run")
         return first, second

@@ -29,12 +29,17 @@ FILE`` injects a simulated one, a JSON object::
      "pages": [["0x7f0000000000", "0x7f0000004000", 1], ...],   # optional
      "policy": "first-touch"}                  # or "observed"
 
-``pages`` ranges are bound to their node; other pages follow ``policy``:
-``first-touch`` (default for a simulated topology): the node of the thread
-that touched the page first, when pinned; ``observed``: the recorded node
-(when the topology has it).  First touch means the first traced access (a
-page touched before tracing began counts at its first traced access), and a
-page address reused after munmap is one page.  Memory: a few numbers per
+``pages`` ranges are bound to their node (the first range that holds the
+page); other pages follow ``policy``: ``first-touch`` (default for a
+simulated topology): the node of the thread that touched the page first,
+when pinned; ``observed``: the recorded node (when the topology has it).
+First touch means the first traced access (a page touched before tracing
+began counts at its first traced access), and a page address reused after
+munmap is one page.
+
+Each access is judged in C (access_counters.c), in the pass over the
+accesses the report's kinds share (shared_pass.py); with more than one
+thread, a first pass finds the first touches.  Memory: a few numbers per
 distinct page and per access site.
 """
 
@@ -51,11 +56,14 @@ from ..trace.format import NUMA_FILE, PAGE_SHIFT as SHIFT, load_numa
 from ..trace.naming import address_space_of
 from ..trace.access_pass import Tally
 from ..trace.reader import iter_access_chunks
+from .access_counters import NumaCounter
+from .shared_pass import CHUNK_ROWS, Part, SharedPass, run_parts
 from .trace_input import Progress, access_rows, require_accesses
 
+# the first touches, then the categories of an access (access_counters.c gives each
+# access its category: its index here)
 METRICS = ("first_touch", "unpinned_first_touch", "local", "remote", "unpinned_page",
            "unpinned_thread", "unpinned_both", "unknown_node")
-LOCAL, REMOTE, UNPINNED_PAGE, UNPINNED_THREAD, UNPINNED_BOTH, UNKNOWN_NODE = range(2, 8)
 UNPINNED = -1
 
 
@@ -73,12 +81,6 @@ class Topology:
             if cpus and cpus <= set(node_cpus):
                 return node
         return UNPINNED
-
-    def bound_node(self, address: int) -> int | None:
-        for start, end, node in self.ranges:
-            if start <= address < end:
-                return node
-        return None
 
     def to_dict(self) -> dict:
         return {"source": self.source, "policy": self.policy,
@@ -141,77 +143,18 @@ class Bindings:
 
 
 # -------------------------------------------------------------------- pages
-def _first_touches(directory: str, bindings: Bindings, progress: Progress):
-    """{page: (order, tid, rip, thread node)} of each page's first access: each
-    thread's first access to each page (its orders grow: the first met), then
-    the earliest of the threads'."""
-    first: dict[int, tuple] = {}
-
-    def merge(tid: int, seen: dict) -> None:
-        orders = np.array([o for o, _ in seen.values()], dtype=np.uint64)
-        nodes = bindings.nodes_at(tid, orders).tolist() if len(orders) else []
-        for (page, (order, rip)), node in zip(seen.items(), nodes):
-            if page not in first or order < first[page][0]:
-                first[page] = (order, tid, rip, node)
-
-    current, tally, seen = None, None, {}
-    for tid, chunk in iter_access_chunks(directory):
-        if tid != current:
-            if current is not None:
-                merge(current, seen)
-                tally.close()
-            current, tally, seen = tid, Tally(1), {}
-        progress.add(len(chunk))
-        before, base = tally.size(), tally.rows
-        tally.add(chunk["addr"] >> np.uint64(SHIFT), [None])
-        keys, _, rows = tally.result()
-        for page, i in zip(keys[before:].tolist(), (rows[before:] - base).tolist()):
-            seen[page] = (int(chunk["order"][i]), int(chunk["rip"][i]))
-    if current is not None:
-        merge(current, seen)
-        tally.close()
-    return first
-
-
-def _observed_nodes(recorded: dict) -> dict[int, int]:
-    """{page: node} from the move_pages observations (the earliest of each page)."""
+def _observed_nodes(recorded: dict, topology: Topology) -> tuple[np.ndarray, np.ndarray]:
+    """(pages sorted, nodes) from the move_pages observations (the earliest of
+    each page), those on a node of the topology."""
     out: dict[int, tuple[int, int]] = {}
     for order, start, count, node in recorded["pages"]:
         for k in range(count):
             page = (start >> SHIFT) + k
             if page not in out or order < out[page][0]:
                 out[page] = (order, node)
-    return {page: node for page, (_, node) in out.items()}
-
-
-class PageTable:
-    """Sorted pages with their first touch, pinned flag and node."""
-
-    def __init__(self, first: dict, observed: dict[int, int], topology: Topology):
-        self.pages = np.array(sorted(first), dtype=np.uint64)
-        n = len(self.pages)
-        self.first_order = np.zeros(n, dtype=np.uint64)
-        self.first_tid = np.zeros(n, dtype=np.int64)
-        self.pinned = np.zeros(n, dtype=bool)
-        self.node = np.full(n, UNPINNED, dtype=np.int64)
-        for i, page in enumerate(self.pages.tolist()):
-            order, tid, _rip, thread_node = first[page]
-            self.first_order[i], self.first_tid[i] = order, tid
-            bound = topology.bound_node(page << SHIFT)
-            if bound is not None:
-                self.pinned[i], self.node[i] = True, bound
-                continue
-            self.pinned[i] = thread_node != UNPINNED
-            seen = observed.get(page)
-            if seen is not None and seen not in topology.nodes:
-                seen = None
-            if topology.policy == "first-touch" and thread_node != UNPINNED:
-                self.node[i] = thread_node
-            elif seen is not None:
-                self.node[i] = seen
-
-    def index(self, pages: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.pages, pages)
+    pages = sorted(page for page, (_, node) in out.items() if node in topology.nodes)
+    return (np.array(pages, dtype=np.uint64),
+            np.array([out[page][1] for page in pages], dtype=np.int64))
 
 
 # ----------------------------------------------------------------- analysis
@@ -234,91 +177,101 @@ class NumaReport:
                            for t, row in self.matrix.items()}}
 
 
-def _categories(thread_node: np.ndarray, page_pinned: np.ndarray, page_node: np.ndarray):
-    tpin = thread_node != UNPINNED
-    return np.select(
-        [tpin & page_pinned & (page_node == UNPINNED), tpin & page_pinned & (page_node == thread_node),
-         tpin & page_pinned, tpin & ~page_pinned, ~tpin & page_pinned],
-        [UNKNOWN_NODE, LOCAL, REMOTE, UNPINNED_PAGE, UNPINNED_THREAD], UNPINNED_BOTH)
+def _metric_rows(tally: Tally) -> dict[int, np.ndarray]:
+    """The METRICS of each key of a tally of ``key << 3 | category`` -> accesses,
+    first touches, unpinned first touches (keys in the order first met)."""
+    keys, sums, _ = tally.result()
+    rows: dict[int, np.ndarray] = {}
+    for key, (n, first, unpinned) in zip(keys.view(np.int64).tolist(), sums.tolist()):
+        row = rows.get(key >> 3)
+        if row is None:
+            row = rows[key >> 3] = np.zeros(len(METRICS), dtype=np.int64)
+        row[key & 7] += n
+        row[0] += first
+        row[1] += unpinned
+    return rows
 
 
-class _Table:
-    """Metric counters per key (int), accumulated from chunks."""
+class NumaPart(Part):
+    """The NUMA metrics as a part of the shared pass (access_counters.c counts:
+    the first touches, each access's category, the tallies).  Each access
+    needs its page's first touch: with one thread the first access met, with
+    more a pass over every thread's accesses finds them first (``prepare``)."""
 
-    def __init__(self):
-        self.rows: dict[int, np.ndarray] = {}
-        # key << 3 | category -> accesses, first touches, unpinned first touches
-        self.tally = Tally(3)
+    label = "numa"
 
-    def add(self, keys: np.ndarray, category: np.ndarray, first: np.ndarray,
-            unpinned_first: np.ndarray) -> None:
-        self.tally.add((keys.astype(np.int64) << 3 | category).view(np.uint64),
-                       [None, first, unpinned_first])
+    def __init__(self, directory: str, topology: Topology | None = None):
+        require_accesses(directory, "numa")
+        recorded = load_recorded(directory)
+        if topology is None:
+            topology = Topology({int(n): c for n, c in recorded["nodes"].items()}, "observed")
+        self.directory, self.topology = directory, topology
+        self.bindings = Bindings(recorded, topology)
+        ranges = topology.ranges
+        self.numa = NumaCounter(([s for s, _, _ in ranges], [e for _, e, _ in ranges],
+                                 [n for _, _, n in ranges]),
+                                _observed_nodes(recorded, topology),
+                                topology.policy == "first-touch")
+        self.counter = ("numa", self.numa)
 
-    def finish(self) -> "_Table":
-        """The tallied counts into ``rows``."""
-        keys, sums, _ = self.tally.result()
-        self.tally.close()
-        self.tally = Tally(3)
-        for key, (n, first, unpinned) in zip(keys.view(np.int64).tolist(), sums.tolist()):
-            row = self.rows.get(key >> 3)
-            if row is None:
-                row = self.rows[key >> 3] = np.zeros(len(METRICS), dtype=np.int64)
-            row[key & 7] += n
-            row[0] += first
-            row[1] += unpinned
-        return self
+    def _binding(self, tid: int) -> None:
+        orders, nodes = self.bindings.history.get(tid, (np.zeros(0, np.uint64),
+                                                        np.zeros(0, np.int64)))
+        self.numa.thread(tid, orders, nodes)
+
+    def prepare(self, shared: SharedPass) -> None:
+        if len(shared.tids) < 2:
+            return
+        progress = Progress("numa: first touches", access_rows(self.directory))
+        current = None
+        for tid, chunk in iter_access_chunks(self.directory, chunk_rows=CHUNK_ROWS):
+            if tid != current:
+                current = tid
+                self._binding(tid)
+            progress.add(len(chunk))
+            self.numa.first_touches(chunk)
+        self.numa.classify()
+
+    def thread(self, tid: int) -> None:
+        self._binding(tid)
+
+    def result(self) -> NumaReport:
+        numa, bindings = self.numa, self.bindings
+        pages = numa.pages()
+        by_rip, by_group, by_thread = (_metric_rows(t) for t in (numa.by_rip, numa.by_group,
+                                                                  numa.by_thread))
+        keys, sums, _ = numa.matrix.result()
+        cells: dict[int, dict[int, int]] = {}
+        for key, (n,) in zip(keys.tolist(), sums.tolist()):
+            cells.setdefault(key >> 32, {})[(key & 0xFFFFFFFF) - 1] = n
+        matrix = {tid: dict(sorted(row.items())) for tid, row in cells.items()}
+        space = address_space_of(self.directory)
+        access_sites = _rows(by_rip, lambda rip: {"site": space.code_location(rip), "rip": rip})
+        blocks = {b["id"]: b for b in load_allocations(self.directory)}
+        groups: dict[str, np.ndarray] = {}
+        for key, row in by_group.items():
+            if key > 0:
+                name = blocks[key]["site"] if key in blocks else f"<block {key}>"
+            else:
+                region = space.region(int(pages[-key - 1]) << SHIFT)
+                name = region if region.startswith("[") else f"[{region}]"
+            groups[name] = groups[name] + row if name in groups else row.copy()
+        allocation_sites = _rows(groups, lambda name: {"site": name})
+        threads = _rows(by_thread, lambda tid: {
+            "tid": tid, "bindings": [{"order": o, "cpus": c} for o, c in bindings.masks.get(tid, [])],
+            "node_at_start": int(bindings.nodes_at(tid, np.zeros(1, dtype=np.uint64))[0])})
+        totals = {m: int(sum(r[k] for r in by_thread.values())) for k, m in enumerate(METRICS)}
+        totals["accesses"] = sum(totals[m] for m in METRICS[2:])
+        totals["pages"] = len(pages)
+        return NumaReport(self.directory, self.topology, totals, access_sites, allocation_sites,
+                          threads, matrix)
+
+    def close(self) -> None:
+        self.numa.close()
 
 
 def numa_report(directory: str, topology: Topology | None = None) -> NumaReport:
-    require_accesses(directory, "numa")
-    recorded = load_recorded(directory)
-    if topology is None:
-        topology = Topology({int(n): c for n, c in recorded["nodes"].items()}, "observed")
-    bindings = Bindings(recorded, topology)
-    progress = Progress("numa", 2 * access_rows(directory))
-    first = _first_touches(directory, bindings, progress)
-    table = PageTable(first, _observed_nodes(recorded), topology)
-    by_rip, by_group, by_thread = _Table(), _Table(), _Table()
-    matrix: dict[int, dict[int, int]] = {}
-    for tid, chunk in iter_access_chunks(directory):
-        progress.add(len(chunk))
-        i = table.index(chunk["addr"] >> np.uint64(SHIFT))
-        thread_node = bindings.nodes_at(tid, chunk["order"])
-        category = _categories(thread_node, table.pinned[i], table.node[i])
-        first_touch = (chunk["order"] == table.first_order[i]) & (table.first_tid[i] == tid)
-        unpinned_first = first_touch & (thread_node == UNPINNED)
-        by_rip.add(chunk["rip"].astype(np.int64), category, first_touch, unpinned_first)
-        # allocation groups: block id > 0, or -(page index + 1) for accesses outside blocks
-        group = np.where(chunk["block"] > 0, chunk["block"].astype(np.int64), -(i + 1))
-        by_group.add(group, category, first_touch, unpinned_first)
-        by_thread.add(np.full(len(chunk), tid, dtype=np.int64), category, first_touch,
-                      unpinned_first)
-        nodes, n = np.unique(table.node[i], return_counts=True)
-        row = matrix.setdefault(tid, {})
-        for node, c in zip(nodes.tolist(), n.tolist()):
-            row[node] = row.get(node, 0) + c
-    for table_ in (by_rip, by_group, by_thread):
-        table_.finish()
-    space = address_space_of(directory)
-    access_sites = _rows(by_rip.rows, lambda rip: {"site": space.code_location(rip), "rip": rip})
-    blocks = {b["id"]: b for b in load_allocations(directory)}
-    groups: dict[str, np.ndarray] = {}
-    for key, row in by_group.rows.items():
-        if key > 0:
-            name = blocks[key]["site"] if key in blocks else f"<block {key}>"
-        else:
-            region = space.region(int(table.pages[-key - 1]) << SHIFT)
-            name = region if region.startswith("[") else f"[{region}]"
-        groups[name] = groups[name] + row if name in groups else row.copy()
-    allocation_sites = _rows(groups, lambda name: {"site": name})
-    threads = _rows(by_thread.rows, lambda tid: {
-        "tid": tid, "bindings": [{"order": o, "cpus": c} for o, c in bindings.masks.get(tid, [])],
-        "node_at_start": int(bindings.nodes_at(tid, np.zeros(1, dtype=np.uint64))[0])})
-    totals = {m: int(sum(r[k] for r in by_thread.rows.values())) for k, m in enumerate(METRICS)}
-    totals["accesses"] = sum(totals[m] for m in METRICS[2:])
-    totals["pages"] = len(table.pages)
-    return NumaReport(directory, topology, totals, access_sites, allocation_sites, threads, matrix)
+    return run_parts(directory, [NumaPart(directory, topology)])[0]
 
 
 def _rows(rows: dict, describe) -> list[dict]:

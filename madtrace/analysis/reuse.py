@@ -2,8 +2,9 @@
 """Reuse distances (madtrace report DIR --kind reuse [--line N]): for each use
 of a cache line, how many distinct other lines the thread used since its
 previous use of it (a fully associative LRU cache of C lines hits exactly
-the uses at distance < C).  Exact (memory_sim.c: Olken's method over a
-Fenwick tree; memory proportional to the distinct lines, not to the trace).
+the uses at distance < C).  Exact (memory_sim.c: the lines used last in a
+short list, the others by Olken's method over a Fenwick tree; memory
+proportional to the distinct lines, not to the trace).
 
 Each thread's stream is its own (the distance a thread's private cache sees).
 An access that spans two lines is a use of each.  Histograms in powers of
@@ -21,17 +22,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..trace.access_pass import Tally
-from ..trace.read_ahead import read_ahead
-from .access_stream import AccessStream
+from .access_counters import reuse_uses
+from .access_stream import AccessStream, StreamChunk
 from .memory_sim import ReuseDistances
+from .shared_pass import Part, SharedPass, run_parts
 from .sharing import check_line
+from .trace_input import require_accesses
 
 BUCKETS = 48  # distances up to 2^47 lines
 COLD = BUCKETS  # the bucket of first uses
 
 
 def bucket_of(distance: np.ndarray) -> np.ndarray:
-    """The histogram bucket of each distance (-1: COLD)."""
+    """The histogram bucket of each distance (-1: COLD): what access_counters.c
+    tallies, in numpy (the tests' reference)."""
     d = distance.astype(np.int64)
     out = np.zeros(len(d), dtype=np.int64)
     pos = d > 0
@@ -91,42 +95,56 @@ def _summary(hist: np.ndarray) -> dict:
     return out
 
 
-def reuse_report(directory: str, line: int | None = None) -> ReuseReport:
-    line = check_line(line)
-    stream = AccessStream(directory, "reuse")
-    width = BUCKETS + 1
-    by_data, by_function = Tally(1), Tally(1)
-    hist = np.zeros(width, dtype=np.int64)
-    current: tuple[int, ReuseDistances] | None = None
-    try:
-        for _tid, chunk in read_ahead(stream.threads()):
-            thread = int(chunk.thread)
-            if current is None or current[0] != thread:
-                if current is not None:
-                    current[1].close()
-                current = (thread, ReuseDistances(line))
-            c = chunk.columns
-            first, second = current[1].run(c["addr"], c["size"])
-            two = second != -2
-            buckets = np.concatenate([bucket_of(first), bucket_of(second[two])])
-            did = np.concatenate([c["did"], c["did"][two]]).astype(np.uint64)
-            fid = np.concatenate([c["fid"], c["fid"][two]]).astype(np.int64) + 1
-            b = buckets.astype(np.uint64)
-            by_data.add((did << np.uint64(8)) | b, [None])
-            by_function.add((fid.astype(np.uint64) << np.uint64(8)) | b, [None])
-            hist += np.bincount(buckets, minlength=width)[:width]
+class ReusePart(Part):
+    """Reuse distances as a part of the shared pass: each thread's stream of
+    lines through its own ReuseDistances (memory_sim.c), the uses tallied per
+    data and function by bucket (access_counters.c)."""
+
+    label = "reuse"
+    names = True
+
+    def __init__(self, directory: str, line: int | None = None):
+        self.line = check_line(line)
+        require_accesses(directory, "reuse")
+        self.directory = directory
+        self.by_data, self.by_function = Tally(1), Tally(1)
+        self.histogram = np.zeros(BUCKETS + 1, dtype=np.int64)
+        self.distances: ReuseDistances | None = None  # the current thread's
+        self.stream: AccessStream | None = None
+
+    def prepare(self, shared: SharedPass) -> None:
+        self.stream = shared.stream
+
+    def thread(self, tid: int) -> None:
+        if self.distances is not None:
+            self.distances.close()
+        self.distances = ReuseDistances(self.line)
+
+    def add(self, tid: int, chunk: StreamChunk) -> None:
+        assert self.distances is not None  # thread() came first
+        c = chunk.columns
+        first, second = self.distances.run(c["addr"], c["size"])
+        reuse_uses(self.by_data, self.by_function, self.histogram, c, first, second)
+
+    def result(self) -> ReuseReport:
+        stream = self.stream
+        assert stream is not None
         labels, regions, _sites = stream.data_labels()
-        report = ReuseReport(directory, line, hist)
-        report.by_data = _rows(by_data, lambda k: labels[k], "data", lambda k: {"region": regions[k]})
+        report = ReuseReport(self.directory, self.line, self.histogram)
+        report.by_data = _rows(self.by_data, lambda k: labels[k], "data", lambda k: {"region": regions[k]})
         if stream.has_calls:
-            report.by_function = _rows(by_function, lambda k: stream.function_name(k - 1), "function")
+            report.by_function = _rows(self.by_function, lambda k: stream.function_name(k - 1), "function")
         return report
-    finally:
-        if current is not None:
-            current[1].close()
-        by_data.close()
-        by_function.close()
-        stream.close()
+
+    def close(self) -> None:
+        if self.distances is not None:
+            self.distances.close()
+        self.by_data.close()
+        self.by_function.close()
+
+
+def reuse_report(directory: str, line: int | None = None) -> ReuseReport:
+    return run_parts(directory, [ReusePart(directory, line)])[0]
 
 
 def _rows(tally: Tally, name_of, label: str, extra=None) -> list[dict]:

@@ -23,8 +23,8 @@ from ..binary.dwarf_cache import line_table
 from ..trace.access_pass import Tally
 from ..trace.block_event_records import block_events
 from ..trace.naming import address_space_of
-from ..trace.reader import iter_access_chunks
-from .trace_input import Progress, access_rows, require_accesses
+from .shared_pass import Part, run_parts
+from .trace_input import require_accesses
 
 # columns of a line: loads, stores, bytes (of loads and stores), block events, block bytes
 COLUMNS = ("loads", "stores", "bytes", "block_events", "block_bytes")
@@ -54,41 +54,53 @@ class SourceReport:
                                                           key=lambda kv: (-kv[1][0] - kv[1][1], kv[0]))]}
 
 
-def per_instruction(directory: str) -> dict[int, list[int]]:
-    """{instruction address: [loads, stores, bytes, 0, 0]}."""
-    tally = Tally(2)            # key: rip << 1 | store; the accesses, their bytes
-    progress = Progress("source", access_rows(directory))
-    for _tid, chunk in iter_access_chunks(directory):
-        progress.add(len(chunk))
-        tally.add((chunk["rip"] << np.uint64(1)) | (chunk["kind"] == 2).astype(np.uint64),
-                  [None, chunk["size"]])
-    keys, sums, _ = tally.result()
-    tally.close()
-    order = np.argsort(keys, kind="stable")        # by address: ties keep that order
-    out: dict[int, list[int]] = {}
-    for key, (n, nbytes) in zip(keys[order].tolist(), sums[order].tolist()):
-        row = out.setdefault(key >> 1, [0, 0, 0, 0, 0])
-        row[key & 1] += n
-        row[2] += nbytes
-    return out
+class SourcePart(Part):
+    """The accesses per source line as a part of the shared pass:
+    access_counters.c tallies them per instruction (rip << 1 | store ->
+    accesses, bytes); the lines and the block events after the accesses."""
+
+    label = "source"
+
+    def __init__(self, directory: str):
+        require_accesses(directory, "source")
+        self.directory = directory
+        self.by_instruction = Tally(2)
+        self.counter = ("source", self.by_instruction)
+
+    def per_instruction(self) -> dict[int, list[int]]:
+        """{instruction address: [loads, stores, bytes, 0, 0]}."""
+        keys, sums, _ = self.by_instruction.result()
+        order = np.argsort(keys, kind="stable")        # by address: ties keep that order
+        out: dict[int, list[int]] = {}
+        for key, (n, nbytes) in zip(keys[order].tolist(), sums[order].tolist()):
+            row = out.setdefault(key >> 1, [0, 0, 0, 0, 0])
+            row[key & 1] += n
+            row[2] += nbytes
+        return out
+
+    def result(self) -> SourceReport:
+        directory = self.directory
+        rows = self.per_instruction()
+        for event in block_events(directory):
+            row = rows.setdefault(int(event.get("rip") or 0), [0, 0, 0, 0, 0])
+            row[3] += 1
+            row[4] += int(event["size"])
+        report = SourceReport(directory, {})
+        for rip, (path, line) in place_instructions(directory, list(rows)).items():
+            if path is not None:
+                target = report.files.setdefault(path, {}).setdefault(int(line), [0] * 5)
+            else:
+                target = report.without_lines.setdefault(str(line), [0] * 5)
+            for k in range(5):
+                target[k] += rows[rip][k]
+        return report
+
+    def close(self) -> None:
+        self.by_instruction.close()
 
 
 def source_lines(directory: str) -> SourceReport:
-    require_accesses(directory, "source")
-    rows = per_instruction(directory)
-    for event in block_events(directory):
-        row = rows.setdefault(int(event.get("rip") or 0), [0, 0, 0, 0, 0])
-        row[3] += 1
-        row[4] += int(event["size"])
-    report = SourceReport(directory, {})
-    for rip, (path, line) in place_instructions(directory, list(rows)).items():
-        if path is not None:
-            target = report.files.setdefault(path, {}).setdefault(int(line), [0] * 5)
-        else:
-            target = report.without_lines.setdefault(str(line), [0] * 5)
-        for k in range(5):
-            target[k] += rows[rip][k]
-    return report
+    return run_parts(directory, [SourcePart(directory)])[0]
 
 
 def place_instructions(directory: str, rips: list[int]) -> dict[int, tuple[str | None, int | str]]:

@@ -16,7 +16,7 @@ import os
 import sys
 
 from ..errors import NoDataError, OutputError, OutputExistsError, UsageError
-from ..kinds import KINDS, Kind, available, html_sections
+from ..kinds import KINDS, Kind, available, compute, html_sections
 from ..report.calls_text import DEFAULT_DEPTH, DEFAULT_TOP
 from ..report.json_out import write_json
 from ..trace.meta import read_meta
@@ -93,9 +93,15 @@ class Results:
         self.args = args
         self.cache: dict[str, object] = {}
 
+    def compute(self, kinds: list[str]) -> None:
+        """The analyses of ``kinds``, in order: those that share a pass over the
+        accesses in one (kinds.compute)."""
+        todo = [KINDS[k] for k in dict.fromkeys(kinds) if k not in self.cache]
+        self.cache.update(compute(todo, self.args.directory, self.args))
+
     def get(self, kind: str):
         if kind not in self.cache:
-            self.cache[kind] = KINDS[kind].compute(self.args.directory, self.args)
+            self.compute([kind])
         return self.cache[kind]
 
     def as_dict(self, kind: str) -> dict:
@@ -146,9 +152,9 @@ def run(args) -> int:
     if args.png and args.html and os.path.abspath(args.png) == os.path.abspath(args.html):
         raise UsageError("--png and --html name the same file")
     kinds = available_kinds(args.directory) if kind == "all" else [kind]
+    shown = html_sections([KINDS[name] for name in kinds]) if args.html else []
     results = Results(args)
-    for k in kinds:
-        results.get(k)                 # every error before any output
+    results.compute(kinds + [k.name for k in shown])    # every error before any output
     if args.json:
         value = results.as_dict(kind) if kind != "all" else \
             {"kind": "all", "directory": args.directory,
@@ -165,7 +171,6 @@ def run(args) -> int:
         print(f"madtrace: wrote {args.png}", file=sys.stderr)
     if args.html:
         from ..report.html import write_html
-        shown = html_sections([KINDS[name] for name in kinds])
         sections = [(k.name, k.html(results.get(k.name)))  # type: ignore[misc]  # html_sections: has one
                     for k in shown]
         write_html(args.directory, sections, args.html, {k.name: results.get(k.name) for k in shown})

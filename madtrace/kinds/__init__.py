@@ -9,6 +9,10 @@ HTML section; None: not offered).  ``report --kind``, ``report all``, the
 HTML page, the ``--png`` list and the help text all come from ``KINDS``, so
 adding a kind is one module here plus its test.
 
+A kind that reads every access can also give a ``part`` of one pass shared
+with the other kinds of the report (analysis/shared_pass.py): ``compute``
+computes several kinds with one pass over the accesses.
+
 Three orders, each as madtrace has always printed them: ``order`` (help
 text and ``--kind`` choices), ``all_order`` (``report all``: text and JSON;
 None: not part of it) and ``html_order`` (sections of the page).
@@ -49,6 +53,8 @@ class Kind:
     html_with_accesses: bool = False  # a section of every page that shows a kind of accesses
     default_top: int = 20  # rows per text table
     text_only: str | None = None  # a listing: the error for --json/--png/--html
+    # (directory, args) -> its analysis/shared_pass.Part (None: computed alone)
+    part: Callable[[str, Any], Any] | None = None
 
 
 def _discover() -> dict[str, Kind]:
@@ -81,3 +87,21 @@ def html_sections(kinds: list[Kind]) -> list[Kind]:
         and (k in kinds or (k.html_with_accesses and accesses))
     ]
     return sorted(shown, key=lambda k: k.html_order or 0)
+
+
+def compute(kinds: list[Kind], directory: str, args) -> dict[str, Any]:
+    """The result of each of ``kinds``, in order (its errors first): those that
+    give a part, from one pass over the accesses; the others each alone."""
+    results: dict[str, Any] = {}
+    parts: dict[str, Any] = {}
+    for kind in kinds:
+        part = kind.part(directory, args) if kind.part is not None else None
+        if part is None:
+            results[kind.name] = kind.compute(directory, args)
+        else:
+            parts[kind.name] = part
+    if parts:
+        from ..analysis.shared_pass import run_parts
+
+        results.update(zip(parts, run_parts(directory, list(parts.values()))))
+    return {kind.name: results[kind.name] for kind in kinds}

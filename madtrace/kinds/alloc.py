@@ -12,6 +12,12 @@ def _compute(directory: str, args):
     return alloc_usage(directory)
 
 
+def _part(directory: str, args):
+    from ..analysis.alloc_usage import AllocPart
+
+    return AllocPart(directory)
+
+
 def _text(result, top: int, args, out) -> None:
     from ..report.text import print_alloc
 
@@ -36,6 +42,7 @@ KIND = Kind(
     order=3,
     needs=("accesses",),
     compute=_compute,
+    part=_part,
     text=_text,
     json=lambda result, args: result.to_dict(),
     png=_png,

@@ -13,6 +13,12 @@ def _compute(directory: str, args):
     return cache_report(directory, getattr(args, "cache", None))
 
 
+def _part(directory: str, args):
+    from ..analysis.cache import cache_part
+
+    return cache_part(directory, getattr(args, "cache", None))
+
+
 def _text(result, top: int, args, out) -> None:
     from ..report.memory_text import print_cache
 
@@ -37,6 +43,7 @@ KIND = Kind(
     order=8,
     needs=("accesses",),
     compute=_compute,
+    part=_part,
     text=_text,
     json=lambda result, args: result.to_dict(),
     png=_png,

@@ -12,6 +12,12 @@ def _compute(directory: str, args):
     return heatmap(directory)
 
 
+def _part(directory: str, args):
+    from ..analysis.heatmap import HeatmapPart
+
+    return HeatmapPart(directory)
+
+
 def _text(result, top: int, args, out) -> None:
     from ..report.text import print_heatmap
 
@@ -36,6 +42,7 @@ KIND = Kind(
     order=2,
     needs=("accesses",),
     compute=_compute,
+    part=_part,
     text=_text,
     json=lambda result, args: result.to_dict(),
     png=_png,

@@ -7,10 +7,21 @@ from . import Kind
 
 
 def _compute(directory: str, args):
-    from ..analysis.numa import load_topology, numa_report
+    from ..analysis.numa import numa_report
 
-    topology = load_topology(args.topology) if args.topology else None
-    return numa_report(directory, topology)
+    return numa_report(directory, _topology(args))
+
+
+def _part(directory: str, args):
+    from ..analysis.numa import NumaPart
+
+    return NumaPart(directory, _topology(args))
+
+
+def _topology(args):
+    from ..analysis.numa import load_topology
+
+    return load_topology(args.topology) if args.topology else None
 
 
 def _text(result, top: int, args, out) -> None:
@@ -31,6 +42,7 @@ KIND = Kind(
     order=4,
     needs=("accesses", "numa"),
     compute=_compute,
+    part=_part,
     text=_text,
     json=lambda result, args: result.to_dict(),
     html=_html,

@@ -13,6 +13,12 @@ def _compute(directory: str, args):
     return reuse_report(directory, getattr(args, "line", None))
 
 
+def _part(directory: str, args):
+    from ..analysis.reuse import ReusePart
+
+    return ReusePart(directory, getattr(args, "line", None))
+
+
 def _text(result, top: int, args, out) -> None:
     from ..report.memory_text import print_reuse
 
@@ -37,6 +43,7 @@ KIND = Kind(
     order=10,
     needs=("accesses",),
     compute=_compute,
+    part=_part,
     text=_text,
     json=lambda result, args: result.to_dict(),
     png=_png,

@@ -13,6 +13,12 @@ def _compute(directory: str, args):
     return source_lines(directory)
 
 
+def _part(directory: str, args):
+    from ..analysis.source_lines import SourcePart
+
+    return SourcePart(directory)
+
+
 def _text(result, top: int, args, out) -> None:
     from ..report.text import print_source
 
@@ -31,6 +37,7 @@ KIND = Kind(
     order=6,
     needs=("accesses",),
     compute=_compute,
+    part=_part,
     text=_text,
     json=lambda result, args: result.to_dict(),
     html=_html,

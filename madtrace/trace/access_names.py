@@ -88,6 +88,10 @@ class AccessDimensions:
         """The store's access_rows columns of a chunk (AccessIds.rows)."""
         return self.ids.rows(rows, access_start, events, spans)
 
+    def data_ids(self, rows: np.ndarray) -> np.ndarray:
+        """The data ids of access rows (AccessIds.data_ids)."""
+        return self.ids.data_ids(rows)
+
     def row_chunks(self, path: str, spans, chunk_rows: int):
         """The access_rows columns of a compact file of a thread without call
         records, in chunks (CompactReader.row_chunks)."""

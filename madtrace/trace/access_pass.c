@@ -6,29 +6,21 @@
  *  - ap_decode: the compact access records of one block (data/<tid>.dat, the
  *    layout of madtrace/trace/format.py: COMPACT_DTYPE, the markers, byte
  *    planes) to access rows (ACCESS_DTYPE), a read-modify-write as two rows;
+ *    ap_decode_tiles: a block a tile at a time, each tile of rows handed on
+ *    while it is in the cache (to the namer's counts, the store's columns, the
+ *    report kinds' counters);
  *  - the namer (ap_rows, ap_count_*): each access row to the ids of the store (madtrace/trace/
  *    access_names.py): its instruction (rip and size) and its data (a heap
  *    block as live or freed, a static object and, for a DWARF variable, the
  *    offset in it, else the bare region), each a dense id given in the order
  *    first met, with per data id counts of loads, stores and bytes.
  *
- * Called through ctypes by madtrace/trace/access_pass.py only; built into
- * libmtreplay.so with replay.c.
+ * Called through ctypes by madtrace/trace/access_pass.py, and in C by the
+ * report kinds' counters (madtrace/analysis/access_counters.c: ap_decode_tiles,
+ * ap_data_ids), built with them and replay.c into libmtreplay.so; what they
+ * share is in access_pass.h.
  */
-#include <stddef.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-typedef struct {            /* numpy ACCESS_DTYPE (trace/format.py) */
-    uint64_t seq, order, rip, addr;
-    uint32_t block;
-    uint16_t size;
-    uint8_t kind, freed, ilen, first;
-    uint8_t pad[6];
-} access_t;
-
-_Static_assert(sizeof(access_t) == 48, "ACCESS_DTYPE is 48 bytes");
+#include "access_pass.h"
 
 enum { MARK_SEQ = 1, MARK_ORDER = 2 };
 #define NCOUNT 4                          /* counts per data id */
@@ -36,12 +28,6 @@ enum { MARK_SEQ = 1, MARK_ORDER = 2 };
 #define REC_SIZE 16                       /* COMPACT_DTYPE: u64 a, u32 id, u32 b */
 
 size_t ap_access_size(void) { return sizeof(access_t); }
-
-/* the decoder's carried state: the seq and the next order, block after block */
-typedef struct {
-    uint64_t seq;
-    int64_t next_order;
-} decode_state_t;
 
 static inline uint64_t plane_bytes(const uint8_t *planes, int64_t n, int64_t i, int first, int count)
 {
@@ -69,6 +55,42 @@ static int ids_known(const uint8_t *data, int64_t n, int planes, int64_t n_inst,
     return 1;
 }
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+
+_Static_assert(REC_SIZE == 16, "a record is one SSE2 register");
+
+/* records first..first+15 out of the byte planes into ``out``: a 16 x 16 byte
+ * transpose, four rounds of interleaving (bytes, then pairs, fours, eights)
+ * after which register v holds the record whose index is v's four bits
+ * reversed */
+static inline void planes_to_records16(const uint8_t *data, int64_t n, int64_t first, uint8_t *out)
+{
+    static const uint8_t record_of[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+    __m128i a[16], b[16];
+    for (int k = 0; k < 16; k++)
+        a[k] = _mm_loadu_si128((const __m128i *)(data + (int64_t)k * n + first));
+    for (int k = 0; k < 8; k++) {
+        b[k] = _mm_unpacklo_epi8(a[2 * k], a[2 * k + 1]);
+        b[k + 8] = _mm_unpackhi_epi8(a[2 * k], a[2 * k + 1]);
+    }
+    for (int k = 0; k < 8; k++) {
+        a[k] = _mm_unpacklo_epi16(b[2 * k], b[2 * k + 1]);
+        a[k + 8] = _mm_unpackhi_epi16(b[2 * k], b[2 * k + 1]);
+    }
+    for (int k = 0; k < 8; k++) {
+        b[k] = _mm_unpacklo_epi32(a[2 * k], a[2 * k + 1]);
+        b[k + 8] = _mm_unpackhi_epi32(a[2 * k], a[2 * k + 1]);
+    }
+    for (int k = 0; k < 8; k++) {
+        a[k] = _mm_unpacklo_epi64(b[2 * k], b[2 * k + 1]);
+        a[k + 8] = _mm_unpackhi_epi64(b[2 * k], b[2 * k + 1]);
+    }
+    for (int v = 0; v < 16; v++)
+        _mm_storeu_si128((__m128i *)(out + REC_SIZE * record_of[v]), a[v]);
+}
+#endif
+
 /* the records first..first+m-1 of a block as they are: in place, or copied out
  * of the byte planes into ``tile`` (room for m records) */
 static const uint8_t *tile_records(const uint8_t *data, int64_t n, int planes, int64_t first,
@@ -76,9 +98,14 @@ static const uint8_t *tile_records(const uint8_t *data, int64_t n, int planes, i
 {
     if (!planes)
         return data + first * REC_SIZE;
+    int64_t done = 0;
+#ifdef __SSE2__
+    for (; done + 16 <= m; done += 16)
+        planes_to_records16(data, n, first + done, tile + done * REC_SIZE);
+#endif
     for (int k = 0; k < REC_SIZE; k++) {
         const uint8_t *plane = data + (int64_t)k * n + first;
-        for (int64_t i = 0; i < m; i++)
+        for (int64_t i = done; i < m; i++)
             tile[i * REC_SIZE + k] = plane[i];
     }
     return tile;
@@ -143,95 +170,6 @@ int64_t ap_decode(const uint8_t *data, int64_t n, int planes,
     state->seq = seq;
     state->next_order = order;
     return m;
-}
-
-/* ------------------------------------------------------------ dense ids */
-typedef struct {
-    uint64_t *keys;       /* slot -> key + 1 (0: empty) */
-    uint32_t *ids;        /* slot -> dense id */
-    uint64_t *order;      /* dense id -> key (the keys in the order first met) */
-    int64_t cap, n, order_cap;
-} dense_t;
-
-static int dense_init(dense_t *d)
-{
-    d->cap = 1 << 12;
-    d->n = 0;
-    d->order_cap = 1 << 10;
-    d->keys = calloc((size_t)d->cap, sizeof *d->keys);
-    d->ids = malloc((size_t)d->cap * sizeof *d->ids);
-    d->order = malloc((size_t)d->order_cap * sizeof *d->order);
-    return d->keys && d->ids && d->order ? 0 : -1;
-}
-
-static void dense_free(dense_t *d)
-{
-    free(d->keys);
-    free(d->ids);
-    free(d->order);
-}
-
-static inline uint64_t mix(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ULL;
-    return k ^ (k >> 33);
-}
-
-static int dense_grow(dense_t *d)
-{
-    int64_t cap = d->cap * 2;
-    uint64_t *keys = calloc((size_t)cap, sizeof *keys);
-    uint32_t *ids = malloc((size_t)cap * sizeof *ids);
-    if (!keys || !ids) {
-        free(keys);
-        free(ids);
-        return -1;
-    }
-    for (int64_t s = 0; s < d->cap; s++) {
-        if (!d->keys[s])
-            continue;
-        uint64_t h = mix(d->keys[s] - 1) & (uint64_t)(cap - 1);
-        while (keys[h])
-            h = (h + 1) & (uint64_t)(cap - 1);
-        keys[h] = d->keys[s];
-        ids[h] = d->ids[s];
-    }
-    free(d->keys);
-    free(d->ids);
-    d->keys = keys;
-    d->ids = ids;
-    d->cap = cap;
-    return 0;
-}
-
-/* the dense id of ``key`` (a new one when first met); -1: no memory */
-static inline int64_t dense_id(dense_t *d, uint64_t key)
-{
-    uint64_t h = mix(key) & (uint64_t)(d->cap - 1);
-    while (d->keys[h]) {
-        if (d->keys[h] == key + 1)
-            return d->ids[h];
-        h = (h + 1) & (uint64_t)(d->cap - 1);
-    }
-    if ((d->n + 1) * 2 > d->cap) {
-        if (dense_grow(d))
-            return -1;
-        return dense_id(d, key);
-    }
-    if (d->n == d->order_cap) {
-        uint64_t *o = realloc(d->order, (size_t)d->order_cap * 2 * sizeof *o);
-        if (!o)
-            return -1;
-        d->order = o;
-        d->order_cap *= 2;
-    }
-    d->keys[h] = key + 1;
-    d->ids[h] = (uint32_t)d->n;
-    d->order[d->n] = key;
-    return d->n++;
 }
 
 /* --------------------------------------------------------- the namer */
@@ -497,29 +435,6 @@ _Static_assert(sizeof(event_t) == 40, "EVENT_DTYPE is 40 bytes");
 enum { EV_ACCESS = 2 };
 enum { FLAG_STORE = 1, FLAG_FIRST = 2, FLAG_ALLOCATOR = 4 };   /* columnar.py */
 
-/* the allocator span holding ``order``: ``*span`` is one past the last span
- * beginning at or before the previous order (a cursor: orders mostly grow) */
-static inline int in_span(const uint64_t *begin, const uint64_t *end, int64_t n, int64_t *span,
-                          uint64_t order)
-{
-    if (!n)
-        return 0;
-    if (*span == 0 || begin[*span - 1] > order) {       /* a binary search */
-        int64_t lo = 0, hi = n;
-        while (lo < hi) {
-            int64_t mid = (lo + hi) >> 1;
-            if (begin[mid] <= order)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        *span = lo;
-    }
-    while (*span < n && begin[*span] <= order)
-        (*span)++;
-    return *span > 0 && order <= end[*span - 1];
-}
-
 /*
  * The store's access rows of one chunk of the segmentation (segmentation.py):
  * ``rows`` (n accesses, the first of index ``access_start`` in its thread),
@@ -564,12 +479,77 @@ int ap_rows(void *p, const access_t *rows, int64_t n, int64_t access_start,
     return 0;
 }
 
+/* the data ids of ``n`` access rows (as ap_rows gives them) into ``data_id``: what
+ * a reader of a thread without call records needs; 0, -1 when memory ran out */
+int ap_data_ids(void *p, const access_t *rows, int64_t n, uint32_t *data_id)
+{
+    return name_rows(p, rows, n, data_id, NULL);
+}
+
+/*
+ * The records of one block (ap_decode's arguments) decoded a tile at a time
+ * into a buffer that stays in the cache, each tile's rows handed to ``use`` in
+ * order.  Every record's instruction id is checked first: -2 with ``*bad_id``
+ * for an unknown one (nothing handed, the state unchanged).  Returns 0, or the
+ * first nonzero answer of ``use`` (the state then unchanged).
+ */
+int ap_decode_tiles(const compact_block_t *b, decode_state_t *state, int64_t *bad_id,
+                    tile_use_t use, void *ctx)
+{
+    enum { TILE = 512 };
+    access_t rows[2 * TILE];
+    uint8_t tile[TILE * REC_SIZE];
+    if (!ids_known(b->data, b->n, b->planes, b->n_inst, bad_id))
+        return -2;
+    decode_state_t s = *state;
+    for (int64_t first = 0; first < b->n; first += TILE) {
+        int64_t m = b->n - first < TILE ? b->n - first : TILE;
+        const uint8_t *src = tile_records(b->data, b->n, b->planes, first, m, tile);
+        int64_t got = ap_decode(src, m, 0, b->rip, b->size, b->kind, b->ilen, b->first, b->n_inst,
+                                &s, rows, bad_id);
+        if (got < 0)
+            return -2;
+        int rc = use(ctx, rows, got);
+        if (rc)
+            return rc;
+    }
+    *state = s;
+    return 0;
+}
+
+struct rows_out {           /* ap_rows_compact's columns, and the rows written so far */
+    void *namer;
+    int64_t access_start;
+    const uint64_t *span_begin, *span_end;
+    int64_t n_spans;
+    int64_t *pos, *seq;
+    uint64_t *order;
+    int64_t *call_id;
+    int32_t *fid;
+    uint32_t *inst_id, *data_id;
+    uint64_t *addr;
+    uint8_t *flags;
+    int64_t done;
+};
+
+static int rows_tile(void *ctx, const access_t *rows, int64_t n)
+{
+    struct rows_out *o = ctx;
+    int64_t d = o->done;
+    if (ap_rows(o->namer, rows, n, o->access_start + d, NULL, 0, o->span_begin, o->span_end,
+                o->n_spans, o->pos + d, o->seq + d, o->order + d, o->call_id + d, o->fid + d,
+                o->inst_id + d, o->data_id + d, o->addr + d, o->flags + d))
+        return -1;
+    o->done += n;
+    return 0;
+}
+
 /*
  * ap_rows for the compact records of one block (ap_decode's arguments) of a
- * thread without call records (``events`` NULL), decoded a tile at a time into
- * a buffer that stays in the cache: the columns from ``out_at`` on (room for 2n
- * rows); returns the rows written, -1 when memory ran out, -2 with ``*bad_id``
- * for an unknown instruction id (nothing written, the state unchanged).
+ * thread without call records (``events`` NULL), decoded a tile at a time
+ * (ap_decode_tiles): the columns from ``out_at`` on (room for 2n rows); returns
+ * the rows written, -1 when memory ran out, -2 with ``*bad_id`` for an unknown
+ * instruction id (nothing written, the state unchanged).
  */
 int64_t ap_rows_compact(void *p, const uint8_t *data, int64_t n, int planes,
                         const uint64_t *i_rip, const uint16_t *i_size, const uint8_t *i_kind,
@@ -580,28 +560,11 @@ int64_t ap_rows_compact(void *p, const uint8_t *data, int64_t n, int planes,
                         int32_t *fid, uint32_t *inst_id, uint32_t *data_id, uint64_t *addr,
                         uint8_t *flags, int64_t *bad_id)
 {
-    enum { TILE = 512 };
-    access_t rows[2 * TILE];
-    uint8_t tile[TILE * REC_SIZE];
-    if (!ids_known(data, n, planes, n_inst, bad_id))
-        return -2;
-    decode_state_t s = *state;
-    int64_t done = 0;
-    for (int64_t first = 0; first < n; first += TILE) {
-        int64_t m = n - first < TILE ? n - first : TILE;
-        const uint8_t *src = tile_records(data, n, planes, first, m, tile);
-        int64_t got = ap_decode(src, m, 0, i_rip, i_size, i_kind, i_ilen, i_first, n_inst, &s,
-                                rows, bad_id);
-        if (got < 0)
-            return -2;
-        if (ap_rows(p, rows, got, access_start + done, NULL, 0, span_begin, span_end, n_spans,
-                    pos + done, seq + done, order + done, call_id + done, fid + done,
-                    inst_id + done, data_id + done, addr + done, flags + done))
-            return -1;
-        done += got;
-    }
-    *state = s;
-    return done;
+    compact_block_t block = {data, n, planes, i_rip, i_size, i_kind, i_ilen, i_first, n_inst};
+    struct rows_out out = {p, access_start, span_begin, span_end, n_spans, pos, seq, order,
+                           call_id, fid, inst_id, data_id, addr, flags, 0};
+    int rc = ap_decode_tiles(&block, state, bad_id, rows_tile, &out);
+    return rc ? rc : out.done;
 }
 
 /* the keys of the data ids (``which`` 0) or of the instruction ids (1) from
@@ -650,10 +613,22 @@ int ap_count_rows(void *p, const access_t *rows, int64_t n, const uint64_t *span
     return 0;
 }
 
+struct count_spans {        /* ap_count_compact's allocator calls */
+    void *namer;
+    const uint64_t *span_begin, *span_end;
+    int64_t n_spans;
+};
+
+static int count_tile(void *ctx, const access_t *rows, int64_t n)
+{
+    struct count_spans *c = ctx;
+    return ap_count_rows(c->namer, rows, n, c->span_begin, c->span_end, c->n_spans);
+}
+
 /*
  * The counts of one block of compact records (ap_decode's arguments), decoded
- * a tile at a time into a buffer that stays in the cache.  Returns 0, -1 when
- * memory ran out, -2 with ``*bad_id`` for an unknown instruction id.
+ * a tile at a time (ap_decode_tiles).  Returns 0, -1 when memory ran out, -2
+ * with ``*bad_id`` for an unknown instruction id.
  */
 int ap_count_compact(void *p, const uint8_t *data, int64_t n, int planes,
                      const uint64_t *i_rip, const uint16_t *i_size, const uint8_t *i_kind,
@@ -661,40 +636,12 @@ int ap_count_compact(void *p, const uint8_t *data, int64_t n, int planes,
                      decode_state_t *state, const uint64_t *span_begin,
                      const uint64_t *span_end, int64_t n_spans, int64_t *bad_id)
 {
-    enum { TILE = 512 };
-    access_t rows[2 * TILE];
-    uint8_t tile[TILE * REC_SIZE];
-    decode_state_t s = *state;
-    if (!ids_known(data, n, planes, n_inst, bad_id))
-        return -2;
-    for (int64_t first = 0; first < n; first += TILE) {
-        int64_t m = n - first < TILE ? n - first : TILE;
-        const uint8_t *src = tile_records(data, n, planes, first, m, tile);
-        int64_t got = ap_decode(src, m, 0, i_rip, i_size, i_kind, i_ilen, i_first, n_inst, &s,
-                                rows, bad_id);
-        if (got < 0)
-            return -2;
-        if (ap_count_rows(p, rows, got, span_begin, span_end, n_spans))
-            return -1;
-    }
-    *state = s;
-    return 0;
+    compact_block_t block = {data, n, planes, i_rip, i_size, i_kind, i_ilen, i_first, n_inst};
+    struct count_spans spans = {p, span_begin, span_end, n_spans};
+    return ap_decode_tiles(&block, state, bad_id, count_tile, &spans);
 }
 
 /* ------------------------------------------------------------- tallies */
-/*
- * A tally: per distinct u64 key, the sums of up to ``width`` int64 columns and
- * the position where the key was first met (the analyses' "group by key, sum"
- * in one hashed pass instead of numpy's sort).
- */
-typedef struct {
-    dense_t keys;
-    int64_t width;
-    int64_t *sums;          /* width per key */
-    int64_t *first;         /* the position where each key was first met */
-    int64_t cap;
-} tally_t;
-
 void *tl_new(int64_t width)
 {
     tally_t *t = calloc(1, sizeof *t);
@@ -726,35 +673,13 @@ int tl_add(void *p, const uint64_t *keys, int64_t n, const int64_t *const *cols,
            int64_t base)
 {
     tally_t *t = p;
-    uint64_t last_key = 0;
-    int64_t id = -1;
+    int64_t *row = NULL;
     for (int64_t i = 0; i < n; i++) {
-        if (id < 0 || keys[i] != last_key) {
-            id = dense_id(&t->keys, keys[i]);
-            if (id < 0)
+        if (!row || keys[i] != keys[i - 1]) {
+            row = tally_row(t, keys[i], base + i);
+            if (!row)
                 return -1;
-            last_key = keys[i];
-            if (id >= t->cap) {
-                int64_t cap = t->cap ? t->cap * 2 : 1024;
-                while (cap <= id)
-                    cap *= 2;
-                int64_t *s = realloc(t->sums, (size_t)(cap * t->width) * sizeof *s);
-                if (!s)
-                    return -1;
-                t->sums = s;
-                int64_t *f = realloc(t->first, (size_t)cap * sizeof *f);
-                if (!f)
-                    return -1;
-                t->first = f;
-                memset(s + t->cap * t->width, 0, (size_t)((cap - t->cap) * t->width) * sizeof *s);
-                for (int64_t k = t->cap; k < cap; k++)
-                    f[k] = -1;
-                t->cap = cap;
-            }
-            if (t->first[id] < 0)
-                t->first[id] = base + i;
         }
-        int64_t *row = t->sums + id * t->width;
         for (int64_t c = 0; c < ncols; c++)
             row[c] += cols[c] ? cols[c][i] : 1;
     }

@@ -41,6 +41,7 @@ def _library() -> ctypes.CDLL:
         "tl_new": (P, [I64]), "tl_free": (None, [P]),
         "tl_add": (I, [P, P, I64, P, I64, I64]), "tl_dump": (I64, [P, P, P, P]),
         "ap_rows": (I, [P, P, I64, I64, P, I64, P, P, I64, P, P, P, P, P, P, P, P, P]),
+        "ap_data_ids": (I, [P, P, I64, P]),
         "ap_counts": (I64, [P, P]),
     }
     for name, (restype, argtypes) in sigs.items():
@@ -65,7 +66,7 @@ class UnknownInstruction(Exception):
         self.ident = ident
 
 
-def _block(raw, n: int, planes: bool, table) -> tuple[np.ndarray, list]:
+def block_arguments(raw, n: int, planes: bool, table) -> tuple[np.ndarray, list]:
     """The first arguments of every C function that reads a block of compact
     records: the records, how many, their layout, the instruction columns.  The
     array returned must live as long as the call."""
@@ -83,7 +84,7 @@ def decode(raw, n: int, planes: bool, table, state: DecodeState, out: np.ndarray
     lib = _library()
     if len(out) < 2 * n or not out.flags.c_contiguous:
         raise TracerInternalError("decode: the output has no room for the rows")
-    _buf, block = _block(raw, n, planes, table)
+    _buf, block = block_arguments(raw, n, planes, table)
     bad = ctypes.c_int64(0)
     m = lib.ap_decode(*block, ctypes.byref(state), out.ctypes.data, ctypes.byref(bad))
     if m < 0:
@@ -103,13 +104,13 @@ def _spans(spans) -> tuple[np.ndarray, np.ndarray]:
 
 # the store's access_rows columns (columnar.py), in the order the C side takes them
 ROW_COLUMNS = ("pos", "seq", "order", "call_id", "fid", "iid", "did", "addr", "flags")
-_ROW_TYPES = (np.int64, np.int64, np.uint64, np.int64, np.int32, np.uint32, np.uint32,
-              np.uint64, np.uint8)
+ROW_TYPES = (np.int64, np.int64, np.uint64, np.int64, np.int32, np.uint32, np.uint32,
+             np.uint64, np.uint8)
 
 
 def row_columns(n: int) -> dict[str, np.ndarray]:
     """Empty access_rows columns of ``n`` rows."""
-    return {c: np.empty(n, dtype=t) for c, t in zip(ROW_COLUMNS, _ROW_TYPES)}
+    return {c: np.empty(n, dtype=t) for c, t in zip(ROW_COLUMNS, ROW_TYPES)}
 
 
 class AccessIds:
@@ -151,6 +152,11 @@ class AccessIds:
         if not self._ctx:
             raise MemoryError("ap_namer_new")
 
+    @property
+    def handle(self) -> int:
+        """The C namer, for the C passes that name rows (access_pass.h)."""
+        return self._ctx
+
     def close(self) -> None:
         if self._ctx:
             self.lib.ap_namer_free(self._ctx)
@@ -179,13 +185,21 @@ class AccessIds:
             raise TracerInternalError("ap_rows: the chunk's events do not match its accesses")
         return out
 
+    def data_ids(self, rows: np.ndarray) -> np.ndarray:
+        """The data id of each access row (ACCESS_DTYPE), as ``rows`` gives them."""
+        rows = np.ascontiguousarray(rows)
+        out = np.empty(len(rows), dtype=np.uint32)
+        if self.lib.ap_data_ids(self._ctx, rows.ctypes.data, len(rows), out.ctypes.data):
+            raise MemoryError("ap_data_ids")
+        return out
+
     def rows_compact(self, raw, n: int, planes: bool, table, state: DecodeState,
                      access_start: int, spans, out: dict, at: int) -> int:
         """AccessIds.rows for ``n`` compact records of a thread without call records
         (decode's arguments), into the columns ``out`` (access_rows' columns, room
         for 2n rows from ``at``); returns the rows written.  UnknownInstruction as
         decode (nothing written)."""
-        _buf, block = _block(raw, n, planes, table)
+        _buf, block = block_arguments(raw, n, planes, table)
         begins, ends = _spans(spans)
         bad = ctypes.c_int64(0)
         columns = [out[c][at:] for c in ROW_COLUMNS]
@@ -221,7 +235,7 @@ class AccessIds:
                       spans) -> None:
         """Count the access rows of ``n`` compact records (decode's arguments)
         without making them; UnknownInstruction as decode (nothing counted)."""
-        _buf, block = _block(raw, n, planes, table)
+        _buf, block = block_arguments(raw, n, planes, table)
         begins, ends = _spans(spans)
         bad = ctypes.c_int64(0)
         rc = self.lib.ap_count_compact(self._ctx, *block, ctypes.byref(state), begins.ctypes.data,
@@ -253,6 +267,11 @@ class Tally:
         if not self._ctx:
             raise MemoryError("tl_new")
         self.rows = 0          # positions given so far (the next add's base)
+
+    @property
+    def handle(self) -> int:
+        """The C tally, for the C passes that add to it (access_pass.h)."""
+        return self._ctx
 
     def close(self) -> None:
         if self._ctx:

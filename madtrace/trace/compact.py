@@ -209,41 +209,64 @@ class CompactReader:
         self.seq, self.next_order = int(state.seq), int(state.next_order)
         return result
 
-    def row_chunks(self, ids, spans, chunk_rows: int = 1 << 20) -> Iterator[dict]:
-        """The store's access_rows columns (access_pass.ROW_COLUMNS) of the complete
-        blocks not read yet, for a thread without call records (``ids``:
-        access_pass.AccessIds; ``spans``: its allocator calls), in chunks of about
-        ``chunk_rows``: decoded and named a tile at a time, no access row made."""
-        out, size, start = access_pass.row_columns(0), 0, 0
+    def column_chunks(self, columns: dict, fill, chunk_rows: int = 1 << 20) -> Iterator[dict]:
+        """Columns (name -> dtype) of the access rows of the complete blocks not read
+        yet, in chunks of about ``chunk_rows``, each block written by ``fill(raw, n,
+        planes, table, state, out, at, start)`` (access_pass.decode's arguments; the
+        columns ``out``, room for 2n rows from ``at``; ``start``: the index of the
+        block's first row in the thread), which returns the rows it wrote."""
+        def empty(n: int) -> dict:
+            return {c: np.empty(n, dtype=t) for c, t in columns.items()}
+
+        out, size, start = empty(0), 0, 0
+        first = next(iter(columns))
         for offset, raw, n, planes in read_ahead(iter_raw_blocks(self.path, self.offset)):
-            if size + 2 * n > len(out["pos"]):
+            if size + 2 * n > len(out[first]):
                 if size:
                     yield {c: v[:size] for c, v in out.items()}
                     start += size
-                out, size = access_pass.row_columns(max(chunk_rows, 2 * n) + 2 * n), 0
+                out, size = empty(max(chunk_rows, 2 * n) + 2 * n), 0
             got = self._with_state(
-                lambda table, state, raw=raw, n=n, planes=planes, at=start + size, out=out,
-                size=size: ids.rows_compact(raw, n, planes, table, state, at, spans, out, size))
+                lambda table, state, raw=raw, n=n, planes=planes, out=out, size=size, at=start + size:
+                fill(raw, n, planes, table, state, out, size, at))
             self.offset = offset
             size += got
             if size >= chunk_rows:
                 yield {c: v[:size] for c, v in out.items()}
                 start += size
-                out, size = access_pass.row_columns(0), 0
+                out, size = empty(0), 0
         if size:
             yield {c: v[:size] for c, v in out.items()}
+
+    def row_chunks(self, ids, spans, chunk_rows: int = 1 << 20) -> Iterator[dict]:
+        """The store's access_rows columns (access_pass.ROW_COLUMNS) of the complete
+        blocks not read yet, for a thread without call records (``ids``:
+        access_pass.AccessIds; ``spans``: its allocator calls), in chunks of about
+        ``chunk_rows``: decoded and named a tile at a time, no access row made."""
+        yield from self.column_chunks(
+            dict(zip(access_pass.ROW_COLUMNS, access_pass.ROW_TYPES)),
+            lambda raw, n, planes, table, state, out, at, start:
+            ids.rows_compact(raw, n, planes, table, state, start, spans, out, at), chunk_rows)
+
+    def each_block(self, work, progress=None) -> None:
+        """``work(raw, n, planes, table, state)`` (access_pass.decode's arguments) on
+        each complete block not read yet, from the seq and order reached;
+        ``progress(n, answer)`` after each block of n records."""
+        for offset, raw, n, planes in read_ahead(iter_raw_blocks(self.path, self.offset)):
+            answer = self._with_state(lambda table, state, raw=raw, n=n, planes=planes:
+                                      work(raw, n, planes, table, state))
+            self.offset = offset
+            if progress is not None:
+                progress(n, answer)
 
     def count(self, ids, spans, progress=None) -> None:
         """Count the access rows of the complete blocks not read yet in ``ids``
         (access_pass.AccessIds) without making them; ``spans``: the thread's
         allocator calls (AllocatorCalls.spans); ``progress(n)`` after each block of
         n records."""
-        for offset, raw, n, planes in read_ahead(iter_raw_blocks(self.path, self.offset)):
-            self._with_state(lambda table, state, raw=raw, n=n, planes=planes:
-                             ids.count_compact(raw, n, planes, table, state, spans))
-            self.offset = offset
-            if progress is not None:
-                progress(n)
+        self.each_block(lambda raw, n, planes, table, state:
+                        ids.count_compact(raw, n, planes, table, state, spans),
+                        None if progress is None else lambda n, _answer: progress(n))
 
     def decode(self, r: np.ndarray) -> np.ndarray:
         """The access rows of records ``r`` (COMPACT_DTYPE) as they are."""
