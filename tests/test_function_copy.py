@@ -111,12 +111,15 @@ def check_copy(copy: FunctionCopy, code: bytes, start: int, end: int, injector) 
             problems += [f"{where}: {x}" for x in _check_probe(p, insn, at, out, base, head, template,
                                                               injector)]
             piece_end = p.end
-            if CS_GRP_CALL in groups:            # then the call, on the target the probe loaded
-                call = at(p.end)
-                if call is None or (call.mnemonic, call.op_str) != ("call", "r11"):
-                    problems.append(f"{where}: the probe is not followed by 'call r11'")
+            # a call or a tail jump through memory: then the call or jump, on the target the
+            # probe loaded
+            branch = "call" if CS_GRP_CALL in groups else "jmp" if CS_GRP_JUMP in groups else None
+            if branch is not None:
+                after = at(p.end)
+                if after is None or (after.mnemonic, after.op_str) != (branch, "r11"):
+                    problems.append(f"{where}: the probe is not followed by '{branch} r11'")
                 else:
-                    piece_end = p.end + call.size
+                    piece_end = p.end + after.size
             ends.append((new, piece_end))
         elif insn.address in stubs:
             s = stubs[insn.address]
@@ -154,7 +157,10 @@ def check_copy(copy: FunctionCopy, code: bytes, start: int, end: int, injector) 
         piece_ends[insn.address] = ends[-1][1]
         if CS_GRP_JUMP in groups and CS_GRP_RET not in groups and \
                 CS_GRP_BRANCH_RELATIVE not in groups and insn.address not in stubs:
-            problems.append(f"{where}: an indirect jump without its stub")
+            probe = probes.get(insn.address)
+            if probe is None or insn.operands[0].type != X.X86_OP_MEM or insn.operands[0].mem.index:
+                problems.append(f"{where}: an indirect jump without its stub (or a probe: a "
+                                f"jump through memory without an index)")
     for insn in insns:
         # a call's or a system call's end in the copy leads back to the original's
         piece_end = piece_ends.get(insn.address)
@@ -199,11 +205,11 @@ def _check_probe(p, insn, at, out, base, head, template, injector) -> list[str]:
     if out[p.body - base:p.body - base + template.size] != made:
         problems.append("the probe template is not the one for this instruction id")
     moved = at(p.insn)
-    if CS_GRP_CALL in set(insn.groups):
-        # a call through memory: the probe loads its target into r11
+    if CS_GRP_CALL in set(insn.groups) or CS_GRP_JUMP in set(insn.groups):
+        # a call or a jump through memory: the probe loads its target into r11
         if moved is None or (moved.mnemonic, moved.address + moved.size) != ("mov", p.insn_end) or \
                 moved.op_str != f"r11, qword ptr [{p.reg}]" or p.reg == "r11":
-            problems.append(f"the call's target load in the probe is "
+            problems.append(f"the branch's target load in the probe is "
                             f"'{moved.mnemonic + ' ' + moved.op_str if moved else None}'")
         return problems
     if moved is None or moved.mnemonic != insn.mnemonic or moved.address + moved.size != p.insn_end \
@@ -382,6 +388,29 @@ SMALL = {   # hand-made functions: (bytes, the refusal expected or None)
     "jmp [eax]": ("67ff20", "indirect jump 'jmp qword ptr [eax]' at 0x400000: 32-bit address"),
     "jecxz": ("67e300c3", "internal: branch at 0x400000 is 10 bytes, planned 9"),
 }
+
+
+@pytest.mark.parametrize("code, probed", [
+    ("ff2500000000", True),                 # jmp [rip]: a tail call through memory
+    ("488b07ff6008", True),                 # mov rax, [rdi]; jmp [rax + 8]: a type slot's
+    ("ff24c500104000", False),              # jmp [rax*8 + table]: a switch, keeps its stub
+    ("4c89d8ff2500000000", False),          # mov rax, r11; jmp [rip]: r11 is the function's
+    ("4189c3ff2500000000", False),          # mov r11d, eax; jmp [rip]: a part of r11
+    ("498b0bff2500000000", False),          # mov rcx, [r11]; jmp [rip]: r11 in an address
+])
+def test_jumps_through_memory_take_probes_where_r11_is_free(code, probed, injector):
+    """A jump through memory without an index register (a tail call) takes a
+    probe that loads its target into r11, then ``jmp r11``, in a function that
+    never uses r11; any other keeps the stub, which preserves every register."""
+    code = bytes.fromhex(code)
+    start = 0x400000
+    copy = copy_function(code, start, start + len(code), 0x500000, injector, lambda mem: True,
+                         lambda mem: 3, CTL, BITMAP)
+    assert isinstance(copy, FunctionCopy), copy
+    jump = max(copy.old_to_new)
+    assert (copy.probe_of(jump) is not None) == probed
+    assert (jump in {s.original for s in copy.stubs}) == (not probed)
+    assert check_copy(copy, code, start, start + len(code), injector) == []
 
 
 @pytest.mark.parametrize("name", SMALL)

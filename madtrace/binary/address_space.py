@@ -22,6 +22,8 @@ API
     same from a mapping list; *reader(addr, size) -> bytes* reads memory
     (needed for the vdso; without it the vdso of madtrace's own process is
     used, which is the same kernel image).
+    ``learn_modules(mappings, reader, pid)``: the modules of the maps read
+    again that the space did not know (dlopen), added; returns them.
     Attributes: ``modules`` (main executable first, then by address),
     ``main``, ``mappings``, ``warnings`` (list of str).
     ``module_for(addr)``, ``module_named(name)``,
@@ -150,17 +152,28 @@ class SpecElsewhereError(UnknownSymbolError):
     message says where): a mistake to report at once, never a pending spec."""
 
 
+def _trim_extents(modules: list[Module]) -> None:
+    """An extent computed from PT_LOAD must not swallow the next module."""
+    ordered = sorted(modules, key=lambda m: m.start)
+    for a, b in zip(ordered, ordered[1:]):
+        if a.end > b.start:
+            a.end = max(b.start, max(m.end for m in a.mappings) if a.mappings else a.start)
+
+
 class AddressSpace:
     """Modules and regions of one process (see module docstring)."""
 
     def __init__(self, mappings: list[Mapping], modules: list[Module], warnings: list[str]):
+        self.warnings = warnings
+        self._index(mappings, modules)
+
+    def _index(self, mappings: list[Mapping], modules: list[Module]) -> None:
         self.mappings = sorted(mappings, key=lambda m: m.start)
         by_addr = sorted(modules, key=lambda m: m.start)
         self._mod_starts = [m.start for m in by_addr]
         self._mods_by_addr = by_addr
         self.modules = sorted(modules, key=lambda m: (not m.is_main, m.start))
         self.main = next((m for m in self.modules if m.is_main), None)
-        self.warnings = warnings
         self._map_starts = [m.start for m in self.mappings]
         regions = []
         for mod in modules:
@@ -229,12 +242,27 @@ class AddressSpace:
             cands = [m for m in modules if m.name != VDSO and not m.image.is_shared]
             if cands:
                 min(cands, key=lambda m: m.start).is_main = True
-        # an extent computed from PT_LOAD must not swallow the next module
-        ordered = sorted(modules, key=lambda m: m.start)
-        for a, b in zip(ordered, ordered[1:]):
-            if a.end > b.start:
-                a.end = max(b.start, max(m.end for m in a.mappings) if a.mappings else a.start)
+        _trim_extents(modules)
         return cls(mappings, modules, warnings)
+
+    def learn_modules(self, mappings: list[Mapping], reader: Callable[[int, int], bytes] | None
+                      = None, pid: int | None = None) -> list[Module]:
+        """The modules of ``mappings`` (the process's maps read again) that this
+        space does not know yet, added to it: a library loaded by dlopen since.
+        The modules known stay as they are (a module unmapped since stays too:
+        its code may still be named)."""
+        known = {(m.path, m.start) for m in self.modules}
+        fresh = AddressSpace.from_maps([m for m in mappings if m.path != VDSO], reader, pid=pid)
+        added = [m for m in fresh.modules if (m.path, m.start) not in known
+                 and self.module_for(m.start) is None]
+        if added:
+            for m in added:
+                m.is_main = False
+            modules = self._mods_by_addr + added
+            _trim_extents(modules)
+            self._index(mappings, modules)
+            self.warnings.extend(fresh.warnings)
+        return added
 
     @staticmethod
     def _load_file(path, maps, pid, warnings):

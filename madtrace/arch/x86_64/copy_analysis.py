@@ -27,7 +27,8 @@ not analysed again: the rewriter keeps its analysis.
   ``rip_fails``) and pieces whose size is not the one planned
   (``size_fails``), by instruction index, with the copy's refusal;
 * ``mems`` (``MemInstruction``) of the memory instructions offered to
-  ``want_probe``, their instruction ``mem_index``, ``plans`` (insn_entries
+  ``want_probe`` (a jump through memory among them: a probe then takes the
+  place of its stub), their instruction ``mem_index``, ``plans`` (insn_entries
   ``ProbePlan``), ``whys`` (why no probe, None if one fits) and
   ``rip_targets`` (a RIP-relative operand's address, else 0);
 * ``sides`` (branch target past an instruction's prefixes -> that
@@ -44,8 +45,8 @@ import numpy as np
 
 from .copy_encode import LEGACY_PREFIXES
 from .decode import as_buffer, decode_one, sweep
-from .insn_entries import BRANCH, ERROR, HEAD_WHY, MEM, REFUSE, RIP, RIP_WHY, SIZE_WHY, STUB, Entry, \
-    ProbePlan, entries
+from .insn_entries import BRANCH, ERROR, HEAD_WHY, MEM, R11, REFUSE, RIP, RIP_WHY, SIZE_WHY, STUB, \
+    Entry, ProbePlan, entries
 from .jump_stubs import stub_template
 from .memops import MemInstruction
 from .relocate import Refusal
@@ -101,8 +102,13 @@ class FunctionAnalysis:
         self.rip_target = addresses[ri] + sizes[ri] + rows[ri, 5]
         self.rip_fails = {i: f"'{ents[i].text}' at {self.address[i]:#x}: {ents[i].rip_why}"
                           for i in np.nonzero(flags & RIP_WHY)[0].tolist()}
-        # memory instructions
-        self.mem_index: list[int] = np.nonzero(flags & MEM)[0].tolist()
+        # memory instructions; a jump through memory only where r11 is free for its
+        # probe (insn_entries.py _target_plan): else its stub loads the target (and
+        # faults on a traced page)
+        mems = (flags & MEM) != 0
+        if (flags & R11).any():
+            mems &= kind != STUB
+        self.mem_index: list[int] = np.nonzero(mems)[0].tolist()
         self.mems: list[MemInstruction] = []
         self.plans: list[ProbePlan] = []
         self.whys: list[str | None] = []

@@ -16,8 +16,10 @@ bitmap, analysis=None) -> FunctionCopy | Refusal`` re-encodes the function
   it records its access into the thread's ring and reaches the data through
   the alias when the page is aliased; a call through memory (``call [m]``:
   CPython's type slots, calls through the GOT) is ``mov r11, [rA]`` in the
-  probe, then ``call r11`` after it (insn_entries.py ``_call_plan``);
-* an indirect jump (a switch table, a computed goto) becomes a stub that
+  probe, then ``call r11`` after it (insn_entries.py ``_call_plan``), and so
+  is a jump through memory without an index (a tail call), with ``jmp r11``,
+  in a function that does not use r11;
+* any other indirect jump (a switch table, a computed goto) becomes a stub that
   looks its target up in the copy's table (original offset -> copy offset,
   after the code): a target among the function's instructions is reached in
   the copy, any other as it is;
@@ -349,7 +351,7 @@ class _Layout:
                            (a.offset[calls] + a.start + a.insn_size[calls]).tolist())) \
             if len(calls) else {}
         stubs = [(a.address[i], int(new[i]), int(new[i]) + fields[0], int(new[i] + size[i]))
-                 for i, fields in zip(a.stub_index, a.stub_fields)]
+                 for i, fields in zip(a.stub_index, a.stub_fields) if self.kind[i] != PROBE]
         return FunctionCopy(a.start, a.end, self.address, bytes(out), old_to_new, probes, unprobed,
                             frozenset(a.targets), stubs, self.code_size, returns)
 
@@ -410,6 +412,8 @@ class _Layout:
                     found.append((i, 1, f"'{a.text(i)}' at {a.address[i]:#x}: "
                                         f"{int(target[k]):#x} out of reach from {int(at[k]):#x}"))
         for i, fields, target in zip(a.stub_index, a.stub_fields, a.stub_rip_target):
+            if kind[i] == PROBE:
+                continue                      # a probe took the stub's place
             if fields[1] >= 0 and _out_of_range(target - (int(new[i]) + fields[0] + 7)):
                 found.append((i, 1, f"indirect jump at {a.address[i]:#x}: its operand is out of reach"))
         head = len(parts.head)
@@ -441,6 +445,8 @@ class _Layout:
             _put(code, at - base + a.rip_field[keep], a.rip_target[keep] - (at + a.insn_size[index]), 4)
         for i, (load, rip, table, stub_base), target in zip(a.stub_index, a.stub_fields,
                                                              a.stub_rip_target):
+            if self.kind[i] == PROBE:
+                continue
             at = int(new[i])
             if rip >= 0:
                 struct.pack_into("<i", out, at - base + rip, target - (at + load + 7))

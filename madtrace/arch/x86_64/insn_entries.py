@@ -79,12 +79,14 @@ class ProbePlan:
 
 
 HEAD_WHY, SIZE_WHY, RIP_WHY, MEM, ERROR = 1, 2, 4, 8, 16     # Entry.row's flags
+R11 = 32            # (a flag too) the instruction reads or writes r11 (or a part of it)
+R11_IDS = (X.X86_REG_R11, X.X86_REG_R11D, X.X86_REG_R11W, X.X86_REG_R11B)
 
 
 class Entry:
     __slots__ = ("size", "kind", "call", "mnemonic", "text", "planned", "rel", "head", "head_why",
                  "size_why", "view", "stub_why", "error", "rip_field", "rip_disp", "rip_why",
-                 "mem", "plan", "piece", "row")
+                 "mem", "plan", "piece", "row", "r11")
 
     def __init__(self, size: int, kind: int, call: bool, mnemonic: str, text: str):
         self.size, self.kind, self.call, self.mnemonic, self.text = size, kind, call, mnemonic, text
@@ -102,6 +104,7 @@ class Entry:
         self.rip_field = self.rip_disp = 0
         self.piece = b""
         self.row: tuple[int, int, int, int, int, int] = (0, 0, 0, 0, 0, 0)
+        self.r11 = False
 
     def finish(self) -> "Entry":
         """``row``: (kind, planned, call, field, flags, value), what a function's
@@ -112,7 +115,8 @@ class Entry:
         flags = (HEAD_WHY if self.head_why is not None else 0) | \
             (SIZE_WHY if self.size_why is not None else 0) | \
             (RIP_WHY if self.rip_why is not None else 0) | \
-            (MEM if self.mem is not None else 0) | (ERROR if self.error is not None else 0)
+            (MEM if self.mem is not None else 0) | (ERROR if self.error is not None else 0) | \
+            (R11 if self.r11 else 0)
         if self.kind == BRANCH:
             field, value = len(self.head), self.rel
             self.piece = (self.head + bytes(4))[:self.planned].ljust(self.planned, b"\0")
@@ -181,6 +185,7 @@ class _Rows:
         self.imm_size = d.imm_size.tolist()
         self.modrm_offset = d.modrm_offset.tolist()
         self.disp_offset = d.disp_offset.tolist()
+        self.r11 = _uses_r11(d).tolist()
         rows = np.nonzero((d.op_type == X.X86_OP_MEM).any(axis=1))[0]
         self.mem_row = {k: r for r, k in enumerate(rows.tolist())}
         for name in ("op_type", "op_reg", "op_imm", "op_size", "op_access", "mem_segment",
@@ -214,6 +219,22 @@ class _Rows:
         return regs
 
 
+def _uses_r11(d: Decoded) -> np.ndarray:
+    """Whether each instruction reads or writes r11 (or a part of it): as a
+    register operand, in a memory operand's address, or implicitly (as capstone
+    reports it)."""
+    ids = np.array(R11_IDS)
+    slots = np.arange(d.op_type.shape[1]) < d.op_count[:, None]
+    reg = (d.op_type == X.X86_OP_REG) & np.isin(d.op_reg, ids)
+    mem = (d.op_type == X.X86_OP_MEM) & (np.isin(d.mem_base, ids) | np.isin(d.mem_index, ids))
+    out = ((reg | mem) & slots).any(axis=1)
+    for name in ("regs_read", "regs_write"):
+        regs = d.detail[name]
+        counted = np.arange(regs.shape[1]) < d.detail[name + "_count"][:, None]
+        out |= (np.isin(regs, ids) & counted).any(axis=1)
+    return out
+
+
 def _add(missing: list[bytes]) -> None:
     blob = b"".join(missing)
     d = decode(blob, 0)
@@ -229,9 +250,11 @@ def _add(missing: list[bytes]) -> None:
             made.append((raw, _Rows(decode(raw, at)), 0, at))
         at += len(raw)
     checks: list[tuple[ProbePlan, _Rows, int, bytes, int]] = []
-    made_entries = [(raw, _entry(raw, r, k, address, checks)) for raw, r, k, address in made]
+    made_entries = [(raw, _entry(raw, r, k, address, checks), r.r11[k])
+                    for raw, r, k, address in made]
     _check(checks)
-    for raw, e in made_entries:
+    for raw, e, r11 in made_entries:
+        e.r11 = r11
         analysed[raw] = e.finish()
 
 
@@ -268,6 +291,12 @@ def _entry(raw: bytes, r: _Rows, k: int, address: int, checks: list) -> Entry:
                 e.planned = STUB_SIZE + target_load_size(view)
             except ValueError as exc:      # a displacement beyond 32 bits
                 e.error = exc
+        row = r.mem_row.get(k)
+        if e.stub_why is None and e.error is None and row is not None:
+            mem = memory_instruction(0, len(raw), mnemonic, d.op_str(k),
+                                     _operands(r, row, r.op_type[row][:r.count[k]]))
+            if len(mem.operands) == 1 and mem.operands[0].index is None:
+                e.mem, e.plan = mem, _target_plan(mem, JMP_R11)     # a tail call through memory
         return e
     row = r.mem_row.get(k)
     if row is None:
@@ -360,13 +389,30 @@ CALL_TARGET = "r11"       # holds a call's target between the probe and the call
 CALL_R11 = b"\x41\xff\xd3"   # call r11
 
 
+JMP_R11 = b"\x41\xff\xe3"    # jmp r11
+
+
 def _call_plan(mem: MemInstruction) -> ProbePlan:
     """``call [m]`` becomes ``mov r11, [m]`` in the probe (the load recorded, made
     through the alias), then ``call r11`` once the probe's frame is gone: the
     callee gets the stack and every register as the call gave them, but r11,
     which the SysV ABI leaves to the caller and no argument is passed in."""
+    return _target_plan(mem, CALL_R11)
+
+
+def _target_plan(mem: MemInstruction, after: bytes) -> ProbePlan:
+    """A call or jump through memory: its target loaded into r11 in the probe,
+    then ``after`` (``call r11``, ``jmp r11``).  A jump through memory without
+    an index register is a tail call (PyObject_Malloc's ``jmp [rip + _PyObject
+    + 8]``, a type slot's ``jmp [rax + 0x30]``): r11 is as free there as at a
+    call.  Such a jump takes this plan only in a function that never uses r11
+    (copy_analysis.py): a jump to the function's own code (a computed goto)
+    then cannot clobber a value the function keeps in r11; it reaches the
+    original code, which is correct (the thread is moved to the copy at its
+    next traced access), where the stub would have found the copy."""
+    what = "call" if after == CALL_R11 else "jmp"
     if len(mem.operands) != 1 or mem.operands[0].size != 8:
-        return ProbePlan("'call' through an unusual operand")
+        return ProbePlan(f"'{what}' through an unusual operand")
     op = mem.operands[0]
     why = operand_refusal(op)
     if why is not None:
@@ -377,8 +423,8 @@ def _call_plan(mem: MemInstruction) -> ProbePlan:
     r = REG[reg]
     load = bytes([0x4C | (r >> 3), 0x8B, (REG[CALL_TARGET] & 7) << 3 | (r & 7)])  # mov r11, [rA]
     if op.base == "rip":
-        return ProbePlan(None, reg, bytes(7), True, op.disp, load, after=CALL_R11)
-    return ProbePlan(None, reg, operand_lea(op), False, 0, load, after=CALL_R11)
+        return ProbePlan(None, reg, bytes(7), True, op.disp, load, after=after)
+    return ProbePlan(None, reg, operand_lea(op), False, 0, load, after=after)
 
 
 def _plan(raw: bytes, r: _Rows, k: int, mem: MemInstruction, text: str, checks: list) -> ProbePlan:

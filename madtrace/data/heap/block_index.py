@@ -49,6 +49,10 @@ class BlockIndex:
         self._old = ctypes.c_uint32()
         self._end = ctypes.c_uint64()
         self._old_ref, self._end_ref = ctypes.byref(self._old), ctypes.byref(self._end)
+        # one address and its id, for ``find`` (called per block event: no arrays made)
+        self._one_address, self._one_id = ctypes.c_uint64(), ctypes.c_uint32()
+        self._one_address_ref, self._one_id_ref = ctypes.byref(self._one_address), \
+            ctypes.byref(self._one_id)
 
     def __del__(self):
         bi, self._bi = getattr(self, "_bi", None), None
@@ -71,10 +75,9 @@ class BlockIndex:
 
     def find(self, address: int) -> int:
         """The id of the interval holding ``address`` (0: none)."""
-        ids = np.zeros(1, dtype=np.uint32)
-        addresses = np.array([address], dtype=np.uint64)
-        self._lib.bi_lookup(self._bi, addresses.ctypes.data, 1, ids.ctypes.data, None, 0)
-        return int(ids[0])
+        self._one_address.value, self._one_id.value = address, 0
+        self._lib.bi_lookup(self._bi, self._one_address_ref, 1, self._one_id_ref, None, 0)
+        return self._one_id.value
 
     def fill(self, addresses: np.ndarray, ids: np.ndarray, flags: np.ndarray, flag: int,
              cached: bool = False) -> None:

@@ -46,7 +46,7 @@ from ...cache import disk
 from ...cache.disk import CorruptEntry
 
 MAGIC = b"MTINSN01"
-FORMAT = 3
+FORMAT = 4
 SUFFIX = ".mti"
 _ARCH_DIR = os.path.dirname(os.path.abspath(insn_entries.__file__))
 _version: str | None = None
@@ -133,14 +133,14 @@ def encode(e: Entry) -> tuple:
         e.error is not None else None
     return (e.size, e.kind, e.call, e.mnemonic, e.text, e.planned, e.rel, e.head, e.head_why,
             e.size_why, e.stub_why, e.rip_field, e.rip_disp, e.rip_why, e.piece, e.row, mem,
-            plan, rare)
+            plan, rare, e.r11)
 
 
 def restore(f: tuple) -> Entry:
     e = Entry(f[0], f[1], f[2], f[3], f[4])
     (e.planned, e.rel, e.head, e.head_why, e.size_why, e.stub_why, e.rip_field, e.rip_disp,
      e.rip_why, e.piece, e.row) = f[5:16]
-    mem, plan, rare = f[16], f[17], f[18]
+    mem, plan, rare, e.r11 = f[16], f[17], f[18], f[19]
     if mem is not None:
         e.mem = MemInstruction(mem[0], mem[1], mem[2], mem[3],
                                tuple(MemOperand(*o) for o in mem[4]), mem[5], mem[6])

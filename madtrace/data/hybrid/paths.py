@@ -40,6 +40,7 @@ ASK_AGAIN = 63          # mask: every 64th fault the loop meets of a waiting ins
 # mask: every 16th move the loop would make comes to the rewriter, which may have more
 # to do (an entry to point at the copy again, a stale copy: rewriting.py discover)
 MOVE_ASK = 15
+ON_FAULTS_LISTED = 2000   # instructions named in the report's on_faults
 SYNCHRONOUS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP}
 
 
@@ -196,6 +197,22 @@ class AccessPaths:
         with self.rings.lock:
             self.records.write_table()
 
+    def _on_faults_named(self) -> dict[str, str]:
+        """Each instruction the fault path carries, by its place in the program
+        (``libc.so.6+0x9a1f3 (memchr+0x13)``), and why (the first ON_FAULTS_LISTED)."""
+        space = self.engine.space
+        out = {}
+        for address in sorted(self.on_faults)[:ON_FAULTS_LISTED]:
+            module = space.module_for(address)
+            if module is None:
+                out[f"{address:#x}"] = self.on_faults[address]
+                continue
+            rel = address - module.bias
+            symbol = module.image.symbol_at(rel)
+            at = f" ({symbol.name}+{rel - symbol.address:#x})" if symbol is not None else ""
+            out[f"{module.name}+{rel:#x}{at}"] = self.on_faults[address]
+        return out
+
     def report(self) -> dict:
         totals = self.rings.totals() if self.rings is not None else {}
         probe, fault = self.records.by_path
@@ -204,6 +221,7 @@ class AccessPaths:
                 "records_outside_traced_bytes": self.records.outside,
                 "instructions_on_faults": len(self.on_faults),
                 "on_faults_why": dict(self.fault_reasons),
+                "on_faults": self._on_faults_named(),
                 "ring_full_faults": self.engine.area.loop.ring_full()
                 if not self.engine.area.loop.closed else 0,
                 "dropped": totals.get("dropped", 0) + totals.get("unregistered_records", 0),

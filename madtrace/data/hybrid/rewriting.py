@@ -49,7 +49,8 @@ from typing import Callable
 from ...arch.x86_64.function_copy import FunctionAnalysis, FunctionCopy, analyse, copy_function
 from ...arch.x86_64.relocate import Refusal
 from ...binary.eh_frame import EhFrame
-from ...errors import TracerInternalError
+from ...binary.maps import read_maps
+from ...errors import MadtraceError, TracerInternalError
 from ...target.areas import CodeArea
 from ...calls.entry_links import EntryLinks
 from ...target.mappings import step_until_out
@@ -194,6 +195,8 @@ class Rewriter:
 
     def _find_bounds(self, rip: int):
         module = self.space.module_for(rip)
+        if module is None and self.space.mapping_for(rip) is None:
+            module = self._learn_module(rip)     # mapped since the space was read: dlopen
         if module is None:
             return None
         rel = rip - module.bias
@@ -204,6 +207,18 @@ class Rewriter:
         if fde is None:
             return None
         return module, module.bias + fde.start, module.bias + fde.end, fde
+
+    def _learn_module(self, rip: int):
+        """The module holding ``rip`` from the maps read again (a library loaded by
+        dlopen after the address space was read), added to the address space."""
+        try:
+            maps = read_maps(self.tracee.pid)
+        except MadtraceError:
+            return None
+        added = self.space.learn_modules(maps, self.tracee.mem.read, pid=self.tracee.pid)
+        if added:
+            self.stats["modules learnt at a fault"] += len(added)
+        return self.space.module_for(rip)
 
     def _eh_of(self, module) -> EhFrame:
         eh = self._eh.get(module.name)
