@@ -87,9 +87,11 @@ def test_calls_through_trampolines_run_the_copies(tmp_path, method, variant):
     got, expected = named_like_madtrace(path, oracle, meta["accesses"])
     assert got == expected
     assert sum(c["L"] + c["S"] for c in got.values()) > 4 * LONG
-    # the calls run the copies: nothing grows with the number of calls
+    # the calls run the copies: nothing grows with the number of calls (the longer run
+    # comes second: it lays out what the first learnt, and moves fewer threads)
     short, long = steady(metas[SHORT]), steady(metas[LONG])
-    assert long == short, (short, long)
+    assert long["moved"] <= short["moved"] and \
+        dict(long, moved=0) == dict(short, moved=0), (short, long)
     rewriter = meta["data_tracing"]["paths"]["rewriter"]
     assert rewriter["entries linked"] >= 1 and rewriter["plt stubs redirected"] >= 1
     if method == "auto":

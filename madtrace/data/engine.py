@@ -212,6 +212,8 @@ class DataEngine:
         self.tracee.fast_wait = self._fast_wait
         self.tracee.after_stop = self.area.loop.flush
         self.active = True
+        if self.paths is not None:
+            self.paths.warm_start()
 
     def _alias_all(self, rs: RemoteSyscalls, mappings) -> None:
         """Every run of traced pages backed by shared memory mapped twice (alias.py)."""

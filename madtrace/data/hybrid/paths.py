@@ -23,6 +23,7 @@ the interrupted one's, in order.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections import Counter
 
@@ -86,6 +87,13 @@ class AccessPaths:
         """Ring blocks for more threads (a stopped thread runs the system calls)."""
         with RemoteSyscalls(self.engine.tracee) as rs:
             return SharedArea(rs, size, "madtrace-rings", executable=False, group=GROUP)
+
+    def warm_start(self) -> None:
+        """What earlier runs relocated, laid out before the program goes on
+        (discovery_cache.py); MADTRACE_WARM_START=0 turns it off (the comparison),
+        and so does --copy-after N > 1 (functions copied once hot in this run)."""
+        if os.environ.get("MADTRACE_WARM_START", "1") != "0" and self.rewriter.copy_after <= 1:
+            self.rewriter.warm_start()
 
     def add_thread(self, tid: int) -> None:
         if self.own_rings:
@@ -173,6 +181,7 @@ class AccessPaths:
         self.rewriter.detach()
         self.rewriter.entry_cache.save()
         self.rewriter.analysis_cache.save()
+        self.rewriter.discovery.save()
         if self.own_rings:
             self.rings.set_enabled(False)
             self.rings.stop()
@@ -184,6 +193,7 @@ class AccessPaths:
         if self.rewriter is not None:
             self.rewriter.entry_cache.save()
             self.rewriter.analysis_cache.save()
+            self.rewriter.discovery.save()
         if self.own_rings:
             self.rings.stop()
             self.rings.close()

@@ -60,6 +60,7 @@ from .copy_areas import CopyAreas
 from .copy_sites import mirror
 from .entry_branches import to_original_entry
 from .analysis_cache import AnalysisCache
+from .discovery_cache import DiscoveryCache
 from .entry_cache import EntryCache
 from .entry_redirect import redirect_entry
 from ..instruction_table import InstructionTable
@@ -147,6 +148,7 @@ class Rewriter:
         self._bounds_of: dict[int, tuple | None] = {}   # faulting instructions' functions
         self.entry_cache = EntryCache()
         self.analysis_cache = AnalysisCache()
+        self.discovery = DiscoveryCache()
         self.settler = ProbeSettler(self)
         self.copy_after = COPY_AFTER  # 1: every function is copied at its first fault
         # the fault loop gives back no fault of these any more (cold before, copied now)
@@ -218,7 +220,32 @@ class Rewriter:
         added = self.space.learn_modules(maps, self.tracee.mem.read, pid=self.tracee.pid)
         if added:
             self.stats["modules learnt at a fault"] += len(added)
+            for module in added:      # what earlier runs learnt of it (discovery_cache.py)
+                self.warm_start([module])
         return self.space.module_for(rip)
+
+    def warm_start(self, modules=None) -> int:
+        """The functions earlier runs relocated in ``modules`` (default: every module
+        of the address space) relocated now, their entries pointed at their copies
+        (discovery_cache.py), so that they do not fault first.  Every thread is
+        stopped.  Returns how many were laid out."""
+        laid = 0
+        for module in modules if modules is not None else list(self.space.modules):
+            if module.name == "[vdso]" or getattr(module.image, "path", None) is None:
+                continue
+            for start, end, wanted in self.discovery.functions(module):
+                bounds = self.bounds(start)
+                if bounds is None or bounds[1:3] != (start, end):
+                    continue              # not the function it was (its bounds changed)
+                state = self._state(start)
+                if state is None or state.copies or state.refused:
+                    continue
+                state.wanted.update(wanted)
+                if self._relocate(state) and state.latest is not None:
+                    redirect_entry(self, state, state.latest)
+                    laid += 1
+        self.discovery.stats["functions laid out before their first fault"] += laid
+        return laid
 
     def _eh_of(self, module) -> EhFrame:
         eh = self._eh.get(module.name)
@@ -458,6 +485,7 @@ class Rewriter:
                 return False
         state.copies.append(copy)
         state.self_entry = self_entry
+        self.discovery.learnt(state.module, state.start, state.end, state.wanted)
         moves, state.loop_moves = state.loop_moves, set()
         for original in moves:          # to the new copy, or back to Python
             self._move_in_loop(state, original)
@@ -586,6 +614,7 @@ class Rewriter:
             self.stats["instruction entries from the copier cache"] = cache["loaded"]
             self.stats["copier cache files written"] = cache["files_written"]
         self.stats.update({k: v for k, v in self.analysis_cache.stats.items() if v})
+        self.stats.update({k: v for k, v in self.discovery.stats.items() if v})
         relocated = [s for s in self.functions.values() if s.copies]
         cold = [s for s in self.functions.values() if s.cold and not s.copies]
         return {"functions_relocated": len(relocated),

@@ -1,0 +1,104 @@
+"""Discovery once per binary (data/hybrid/discovery_cache.py): a run lays out
+the functions earlier runs relocated before the program goes on, so that they
+do not fault first.
+
+Oracles: the cold run itself (every instruction's loads and stores, in the
+whole process, the same warm and cold), valgrind lackey (the warm run, per
+instruction of the executable), the program's own output."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from .test_data import _ranges_from_stderr, compare_with_lackey, madtrace_accesses
+from .util import madtrace, prog
+
+HYBRID = ["--data-engine", "hybrid"]
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """An empty cache of madtrace's for this test only (the first run is cold)."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("MADTRACE_CACHE_DIR", str(folder))
+    monkeypatch.setenv("MADTRACE_DATA_ENGINE", "hybrid")
+    return folder
+
+
+def rewriter(meta: dict) -> dict:
+    return meta["data_tracing"]["paths"]["rewriter"]
+
+
+@pytest.mark.parametrize("program, args", [("data_tail_jumps", ("3000",)),
+                                           ("data_kernels", ("list", "3000"))])
+def test_a_warm_run_lays_out_what_the_cold_run_learnt(tmp_path, own_cache, program, args):
+    """The second run relocates before the program goes on every function the
+    first relocated: its threads are moved into copies at a fault a fifth as
+    often or less (what is left in these small programs: a few functions whose
+    entry cannot take a jump, still entered through their original code), and every instruction of the process
+    records the same loads and stores as in the cold run; the warm run equals
+    lackey per instruction."""
+    argv = [prog(program, "O2-nopie"), *args]
+    cold, cold_meta, cold_out = madtrace_accesses(tmp_path / "cold", argv, HYBRID)
+    assert "functions laid out before their first fault" not in rewriter(cold_meta)
+    got = compare_with_lackey(tmp_path / "warm", program, "O2-nopie", _ranges_from_stderr,
+                              args=args, options=HYBRID)
+    assert got
+    warm_meta = json.loads((tmp_path / "warm" / "t" / "meta.json").read_text())
+    warm = warm_meta["accesses"]
+    assert warm == cold
+    before, after = rewriter(cold_meta), rewriter(warm_meta)
+    assert after["functions laid out before their first fault"] == before["functions_relocated"]
+    moves = lambda r: r.get("moved", 0) + r.get("moved_by_fault_loop", 0)   # noqa: E731
+    assert moves(before) >= 20 and moves(after) * 5 <= moves(before), (before, after)
+
+
+def test_a_rebuilt_binary_is_not_given_the_old_copies(tmp_path, own_cache):
+    """The list is kept per binary by its identity (build-id and size): the same
+    path rebuilt from other source gets a list of its own, the old one is not
+    read for it, and the rebuilt program runs and is traced right."""
+    source = tmp_path / "p.c"
+    exe = tmp_path / "p"
+    for version in (1, 2):
+        source.write_text(
+            "#include <stdio.h>\nlong g[64];\n"
+            f"__attribute__((noinline)) long touch(long i) {{ g[i & 63] += i * {version}; "
+            "return g[i & 63]; }\n"
+            "int main(void) { long s = 0; for (long i = 0; i < 5000; i++) s += touch(i);\n"
+            "printf(\"%ld\\n\", s); return 0; }\n")
+        subprocess.run(["gcc", "-O2", "-no-pie", "-o", str(exe), str(source)], check=True)
+        native = subprocess.run([str(exe)], capture_output=True, timeout=60).stdout
+        for run in ("cold", "warm"):
+            accesses, meta, out = madtrace_accesses(tmp_path / f"v{version}{run}", [str(exe)],
+                                                    HYBRID)
+            assert out == native
+            touch = {k: v for k, v in accesses.items() if k.startswith("touch+")}
+            assert sum(c["L"] for c in touch.values()) == 5000, touch
+    listing = madtrace("cache", "list", "--json")
+    assert listing.returncode == 0, listing.stderr
+    lists = [e for e in json.loads(listing.stdout)["relocated_functions"]
+             if e.get("binary", "").endswith(os.sep + "p")]
+    assert len(lists) == 2, lists            # one per build of p
+
+
+def test_warm_start_can_be_turned_off(tmp_path, own_cache, monkeypatch):
+    """MADTRACE_WARM_START=0: a run discovers everything again (the comparison)."""
+    argv = [prog("data_tail_jumps", "O2-nopie"), "300"]
+    madtrace_accesses(tmp_path / "a", argv, HYBRID)
+    monkeypatch.setenv("MADTRACE_WARM_START", "0")
+    _, meta, _ = madtrace_accesses(tmp_path / "b", argv, HYBRID)
+    assert "functions laid out before their first fault" not in rewriter(meta)
+    assert rewriter(meta)["moved"] >= 3
+
+
+def test_cache_clear_removes_the_lists(tmp_path, own_cache):
+    madtrace_accesses(tmp_path / "a", [prog("data_tail_jumps", "O2-nopie"), "300"], HYBRID)
+    assert any(name.endswith(".mtd") for name in os.listdir(own_cache))
+    assert madtrace("cache", "clear").returncode == 0
+    assert not any(name.endswith(".mtd") for name in os.listdir(own_cache))
+    shutil.rmtree(own_cache, ignore_errors=True)
