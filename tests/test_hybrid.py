@@ -361,6 +361,26 @@ def test_code_of_a_library_loaded_after_the_start_is_relocated(tmp_path):
     assert recorded == 2 * n * rounds
 
 
+def test_short_functions_take_the_jump_into_their_padding(tmp_path):
+    """data_short_functions at -O2: get_y() is 4 bytes (``mov eax, [rdi + 4];
+    ret``) and the compiler's padding follows it: its entry's jump to the copy
+    takes the padding, and its calls run the copy (the moves do not grow with
+    the calls).  tight_a() is 3 bytes with tight_b() right after it: no room,
+    each of its calls enters the original code and is moved (a fault a call).
+    Per instruction equal to lackey."""
+    n = 3000
+    got = compare_with_lackey(tmp_path, "data_short_functions", "O2-nopie",
+                              lambda static, stderr: static, args=(str(n),), options=HYBRID)
+    assert got["get_y+0x0"]["L"] == n and got["tight_a+0x0"]["L"] == n, got
+    moves = []
+    for runs in ("2000", "20000"):
+        meta, _, _ = record(tmp_path / runs, [prog("data_short_functions", "O2-nopie"), runs])
+        rewriter = meta["data_tracing"]["paths"]["rewriter"]
+        moves.append(rewriter.get("moved", 0) + rewriter.get("moved_by_fault_loop", 0))
+    # tight_a: one move a call, 18000 more; get_y: none
+    assert 18000 - 100 <= moves[1] - moves[0] <= 18000 + 100, moves
+
+
 @pytest.mark.parametrize("copy_after", ["1", "32"])
 def test_functions_are_copied_once_hot(tmp_path, copy_after):
     """--copy-after N: a function is copied once N of its accesses faulted

@@ -8,9 +8,10 @@ from __future__ import annotations
 import ctypes
 import struct
 
+from ...arch.x86_64.decode import capstone_lite
 from ...arch.x86_64.function_copy import FunctionCopy
 from ...target.patchset import Patch, PatchConflict
-from ...errors import NotElfError
+from ...errors import MadtraceError, NotElfError
 from ...calls.plan import module_scan
 
 ENTRY_SLOT = 16          # jmp [rip + 0]; 2 bytes of padding; .quad target
@@ -61,11 +62,35 @@ def redirect_entry(rw, state, copy: FunctionCopy) -> None:
     finally:
         rw.engine.resume_threads(held)
 
+def _padding_after(rw, state) -> bool:
+    """Whether the bytes after a function shorter than 5 bytes, up to its start +
+    5, are padding the jump to the copy may take: no function holds them (no
+    symbol, no .eh_frame entry) and they decode as no-ops (the compiler's
+    alignment: libsqlite3's 4-byte accessors ``mov eax, [rdi + 0x34]; ret``
+    are followed by ``nopw``).  Never executed, so never missed; a branch into
+    them is refused with the function's first bytes (``module_scan``)."""
+    end, need = state.end, state.start + 5
+    if any(rw.bounds(address) is not None for address in range(end, need)):
+        return False
+    try:
+        raw = rw.tracee.mem.read(end, 16)
+    except (OSError, MadtraceError):          # the end of the mapping
+        return False
+    at = end
+    for insn in capstone_lite().disasm(raw, end):
+        if insn.mnemonic not in ("nop", "int3"):
+            return False
+        at += insn.size
+        if at >= need:
+            return True
+    return False
+
+
 def _entry_unpatchable(rw, state, copy: FunctionCopy) -> str | None:
     """Why the entry cannot take the jump to the copy (a few lookups, whatever
     the number of patches and breakpoints)."""
     start = state.start
-    if state.end - start < 5:
+    if state.end - start < 5 and not _padding_after(rw, state):
         return "shorter than 5 bytes"
     if any(hooks.active and any(a in hooks.saved_byte for a in range(start, start + 5))
            for hooks in rw.engine.all_hooks()):

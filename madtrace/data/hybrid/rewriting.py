@@ -390,7 +390,10 @@ class Rewriter:
         code = bytearray(self.tracee.mem.read(state.start, state.end - state.start))
         for patch in self.patches.applied.values():
             if state.start <= patch.address < state.end:
-                code[patch.address - state.start:patch.end - state.start] = patch.original
+                # (an entry jump may reach past a short function's end, into padding)
+                at = patch.address - state.start
+                kept = patch.original[:len(code) - at]
+                code[at:at + len(kept)] = kept
         if entry and self.links.traced(state.start):
             for address, original in self.links.original(state.start, state.start + 1):
                 if address == state.start:
