@@ -10,8 +10,9 @@ they are; python3 running a short script copies ~1 100 functions of its own
 copier cache of instruction entries (entry_cache.py).  This cache keeps whole
 analyses at the addresses the image's ELF file gives (a position-independent
 image lands elsewhere in each run: its analyses are moved by the module's
-bias; those that cannot move, with an indirect jump's stub or a reason that
-names an address, are kept for images at fixed addresses only).
+bias, an indirect jump stub's copy of the function's start with them; those
+with a reason that names an address are kept for images at fixed addresses
+only).
 
 Where: beside the copier cache, one file per binary, ``<key>.mta``, in the
 cache's container (cache/disk.py): ``MTANAL01``, a JSON
@@ -37,6 +38,7 @@ import os
 import numpy as np
 
 from ...arch.x86_64.copy_analysis import FunctionAnalysis
+from ...arch.x86_64.copy_encode import REG, movabs
 from ...arch.x86_64.insn_entries import ProbePlan
 from ...arch.x86_64.memops import MemInstruction, _operand
 from ...cache import disk
@@ -44,7 +46,7 @@ from .entry_cache import (_PLAN, CacheFormatError, analyser_version, read_if_cha
                           read_marshalled, stamp, write_marshalled)
 
 MAGIC = b"MTANAL01"
-FORMAT = 1
+FORMAT = 2
 SUFFIX = ".mta"
 # numpy columns of an analysis, stored as (dtype, bytes)
 _ARRAYS = ("offset", "insn_size", "kind", "planned", "calls", "branch_index", "branch_target",
@@ -106,9 +108,25 @@ _SHIFTED_ARRAYS = ("branch_target", "rip_target")     # addresses: moved with th
 
 def movable(a: FunctionAnalysis) -> bool:
     """Whether the analysis is right wherever the function is once its addresses
-    are moved: an indirect jump's stub holds the function's start in its code,
-    and reasons hold addresses in their text."""
-    return not (a.has_stub or a.branch_fails or a.size_fails or a.rip_fails)
+    are moved: reasons hold addresses in their text (an indirect jump's stub
+    holds the function's start in its code: ``_stubs_moved`` moves it)."""
+    return not (a.branch_fails or a.size_fails or a.rip_fails)
+
+
+def _stubs_moved(blob: bytes, blob_at, stub_index, old_start: int, new_start: int) -> bytes | None:
+    """``blob`` with each indirect jump stub's ``movabs rcx, -start`` (jump_stubs.py)
+    made for ``new_start`` instead of ``old_start``; None if a stub lacks it."""
+    if not stub_index or old_start == new_start:
+        return blob
+    old = movabs(REG["rcx"], -old_start)
+    new = movabs(REG["rcx"], -new_start)
+    out = bytearray(blob)
+    for i in stub_index:
+        at = out.find(old, int(blob_at[i]), int(blob_at[i + 1]))
+        if at < 0:
+            return None
+        out[at:at + len(new)] = new
+    return bytes(out)
 
 
 def _why_moved(why: str | None, plan: ProbePlan, old: int, new: int) -> str | None:
@@ -124,7 +142,10 @@ def encode(a: FunctionAnalysis, tables: _Tables, delta: int = 0) -> tuple:
     d = a.__dict__
     columns = [d[k] + delta if k in _SHIFTED_ARRAYS else d[k] for k in _ARRAYS]
     arrays = tuple((column.dtype.str, column.tobytes()) for column in columns)
-    moved = dict(start=a.start + delta, end=a.end + delta,
+    blob = _stubs_moved(a.blob, a.blob_at, a.stub_index, a.start, a.start + delta)
+    if blob is None:
+        raise ValueError("a stub without its start")
+    moved = dict(start=a.start + delta, end=a.end + delta, blob=blob,
                  rip_targets=[t + delta if t else 0 for t in a.rip_targets],
                  stub_rip_target=[t + delta if t else 0 for t in a.stub_rip_target],
                  whys=[_why_moved(w, p, m.address, m.address + delta)
@@ -161,6 +182,10 @@ def decode(stored: tuple, tables: _Tables, delta: int = 0) -> FunctionAnalysis:
               for address, i in zip(addresses, refs)]
     a.plans = [tables.plan_objects[i] for i in plans]
     if delta:
+        blob = _stubs_moved(a.blob, a.blob_at, a.stub_index, a.start - delta, a.start)
+        if blob is None:
+            raise ValueError("a stub without its start")
+        a.blob = blob
         a.rip_targets = [t + delta if t else 0 for t in a.rip_targets]
         a.stub_rip_target = [t + delta if t else 0 for t in a.stub_rip_target]
         a.whys = [_why_moved(w, p, m.address - delta, m.address)
@@ -245,10 +270,14 @@ class AnalysisCache:
         stored = entry[2].get((start - bias, end - bias))
         if stored is None or stored[1][0] != bytes(code[:end - start]):
             return None
-        if bias and (stored[1][_PLAIN.index("has_stub")] or any(stored[2][1:])):
+        if bias and any(stored[2][1:]):
             return None         # kept from where it cannot move (``movable``)
+        try:
+            made = decode(stored, entry[3], bias)
+        except ValueError:
+            return None
         self.stats["analyses from the cache"] += 1
-        return decode(stored, entry[3], bias)
+        return made
 
     def put(self, module, analysis: FunctionAnalysis) -> None:
         entry = self._of(module)
@@ -256,8 +285,8 @@ class AnalysisCache:
         if entry is None or analysis.refusal is not None or (bias and not movable(analysis)):
             return
         key = (analysis.start - bias, analysis.end - bias)
-        encoded = encode(analysis, entry[3], -bias)
         try:
+            encoded = encode(analysis, entry[3], -bias)
             marshal.dumps(encoded)      # plain values only (a numpy scalar would not be)
         except ValueError:
             return

@@ -40,6 +40,7 @@ frame), forward past the instruction otherwise (single steps).
 from __future__ import annotations
 
 import bisect
+import gc
 import time
 from types import SimpleNamespace
 from collections import Counter
@@ -230,20 +231,28 @@ class Rewriter:
         (discovery_cache.py), so that they do not fault first.  Every thread is
         stopped.  Returns how many were laid out."""
         laid = 0
-        for module in modules if modules is not None else list(self.space.modules):
-            if module.name == "[vdso]" or getattr(module.image, "path", None) is None:
-                continue
-            for start, end, wanted in self.discovery.functions(module):
-                bounds = self.bounds(start)
-                if bounds is None or bounds[1:3] != (start, end):
-                    continue              # not the function it was (its bounds changed)
-                state = self._state(start)
-                if state is None or state.copies or state.refused:
+        # thousands of long-lived objects made at once (analyses, copies): the
+        # collector's passes over them cost more than the copies (then frozen)
+        gc.disable()
+        try:
+            for module in modules if modules is not None else list(self.space.modules):
+                if module.name == "[vdso]" or getattr(module.image, "path", None) is None:
                     continue
-                state.wanted.update(wanted)
-                if self._relocate(state) and state.latest is not None:
-                    redirect_entry(self, state, state.latest)
-                    laid += 1
+                for start, end, wanted in self.discovery.functions(module):
+                    bounds = self.bounds(start)
+                    if bounds is None or bounds[1:3] != (start, end):
+                        continue              # not the function it was (its bounds changed)
+                    state = self._state(start)
+                    if state is None or state.copies or state.refused:
+                        continue
+                    state.wanted.update(wanted)
+                    if self._relocate(state) and state.latest is not None:
+                        redirect_entry(self, state, state.latest)
+                        laid += 1
+        finally:
+            if modules is None:      # the start: what it made lives as long as the run
+                gc.freeze()
+            gc.enable()
         self.discovery.stats["functions laid out before their first fault"] += laid
         return laid
 
