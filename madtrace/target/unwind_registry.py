@@ -34,6 +34,7 @@ class Unwinder:
         self.space = space
         self._registrar: int | None = None
         self._deregistrar: int | None = None
+        self._absent_in: tuple | None = None   # the modules no unwinder was found among
 
     def _exported(self, name: str):
         return [ms for ms in self.space.find_functions(name)
@@ -42,12 +43,15 @@ class Unwinder:
     def registrar(self) -> int | None:
         """__register_frame_info of the unwinder, None while none is loaded (asked
         again each time until found: a later dlopen may load it)."""
-        if self._registrar is None:
+        modules = (id(self.space.modules), len(self.space.modules))
+        if self._registrar is None and self._absent_in != modules:
             unwinders = {ms.module.name for ms in self._exported("_Unwind_RaiseException")}
             for ms in self._exported("__register_frame_info"):
                 if ms.module.name in unwinders:
                     self._registrar = ms.address
                     break
+            else:       # asked again once the address space knows more modules
+                self._absent_in = modules
         return self._registrar
 
     def deregistrar(self) -> int:

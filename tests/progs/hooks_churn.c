@@ -144,6 +144,8 @@ int main(int argc, char **argv) {
             main_tid = (pid_t)syscall(SYS_gettid);
             if (pthread_create(&sender, NULL, storm, NULL) != 0)
                 return 1;
+            while (handler_copies == 0)      /* the storm has begun (a fast run could */
+                sched_yield();               /* otherwise end before the sender starts) */
         } else
             setitimer(ITIMER_VIRTUAL, &every, NULL);
     }

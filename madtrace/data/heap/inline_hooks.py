@@ -340,7 +340,8 @@ class InlineHooks:
 
     def original_code(self, start: int, end: int) -> dict[int, bytes]:
         """{address: the program's bytes} of the entry patches within [start, end)."""
-        return {a: p.original for a, p in self.patches.applied.items() if start <= a < end}
+        return {p.address: p.original for p in self.patches.covering(start, end)
+                if start <= p.address}
 
     def _area_of(self, address: int) -> SharedArea:
         return next(a.area for a in self.areas.values() if a.area.contains(address))

@@ -397,8 +397,8 @@ class Rewriter:
         """The function's bytes as the program has them (madtrace's own patches
         undone; function tracing's at the entry too, with ``entry``)."""
         code = bytearray(self.tracee.mem.read(state.start, state.end - state.start))
-        for patch in self.patches.applied.values():
-            if state.start <= patch.address < state.end:
+        for patch in self.patches.covering(state.start, state.end):
+            if state.start <= patch.address:
                 # (an entry jump may reach past a short function's end, into padding)
                 at = patch.address - state.start
                 kept = patch.original[:len(code) - at]
