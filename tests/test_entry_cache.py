@@ -72,6 +72,11 @@ def test_recordings_with_the_cache_equal_those_without(tmp_path, monkeypatch):
     first, r1 = _record(tmp_path, "a")
     files = sorted(p for p in os.listdir(cache) if p.endswith(".mti"))
     assert files, os.listdir(cache)
+    # without the function analyses kept beside it (analysis_cache.py: with them, no
+    # function is analysed again and the entries are not needed)
+    for name in os.listdir(cache):
+        if name.endswith(".mta"):
+            os.remove(os.path.join(cache, name))
     second, r2 = _record(tmp_path, "b")
     rewriter = second["data_tracing"]["paths"]["rewriter"]
     assert rewriter["instruction entries from the copier cache"] > 100
