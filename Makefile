@@ -57,6 +57,9 @@ $(PYC_STAMP): $(shell find madtrace -name '*.py') $(STAMP)
 
 # libraries the test programs load with dlopen
 TEST_LIBS := $(patsubst tests/progs/lib/%.c,build/tests/libmt%.so,$(wildcard tests/progs/lib/*.c))
+# and a copy of each stripped of every symbol but the dynamic ones (internal functions
+# then have only their .eh_frame entry)
+TEST_LIBS += $(patsubst tests/progs/lib/%.c,build/tests/libmt%-stripped.so,$(wildcard tests/progs/lib/*.c))
 
 programs: $(TEST_BINS) $(STRIPPED_BINS) $(TEST_LIBS) $(EXAMPLE_BINS) injector native analysis-native
 
@@ -150,6 +153,8 @@ build/tests/%-O2-nopie: tests/progs/%.cc
 build/tests/libmt%.so: tests/progs/lib/%.c
 	@mkdir -p $(@D)
 	gcc $(CFLAGS_COMMON) -O1 -shared -fPIC -o $@ $<
+build/tests/libmt%-stripped.so: build/tests/libmt%.so
+	strip --strip-all -o $@ $<
 build/tests/%-O2-pie-stripped: build/tests/%-O2-pie
 	strip -o $@ $<
 build/examples/%: examples/%.c

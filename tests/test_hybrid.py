@@ -332,15 +332,18 @@ def _last_instruction(path: str, function) -> int:
     return last
 
 
-def test_code_of_a_library_loaded_after_the_start_is_relocated(tmp_path):
+@pytest.mark.parametrize("library", ["libmtfill.so", "libmtfill-stripped.so"])
+def test_code_of_a_library_loaded_after_the_start_is_relocated(tmp_path, library):
     """data_dlopen: a library dlopen'ed once tracing runs works on the heap.
     Its functions are relocated like any other (the module is learnt from the
-    maps read again at its first fault): its accesses on the probe path, the
-    program's output unchanged, and each of its instructions recorded as often
-    as it ran (fill_add's load and store of buf[i], n x rounds each)."""
+    maps read again at its first fault), also in its stripped copy, where the
+    internal fill_odd() has no symbol, only its .eh_frame entry: their accesses
+    on the probe path, the program's output unchanged, and each instruction
+    recorded as often as it ran (fill_add's load and store of every buf[i],
+    fill_odd's of every odd one, each round)."""
     n, rounds = 1000, 20
-    lib = os.path.join(os.path.dirname(prog("churn")), "libmtfill.so")
-    argv = [prog("data_dlopen", "O2-nopie"), lib, str(n), str(rounds)]
+    folder = os.path.dirname(prog("churn"))
+    argv = [prog("data_dlopen", "O2-nopie"), os.path.join(folder, library), str(n), str(rounds)]
     native = subprocess.run(argv, capture_output=True, timeout=60)
     meta, stdout, out = record(tmp_path, argv)
     assert stdout == native.stdout
@@ -348,17 +351,17 @@ def test_code_of_a_library_loaded_after_the_start_is_relocated(tmp_path):
     assert paths["rewriter"].get("modules learnt at a fault") == 1, paths["rewriter"]
     assert not any("libmtfill" in at for at in paths["on_faults"]), paths["on_faults"]
     table = InstructionColumns.load(out)
-    image = ElfImage.load(lib)
-    fill = next(s for s in image.functions() if s.name == "fill_add")
+    image = ElfImage.load(os.path.join(folder, "libmtfill.so"))     # the symbols, unstripped
     maps = (tmp_path / "t" / "maps.end.txt").read_text().splitlines()
-    base = min(int(line.split("-")[0], 16) for line in maps if line.endswith("libmtfill.so"))
-    ids = (table.rip >= base + fill.address) & (table.rip < base + fill.address + fill.size)
-    assert ids.any() and (table.path[ids] == PROBE).all(), table.path[ids]
-    recorded = 0
-    for _tid, chunk in iter_access_chunks(out):
-        rips = chunk["rip"]
-        recorded += int(((rips >= base + fill.address) & (rips < base + fill.address + fill.size)).sum())
-    assert recorded == 2 * n * rounds
+    base = min(int(line.split("-")[0], 16) for line in maps if line.endswith(library))
+    for name, accesses in (("fill_add", 2 * n * rounds), ("fill_odd", n * rounds)):
+        function = next(s for s in image.symbols if s.name == name)
+        lo, hi = base + function.address, base + function.address + function.size
+        ids = (table.rip >= lo) & (table.rip < hi)
+        assert ids.any() and (table.path[ids] == PROBE).all(), (name, table.path[ids])
+        recorded = sum(int(((chunk["rip"] >= lo) & (chunk["rip"] < hi)).sum())
+                       for _tid, chunk in iter_access_chunks(out))
+        assert recorded == accesses, (name, recorded)
 
 
 def test_short_functions_take_the_jump_into_their_padding(tmp_path):
