@@ -12,11 +12,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 from .test_data import _ranges_from_stderr, compare_with_lackey, madtrace_accesses
-from .util import madtrace, prog
+from .util import MADTRACE, ROOT, madtrace, prog
 
 HYBRID = ["--data-engine", "hybrid"]
 
@@ -102,3 +103,51 @@ def test_cache_clear_removes_the_lists(tmp_path, own_cache):
     assert madtrace("cache", "clear").returncode == 0
     assert not any(name.endswith(".mtd") for name in os.listdir(own_cache))
     shutil.rmtree(own_cache, ignore_errors=True)
+
+
+# run as a child subreaper: the program a killed madtrace leaves is reparented to it, and
+# its exit status is known (0 and the native output, or it was never started)
+KILL_ONE = """
+import ctypes, json, os, signal, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)              # PR_SET_CHILD_SUBREAPER
+delay, out_path, command = float(sys.argv[1]), sys.argv[2], sys.argv[3:]
+with open(out_path, "wb") as out:
+    tracer = subprocess.Popen(command, stdout=out, stderr=subprocess.PIPE)
+    time.sleep(delay)
+    os.kill(tracer.pid, signal.SIGKILL)
+    err = tracer.communicate()[1]
+left = []
+while True:                                          # the program, if there was one
+    try:
+        pid, status = os.waitpid(-1, 0)
+    except ChildProcessError:
+        break
+    left.append(os.waitstatus_to_exitcode(status))
+print(json.dumps({"set_up": b"tracing data accesses" in err, "programs": left}))
+"""
+
+
+def test_the_program_finishes_when_the_tracer_is_killed_around_a_warm_start(tmp_path, own_cache):
+    """madtrace is SIGKILLed at points spread over a warm run's start (before the
+    set-up ends, while the warm start lays out copies and points entries at them,
+    and after): a program that was started always exits 0 with its native output
+    (the guard takes the pages back, the entries jump to copies that run as plain
+    code)."""
+    argv = [prog("bench_data_memory", "O2-nopie"), "4000", "4096"]
+    native = subprocess.run(argv, capture_output=True, timeout=120).stdout
+    madtrace_accesses(tmp_path / "cold", argv, HYBRID)          # the list to lay out
+    seen = {True: 0, False: 0}
+    for k, delay in enumerate((0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)):
+        out = tmp_path / f"out{k}"
+        command = MADTRACE + ["record", "--data", "--no-functions", *HYBRID,
+                              "-o", str(tmp_path / f"k{k}"), "--", *argv]
+        done = subprocess.run([sys.executable, "-c", KILL_ONE, str(delay), str(out), *command],
+                              capture_output=True, timeout=300,
+                              env=dict(os.environ, PYTHONPATH=ROOT))
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        seen[result["set_up"]] += 1
+        assert result["programs"] in ([], [0]), (delay, result)
+        if result["programs"]:
+            assert out.read_bytes() == native, (delay, out.read_bytes()[-200:])
+    assert seen[True] >= 1, seen
