@@ -298,12 +298,15 @@ def test_cache_list_and_clear(tmp_path):
     assert listed["copier_entries"] and all(e["ok"] and e["binary"] for e in listed["copier_entries"])
     # and its function analyses (data/hybrid/analysis_cache.py)
     assert listed["copier_analyses"] and all(e["ok"] and e["binary"] for e in listed["copier_analyses"])
+    assert listed["relocated_functions"] and \
+        all(e["ok"] and e["binary"] for e in listed["relocated_functions"])
     removed = 1 + len(listed["scans"]) + len(listed["symbol_tables"]) + \
-        len(listed["copier_entries"]) + len(listed["copier_analyses"])
+        len(listed["copier_entries"]) + len(listed["copier_analyses"]) + \
+        len(listed["relocated_functions"])
     assert f"removed {removed} entries".encode() in cleared.stdout
     assert json.loads(_with_cache(cache, "cache", "list", "--json").stdout) == \
         {"directory": str(cache), "entries": [], "scans": [], "symbol_tables": [],
-         "copier_entries": [], "copier_analyses": []}
+         "copier_entries": [], "copier_analyses": [], "relocated_functions": []}
     shutil.rmtree(cache)
     assert _with_cache(cache, "cache", "list").returncode == 0
 
