@@ -130,13 +130,15 @@ print(json.dumps({"set_up": b"tracing data accesses" in err, "programs": left}))
 def test_the_program_finishes_when_the_tracer_is_killed_around_a_warm_start(tmp_path, own_cache):
     """madtrace is SIGKILLed at points spread over a warm run's start (before the
     set-up ends, while the warm start lays out copies and points entries at them,
-    and after): a program that was started always exits 0 with its native output
+    and after): a program that began to run always exits 0 with its native output
     (the guard takes the pages back, the entries jump to copies that run as plain
-    code)."""
+    code).  A child killed before its exec dies with madtrace (PTRACE_O_EXITKILL,
+    process/tracee.py): it has run nothing of the program."""
     argv = [prog("bench_data_memory", "O2-nopie"), "4000", "4096"]
     native = subprocess.run(argv, capture_output=True, timeout=120).stdout
     madtrace_accesses(tmp_path / "cold", argv, HYBRID)          # the list to lay out
     seen = {True: 0, False: 0}
+    ran_before_set_up = 0        # killed in the set-up, the warm start among it
     for k, delay in enumerate((0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)):
         out = tmp_path / f"out{k}"
         command = MADTRACE + ["record", "--data", "--no-functions", *HYBRID,
@@ -147,7 +149,9 @@ def test_the_program_finishes_when_the_tracer_is_killed_around_a_warm_start(tmp_
         assert done.returncode == 0, done.stderr
         result = json.loads(done.stdout)
         seen[result["set_up"]] += 1
-        assert result["programs"] in ([], [0]), (delay, result)
-        if result["programs"]:
+        ran_before_set_up += not result["set_up"] and result["programs"] == [0]
+        allowed = ([0],) if result["set_up"] else ([], [0], [-9])
+        assert result["programs"] in allowed, (delay, result)
+        if result["programs"] == [0]:
             assert out.read_bytes() == native, (delay, out.read_bytes()[-200:])
-    assert seen[True] >= 1, seen
+    assert seen[True] >= 1 and ran_before_set_up >= 1, (seen, ran_before_set_up)

@@ -95,6 +95,9 @@ class DataEngine:
         self.warnings: list[str] = []
         self.tracee = tracee
         self.space = space
+        # at a launched image's entry point: lay out what earlier runs relocated
+        # (hybrid/discovery_cache.py)
+        self.warm_start = False
         self.out_dir = out_dir
         self.sequence_of = sequence_of or (lambda tid: 0)
         self.sequence_address = sequence_address or (lambda tid: 0)

@@ -330,7 +330,10 @@ class Recording(ImageChanges, CleanSlate, Results):
             if self.pending_functions:
                 self._watch_loader()
         if self.options.data and self.tracee.exit_event is None:
-            self._install_data_tracing(**data_selection(self.options, self.address_space))
+            # launched, the image has not run yet: what earlier runs relocated can be laid
+            # out before it does (not at an attach: its threads are anywhere)
+            self._install_data_tracing(before_the_program=self.tracee.launched,
+                                       **data_selection(self.options, self.address_space))
         self._write_start_files()
 
     def after_commands(self) -> None:
@@ -418,8 +421,9 @@ class Recording(ImageChanges, CleanSlate, Results):
         for hook in self.on_functions_installed:
             hook()
 
-    def _install_data_tracing(self, **selection) -> None:
-        """``selection``: ``only_regions`` or ``region_filter`` (see DataChoices)."""
+    def _install_data_tracing(self, before_the_program: bool = False, **selection) -> None:
+        """``selection``: ``only_regions`` or ``region_filter`` (see DataChoices);
+        ``before_the_program``: at a launched image's entry point (the warm start)."""
         functions = self.functions
         kind = self.options.data_engine
         if kind == "hybrid" and selection.get("data_in"):
@@ -439,6 +443,7 @@ class Recording(ImageChanges, CleanSlate, Results):
                             defer=self.controller.deferred.extend)
         if self.options.copy_after is not None:
             engine.copy_after = self.options.copy_after
+        engine.warm_start = before_the_program
         self.data = engine
         # the accesses are named with DWARF: the binaries seen for the first time are
         # read now, while the target runs (a child process each), not at the write-out

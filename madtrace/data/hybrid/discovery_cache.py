@@ -6,10 +6,10 @@ traced data, and relocates them (rewriting.py); the next run on the same
 binaries does the same again.  This cache keeps, per binary, every function a
 run relocated (its bounds and the instructions it was asked to probe beyond
 the copier's own choice), so that the next run lays those copies out and
-points their entries at them before the program runs on (at launch: at the
-program's entry point; at attach: in the first stop; for a library loaded
-later: when its first fault makes it known): a warm run faults only on what
-is new.  The copies themselves are made again (their bytes depend on where the
+points their entries at them before the program runs (at a launched
+program's or an exec'd image's entry point; for a library loaded later: when
+its first fault makes it known; not at an attach, whose threads are anywhere):
+a warm run faults only on what is new.  The copies themselves are made again (their bytes depend on where the
 code area lands and on the run's instruction ids), from the analysis cache.
 
 Where: beside the copier's caches, one file per binary, ``<key>.mtd`` (the

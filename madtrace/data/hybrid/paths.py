@@ -89,10 +89,14 @@ class AccessPaths:
             return SharedArea(rs, size, "madtrace-rings", executable=False, group=GROUP)
 
     def warm_start(self) -> None:
-        """What earlier runs relocated, laid out before the program goes on
-        (discovery_cache.py); MADTRACE_WARM_START=0 turns it off (the comparison),
-        and so does --copy-after N > 1 (functions copied once hot in this run)."""
-        if os.environ.get("MADTRACE_WARM_START", "1") != "0" and self.rewriter.copy_after <= 1:
+        """What earlier runs relocated, laid out before the program runs
+        (discovery_cache.py): at a launched image's entry point only (at an attach
+        or a live session's ``data on`` the threads are anywhere, and discovery
+        moves them one fault at a time as before); MADTRACE_WARM_START=0 turns it
+        off (the comparison), and so does --copy-after N > 1 (functions copied
+        once hot in this run)."""
+        if self.engine.warm_start and os.environ.get("MADTRACE_WARM_START", "1") != "0" and \
+                self.rewriter.copy_after <= 1:
             self.rewriter.warm_start()
 
     def add_thread(self, tid: int) -> None:
