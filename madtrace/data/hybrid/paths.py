@@ -23,7 +23,6 @@ the interrupted one's, in order.
 
 from __future__ import annotations
 
-import os
 import signal
 from collections import Counter
 
@@ -95,8 +94,7 @@ class AccessPaths:
         moves them one fault at a time as before); MADTRACE_WARM_START=0 turns it
         off (the comparison), and so does --copy-after N > 1 (functions copied
         once hot in this run)."""
-        if self.engine.warm_start and os.environ.get("MADTRACE_WARM_START", "1") != "0" and \
-                self.rewriter.copy_after <= 1:
+        if self.rewriter.warm_start_wanted():
             self.rewriter.warm_start()
 
     def add_thread(self, tid: int) -> None:

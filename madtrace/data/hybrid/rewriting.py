@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import os
 import time
 from types import SimpleNamespace
 from collections import Counter
@@ -221,9 +222,17 @@ class Rewriter:
         added = self.space.learn_modules(maps, self.tracee.mem.read, pid=self.tracee.pid)
         if added:
             self.stats["modules learnt at a fault"] += len(added)
-            for module in added:      # what earlier runs learnt of it (discovery_cache.py)
-                self.warm_start([module])
+            if self.warm_start_wanted():    # what earlier runs learnt of it
+                self.warm_start(added)
         return self.space.module_for(rip)
+
+    def warm_start_wanted(self) -> bool:
+        """Whether what earlier runs relocated is laid out before it faults: in a
+        launched program only (engine.warm_start: at an attach the threads are
+        anywhere); MADTRACE_WARM_START=0 turns it off (the comparison), and so does
+        --copy-after N > 1 (functions copied once hot in this run)."""
+        return bool(getattr(self.engine, "warm_start", False)) and \
+            os.environ.get("MADTRACE_WARM_START", "1") != "0" and self.copy_after <= 1
 
     def warm_start(self, modules=None) -> int:
         """The functions earlier runs relocated in ``modules`` (default: every module
