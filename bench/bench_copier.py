@@ -132,7 +132,7 @@ def copy_with(module, injector, function, address, want, analysis=None):
     start, end, code = function
     calls: list[int] = []
 
-    def new_id(mem) -> int:
+    def new_id(mem, *_) -> int:
         calls.append(mem.address)
         return (mem.address * 2654435761) % 100003 + 1
 

@@ -87,7 +87,7 @@ def main() -> int:
     ctypes.memmove(original, LOOP, len(LOOP))
     ids = iter(range(1, 1 << 20))
     copy = copy_function(LOOP, original, original + len(LOOP), copied, injector,
-                         lambda mem: True, lambda mem: next(ids), ctl, bitmap)
+                         lambda mem: True, lambda mem, *_: next(ids), ctl, bitmap)
     if not hasattr(copy, "code") or len(copy.probes) != 1:
         print(json.dumps({"error": f"loop not relocated with one probe: {copy}"}))
         return 1

@@ -231,15 +231,22 @@
  * whose stamps are below it, whichever thread made them: madtrace/rings/
  * hook_events.py); call records have codes below MT_DATA_CODE, hook records
  * (below) codes from MT_HOOK_CODE on, data records those between.
+ * A string instruction (madtrace/arch/x86_64/string_probes.py) takes one
+ * iteration per probe: stos, lods and scas the probe above on rdi or rsi,
+ * movs and cmps string_probe, which records both operands and publishes
+ * them at once; a rep prefix becomes a loop around the probe.
  */
 #define MT_DATA_CODE          0x80000000
-#define MT_PROBE_FRAME        184    /* 128 (red zone) + the slots below */
+#define MT_PROBE_FRAME        200    /* 128 (red zone) + the slots below */
 #define MT_PF_RAX             0
 #define MT_PF_RCX             8
 #define MT_PF_RDX             16
 #define MT_PF_ADDR            24     /* the address the instruction uses */
 #define MT_PF_FLAGS           32     /* ah: SF ZF AF PF CF (lahf), al: OF (seto) */
 #define MT_PF_SAVED           40     /* rA, the register that holds the address */
+#define MT_PF_ADDR2           48     /* string probe: its second address (MT_PF_ADDR: the first) */
+#define MT_PF_MASK            56     /* string probe: 1 the first's page aliased, 2 the second's */
+#define MT_PF_SAVED2          64     /* string probe: the second address's register, the thread's */
 #define MT_ALIAS_BIT_INDEX    45     /* alias address = address ^ (1 << 45) (data/hybrid/alias.py) */
 #define MT_PROBE_SPIN_LIMIT   40000000 /* pause iterations a probe waits on a full ring before it
                                         drops (~1-5 s: a loaded machine stalls the drain for

@@ -522,6 +522,170 @@ mt_probe_at_slow:
 mt_probe_end:
 
 /* ---------------------------------------------------------------------------
+ * String probe (layout.h "Data probes"): one iteration of a string
+ * instruction with two memory operands (movs: [rsi] then [rdi]; cmps: [rdi]
+ * then [rsi]).  probe_head, then the tracer's stores of the two addresses
+ * into MT_PF_ADDR and MT_PF_ADDR2 in that order, then string_probe, then the
+ * tracer's tail (the instruction on the alias addresses, then both registers
+ * set back by what it moved them).  A record for each address whose page is
+ * aliased (codes: first, the first address's; second, the second's after
+ * it; alone, the second's without it), both published by one add: a thread
+ * stopped before mt_string_probe_at_published is moved back to the
+ * instruction, after it forward, as in probe.  Uses rax, rcx and rdx only.
+ */
+mt_string_probe_start:
+        lahf
+        seto al
+        mov [rsp + MT_PF_FLAGS], rax
+mt_string_probe_at_flags:
+        mov qword ptr [rsp + MT_PF_MASK], 0
+        movabs rax, 0x1122334455667788
+mt_string_probe_pp_bitmap_abs64:
+        mov rdx, [rsp + MT_PF_ADDR]
+        shr rdx, 15
+        movzx edx, byte ptr [rax + rdx]
+        mov ecx, [rsp + MT_PF_ADDR]
+        shr ecx, 12
+        and ecx, 7
+        bt edx, ecx
+        jnc 1f
+        or byte ptr [rsp + MT_PF_MASK], 1
+1:
+        mov rdx, [rsp + MT_PF_ADDR2]
+        shr rdx, 15
+        movzx edx, byte ptr [rax + rdx]
+        mov ecx, [rsp + MT_PF_ADDR2]
+        shr ecx, 12
+        and ecx, 7
+        bt edx, ecx
+        jnc 2f
+        or byte ptr [rsp + MT_PF_MASK], 2
+2:
+        cmp byte ptr [rsp + MT_PF_MASK], 0
+        je .Lsp_out                         /* neither aliased: the addresses themselves */
+        movabs rcx, 0x1122334455667788
+mt_string_probe_pp_ctl_abs64:
+        mov rax, fs:[0]
+        not rax
+        SLOT_OF
+        jne .Lsp_probe
+.Lsp_found:
+        mov rcx, [rdx + 8]
+        mov rax, [rcx + MT_RING_HEAD]
+        lea rdx, [rax + 1]                  /* room for two records */
+        cmp rdx, [rcx + MT_RING_LIMIT]
+        jae .Lsp_full
+.Lsp_room:
+        and eax, MT_RING_MASK
+        test byte ptr [rsp + MT_PF_MASK], 1
+        jz .Lsp_second_alone
+        shl eax, 4
+        mov rdx, [rsp + MT_PF_ADDR]
+        mov [rcx + rax + MT_RING_RECORDS_OFF], rdx
+        mov dword ptr [rcx + rax + MT_RING_RECORDS_OFF + 8], 0x7fffffff
+mt_string_probe_pp_first_imm32:
+        mov rdx, [rcx + MT_RING_CONTROL]
+        mov edx, [rdx + MT_CTL_EPOCH]
+        mov [rcx + rax + MT_RING_RECORDS_OFF + 12], edx
+        test byte ptr [rsp + MT_PF_MASK], 2
+        jz .Lsp_publish
+        shr eax, 4
+        inc eax
+        and eax, MT_RING_MASK
+        shl eax, 4
+        mov dword ptr [rcx + rax + MT_RING_RECORDS_OFF + 8], 0x7fffffff
+mt_string_probe_pp_second_imm32:
+        jmp .Lsp_second
+.Lsp_second_alone:
+        shl eax, 4
+        mov dword ptr [rcx + rax + MT_RING_RECORDS_OFF + 8], 0x7fffffff
+mt_string_probe_pp_alone_imm32:
+.Lsp_second:
+        mov rdx, [rsp + MT_PF_ADDR2]
+        mov [rcx + rax + MT_RING_RECORDS_OFF], rdx
+        mov rdx, [rcx + MT_RING_CONTROL]
+        mov edx, [rdx + MT_CTL_EPOCH]
+        mov [rcx + rax + MT_RING_RECORDS_OFF + 12], edx
+.Lsp_publish:
+        movzx eax, byte ptr [rsp + MT_PF_MASK]     /* 1, 2, 3 -> 1, 1, 2 records */
+        mov edx, eax
+        shr edx, 1
+        and eax, 1
+        add eax, edx
+        add [rcx + MT_RING_HEAD], rax
+mt_string_probe_at_published:
+.Lsp_alias:
+        test byte ptr [rsp + MT_PF_MASK], 1
+        jz 3f
+        btc qword ptr [rsp + MT_PF_ADDR], MT_ALIAS_BIT_INDEX
+3:
+        test byte ptr [rsp + MT_PF_MASK], 2
+        jz .Lsp_out
+        btc qword ptr [rsp + MT_PF_ADDR2], MT_ALIAS_BIT_INDEX
+.Lsp_out:
+        mov rax, [rsp + MT_PF_FLAGS]
+        add al, 0x7f                        /* OF back (al: 1 if it was set) */
+        sahf                                /* SF ZF AF PF CF back */
+        mov rdx, [rsp + MT_PF_RDX]
+        mov rcx, [rsp + MT_PF_RCX]
+        mov rax, [rsp + MT_PF_RAX]
+        jmp .Lsp_end
+mt_string_probe_at_slow:
+.Lsp_probe:                                 /* the rest of the linear probe for %fs:0 */
+        cmp qword ptr [rdx], 0
+        je .Lsp_noslot
+        add rdx, MT_SLOT_ENTRY_SIZE
+        lea rax, [rcx + MT_SLOT_TABLE + MT_SLOT_TABLE_SIZE]
+        cmp rdx, rax
+        jae .Lsp_noslot
+        mov rax, fs:[0]
+        not rax
+        cmp [rdx], rax
+        jne .Lsp_probe
+        jmp .Lsp_found
+.Lsp_noslot:
+        test byte ptr [rcx + MT_CTL_FLAGS], MT_FLAG_ENABLED
+        jz .Lsp_alias
+        lock inc qword ptr [rcx + MT_CTL_UNREGISTERED]
+        test byte ptr [rsp + MT_PF_MASK], 1
+        jz .Lsp_alias
+        test byte ptr [rsp + MT_PF_MASK], 2
+        jz .Lsp_alias
+        lock inc qword ptr [rcx + MT_CTL_UNREGISTERED]
+        jmp .Lsp_alias
+.Lsp_full:                                  /* HEAD + 1 >= LIMIT: off, or full */
+        cmp qword ptr [rcx + MT_RING_LIMIT], 0
+        je .Lsp_alias
+        mov rdx, [rcx + MT_RING_CONTROL]
+        cmp byte ptr [rdx + MT_CTL_NOWAIT], 0
+        jne .Lsp_drop
+        inc qword ptr [rcx + MT_RING_WAITS]
+        mov edx, MT_PROBE_SPIN_LIMIT
+.Lsp_wait:
+        pause
+        mov rax, [rcx + MT_RING_HEAD]
+        cmp qword ptr [rcx + MT_RING_LIMIT], 0
+        je .Lsp_alias
+        lea rax, [rax + 1]
+        cmp rax, [rcx + MT_RING_LIMIT]
+        lea rax, [rax - 1]
+        jb .Lsp_room
+        dec edx
+        jnz .Lsp_wait
+        mov rdx, [rcx + MT_RING_CONTROL]
+        mov byte ptr [rdx + MT_CTL_NOWAIT], 1
+.Lsp_drop:
+        movzx eax, byte ptr [rsp + MT_PF_MASK]
+        mov edx, eax
+        shr edx, 1
+        and eax, 1
+        add eax, edx
+        add [rcx + MT_RING_DROPS], rax
+        jmp .Lsp_alias
+.Lsp_end:
+mt_string_probe_end:
+
+/* ---------------------------------------------------------------------------
  * Hook stubs (layout.h "Hook stubs"; madtrace/data/heap/inline_hooks.py).  The
  * function's entry jumps here; its own code runs through the continuation
  * slot (patch points cont*: rel32 to an 8-byte slot holding the address of its

@@ -64,7 +64,7 @@ def copies(path: str, injector, want=lambda mem: True):
     address = (max(s.address + s.size for s in image.sections if s.is_alloc) + (1 << 20)) & ~0xFFFF
     ids = iter(range(1, 1 << 30))
     for start, end, code in functions(path):
-        copy = copy_function(code, start, end, address, injector, want, lambda mem: next(ids),
+        copy = copy_function(code, start, end, address, injector, want, lambda mem, *_: next(ids),
                              CTL, BITMAP)
         yield start, end, code, copy
 
@@ -106,7 +106,12 @@ def check_copy(copy: FunctionCopy, code: bytes, start: int, end: int, injector) 
             continue
         groups = set(insn.groups)
         raw = code[insn.address - start:insn.address - start + insn.size]
-        if insn.address in probes:
+        if insn.address in probes and probes[insn.address].string:
+            p = probes[insn.address]
+            problems += [f"{where}: {x}" for x in _check_string_probe(p, insn, at, out, base, head,
+                                                                     injector)]
+            ends.append((new, p.last))
+        elif insn.address in probes:
             p = probes[insn.address]
             problems += [f"{where}: {x}" for x in _check_probe(p, insn, at, out, base, head, template,
                                                               injector)]
@@ -229,6 +234,76 @@ def _check_probe(p, insn, at, out, base, head, template, injector) -> list[str]:
     return problems
 
 
+def _check_string_probe(p, insn, at, out, base, head, injector) -> list[str]:
+    """A string instruction's probe (string_probes.py): its loop (a rep prefix),
+    its address computation, its template with this id, the instruction without
+    rep on its own registers, the fix-up of those registers."""
+    L = injector
+    problems = []
+    name = insn.mnemonic.split()[-1]
+    rep = insn.mnemonic.split()[0] if " " in insn.mnemonic else None
+    if bool(p.loop) != (rep is not None):
+        problems.append(f"loop {p.loop} for '{insn.mnemonic}'")
+    if out[p.head - base:p.head - base + head.size] != head.code:
+        problems.append("no probe_head at the probe's head")
+    regs = ("rsi", "rdi") if name.startswith("movs") else ("rdi", "rsi") if name.startswith("cmps") \
+        else None
+    first = at(p.head + head.size)
+    if regs is None:
+        if first is None or (first.mnemonic, first.op_str) != ("lea", f"rcx, [{p.reg}]") or \
+                first.address + first.size != p.body:
+            problems.append("no lea rcx, [rA] before the probe's body")
+        template = L.templates["probe"]
+        fields = template.recognise(out[p.body - base:], p.body)
+        if fields is None or fields["code"] != (L.MT_DATA_CODE | p.ident) - (1 << 32):
+            problems.append("the probe template is not the one for this instruction id")
+    else:
+        second = at(first.address + first.size) if first is not None else None
+        wanted = [f"qword ptr [rsp + {hex(L.MT_PF_ADDR)}], {regs[0]}",
+                  f"qword ptr [rsp + {hex(L.MT_PF_ADDR2)}], {regs[1]}"]
+        if [i.op_str if i else None for i in (first, second)] != wanted or \
+                second.address + second.size != p.body:
+            problems.append("the two addresses are not stored in their order before the body")
+        template = L.templates["string_probe"]
+        fields = template.recognise(out[p.body - base:], p.body)
+        if fields is None or fields["first"] != (L.MT_DATA_CODE | p.ident) - (1 << 32):
+            problems.append("the string probe template is not the one for this instruction id")
+    moved = at(p.insn)
+    if moved is None or moved.mnemonic != name or moved.op_str != insn.op_str:
+        problems.append(f"the instruction in the probe is '{moved.mnemonic if moved else None}'")
+        return problems
+    fix, k = [], moved.address + moved.size
+    while k < p.insn_end:
+        i = at(k)
+        if i is None:
+            break
+        fix.append(i.mnemonic)
+        k += i.size
+    touched = 2 if regs else 1
+    if k != p.insn_end or fix != ["pushfq"] + ["sub", "add"] * touched + ["popfq", "mov"]:
+        problems.append(f"the registers' fix-up is {fix}")
+    if p.loop:
+        enter = at(p.start)
+        steps = []
+        k = p.end
+        while k < p.last:
+            i = at(k)
+            if i is None:
+                break
+            steps.append((i.mnemonic, i.op_str))
+            k += i.size
+        names = [m for m, _ in steps]
+        want = ["lea"] + (["jne" if p.loop == 2 else "je"] if p.loop in (2, 3) else []) + ["jrcxz", "jmp"]
+        if names != want or steps[-1][1] != hex(p.head) or steps[-2][1] != hex(p.last) or \
+                steps[0][1] != "rcx, [rcx - 1]":
+            problems.append(f"the loop is {steps}")
+        if enter is None or enter.mnemonic != "jmp" or int(enter.op_str, 16) != p.last - 7:
+            problems.append("the loop does not begin with a jump to its test")
+    elif p.end != p.last:
+        problems.append("a probe without a loop ends after its end")
+    return problems
+
+
 def _check_stub(s, insn, at) -> list[str]:
     first, load = at(s.start), at(s.load)
     if first is None or (first.mnemonic, first.op_str) != ("lea", f"rsp, [rsp - {hex(FRAME)}]"):
@@ -290,7 +365,7 @@ def test_copies_with_some_probes_decode_back(injector):
         if not isinstance(copy, FunctionCopy):
             continue
         again = copy_function(code, start, end, copy.address, injector, lambda mem: True,
-                              lambda mem: 7, CTL, BITMAP, analysis=analyse(code, start, end))
+                              lambda mem, *_: 7, CTL, BITMAP, analysis=analyse(code, start, end))
         assert isinstance(again, FunctionCopy)
         assert len(again.probes) >= len(copy.probes)
         for c in (copy, again):
@@ -405,7 +480,7 @@ def test_jumps_through_memory_take_probes_where_r11_is_free(code, probed, inject
     code = bytes.fromhex(code)
     start = 0x400000
     copy = copy_function(code, start, start + len(code), 0x500000, injector, lambda mem: True,
-                         lambda mem: 3, CTL, BITMAP)
+                         lambda mem, *_: 3, CTL, BITMAP)
     assert isinstance(copy, FunctionCopy), copy
     jump = max(copy.old_to_new)
     assert (copy.probe_of(jump) is not None) == probed
@@ -419,7 +494,7 @@ def test_small_functions(name, injector):
     code, refusal = bytes.fromhex(SMALL[name][0]), SMALL[name][1]
     start = 0x400000
     copy = copy_function(code, start, start + len(code), 0x500000, injector, lambda mem: True,
-                         lambda mem: 3, CTL, BITMAP)
+                         lambda mem, *_: 3, CTL, BITMAP)
     if refusal is not None:
         assert not isinstance(copy, FunctionCopy) and copy.reason == refusal
         return

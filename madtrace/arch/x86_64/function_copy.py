@@ -19,6 +19,9 @@ bitmap, analysis=None) -> FunctionCopy | Refusal`` re-encodes the function
   probe, then ``call r11`` after it (insn_entries.py ``_call_plan``), and so
   is a jump through memory without an index (a tail call), with ``jmp r11``,
   in a function that does not use r11;
+* a string instruction (movs, stos, lods, scas, cmps) takes a probe of one
+  iteration on its implicit rsi/rdi, and a rep prefix a loop around it
+  (string_probes.py);
 * any other indirect jump (a switch table, a computed goto) becomes a stub that
   looks its target up in the copy's table (original offset -> copy offset,
   after the code): a target among the function's instructions is reached in
@@ -68,6 +71,7 @@ from .decode import capstone_detail
 from .insn_entries import RIP, ProbePlan, probe_refusal
 from .jump_stubs import FRAME
 from .relocate import Refusal, encode_jmp
+from .string_probes import PAIR, StringProbes, pair_operands
 
 __all__ = ["Probe", "Stub", "FunctionCopy", "FunctionAnalysis", "copy_function", "analyse",
            "probe_refusal", "FRAME"]
@@ -83,7 +87,11 @@ class Probe:
     insn_end: int
     end: int            # the next instruction of the copy
     reg: str            # rA
-    ident: int          # instruction id (its data records)
+    ident: int          # instruction id (its data records; a movs: its load's)
+    string: int = 0     # a string instruction's probe (string_probes.py): ONE, PAIR ...
+    loop: int = 0       # ... its rep loop (REP, REPE, REPNE) ...
+    head: int = 0       # ... where the probe proper begins (after the loop's first jump) ...
+    last: int = 0       # ... and the end of the loop
 
 
 @dataclass
@@ -150,7 +158,7 @@ class FunctionCopy:
         if self._probe_starts is None or len(self._probe_starts) != len(rows):
             self._probe_starts = [row[1] for row in rows]
         i = bisect.bisect_right(self._probe_starts, address) - 1
-        if i >= 0 and address < rows[i][5]:
+        if i >= 0 and address < (rows[i][11] if len(rows[i]) > 8 else rows[i][5]):
             return Probe(*rows[i])
         return None
 
@@ -198,6 +206,7 @@ class _ProbeParts:
         self.base = self.head_size + self.template_size + 5 + 5 + 5 + 8
         self.exact = self.fixed and self.head_size == len(self.head) and \
             all(len(self.save[r]) + len(self.restore[r]) == 5 + 5 + 5 + 8 for r in REG)
+        self.strings = StringProbes(injector, ctl, bitmap, self.head)
 
     @classmethod
     def of(cls, injector, ctl: int, bitmap: int) -> "_ProbeParts":
@@ -210,6 +219,8 @@ class _ProbeParts:
         return parts
 
     def planned(self, plan: ProbePlan) -> int:
+        if plan.string:
+            return self.strings.size(plan)
         return self.base + plan.extra
 
     def prepare(self, plan: ProbePlan) -> None:
@@ -233,6 +244,8 @@ class _ProbeParts:
               rip_target: int) -> tuple:
         """The probe (``Probe``'s fields) of ``plan``'s instruction (at
         ``original``) placed at ``at``, its pieces appended to ``pieces``."""
+        if plan.string:
+            return self.strings.probe(pieces, plan, original, at, ident)
         if self.exact:
             if plan.made_for is not self:
                 self.prepare(plan)
@@ -300,8 +313,7 @@ class _Layout:
             index = np.array(self.probe_index, dtype=np.int64)
             self.kind[index] = PROBE
             plans = a.plans
-            size[index] = [plans[j].extra for j in chosen]
-            size[index] += parts.base
+            size[index] = [parts.planned(plans[j]) for j in chosen]
         self.sizes = size
         new = np.full(a.n, address, dtype=np.int64)
         new[1:] += np.cumsum(size[:-1])
@@ -322,7 +334,13 @@ class _Layout:
         for j, i in zip(self.chosen, self.probe_index):
             if failed is not None and i > failed[0]:
                 break
-            ids.append(new_id(a.mems[j]))
+            mem = a.mems[j]
+            plan = a.plans[j]
+            if plan.string == PAIR:        # movs, cmps: the first access, the second after it, alone
+                first, second = pair_operands(mem, plan.reg)
+                ids.append((new_id(mem, first, 1), new_id(mem, second, 0), new_id(mem, second, 1)))
+            else:
+                ids.append(new_id(mem))
         if failed is not None:
             return Refusal(failed[1])
         old_to_new = dict(zip(a.address, self.new.tolist()))
@@ -421,7 +439,7 @@ class _Layout:
             plan = a.plans[j]
             if plan.rip and _out_of_range(a.rip_targets[j] - (int(new[i]) + head + 7)):
                 found.append((i, 1, f"operand of {a.address[i]:#x} out of reach"))
-            if not parts.exact:
+            if not parts.exact and not plan.string:
                 planned, actual = parts.planned(plan), parts.actual(plan)
                 if planned != actual:
                     found.append((i, 2, f"internal: probe at {a.address[i]:#x} is {actual} bytes, "

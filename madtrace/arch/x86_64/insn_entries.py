@@ -38,7 +38,8 @@ from .copy_encode import HIGH_BYTE, REG, lea, parent64, rebase_problem, rebased,
 from .detail import REG_NAMES, Decoded, InsnView, decode
 from .jump_stubs import STUB_SIZE, stub_refusal, target_load_size
 from .memops import MemInstruction, memory_instruction
-from .redirect import redirectable
+from .redirect import is_string, redirectable
+from .string_probes import plan_fields as string_plan
 from .relocate import _LOOPS as BRANCH_LOOPS
 from .relocate import branch_head
 
@@ -63,6 +64,8 @@ class ProbePlan:
     rebased: bytes = b""            # the instruction on [rA]
     check: str | None = None        # why its re-encoding is not the instruction (see ``why_at``)
     after: bytes = b""              # after the probe's frame is gone: a call through memory's call
+    string: int = 0                 # a string instruction's probe (string_probes.py ONE, PAIR) ...
+    loop: int = 0                   # ... and its rep prefix's loop (REP, REPE, REPNE)
     # the probe's pieces for one set of probe templates (function_copy.py's _ProbeParts)
     made_for: object = field(default=None, compare=False, repr=False)
     pieces: tuple = field(default=(), compare=False, repr=False)
@@ -440,6 +443,11 @@ def _plan(raw: bytes, r: _Rows, k: int, mem: MemInstruction, text: str, checks: 
             used.append(register_names(r.registers(k)))
         return used[0]
 
+    if is_string(mem):
+        refused, on, lead, body, kind, loop = string_plan(raw, mem)
+        if refused is not None:
+            return ProbePlan(refused)
+        return ProbePlan(None, on, lead, False, 0, body, string=kind, loop=loop)
     why = probe_refusal(mem, registers)
     if why is not None:
         return ProbePlan(why)

@@ -46,7 +46,7 @@ from .entry_cache import (_PLAN, CacheFormatError, analyser_version, read_if_cha
                           read_marshalled, stamp, write_marshalled)
 
 MAGIC = b"MTANAL01"
-FORMAT = 2
+FORMAT = 3
 SUFFIX = ".mta"
 # numpy columns of an analysis, stored as (dtype, bytes)
 _ARRAYS = ("offset", "insn_size", "kind", "planned", "calls", "branch_index", "branch_target",

@@ -35,6 +35,7 @@ import marshal
 import os
 import pickle
 import time
+from dataclasses import fields
 from typing import Any
 
 import capstone
@@ -46,7 +47,7 @@ from ...cache import disk
 from ...cache.disk import CorruptEntry
 
 MAGIC = b"MTINSN01"
-FORMAT = 4
+FORMAT = 5
 SUFFIX = ".mti"
 _ARCH_DIR = os.path.dirname(os.path.abspath(insn_entries.__file__))
 _version: str | None = None
@@ -118,7 +119,8 @@ def clear() -> tuple[int, int]:
     return disk.clear(SUFFIX)
 
 
-_PLAN = ("why", "reg", "lead", "rip", "disp", "rebased", "check", "after")
+# a plan's kept fields, in ProbePlan's order (not the pieces made for one set of templates)
+_PLAN = tuple(f.name for f in fields(ProbePlan) if f.compare)
 
 
 def encode(e: Entry) -> tuple:

@@ -12,6 +12,7 @@ import signal
 from ...arch.x86_64.function_copy import FRAME as STUB_FRAME
 from ...arch.x86_64.function_copy import Probe
 from ...arch.x86_64.jump_stubs import pushf_offset
+from ...arch.x86_64.string_probes import PAIR
 from ...errors import TracerInternalError
 from ...process import ptrace_raw as pr
 from ...process.events import INSTRUCTION_FAULTS, SignalStop
@@ -34,6 +35,9 @@ class ProbeSettler:
         probe = copy.probe_at(regs.rip) if copy is not None else None
         if probe is None:
             return regs
+        if probe.string:
+            self.rw.stats["threads settled"] += 1
+            return self._settle_string(tid, regs, probe, synchronous)
         L = self.rw.L
         marks = L.templates["probe"].marks
         body, rip = probe.body, regs.rip
@@ -66,6 +70,69 @@ class ProbeSettler:
         regs.rsp = frame + L.MT_PROBE_FRAME
         regs.rip = probe.end
         self.rw.tracee.set_regs(regs, tid)
+        return regs
+
+    def _settle_string(self, tid: int, regs, probe: Probe, synchronous: bool):
+        """A thread in a string instruction's probe (arch/x86_64/string_probes.py):
+        back to the instruction before its records are published (with the
+        iterations done so far: rsi, rdi and rcx say where a rep stands), else on
+        through the iteration and the loop's control to the loop's first byte
+        (the instruction, its next iteration) or past the loop."""
+        L = self.rw.L
+        template = L.templates["string_probe" if probe.string == PAIR else "probe"]
+        marks = template.marks
+        rip = regs.rip
+        if rip == probe.start:
+            return regs
+        if rip < probe.head or rip >= probe.end:          # the loop's control
+            return self._loop_on(tid, regs, probe)
+        while rip < probe.body:                          # saving the registers
+            regs = self._step(tid)
+            rip = regs.rip
+        body, slow = probe.body, probe.body + marks["slow"]
+        if body <= rip < body + marks["published"] or slow <= rip < body + template.size:
+            return self._roll_back(tid, regs, probe, rip >= body + marks["flags"])
+        while rip < probe.insn:                          # published: on to the instruction
+            regs = self._step(tid)
+            rip = regs.rip
+        read = self.rw.tracee.mem.read_u64
+        if rip == probe.insn:
+            frame = regs.rsp
+            used = [read(frame + L.MT_PF_ADDR)] + \
+                ([read(frame + L.MT_PF_ADDR2)] if probe.string == PAIR else [])
+            covered = all(self.rw.engine.alias.covers(a ^ ALIAS_BIT, (a ^ ALIAS_BIT) + 1) for a in used)
+            if synchronous or not covered:
+                return self._roll_back(tid, regs, probe, True, restored=True)
+            try:
+                regs = self._step(tid)
+            except StepFaulted:
+                return self._roll_back(tid, self.rw.tracee.get_regs(tid), probe, True,
+                                       restored=True)
+            rip = regs.rip
+        while rip < probe.insn_end:                      # the registers set back
+            regs = self._step(tid)
+            rip = regs.rip
+        if rip < probe.end:                              # the probe's tail
+            frame = regs.rsp
+            setattr(regs, probe.reg, read(frame + L.MT_PF_SAVED))
+            regs.rsp = frame + L.MT_PROBE_FRAME
+            regs.rip = probe.end
+            self.rw.tracee.set_regs(regs, tid)
+        return self._loop_on(tid, regs, probe)
+
+    def _loop_on(self, tid: int, regs, probe: Probe):
+        """After an iteration (or in the loop's control): on to the loop's next
+        iteration, which is the instruction's place in the copy, or past it."""
+        if not probe.loop:
+            return regs
+        while regs.rip not in (probe.head, probe.last, probe.start):
+            if not (probe.start <= regs.rip < probe.last):
+                raise TracerInternalError(f"thread {tid} left the loop of a string instruction "
+                                          f"at {regs.rip:#x}")
+            regs = self._step(tid)
+        if regs.rip == probe.head:
+            regs.rip = probe.start
+            self.rw.tracee.set_regs(regs, tid)
         return regs
 
     def _settle_stub(self, tid: int, regs, stub):
@@ -110,6 +177,8 @@ class ProbeSettler:
         read = self.rw.tracee.mem.read_u64
         if restored:      # at the instruction: rax, rcx, rdx, flags are back; rA is not
             setattr(regs, probe.reg, read(frame + L.MT_PF_SAVED))
+            if probe.string == PAIR:
+                regs.rdi = read(frame + L.MT_PF_SAVED2)
         else:
             regs.rax, regs.rcx, regs.rdx = (read(frame + off) for off in
                                             (L.MT_PF_RAX, L.MT_PF_RCX, L.MT_PF_RDX))

@@ -464,16 +464,26 @@ class Rewriter:
             return Refusal(str(exc))
         at = (area.cursor + 15) & ~15
 
-        def new_id(mem) -> int:
-            op = mem.operands[0]
+        def new_id(mem, op=None, first: int = 1) -> int:
+            op = op or mem.operands[0]
             return self.ids.add(mem.address, op.size, (1 if op.load else 0) | (2 if op.store else 0),
-                                mem.size)
+                                mem.size, first)
 
         analysis = self._analysis(state, code)
         if isinstance(analysis, Refusal):
             return analysis
-        return copy_function(code, state.start, state.end, at, self.L, self._want(state), new_id,
+        copy = copy_function(code, state.start, state.end, at, self.L, self._want(state), new_id,
                              self.ctl, self.bitmap, analysis=analysis)
+        if not isinstance(copy, Refusal) and copy.address + len(copy.code) > area.end:
+            # larger than planned (string instructions' probes): in an area with room for it
+            try:
+                area = self.code_areas.for_module(state.module, len(copy.code) + 64)
+            except TracerInternalError as exc:
+                return Refusal(str(exc))
+            at = (area.cursor + 15) & ~15
+            copy = copy_function(code, state.start, state.end, at, self.L, self._want(state),
+                                 new_id, self.ctl, self.bitmap, analysis=analysis)
+        return copy
 
     def _retry_unregistered(self) -> None:
         """Copies whose unwind information waits for the unwinder's lock: tried at
