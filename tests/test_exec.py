@@ -92,3 +92,61 @@ def test_dlopen_library_traced_with_pattern_given_before_the_load(tmp_path, vari
                                                         "libmtplug.so:plug_step"]).items() if v}
     got = {k: v for k, v in summary_json(out)["calls"].items() if v}
     assert got == expected and expected["plug_step"] == 201
+
+
+SLOW_INIT = os.path.join(os.path.dirname(prog("data_heap", "O2-nopie")), "libmtslowinit.so")
+SLOW_PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+long table[4096];
+int main(void) {
+    long sum = 0;
+    for (long i = 0; i < 4096; i++) table[i] = i * 7 % 1000;
+    for (long i = 0; i < 4096; i++) sum += table[(i * 13) % 4096];
+    char *heap = malloc(100);
+    sprintf(heap, "sum=%ld", sum);
+    puts(heap);
+    free(heap);
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("how", ["launch", "exec"])
+def test_the_program_runs_on_when_the_tracer_is_killed_before_its_entry_point(tmp_path, how):
+    """madtrace is SIGKILLed while the dynamic loader runs the constructor of a
+    library the program needs (between the exec and the entry point, where
+    tracing starts): the program, launched or reached through sh's exec, goes
+    on to its entry and finishes with its native output (a breakpoint at the
+    entry killed it with SIGTRAP).  The same run with madtrace alive records
+    the program."""
+    import signal
+    import subprocess
+    import time
+    from .util import MADTRACE, ROOT
+    source = tmp_path / "slow.c"
+    source.write_text(SLOW_PROGRAM)
+    program = str(tmp_path / "slow")
+    subprocess.run(["gcc", "-O1", "-o", program, str(source), "-Wl,--no-as-needed", SLOW_INIT,
+                    "-Wl,-rpath," + os.path.dirname(SLOW_INIT)], check=True, timeout=60)
+    env = dict(os.environ, MT_SLOW_INIT_MS="1500", PYTHONPATH=ROOT)
+    argv = [program] if how == "launch" else ["/bin/sh", "-c", f"exec {shlex.quote(program)}"]
+    native = subprocess.run(argv, capture_output=True, timeout=60, env=env)
+    assert native.returncode == 0 and native.stdout.startswith(b"sum=")
+    tracer = subprocess.Popen(MADTRACE + ["record", "--data", "-o", str(tmp_path / "t"), "--", *argv],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        time.sleep(0.8)                      # the constructor sleeps until 1.5 s
+        assert tracer.poll() is None
+        os.kill(tracer.pid, signal.SIGKILL)
+        out, _ = tracer.communicate(timeout=60)   # to EOF: the program holds the pipe
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+    assert out == native.stdout
+    alive = subprocess.run(MADTRACE + ["record", "-q", "--data", "-o", str(tmp_path / "a"), "--",
+                                       *argv], capture_output=True, timeout=120, env=env)
+    assert alive.returncode == 0, alive.stderr
+    assert alive.stdout == native.stdout
+    traced = tmp_path / "a" if how == "launch" else tmp_path / "a" / "exec.1"
+    assert summary_json(traced)["calls"]["main"] == 1

@@ -25,12 +25,20 @@ from .util import VARIANTS, prog, read_line, run_untraced, start_ready, wait_in_
 
 
 def test_launch_stops_at_entry_and_runs_to_exit():
+    """The launch reaches the entry point through the loader's jump to a stub
+    (process/entry_start.py): stopped there, the stub's page gone, no system
+    call tracing left on; the program then runs to its own end."""
     tracee = Tracee.spawn([prog("signals", "O0-pie"), "die", "6"])
     from madtrace.process.controller import Controller
     controller = Controller(tracee)
     entry = tracee.auxv_entry()
-    controller.run_to(entry)
+    maps_before = set(open(f"/proc/{tracee.pid}/maps").read().splitlines())
+    controller.run_to_entry()
     assert tracee.get_regs().rip == entry
+    assert not tracee.trace_syscalls
+    anonymous_code = [line for line in open(f"/proc/{tracee.pid}/maps").read().splitlines()
+                      if line not in maps_before and " r-xp " in line and len(line.split()) == 5]
+    assert anonymous_code == [], anonymous_code
     assert controller.run() == "exited"
     assert tracee.exit_event.signum == signal.SIGABRT
 

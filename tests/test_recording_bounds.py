@@ -63,7 +63,7 @@ def test_for_seconds_stops_the_recording(tmp_path):
 def test_start_after_attaches_to_the_running_program(tmp_path):
     """--start-after: the program runs untraced, then is attached to and recorded
     (with --for, for a window; without, to its end); its output is its own."""
-    long = [prog("data_sharing", "O2-pie"), "300000000"]
+    long = [prog("data_sharing", "O2-pie"), "1500000000"]     # about 4 s untraced
     out = str(tmp_path / "window")
     r = madtrace("record", "--data", "-f", "left", "--start-after", "0.5", "--for", "0.5", "-o", out,
                  "--", *long, timeout=300)
@@ -97,7 +97,7 @@ def test_every_period_records_windows(tmp_path):
     """--every PERIOD --for SECONDS: windows of a long run, each a whole trace
     directory (DIR, DIR/window.2...), the program untraced in between and its
     output its own."""
-    long = [prog("data_sharing", "O2-pie"), "150000000"]
+    long = [prog("data_sharing", "O2-pie"), "600000000"]      # about 1.7 s untraced
     out = str(tmp_path / "t")
     r = madtrace("record", "--data", "--every", "0.4", "--for", "0.1", "-o", out, "--", *long,
                  timeout=300)

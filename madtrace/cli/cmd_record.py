@@ -53,11 +53,12 @@ def record(args, output: str) -> tuple[Recording, int | None]:
     child = None
     if args.start_after is not None:
         child = _start_untraced(args.target_command, args.start_after, args.start_at)
+        if child.returncode is None and not _attach_unless_ended(recording, child):
+            child.wait()
         if child.returncode is not None:
             recording.log(f"the program ended before --start-after {args.start_after:g} s "
                           f"(status {child.returncode}): nothing recorded")
             return recording, child.returncode
-        recording.attach(child.pid)
         recording.log(f"attached to process {child.pid} after {args.start_after:g} s")
     else:
         recording.launch(args.target_command)
@@ -107,7 +108,9 @@ def _windows(args, options, output: str) -> tuple[Recording, int | None]:
         number += 1
         where = output if number == 1 else os.path.join(output, f"window.{number}")
         recording = Recording(dataclasses.replace(options, output=where))
-        recording.attach(child.pid)
+        if not _attach_unless_ended(recording, child):
+            status = child.wait()
+            break
         first = first or recording
         started = time.time()
         status = recording.run()
@@ -129,6 +132,27 @@ def _windows(args, options, output: str) -> tuple[Recording, int | None]:
     meta["windows"] = windows
     write_meta(output, meta)
     return first, status
+
+
+def _attach_unless_ended(recording, child) -> bool:
+    """``recording`` attached to the untraced ``child``; False if the child ended
+    first (between its last look and the attach: a zombie then)."""
+    from ..errors import NoSuchProcessError
+    try:
+        recording.attach(child.pid)
+    except NoSuchProcessError:
+        if child.poll() is None and not _is_zombie(child.pid):
+            raise
+        return False
+    return True
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _start_untraced(argv: list[str], seconds: float, start_at: str, at_once: bool = False):

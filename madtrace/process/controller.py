@@ -26,6 +26,7 @@ from typing import Callable
 
 from ..errors import NoSuchProcessError
 from . import ptrace_raw as pr
+from .entry_start import AT_ENTRY_NOW, ON_THE_WAY, EntryStart
 from .events import (GroupStop, PtraceEventStop, SignalStop, SyscallStop, ThreadExited,
                      ThreadKilled, TrapStop, keep_signal)
 from .tracee import Tracee, ThreadState, thread_group_of
@@ -510,6 +511,35 @@ class Controller:
         return self.settle([*deferred, *tracee.stop_all()], tracee=tracee)
 
     # --------------------------------------------------------- breakpoints
+    def run_to_entry(self) -> None:
+        """Continue the freshly exec'd target (stopped at its exec) to the
+        executable's entry point without a trap (entry_start.py), and leave it
+        stopped there."""
+        tracee = self.tracee
+        start = EntryStart(tracee)
+        if not start.arm(tracee.pid):
+            return                                   # a static executable: there already
+        try:
+            tracee.resume_all()
+            while True:
+                event = tracee.wait_event(block=True)
+                self._route_foreign()
+                if tracee.exit_event is not None and not tracee.threads:
+                    return
+                if event is None:
+                    continue
+                if isinstance(event, SyscallStop):
+                    state = start.step(tracee, event)
+                    if state == AT_ENTRY_NOW:
+                        tracee.stop_all_quietly()
+                        return
+                    if state == ON_THE_WAY:
+                        continue
+                self.handle(event)
+        finally:
+            if start.armed and tracee.threads:
+                start.disarm()
+
     def run_to(self, address: int) -> None:
         """Continue the (single-threaded, freshly exec'd) target until ``address``,
         with a temporary int3, and leave it stopped there with rip = address."""

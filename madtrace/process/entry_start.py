@@ -1,59 +1,156 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""Run code when a freshly exec'd image reaches its entry point.
+"""Stop a freshly exec'd image at its entry point, without a trap.
 
 At PTRACE_EVENT_EXEC only the new executable and the dynamic loader are
 mapped; its libraries (their functions, their .data and .bss) appear once the
-loader has run.  Tracing a new image "as if it had been launched directly"
-starts where a launch starts: at the executable's entry point (AT_ENTRY of
-the new auxv).  ``EntryStart.arm`` plants a one-shot int3 there; ``claim``
-(a signal claimer) recognises its trap, puts the byte back, moves rip back
-onto the entry and calls the callback with the thread still stopped.
+loader has run.  Tracing an image (launched, or exec'd later) starts where its
+own code starts: at the executable's entry point (AT_ENTRY).
+
+An int3 at the entry killed the program with SIGTRAP when madtrace was killed
+before the loader reached it (nothing was left to take the trap).  Instead,
+at the exec stop (``arm``):
+
+* a page mapped in the target holds a stub that saves rax, rcx and r11 below
+  the stack pointer, makes a ``getpid`` system call, takes the registers back
+  and jumps to the real entry;
+* the AT_ENTRY word of the auxiliary vector on the new stack points at the
+  stub: the dynamic loader jumps there when it is done (a static executable
+  starts at its entry: the exec stop is already there);
+* the tracee runs with system call stops (``Tracee.trace_syscalls``) until
+  the stub's ``getpid``.  At that call's exit stop (``claim``) the thread is
+  put at the entry with its registers as the loader left them, the auxiliary
+  vector's word is given back, the stub page is unmapped, and ``on_entry``
+  runs with the thread stopped.
+
+A madtrace killed at any point of this leaves a program that runs on: the
+stub needs no tracer (it then stays mapped, and ``getauxval(AT_ENTRY)``
+gives its address).
 """
 
 from __future__ import annotations
 
-import signal
+import struct
 from typing import Callable
 
-from .events import SignalStop
+from ..errors import TracerInternalError
+from .events import SyscallStop
 from .tracee import Tracee
 
-INT3 = b"\xcc"
+AT_NULL, AT_ENTRY = 0, 9
+SYS_GETPID = 39
+PAGE = 4096
+PROT_READ, PROT_EXEC = 1, 4
+MAP_PRIVATE, MAP_ANONYMOUS = 0x02, 0x20
+# the stub: rax, rcx and r11 (a system call's) kept below the stack pointer (nothing
+# lives there at an entry point), getpid, the registers back, then jmp [rip + 0] to
+# the entry (the 8 bytes after the stub)
+_SAVE = bytes.fromhex("48894424f8" "48894c24f0" "4c895c24e8")   # mov [rsp-8], rax ...
+_CALL = bytes.fromhex("b827000000" "0f05")                      # mov eax, 39; syscall
+_LOAD = bytes.fromhex("488b4424f8" "488b4c24f0" "4c8b5c24e8")   # mov rax, [rsp-8] ...
+_JUMP = bytes.fromhex("ff2500000000")                            # jmp [rip + 0]
+STUB = _SAVE + _CALL + _LOAD + _JUMP
+AFTER_SYSCALL = len(_SAVE) + len(_CALL)
+NOT_OURS, ON_THE_WAY, AT_ENTRY_NOW = 0, 1, 2
 
 
 class EntryStart:
-    def __init__(self, tracee: Tracee, on_entry: Callable[[int], None]):
+    def __init__(self, tracee: Tracee, on_entry: Callable[[int], None] | None = None):
         """``on_entry(tid)``: called at the entry, every thread stopped (there is one)."""
         self.tracee = tracee
         self.on_entry = on_entry
-        self.address: int | None = None
-        self.saved = b""
+        self.address: int | None = None       # the entry, while armed
+        self.stub = 0
+        self._auxv_slot = 0
+        self._in_call = False                 # the stub's getpid entered, its exit next
+        self._syscalls_before = False
 
     @property
     def armed(self) -> bool:
         return self.address is not None
 
-    def arm(self) -> None:
-        """At the exec stop of ``tracee`` (its new image)."""
-        self.address = self.tracee.auxv_entry()
-        self.saved = self.tracee.mem.read(self.address, 1)
-        self.tracee.mem.write(self.address, INT3)
+    def arm(self, tid: int) -> bool:
+        """At the exec stop of ``tid`` (the new image's only thread).  False: the
+        thread is at the entry already (a static executable), nothing armed."""
+        tracee = self.tracee
+        entry = tracee.auxv_entry()
+        regs = tracee.get_regs(tid)
+        if regs.rip == entry:
+            return False
+        slot = self._find_auxv_slot(regs.rsp, entry)
+        from .remote_syscall import RemoteSyscalls
+        with RemoteSyscalls(tracee, tid) as rs:
+            stub = rs.mmap(0, PAGE, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS)
+        tracee.mem.write(stub, STUB + struct.pack("<Q", entry))
+        tracee.mem.write(slot, struct.pack("<Q", stub))       # last: the loader goes there now
+        self.address, self.stub, self._auxv_slot, self._in_call = entry, stub, slot, False
+        self._syscalls_before = tracee.trace_syscalls
+        tracee.trace_syscalls = True
+        return True
+
+    def _find_auxv_slot(self, rsp: int, entry: int) -> int:
+        """The address of AT_ENTRY's value in the auxiliary vector on the new stack
+        (argc, argv..., 0, envp..., 0, then the auxv pairs)."""
+        read = self.tracee.mem.read_u64
+        argc = read(rsp)
+        at = rsp + 8 * (argc + 2)
+        while read(at):                         # the environment
+            at += 8
+        at += 8
+        for _ in range(256):
+            key, value = read(at), read(at + 8)
+            if key == AT_NULL:
+                break
+            if key == AT_ENTRY:
+                if value != entry:
+                    raise TracerInternalError(f"AT_ENTRY on the stack is {value:#x}, not {entry:#x}")
+                return at + 8
+            at += 16
+        raise TracerInternalError("no AT_ENTRY in the auxiliary vector on the stack")
 
     def disarm(self) -> None:
+        """Before the entry was reached (a detach): the auxiliary vector's word
+        back; the stub stays, the loader may have taken its address already."""
         if self.address is not None and self.tracee.threads:
-            self.tracee.mem.write(self.address, self.saved)
+            self.tracee.mem.write(self._auxv_slot, struct.pack("<Q", self.address))
+            self.tracee.trace_syscalls = self._syscalls_before
         self.address = None
 
-    def claim(self, tracee: Tracee, event: SignalStop) -> bool:
-        if tracee is not self.tracee or self.address is None or event.signum != signal.SIGTRAP:
-            return False
+    def forget(self) -> None:
+        """The image went (an exec) with the stub and the auxiliary vector in it."""
+        if self.address is not None:
+            self.tracee.trace_syscalls = self._syscalls_before
+        self.address = None
+
+    def step(self, tracee: Tracee, event: SyscallStop) -> int:
+        """What ``event`` is: NOT_OURS; ON_THE_WAY (the stub's getpid entered: the
+        thread was resumed to the call's exit); AT_ENTRY_NOW (that exit: the
+        thread stands at the entry with the loader's registers, still stopped)."""
+        if tracee is not self.tracee or self.address is None:
+            return NOT_OURS
         regs = tracee.get_regs(event.tid)
-        if regs.rip != self.address + 1:
-            return False
-        address = self.address
-        self.disarm()
-        regs.rip = address
+        if regs.rip != self.stub + AFTER_SYSCALL or regs.orig_rax != SYS_GETPID:
+            return NOT_OURS
+        if not self._in_call:
+            self._in_call = True
+            tracee.resume(event.tid, 0)            # system call stops on: to its exit
+            return ON_THE_WAY
+        stub, entry = self.stub, self.address
+        from .remote_syscall import RemoteSyscalls
+        with RemoteSyscalls(tracee, event.tid) as rs:   # at a syscall-exit stop
+            rs.munmap(stub, PAGE)
+        read = tracee.mem.read_u64
+        regs.rax, regs.rcx, regs.r11 = read(regs.rsp - 8), read(regs.rsp - 16), read(regs.rsp - 24)
+        regs.rip = entry
         tracee.set_regs(regs, event.tid)
-        self.on_entry(event.tid)
-        tracee.resume(event.tid, 0)
-        return True
+        self.disarm()
+        return AT_ENTRY_NOW
+
+    def claim(self, tracee: Tracee, event: SyscallStop) -> bool:
+        """A syscall claimer (the controller's loop): at the entry, ``on_entry``
+        runs, then the thread goes on."""
+        state = self.step(tracee, event)
+        if state == AT_ENTRY_NOW:
+            if self.on_entry is not None:
+                self.on_entry(event.tid)
+            tracee.resume(event.tid, 0)
+        return state != NOT_OURS

@@ -91,13 +91,14 @@ class ImageChanges:
         self._load_address_space()
         if self._entry_start is None:
             self._entry_start = EntryStart(tracee, lambda tid: self._start_exec_image())
-            self.hooks.signal_claimers.append(self._entry_start.claim)
-        self._entry_start.arm()
+            self.hooks.syscall_claimers.append(self._entry_start.claim)
+        if not self._entry_start.arm(tracee.pid):
+            self._start_exec_image()               # a static executable: at its entry already
 
     def _end_image(self, next_image: str, next_command: list[str]) -> None:
         """The image traced until now was replaced by exec: drain and write its trace."""
         if self._entry_start is not None:
-            self._entry_start.address = None    # the old image's int3 went with it
+            self._entry_start.forget()          # the old image's stub went with it
         if self._loader_watch is not None:
             self._loader_watch.patches.applied.clear()   # its patch went with the image too
             self._loader_watch = None

@@ -181,7 +181,7 @@ class Recording(ImageChanges, CleanSlate, Results):
             raise
         try:
             self._make_controller()
-            self.controller.run_to(self.tracee.auxv_entry())
+            self.controller.run_to_entry()
             if self.tracee.exit_event is None:
                 self._load_address_space()
                 if self.options.start_at == "main":
