@@ -156,6 +156,9 @@ class FlightRecorder:
         self._ticks_taken = 0
         self.window_start = time.time()
         self._number = 0
+        # a tick runs from the controller's timer, a signal handler of the tracer's main
+        # thread: it must not change the window while a tick or a snapshot reads it
+        self._busy = False
 
     # ------------------------------------------------------------- the folder
     def create_folder(self, force: bool) -> None:
@@ -215,7 +218,17 @@ class FlightRecorder:
     def tick(self) -> None:
         """Index what the writers completed, then trim to the bound.  The call
         record chunks new since the last tick go to ``on_call_chunks`` first, as
-        (path, tid, offset, length)."""
+        (path, tid, offset, length).  Skipped inside another tick or a snapshot
+        (the timer's signal handler interrupted it)."""
+        if self._busy:
+            return
+        self._busy = True
+        try:
+            self._index_and_trim()
+        finally:
+            self._busy = False
+
+    def _index_and_trim(self) -> None:
         self._ticks_taken += 1
         now = Tick(self._ticks_taken, time.monotonic(), time.time())
         self.ticks.append(now)
@@ -353,6 +366,13 @@ class FlightRecorder:
         after this time stamp left out, and their threads' accesses after them
         (rebase.py).  Returns meta.json's ``flight``."""
         self.tick()  # up to what is complete now
+        self._busy = True
+        try:
+            return self._write_window(directory, cut_tsc)
+        finally:
+            self._busy = False
+
+    def _write_window(self, directory: str, cut_tsc: int | None) -> dict:
         rebase = Rebase(self.bases(), cut_tsc or None)
         copies, whole = [], []
         for folder, dirs, names in os.walk(self.root):
