@@ -59,6 +59,23 @@
         cmp [rdx], rax
 .endm
 
+/* PROBE_ON probe, found, noslot: the rest of a data probe's linear probe for
+ * %fs:0 from slot rdx (rcx = control block), at label probe */
+.macro PROBE_ON probe, found, noslot
+\probe:
+        cmp qword ptr [rdx], 0
+        je \noslot
+        add rdx, MT_SLOT_ENTRY_SIZE
+        lea rax, [rcx + MT_SLOT_TABLE + MT_SLOT_TABLE_SIZE]
+        cmp rdx, rax
+        jae \noslot
+        mov rax, fs:[0]
+        not rax
+        cmp [rdx], rax
+        jne \probe
+        jmp \found
+.endm
+
 /* LOOKUP name, tag: rcx = this thread's ring block.
  * The slot table is keyed by NOT(fs base) (layout.h).  The fast path takes the
  * word at %fs:0 for the fs base: one load, where rdfsbase costs ~7 cycles, and
@@ -479,18 +496,7 @@ mt_probe_at_published:
         mov rax, [rsp + MT_PF_RAX]
         jmp .Lpr_end
 mt_probe_at_slow:
-.Lpr_probe:                                 /* the rest of the linear probe for %fs:0 */
-        cmp qword ptr [rdx], 0
-        je .Lpr_noslot
-        add rdx, MT_SLOT_ENTRY_SIZE
-        lea rax, [rcx + MT_SLOT_TABLE + MT_SLOT_TABLE_SIZE]
-        cmp rdx, rax
-        jae .Lpr_noslot
-        mov rax, fs:[0]
-        not rax
-        cmp [rdx], rax
-        jne .Lpr_probe
-        jmp .Lpr_found
+        PROBE_ON .Lpr_probe, .Lpr_found, .Lpr_noslot
 .Lpr_noslot:
         test byte ptr [rcx + MT_CTL_FLAGS], MT_FLAG_ENABLED
         jz .Lpr_alias
@@ -631,18 +637,7 @@ mt_string_probe_at_published:
         mov rax, [rsp + MT_PF_RAX]
         jmp .Lsp_end
 mt_string_probe_at_slow:
-.Lsp_probe:                                 /* the rest of the linear probe for %fs:0 */
-        cmp qword ptr [rdx], 0
-        je .Lsp_noslot
-        add rdx, MT_SLOT_ENTRY_SIZE
-        lea rax, [rcx + MT_SLOT_TABLE + MT_SLOT_TABLE_SIZE]
-        cmp rdx, rax
-        jae .Lsp_noslot
-        mov rax, fs:[0]
-        not rax
-        cmp [rdx], rax
-        jne .Lsp_probe
-        jmp .Lsp_found
+        PROBE_ON .Lsp_probe, .Lsp_found, .Lsp_noslot
 .Lsp_noslot:
         test byte ptr [rcx + MT_CTL_FLAGS], MT_FLAG_ENABLED
         jz .Lsp_alias

@@ -27,7 +27,7 @@ from typing import Callable
 from ..errors import NoSuchProcessError
 from . import ptrace_raw as pr
 from .entry_start import AT_ENTRY_NOW, ON_THE_WAY, EntryStart
-from .events import (GroupStop, PtraceEventStop, SignalStop, SyscallStop, ThreadExited,
+from .events import (Event, GroupStop, PtraceEventStop, SignalStop, SyscallStop, ThreadExited,
                      ThreadKilled, TrapStop, keep_signal)
 from .tracee import Tracee, ThreadState, thread_group_of
 
@@ -519,23 +519,14 @@ class Controller:
         start = EntryStart(tracee)
         if not start.arm(tracee.pid):
             return                                   # a static executable: there already
+
+        def arrived(event) -> bool | None:
+            if not isinstance(event, SyscallStop):
+                return False
+            state = start.step(tracee, event)
+            return True if state == AT_ENTRY_NOW else None if state == ON_THE_WAY else False
         try:
-            tracee.resume_all()
-            while True:
-                event = tracee.wait_event(block=True)
-                self._route_foreign()
-                if tracee.exit_event is not None and not tracee.threads:
-                    return
-                if event is None:
-                    continue
-                if isinstance(event, SyscallStop):
-                    state = start.step(tracee, event)
-                    if state == AT_ENTRY_NOW:
-                        tracee.stop_all_quietly()
-                        return
-                    if state == ON_THE_WAY:
-                        continue
-                self.handle(event)
+            self._run_until(arrived)
         finally:
             if start.armed and tracee.threads:
                 start.disarm()
@@ -546,26 +537,41 @@ class Controller:
         tracee = self.tracee
         original = tracee.mem.read(address, 1)
         tracee.mem.write(address, INT3)
+
+        def arrived(event) -> bool:
+            if not isinstance(event, SignalStop) or event.signum != SIGTRAP:
+                return False
+            regs = tracee.get_regs(event.tid)
+            if regs.rip != address + 1:
+                return False
+            regs.rip = address
+            tracee.set_regs(regs, event.tid)
+            return True
         try:
-            tracee.resume_all()
-            while True:
-                event = tracee.wait_event(block=True)
-                self._route_foreign()
-                if tracee.exit_event is not None and not tracee.threads:
-                    return
-                if event is None:
-                    continue
-                if isinstance(event, SignalStop) and event.signum == SIGTRAP:
-                    regs = tracee.get_regs(event.tid)
-                    if regs.rip == address + 1:
-                        regs.rip = address
-                        tracee.set_regs(regs, event.tid)
-                        tracee.stop_all_quietly()
-                        return
-                self.handle(event)
+            self._run_until(arrived)
         finally:
             if tracee.threads:
                 tracee.mem.write(address, original)
+
+    def _run_until(self, arrived: Callable[[Event], bool | None]) -> None:
+        """Resume the target and handle its events until ``arrived(event)`` says
+        it is where it should be (True: every thread is stopped then; None: the
+        event was dealt with; False: not that event), or the target is gone."""
+        tracee = self.tracee
+        tracee.resume_all()
+        while True:
+            event = tracee.wait_event(block=True)
+            self._route_foreign()
+            if tracee.exit_event is not None and not tracee.threads:
+                return
+            if event is None:
+                continue
+            done = arrived(event)
+            if done:
+                tracee.stop_all_quietly()
+                return
+            if done is False:
+                self.handle(event)
 
 
 class TraceeHooks:
