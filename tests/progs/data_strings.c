@@ -6,7 +6,7 @@
  * range on stderr ("heap LO HI").  "ROUNDS long": rep movsb and rep stosb
  * over 4 KiB heap buffers instead, each round, with a SIGALRM every
  * millisecond (its handler counts, said on stderr): signals land inside the
- * loops. */
+ * loops; "ROUNDS long quiet": the same without the signals. */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -70,7 +70,7 @@ __attribute__((noinline)) void set_bytes(void *d, int value, size_t n) {
     __asm__ volatile("cld; rep stosb" : "+D"(d), "+c"(n) : "a"(value) : "memory");
 }
 
-static int long_copies(int rounds) {
+static int long_copies(int rounds, int signals) {
     size_t n = 4096;
     unsigned char *a = malloc(n), *b = malloc(n);
     struct sigaction sa;
@@ -79,7 +79,8 @@ static int long_copies(int rounds) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGALRM, &sa, NULL);
     struct itimerval every = {{0, 1000}, {0, 1000}};
-    setitimer(ITIMER_REAL, &every, NULL);
+    if (signals)
+        setitimer(ITIMER_REAL, &every, NULL);
     unsigned long check = 0;
     for (int r = 0; r < rounds; r++) {
         set_bytes(a, r & 0xff, n);
@@ -100,7 +101,7 @@ int main(int argc, char **argv) {
     char *lo = sbrk(0);
     int rounds = argc > 1 ? atoi(argv[1]) : 2000;
     if (argc > 2 && strcmp(argv[2], "long") == 0)
-        return long_copies(rounds);
+        return long_copies(rounds, !(argc > 3 && strcmp(argv[3], "quiet") == 0));
     heap_words = malloc(64 * sizeof *heap_words);
     long check = 0;
     for (int r = 0; r < rounds; r++) {

@@ -12,12 +12,19 @@ import signal
 from ...arch.x86_64.function_copy import FRAME as STUB_FRAME
 from ...arch.x86_64.function_copy import Probe
 from ...arch.x86_64.jump_stubs import pushf_offset
-from ...arch.x86_64.string_probes import PAIR
+from ...arch.x86_64.string_probes import PAIR, REPE, REPNE
 from ...errors import TracerInternalError
 from ...process import ptrace_raw as pr
 from ...process.events import INSTRUCTION_FAULTS, SignalStop
 from ...process.stepping import step
 from .alias import ALIAS_BIT
+
+
+MASK64 = (1 << 64) - 1
+ZF = 0x40
+FLAG_BITS = 0xCD5             # CF PF AF ZF SF DF OF: what the fix-up's popfq gives back
+ALU_SIZE = 5                  # sub/add reg, [rsp + disp8] (string_probes.py _alu_rsp)
+STORE_SIZE = 5                # mov [rsp + disp8], reg
 
 
 class ProbeSettler:
@@ -77,7 +84,14 @@ class ProbeSettler:
         back to the instruction before its records are published (with the
         iterations done so far: rsi, rdi and rcx say where a rep stands), else on
         through the iteration and the loop's control to the loop's first byte
-        (the instruction, its next iteration) or past the loop."""
+        (the instruction, its next iteration) or past the loop.
+
+        What is plain register arithmetic (the probe's head, the registers'
+        fix-up, the loop's control) is done here, not stepped: a madtrace
+        killed while a thread is stopped after a single step leaves the trap
+        flag set, and the fix-up's pushfq would even keep it in the flags it
+        restores.  Only the published template's tail and the instruction
+        itself are stepped."""
         L = self.rw.L
         template = L.templates["string_probe" if probe.string == PAIR else "probe"]
         marks = template.marks
@@ -86,9 +100,12 @@ class ProbeSettler:
             return regs
         if rip < probe.head or rip >= probe.end:          # the loop's control
             return self._loop_on(tid, regs, probe)
-        while rip < probe.body:                          # saving the registers
-            regs = self._step(tid)
-            rip = regs.rip
+        if rip < probe.body:                             # the head: only rsp is moved
+            if rip > probe.head:
+                regs.rsp += L.MT_PROBE_FRAME
+            regs.rip = self._original_or_copy(probe.original, probe.start)
+            self.rw.tracee.set_regs(regs, tid)
+            return regs
         body, slow = probe.body, probe.body + marks["slow"]
         if body <= rip < body + marks["published"] or slow <= rip < body + template.size:
             return self._roll_back(tid, regs, probe, rip >= body + marks["flags"])
@@ -108,31 +125,71 @@ class ProbeSettler:
             except StepFaulted:
                 return self._roll_back(tid, self.rw.tracee.get_regs(tid), probe, True,
                                        restored=True)
-            rip = regs.rip
-        while rip < probe.insn_end:                      # the registers set back
-            regs = self._step(tid)
-            rip = regs.rip
-        if rip < probe.end:                              # the probe's tail
-            frame = regs.rsp
-            setattr(regs, probe.reg, read(frame + L.MT_PF_SAVED))
-            regs.rsp = frame + L.MT_PROBE_FRAME
-            regs.rip = probe.end
+        if regs.rip < probe.end:
+            regs = self._fix_up(regs, probe)
             self.rw.tracee.set_regs(regs, tid)
         return self._loop_on(tid, regs, probe)
 
+    def _fix_up(self, regs, probe: Probe):
+        """The fix-up and the tail of a string probe carried out on ``regs``: a
+        thread after its instruction (string_probes.py ``_parts``: pushfq, sub
+        and add per register, popfq, the store to the saved slot; then the
+        reload and the frame popped), anywhere up to the probe's end."""
+        L = self.rw.L
+        read = self.rw.tracee.mem.read_u64
+        other = "rdi" if probe.reg == "rsi" else "rsi"
+        ops = [(probe.reg, -1, L.MT_PF_ADDR), (probe.reg, 1, L.MT_PF_SAVED)]
+        if probe.string == PAIR:
+            ops += [(other, -1, L.MT_PF_ADDR2), (other, 1, L.MT_PF_SAVED2)]
+        fix = 1 + ALU_SIZE * len(ops) + 1 + STORE_SIZE
+        start = probe.insn_end - fix
+        rip = regs.rip
+        if rip >= probe.insn_end:                        # the tail: the register reloaded
+            frame = regs.rsp
+            setattr(regs, probe.reg, read(frame + L.MT_PF_SAVED))
+        else:
+            popf = start + 1 + ALU_SIZE * len(ops)
+            if start < rip <= popf:                      # the flags pushed: the frame is above
+                frame = regs.rsp + 8
+                done = (rip - start - 1) // ALU_SIZE
+                if rip <= popf:
+                    flags = read(regs.rsp)
+                    regs.eflags = (regs.eflags & ~FLAG_BITS) | (flags & FLAG_BITS)
+            else:
+                frame = regs.rsp
+                done = 0 if rip == start else len(ops)
+            for name, sign, slot in ops[done:]:
+                value = (getattr(regs, name) + sign * read(frame + slot)) & MASK64
+                setattr(regs, name, value)
+        regs.rsp = frame + L.MT_PROBE_FRAME
+        regs.rip = probe.end
+        return regs
+
     def _loop_on(self, tid: int, regs, probe: Probe):
-        """After an iteration (or in the loop's control): on to the loop's next
-        iteration, which is the instruction's place in the copy, or past it."""
+        """After an iteration (or in the loop's control, ``lea rcx, [rcx - 1]``,
+        ``jne``/``je``, ``jrcxz``, ``jmp``): on to the loop's next iteration,
+        which is the instruction's place in the copy, or past the loop."""
         if not probe.loop:
             return regs
-        while regs.rip not in (probe.head, probe.last, probe.start):
-            if not (probe.start <= regs.rip < probe.last):
-                raise TracerInternalError(f"thread {tid} left the loop of a string instruction "
-                                          f"at {regs.rip:#x}")
-            regs = self._step(tid)
-        if regs.rip == probe.head:
-            regs.rip = probe.start
-            self.rw.tracee.set_regs(regs, tid)
+        rip = regs.rip
+        tail = probe.end
+        conditional = probe.loop in (REPE, REPNE)
+        test = tail + 4 + (2 if conditional else 0)      # jrcxz
+        if rip == tail:
+            regs.rcx = (regs.rcx - 1) & MASK64
+            rip = tail + 4
+        done = False
+        if conditional and rip == tail + 4:
+            zf = bool(regs.eflags & ZF)
+            done = (probe.loop == REPE and not zf) or (probe.loop == REPNE and zf)
+            rip = test
+        if not done and rip == test:
+            done = regs.rcx == 0
+        elif rip not in (test, test + 2, probe.head, probe.start, probe.last):
+            raise TracerInternalError(f"thread {tid} at {regs.rip:#x} in the loop of a string "
+                                      f"instruction")
+        regs.rip = probe.last if done or rip == probe.last else probe.start
+        self.rw.tracee.set_regs(regs, tid)
         return regs
 
     def _settle_stub(self, tid: int, regs, stub):
