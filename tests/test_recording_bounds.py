@@ -107,10 +107,14 @@ def test_every_period_records_windows(tmp_path):
         windows = json.load(f)["windows"]
     assert len(windows) >= 2 and windows[0]["directory"] == "."
     starts = [w["start_time"] for w in windows]
-    assert starts == sorted(starts) and all(b - a > 0.2 for a, b in zip(starts, starts[1:]))
+    # each window lasts --for; the next starts at its period's time, or at once when it is late
+    assert starts == sorted(starts) and all(b - a >= 0.1 for a, b in zip(starts, starts[1:])), starts
     for w in windows:
-        directory = os.path.join(out, w["directory"])
-        assert sum(c["L"] + c["S"] for c in summary_json(directory)["accesses"].values()) > 0
+        # a whole window has accesses; the last may meet the program's exit at its start
+        if w["outcome"] == "detached":
+            directory = os.path.join(out, w["directory"])
+            assert sum(c["L"] + c["S"] for c in summary_json(directory)["accesses"].values()) > 0, w
+    assert windows[0]["outcome"] == "detached", windows
     argv = [prog("data_kernels", "O2-pie"), "matmul", "10"]
     one_line_error(madtrace("record", "--every", "1", "-o", str(tmp_path / "a"), "--", *argv), 2,
                    "--every needs --for")
