@@ -34,6 +34,7 @@ from typing import Callable
 
 from ..errors import TracerInternalError
 from .events import SyscallStop
+from .remote_syscall import RemoteSyscalls
 from .tracee import Tracee
 
 AT_NULL, AT_ENTRY = 0, 9
@@ -77,7 +78,6 @@ class EntryStart:
         if regs.rip == entry:
             return False
         slot = self._find_auxv_slot(regs.rsp, entry)
-        from .remote_syscall import RemoteSyscalls
         with RemoteSyscalls(tracee, tid) as rs:
             stub = rs.mmap(0, PAGE, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS)
         tracee.mem.write(stub, STUB + struct.pack("<Q", entry))
@@ -135,7 +135,6 @@ class EntryStart:
             tracee.resume(event.tid, 0)            # system call stops on: to its exit
             return ON_THE_WAY
         stub, entry = self.stub, self.address
-        from .remote_syscall import RemoteSyscalls
         with RemoteSyscalls(tracee, event.tid) as rs:   # at a syscall-exit stop
             rs.munmap(stub, PAGE)
         read = tracee.mem.read_u64
