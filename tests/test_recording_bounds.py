@@ -76,7 +76,7 @@ def test_start_after_attaches_to_the_running_program(tmp_path):
     assert sum(c["L"] + c["S"] for c in summary["accesses"].values()) > 0
     # left() was running when madtrace attached: its exit, if seen, has no entry
     assert summary["calls"].get("left", 0) == 0
-    short = [prog("data_sharing", "O2-pie"), "40000000"]
+    short = [prog("data_sharing", "O2-pie"), "150000000"]     # about 0.4 s untraced
     out = str(tmp_path / "to-the-end")         # calls only: to the end in a moment
     r = madtrace("record", "-f", "left", "--start-after", "0.05", "-o", out, "--", *short, timeout=300)
     assert r.returncode == 0, r.stderr
