@@ -59,6 +59,17 @@
         cmp [rdx], rax
 .endm
 
+/* PROBE_OUT end: a data probe's flags, rdx, rcx and rax back from its frame */
+.macro PROBE_OUT end
+        mov rax, [rsp + MT_PF_FLAGS]
+        add al, 0x7f                        /* OF back (al: 1 if it was set) */
+        sahf                                /* SF ZF AF PF CF back */
+        mov rdx, [rsp + MT_PF_RDX]
+        mov rcx, [rsp + MT_PF_RCX]
+        mov rax, [rsp + MT_PF_RAX]
+        jmp \end
+.endm
+
 /* PROBE_ON probe, found, noslot: the rest of a data probe's linear probe for
  * %fs:0 from slot rdx (rcx = control block), at label probe */
 .macro PROBE_ON probe, found, noslot
@@ -488,13 +499,7 @@ mt_probe_at_published:
 .Lpr_alias:
         btc qword ptr [rsp + MT_PF_ADDR], MT_ALIAS_BIT_INDEX
 .Lpr_out:
-        mov rax, [rsp + MT_PF_FLAGS]
-        add al, 0x7f                        /* OF back (al: 1 if it was set) */
-        sahf                                /* SF ZF AF PF CF back */
-        mov rdx, [rsp + MT_PF_RDX]
-        mov rcx, [rsp + MT_PF_RCX]
-        mov rax, [rsp + MT_PF_RAX]
-        jmp .Lpr_end
+        PROBE_OUT .Lpr_end
 mt_probe_at_slow:
         PROBE_ON .Lpr_probe, .Lpr_found, .Lpr_noslot
 .Lpr_noslot:
@@ -629,13 +634,7 @@ mt_string_probe_at_published:
         jz .Lsp_out
         btc qword ptr [rsp + MT_PF_ADDR2], MT_ALIAS_BIT_INDEX
 .Lsp_out:
-        mov rax, [rsp + MT_PF_FLAGS]
-        add al, 0x7f                        /* OF back (al: 1 if it was set) */
-        sahf                                /* SF ZF AF PF CF back */
-        mov rdx, [rsp + MT_PF_RDX]
-        mov rcx, [rsp + MT_PF_RCX]
-        mov rax, [rsp + MT_PF_RAX]
-        jmp .Lsp_end
+        PROBE_OUT .Lsp_end
 mt_string_probe_at_slow:
         PROBE_ON .Lsp_probe, .Lsp_found, .Lsp_noslot
 .Lsp_noslot:
