@@ -99,7 +99,7 @@ $(DRAIN_OUT): madtrace/rings/ring_drain.c madtrace/rings/drain_thread.c injector
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -pthread -Iinjector -Ibuild/native -o $@ \
 	    madtrace/rings/ring_drain.c madtrace/rings/drain_thread.c -lxxhash
-$(REPLAY_OUT): madtrace/trace/replay.c madtrace/trace/access_pass.c madtrace/analysis/access_counters.c \
+$(REPLAY_OUT): madtrace/trace/replay.c madtrace/trace/access_pass.c madtrace/trace/parquet_pages.c madtrace/analysis/access_counters.c \
 	    madtrace/trace/access_pass.h
 	@mkdir -p $(@D)
 	gcc -O2 -g -Wall -Wextra -shared -fPIC -o $@ $(filter %.c,$^)

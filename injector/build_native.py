@@ -92,6 +92,7 @@ def build(out: str, compiler: str = "gcc", python: str = sys.executable) -> list
          ["-pthread", f"-I{HERE}", f"-I{native}"], ["-lxxhash"]),
         ("libmtreplay.so", [_src("madtrace", "trace", "replay.c"),
                             _src("madtrace", "trace", "access_pass.c"),
+                            _src("madtrace", "trace", "parquet_pages.c"),
                             _src("madtrace", "analysis", "access_counters.c")], [], []),
         ("libmtblocks.so", [_src("madtrace", "data", "heap", "block_index.c")], [], []),
         ("libmtfootprint.so", [_src("madtrace", "analysis", "footprint.c")], [], []),

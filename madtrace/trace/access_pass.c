@@ -100,8 +100,14 @@ static const uint8_t *tile_records(const uint8_t *data, int64_t n, int planes, i
         return data + first * REC_SIZE;
     int64_t done = 0;
 #ifdef __SSE2__
-    for (; done + 16 <= m; done += 16)
+    for (; done + 16 <= m; done += 16) {
+        /* sixteen streams, one per plane, which the hardware's prefetchers lose:
+         * each plane's line four lines ahead asked for explicitly */
+        if (((first + done) & 63) == 0)
+            for (int k = 0; k < REC_SIZE; k++)
+                __builtin_prefetch(data + (int64_t)k * n + first + done + 256);
         planes_to_records16(data, n, first + done, tile + done * REC_SIZE);
+    }
 #endif
     for (int k = 0; k < REC_SIZE; k++) {
         const uint8_t *plane = data + (int64_t)k * n + first;
@@ -188,6 +194,8 @@ typedef struct {            /* versions of the traced regions, each for a span o
     int64_t last;
 } history_t;
 
+enum { INST_CACHE_BITS = 10, INST_CACHE = 1 << INST_CACHE_BITS };
+
 typedef struct {
     intervals_t objects, sections, maps;
     history_t history;
@@ -198,6 +206,10 @@ typedef struct {
     const uint8_t *object_is_variable;   /* by object payload: a DWARF variable */
     int64_t unmapped;                /* the region id of an address in no region */
     dense_t data, instructions;
+    /* the instruction keys met last, direct-mapped (key + 1, 0: empty): a loop's
+     * few instructions cost a compare each, not a hash lookup */
+    uint64_t inst_cache_key[INST_CACHE];
+    uint32_t inst_cache_id[INST_CACHE];
     /* per data id: loads, stores, bytes, and accesses to a freed block not made by
      * the allocator (after_free; counted by ap_count only) */
     int64_t *counts;
@@ -408,9 +420,16 @@ static int name_rows(namer_t *nm, const access_t *rows, int64_t n, uint32_t *dat
         if (inst_id) {
             uint64_t ikey = r->rip ^ ((uint64_t)r->size << 48);
             if (ikey != last_ikey) {
-                k = dense_id(&nm->instructions, ikey);
-                if (k < 0)
-                    return -1;
+                uint64_t slot = (ikey * 0x9e3779b97f4a7c15ULL) >> (64 - INST_CACHE_BITS);
+                if (nm->inst_cache_key[slot] == ikey + 1) {
+                    k = nm->inst_cache_id[slot];
+                } else {
+                    k = dense_id(&nm->instructions, ikey);
+                    if (k < 0)
+                        return -1;
+                    nm->inst_cache_key[slot] = ikey + 1;
+                    nm->inst_cache_id[slot] = (uint32_t)k;
+                }
                 last_ikey = ikey;
             }
             inst_id[i] = (uint32_t)k;

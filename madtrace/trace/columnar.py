@@ -20,13 +20,16 @@ folders; the files themselves have no tid column): DuckDB
 the folder names.  A table with no rows has one empty file (in ``tid=0``
 for the per-thread ones), so that its schema is known.
 
-Every file is Parquet: zstd level 1, DELTA_BINARY_PACKED integer columns (the
-positions, sequence numbers and timestamps are nearly sorted), dictionary-
-encoded strings and record codes, min/max statistics on the key columns
-(tid, pos, seq, call ids), row groups of at most ``ROW_GROUP_ROWS`` rows, a
-new part every ``PART_ROWS`` rows.  Files of one table share one
-schema, so any Parquet reader (DuckDB, Spark, Trino, pandas) reads the
-folder as one table.  A store whose meta.json is missing, incomplete or of
+Every file is Parquet, zstd level 1, row groups of at most ``ROW_GROUP_ROWS``
+rows, a new part every ``PART_ROWS`` rows.  The two largest tables (access rows,
+call records: integer columns only) are written by the store's own writer
+(parquet_file.py): DELTA_BINARY_PACKED for the (nearly) sorted columns and the
+access flags, PLAIN for the others.  The other tables by pyarrow's:
+DELTA_BINARY_PACKED integer columns (the positions, sequence numbers and
+timestamps are nearly sorted), dictionary-encoded strings and record codes.
+Min/max statistics on the key columns (tid, pos, seq, call ids).  Files of one
+table share one schema, so any Parquet reader (DuckDB, Spark, Trino, pandas)
+reads the folder as one table.  A store whose meta.json is missing, incomplete or of
 another version is rebuilt from the raw capture when it is needed.
 """
 
@@ -41,6 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .format import store_path
+from .parquet_file import ParquetFileWriter, RowGroupEncoder
 
 ROW_GROUP_ROWS = 1 << 20
 PART_ROWS = 8 << 20
@@ -97,22 +101,21 @@ _DELTA = {"pos", "seq", "tsc", "call_id", "parent_id", "begin_seq", "end_seq", "
           "accesses_self", "accesses_incl", "bytes_self", "bytes_incl",
           "id", "address", "size", "freed_seq", "freed_tid", "freed_order", "part_of", "site",
           "rip", "block"}
-# the access rows' other columns are plain (zstd does the rest): dictionary and delta
-# encodings cost more time than they save there (bench/bench_store.py)
-_PLAIN = {"access_rows"}
-_DICT = {"code"}
+# the tables of integer columns only, written by the store's own writer (parquet_file.py):
+# the two largest, at two to three times pyarrow's rate (bench/bench_store.py)
+_OWN_WRITER = {"access_rows", "records"}
+# and delta-encoded there too: small codes whose deltas pack in a few bits (the access
+# flags: 0.06 bytes per row against 0.2 plain, in the same time)
+_OWN_DELTA = {"flags"}
 # min/max statistics (row-group pruning) only where queries filter; they cost ~40% of the
 # writing time when kept for every column
 _STATS = {"tid", "pos", "seq", "call_id", "begin_pos", "end_pos", "begin_seq", "end_seq", "id"}
 
 
-def _options(schema: pa.Schema, table: str) -> dict:
+def _options(schema: pa.Schema) -> dict:
     encoding, dictionary = {}, []
     for f in schema:
-        if table in _PLAIN:
-            if f.name in _DELTA:
-                encoding[f.name] = "DELTA_BINARY_PACKED"
-        elif pa.types.is_dictionary(f.type) or f.name in _DICT:
+        if pa.types.is_dictionary(f.type):
             dictionary.append(f.name)
         elif pa.types.is_integer(f.type) and f.name in _DELTA:
             encoding[f.name] = "DELTA_BINARY_PACKED"
@@ -152,6 +155,10 @@ class Flusher:
                     task()
                 except BaseException as exc:   # raised by submit() or join()
                     self.error = exc
+            else:           # skipped: a task that others wait for lets them go
+                abandon = getattr(task, "abandon", None)
+                if abandon is not None:
+                    abandon()
 
     def submit(self, task) -> None:
         if self.error is not None:
@@ -170,8 +177,9 @@ class Flusher:
 
 
 class Flushers:
-    """``count`` flushers; a table's parts go to them in turn, so that parts are
-    encoded and written in parallel (each part's row groups in order on one)."""
+    """``count`` flushers; a table's parts (or, for the store's own writer, its
+    row groups: ``_InTurn``) go to them in turn, so that they are encoded and
+    written in parallel."""
 
     def __init__(self, count: int = 2, depth: int = 2, nice: int | None = None):
         self.flushers = [Flusher(depth, nice) for _ in range(max(count, 1))]
@@ -202,77 +210,227 @@ class _Inline:
         return cls
 
 
+class _ArrowBatches:
+    """A table's rows as pyarrow tables, written by pyarrow's Parquet writer: a
+    part's row groups on one flusher, in order."""
+
+    parallel = False
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+        self.options = _options(schema)
+
+    def batch(self, columns: dict) -> pa.Table:
+        return pa.table([columns[f.name] if isinstance(columns[f.name], pa.Array)
+                         else pa.array(columns[f.name], type=f.type) for f in self.schema],
+                        schema=self.schema)
+
+    @staticmethod
+    def rows(batch: pa.Table) -> int:
+        return batch.num_rows
+
+    @staticmethod
+    def concat(batches: list) -> pa.Table:
+        return batches[0] if len(batches) == 1 else \
+            pa.concat_tables(batches, promote_options="none").unify_dictionaries()
+
+    @staticmethod
+    def slice(batch: pa.Table, first: int, count: int) -> pa.Table:
+        return batch.slice(first, count)
+
+    def open(self, path: str):
+        return pq.ParquetWriter(path, self.schema, **self.options)
+
+    @staticmethod
+    def prepare(piece: pa.Table) -> pa.Table:
+        return piece            # pyarrow encodes as it writes
+
+    @staticmethod
+    def append(writer, piece: pa.Table) -> None:
+        writer.write_table(piece, row_group_size=ROW_GROUP_ROWS)
+
+
+class _NumpyBatches:
+    """A table of integer columns as numpy arrays, written by the store's own
+    Parquet writer (parquet_file.py) with the encodings and statistics that
+    ``_options`` gives pyarrow's.  Its row groups are encoded on any flusher,
+    side by side, and appended to their part in order (``parallel``)."""
+
+    parallel = True
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+        self.dtypes = {f.name: np.dtype(f.type.to_pandas_dtype()) for f in schema}
+        self.encoder = RowGroupEncoder(
+            schema, {f.name: "DELTA_BINARY_PACKED" for f in schema
+                     if f.name in _DELTA or f.name in _OWN_DELTA},
+            {f.name for f in schema if f.name in _STATS})
+
+    def batch(self, columns: dict) -> dict:
+        return {name: np.asarray(columns[name].to_numpy(zero_copy_only=False)
+                                 if isinstance(columns[name], pa.Array) else columns[name],
+                                 dtype=dtype) for name, dtype in self.dtypes.items()}
+
+    def rows(self, batch: dict) -> int:
+        return len(batch[self.schema[0].name])
+
+    @staticmethod
+    def concat(batches: list) -> dict:
+        return batches[0] if len(batches) == 1 else \
+            {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
+
+    @staticmethod
+    def slice(batch: dict, first: int, count: int) -> dict:
+        return {name: values[first:first + count] for name, values in batch.items()}
+
+    def open(self, path: str) -> ParquetFileWriter:
+        return ParquetFileWriter(path, self.encoder)
+
+    def prepare(self, piece: dict):
+        return self.encoder.encode(piece)
+
+    @staticmethod
+    def append(writer: ParquetFileWriter, encoded) -> None:
+        writer.append(encoded)
+
+
+class _Turns:
+    """Steps that run in the order of their tickets, on whichever thread comes to
+    them: a flusher that encoded row group k + 1 first waits to append it until
+    row group k is in the file.  A step that fails (or whose task was skipped)
+    lets every later one go, with an error."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._issued = 0
+        self._next = 0
+        self._broken = False
+
+    def ticket(self) -> int:
+        self._issued += 1
+        return self._issued - 1
+
+    def run(self, ticket: int, step) -> None:
+        with self._cond:
+            while self._next != ticket and not self._broken:
+                self._cond.wait()
+            if self._broken:
+                raise RuntimeError("an earlier row group of this part was not written")
+        try:
+            step()
+        except BaseException:
+            self.abandon()
+            raise
+        with self._cond:
+            self._next += 1
+            self._cond.notify_all()
+
+    def abandon(self) -> None:
+        with self._cond:
+            self._broken = True
+            self._cond.notify_all()
+
+
+class _InTurn:
+    """A flusher's task: ``prepare()`` (the encoding, side by side with the other
+    flushers'), then ``step(prepared)`` in its turn."""
+
+    def __init__(self, turns: _Turns, ticket: int, step, prepare=None):
+        self.turns, self.ticket, self.step, self.prepare = turns, ticket, step, prepare
+
+    def __call__(self) -> None:
+        try:
+            prepared = self.prepare() if self.prepare is not None else None
+        except BaseException:
+            self.turns.abandon()
+            raise
+        self.turns.run(self.ticket, lambda: self.step(prepared))
+
+    def abandon(self) -> None:
+        self.turns.abandon()
+
+
 class PartWriter:
     """Appends row groups to ``store/<table>/[tid=<tid>/]p<n>.parquet``, starting a
     new part every PART_ROWS rows; small writes are gathered into row groups
     of at least FLUSH_ROWS rows.  ``close()`` writes what is buffered and
     finishes the open part.  With a ``flusher``, encoding and writing happen
-    on its thread (call ``flusher.join()`` before reading the files)."""
+    on its threads (call ``flusher.join()`` before reading the files)."""
 
     def __init__(self, directory: str, table: str, tid: int | None = None,
-                 flusher: Flusher | None = None):
+                 flusher: Flusher | Flushers | None = None):
         self.folder = store_path(directory, table) if tid is None else \
             store_path(directory, table, f"tid={tid}")
         os.makedirs(self.folder, exist_ok=True)
         self.table = table
         self.schema = SCHEMAS[table]
-        self.options = _options(self.schema, table)
+        self.batches = (_NumpyBatches if table in _OWN_WRITER else _ArrowBatches)(self.schema)
         self.flusher = flusher or _Inline
-        self._state: dict = {"writer": None}     # the open part's writer (its flusher's)
+        self._turns = _Turns()
+        self._state: dict = {"writer": None}     # the open part's writer
         self.part = 0
         self.part_rows = 0
         self.rows = 0
         self.files = 0
-        self.pending: list[pa.Table] = []
+        self.pending: list = []
         self.pending_rows = 0
 
     def write(self, columns: dict) -> None:
         """``columns``: name -> numpy array or pyarrow array (every schema column)."""
-        batch = pa.table([columns[f.name] if isinstance(columns[f.name], pa.Array)
-                          else pa.array(columns[f.name], type=f.type) for f in self.schema],
-                         schema=self.schema)
+        batch = self.batches.batch(columns)
         self.pending.append(batch)
-        self.pending_rows += batch.num_rows
+        self.pending_rows += self.batches.rows(batch)
         if self.pending_rows >= FLUSH_ROWS:
             self.flush()
+
+    def _submit(self, step, prepare=None) -> None:
+        """``step(prepare())`` on a flusher, in the order submitted for this table:
+        pyarrow's parts each on one flusher; the own writer's row groups
+        prepared (encoded) on any, appended in turn."""
+        if not self.batches.parallel:
+            self.flusher.pick(self.part).submit(
+                lambda: step(prepare() if prepare is not None else None))
+            return
+        ticket = self._turns.ticket()
+        self.flusher.pick(ticket).submit(_InTurn(self._turns, ticket, step, prepare))
 
     def flush(self) -> None:
         if not self.pending:
             return
-        batch = self.pending[0] if len(self.pending) == 1 else \
-            pa.concat_tables(self.pending, promote_options="none").unify_dictionaries()
+        batches = self.batches
+        batch = batches.concat(self.pending)
         self.pending, self.pending_rows = [], 0
-        n = batch.num_rows
+        n = batches.rows(batch)
         done = 0
         while done < n or self.files == 0:
-            flusher = self.flusher.pick(self.part)
             if self.part_rows == 0:
                 path = os.path.join(self.folder, f"p{self.part}.parquet")
-                # each part its own writer, used by its flusher's thread only
+                # each part its own writer
                 self._state = {"writer": None}
-                flusher.submit(lambda path=path, state=self._state: self._open(path, state))
+                self._submit(lambda _, path=path, state=self._state: self._open(path, state))
                 self.files += 1
-            take = min(n - done, PART_ROWS - self.part_rows)
-            piece = batch.slice(done, take)
-            flusher.submit(lambda piece=piece, state=self._state: state["writer"].write_table(
-                piece, row_group_size=ROW_GROUP_ROWS))
+            take = min(n - done, PART_ROWS - self.part_rows, ROW_GROUP_ROWS)
+            piece = batches.slice(batch, done, take)
+            self._submit(lambda prepared, state=self._state: batches.append(state["writer"],
+                                                                            prepared),
+                         lambda piece=piece: batches.prepare(piece))
             done += take
             self.part_rows += take
             self.rows += take
             if self.part_rows >= PART_ROWS:
-                flusher.submit(lambda state=self._state: self._close_part(state))
+                self._submit(lambda _, state=self._state: self._close_part(state))
                 self.part += 1
                 self.part_rows = 0
             if n == 0:
                 break
 
     def _open(self, path: str, state: dict) -> None:
-        state["writer"] = pq.ParquetWriter(path, self.schema, **self.options)
+        state["writer"] = self.batches.open(path)
 
     def close(self) -> None:
         self.flush()
         if self.part_rows:
-            self.flusher.pick(self.part).submit(lambda state=self._state: self._close_part(state))
+            self._submit(lambda _, state=self._state: self._close_part(state))
             self.part += 1
             self.part_rows = 0
 
@@ -287,7 +445,7 @@ class PartWriter:
         if self.files == 0:
             self.write({f.name: pa.array([], type=f.type) for f in self.schema})
             self.flush()
-            self.flusher.pick(self.part).submit(lambda state=self._state: self._close_part(state))
+            self._submit(lambda _, state=self._state: self._close_part(state))
 
 
 def dictionary_column(codes, names: list[str]) -> pa.DictionaryArray:

@@ -95,13 +95,13 @@ def to_planes(records: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(records).view(np.uint8).reshape(-1, COMPACT_DTYPE.itemsize).T.copy()
 
 
-def from_planes(raw: bytes, n: int) -> np.ndarray:
+def from_planes(raw, n: int) -> np.ndarray:
     planes = np.frombuffer(raw, dtype=np.uint8).reshape(COMPACT_DTYPE.itemsize, n)
     return np.ascontiguousarray(planes.T).view(COMPACT_DTYPE).reshape(n)
 
 
-def iter_raw_blocks(path: str, start: int = 0) -> Iterator[tuple[int, bytes, int, bool]]:
-    """(offset after the block, its decompressed records, how many, whether as byte
+def iter_raw_blocks(path: str, start: int = 0) -> Iterator[tuple[int, np.ndarray, int, bool]]:
+    """(offset after the block, its decompressed records (bytes), how many, whether as byte
     planes) of each complete block from ``start`` (0: the first); each block is one
     chunk of the capture container, checked."""
     for offset, payload in CaptureFormat("compact", COMPACT_DTYPE.itemsize).payloads(path, start):
@@ -114,7 +114,7 @@ def iter_raw_blocks(path: str, start: int = 0) -> Iterator[tuple[int, bytes, int
                 or int(h["packed"]) != len(payload) - BLOCK_HEADER.itemsize:
             raise CorruptTraceError(f"{path}: no block header in the chunk before offset {offset}")
         try:
-            raw = zstd.decompress(memoryview(payload)[BLOCK_HEADER.itemsize:], int(h["raw"]))
+            raw = zstd.decompress_array(memoryview(payload)[BLOCK_HEADER.itemsize:], int(h["raw"]))
         except (OSError, ValueError) as exc:        # ZstdError is a ValueError
             raise CorruptTraceError(f"{path}: the block before offset {offset}: {exc}") from None
         yield offset, raw, int(h["records"]), magic == MAGIC_PLANES

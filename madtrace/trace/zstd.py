@@ -87,10 +87,16 @@ def compress(data, level: int = LEVEL) -> bytes:
 
 def decompress(data, size: int) -> bytes:
     """``data`` (one frame) decompressed; its content must be exactly ``size`` bytes."""
+    return decompress_array(data, size).tobytes()
+
+
+def decompress_array(data, size: int) -> np.ndarray:
+    """``decompress`` into a new array of bytes of its own (no copy made after it:
+    the readers of a trace decompress hundreds of megabytes)."""
     lib = _zstd()
     src, n, _keep = _address(data)
-    out = _buffer(size)
+    out = np.empty(size, dtype=np.uint8)
     got = _check(lib, lib.ZSTD_decompress(out.ctypes.data, size, src, n))
     if got != size:
         raise ZstdError(f"the frame holds {got} bytes, not {size}")
-    return out[:size].tobytes()
+    return out
