@@ -162,3 +162,46 @@ def test_store_that_cannot_be_written_is_a_one_line_error(tmp_path):
                     prog("calls_recursion", "O2-nopie")).returncode == 0
     (directory / "store").write_text("not a folder")
     one_line_error(madtrace("query", str(directory), "SELECT 1"), 23, "cannot write the store")
+
+
+def test_access_rows_of_a_thread_without_calls_are_its_decoded_accesses(tmp_path):
+    """The store's pass over a thread without call records decodes, names and
+    writes its columns in one C loop (ap_rows_compact); its rows, ids and counts
+    equal what the capture's decoded accesses give, named one by one."""
+    from madtrace.trace.access_names import AccessDimensions
+    from madtrace.trace.allocator_calls import AllocatorCalls
+    from madtrace.trace.columnar import FLAG_ALLOCATOR, FLAG_FIRST, FLAG_STORE
+    from madtrace.trace.compact import compact_reader
+    from madtrace.trace.naming import AccessNamer
+    from madtrace.trace.record_files import ACCESS_RECORDS
+
+    directory = str(tmp_path / "t")
+    result = madtrace("record", "-q", "--data", "--no-functions", "-o", directory, "--",
+                      prog("data_heap", "O2-pie"), timeout=300)
+    assert result.returncode == 0, result.stderr.decode()
+    calls = AllocatorCalls.load(directory)
+    files = ACCESS_RECORDS.files(directory)
+    assert files
+    for tid, path in files:
+        fused = AccessDimensions(AccessNamer(directory))
+        chunks = list(fused.row_chunks(path, calls.spans(tid), 256))   # many chunks
+        got = {c: np.concatenate([chunk[c] for chunk in chunks]) for c in chunks[0]}
+        rows = np.concatenate(list(compact_reader(path).chunks()))
+        assert len(rows) > 1000 and len(chunks) > 3 and len(got["pos"]) == len(rows)
+        one_by_one = AccessDimensions(AccessNamer(directory))
+        instructions: dict = {}
+        want = {
+            "pos": np.arange(len(rows)) + rows["seq"].astype(np.int64),
+            "seq": rows["seq"].astype(np.int64), "order": rows["order"],
+            "call_id": np.full(len(rows), -1), "fid": np.full(len(rows), -1),
+            "iid": np.array([instructions.setdefault((rip, size), len(instructions))
+                             for rip, size in zip(rows["rip"].tolist(), rows["size"].tolist())]),
+            "did": one_by_one.data_ids(rows), "addr": rows["addr"],
+            "flags": (np.where(rows["kind"] == 1, 0, FLAG_STORE)
+                      | np.where(rows["first"] != 0, FLAG_FIRST, 0)
+                      | np.where(calls.inside(tid, rows["order"]), FLAG_ALLOCATOR, 0))}
+        assert (want["flags"] & FLAG_ALLOCATOR).any() and (want["flags"] & FLAG_STORE).any()
+        for column, values in want.items():
+            assert np.array_equal(got[column].astype(np.int64), values.astype(np.int64)), column
+        assert np.array_equal(fused.counts(), one_by_one.counts())
+        assert np.array_equal(fused.ids.keys(0, 0), one_by_one.ids.keys(0, 0))

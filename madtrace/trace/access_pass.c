@@ -380,24 +380,45 @@ static int grow_counts(namer_t *nm, int64_t d)
     return 0;
 }
 
-/* the data key of one access (see KEY) */
-static inline uint64_t data_key(namer_t *nm, const access_t *r)
+/* the data key of an access (see KEY) to ``addr`` at ``order``, in heap block
+ * ``block`` (0: none; ``freed``: after its release) */
+static inline uint64_t data_key_of(namer_t *nm, uint32_t block, int freed, uint64_t addr,
+                                   uint64_t order)
 {
-    uint32_t block = r->block;
     if (block > 0 && (int64_t)block <= nm->n_blocks) {
         int64_t region = nm->block_region[block];
         if (region < 0)         /* a block's region: where it was when allocated */
             region = nm->block_region[block] =
                 region_of(nm, nm->block_address[block - 1], nm->block_order[block - 1]);
-        return KEY(1, region, ((uint64_t)block << 1) | (r->freed != 0));
+        return KEY(1, region, ((uint64_t)block << 1) | (freed != 0));
     }
-    int64_t j = find(&nm->objects, r->addr);
+    int64_t j = find(&nm->objects, addr);
     if (j >= 0) {
         int64_t obj = nm->objects.payload[j];
-        return nm->object_is_variable[obj] ? KEY(2, obj, r->addr - nm->objects.start[j])
+        return nm->object_is_variable[obj] ? KEY(2, obj, addr - nm->objects.start[j])
                                            : KEY(3, obj, 0);
     }
-    return KEY(0, 0, region_of(nm, r->addr, r->order));
+    return KEY(0, 0, region_of(nm, addr, order));
+}
+
+static inline uint64_t data_key(namer_t *nm, const access_t *r)
+{
+    return data_key_of(nm, r->block, r->freed, r->addr, r->order);
+}
+
+/* the dense instruction id of ``ikey`` (rip ^ size << 48), through the cache of
+ * the keys met last; -1: no memory */
+static inline int64_t instruction_id(namer_t *nm, uint64_t ikey)
+{
+    uint64_t slot = (ikey * 0x9e3779b97f4a7c15ULL) >> (64 - INST_CACHE_BITS);
+    if (nm->inst_cache_key[slot] == ikey + 1)
+        return nm->inst_cache_id[slot];
+    int64_t k = dense_id(&nm->instructions, ikey);
+    if (k >= 0) {
+        nm->inst_cache_key[slot] = ikey + 1;
+        nm->inst_cache_id[slot] = (uint32_t)k;
+    }
+    return k;
 }
 
 /* name ``n`` rows: data ids, and instruction ids unless ``inst_id`` is NULL */
@@ -420,16 +441,9 @@ static int name_rows(namer_t *nm, const access_t *rows, int64_t n, uint32_t *dat
         if (inst_id) {
             uint64_t ikey = r->rip ^ ((uint64_t)r->size << 48);
             if (ikey != last_ikey) {
-                uint64_t slot = (ikey * 0x9e3779b97f4a7c15ULL) >> (64 - INST_CACHE_BITS);
-                if (nm->inst_cache_key[slot] == ikey + 1) {
-                    k = nm->inst_cache_id[slot];
-                } else {
-                    k = dense_id(&nm->instructions, ikey);
-                    if (k < 0)
-                        return -1;
-                    nm->inst_cache_key[slot] = ikey + 1;
-                    nm->inst_cache_id[slot] = (uint32_t)k;
-                }
+                k = instruction_id(nm, ikey);
+                if (k < 0)
+                    return -1;
                 last_ikey = ikey;
             }
             inst_id[i] = (uint32_t)k;
@@ -536,39 +550,16 @@ int ap_decode_tiles(const compact_block_t *b, decode_state_t *state, int64_t *ba
     return 0;
 }
 
-struct rows_out {           /* ap_rows_compact's columns, and the rows written so far */
-    void *namer;
-    int64_t access_start;
-    const uint64_t *span_begin, *span_end;
-    int64_t n_spans;
-    int64_t *pos, *seq;
-    uint64_t *order;
-    int64_t *call_id;
-    int32_t *fid;
-    uint32_t *inst_id, *data_id;
-    uint64_t *addr;
-    uint8_t *flags;
-    int64_t done;
-};
-
-static int rows_tile(void *ctx, const access_t *rows, int64_t n)
-{
-    struct rows_out *o = ctx;
-    int64_t d = o->done;
-    if (ap_rows(o->namer, rows, n, o->access_start + d, NULL, 0, o->span_begin, o->span_end,
-                o->n_spans, o->pos + d, o->seq + d, o->order + d, o->call_id + d, o->fid + d,
-                o->inst_id + d, o->data_id + d, o->addr + d, o->flags + d))
-        return -1;
-    o->done += n;
-    return 0;
-}
-
 /*
  * ap_rows for the compact records of one block (ap_decode's arguments) of a
- * thread without call records (``events`` NULL), decoded a tile at a time
- * (ap_decode_tiles): the columns from ``out_at`` on (room for 2n rows); returns
- * the rows written, -1 when memory ran out, -2 with ``*bad_id`` for an unknown
- * instruction id (nothing written, the state unchanged).
+ * thread without call records: the columns from ``out_at`` on (room for 2n
+ * rows); returns the rows written, -1 when memory ran out, -2 with ``*bad_id``
+ * for an unknown instruction id (nothing written, the state unchanged).
+ *
+ * What ap_decode, name_rows and ap_rows do, in one loop over each tile of
+ * records, without the access rows between them: the store's largest pass.
+ * The same rows, names and counts as those three on the decoded rows
+ * (tests/test_store.py compares them).
  */
 int64_t ap_rows_compact(void *p, const uint8_t *data, int64_t n, int planes,
                         const uint64_t *i_rip, const uint16_t *i_size, const uint8_t *i_kind,
@@ -579,11 +570,78 @@ int64_t ap_rows_compact(void *p, const uint8_t *data, int64_t n, int planes,
                         int32_t *fid, uint32_t *inst_id, uint32_t *data_id, uint64_t *addr,
                         uint8_t *flags, int64_t *bad_id)
 {
-    compact_block_t block = {data, n, planes, i_rip, i_size, i_kind, i_ilen, i_first, n_inst};
-    struct rows_out out = {p, access_start, span_begin, span_end, n_spans, pos, seq, order,
-                           call_id, fid, inst_id, data_id, addr, flags, 0};
-    int rc = ap_decode_tiles(&block, state, bad_id, rows_tile, &out);
-    return rc ? rc : out.done;
+    enum { TILE = 512 };
+    uint8_t tile[TILE * REC_SIZE];
+    namer_t *nm = p;
+    (void)i_ilen;
+    if (!ids_known(data, n, planes, n_inst, bad_id))
+        return -2;
+    uint64_t s = state->seq;
+    int64_t next = state->next_order;
+    uint64_t last_key = UINT64_MAX;
+    int64_t last_inst = -1, d = -1, k = -1, span = 0, m = 0;
+    for (int64_t first = 0; first < n; first += TILE) {
+        int64_t count = n - first < TILE ? n - first : TILE;
+        const uint8_t *rec = tile_records(data, n, planes, first, count, tile);
+        for (int64_t i = 0; i < count; i++, rec += REC_SIZE) {
+            uint64_t a;
+            uint32_t id, b;
+            memcpy(&a, rec, 8);
+            memcpy(&id, rec + 8, 4);
+            memcpy(&b, rec + 12, 4);
+            if (id == 0) {
+                if (b == MARK_SEQ)
+                    s = a;
+                else if (b == MARK_ORDER)
+                    next = (int64_t)a;
+                continue;
+            }
+            uint8_t kind = i_kind[id];
+            if (!kind)
+                continue;
+            if ((int64_t)id != last_inst) {
+                k = instruction_id(nm, i_rip[id] ^ ((uint64_t)i_size[id] << 48));
+                if (k < 0)
+                    return -1;
+                last_inst = id;
+            }
+            uint32_t block = b & (FREED_BIT - 1);
+            int freed = (int)(b >> 31);
+            uint16_t size = i_size[id];
+            int rows = kind == 3 ? 2 : 1;
+            for (int r = 0; r < rows; r++) {
+                uint64_t o = (uint64_t)next++;
+                uint64_t key = data_key_of(nm, block, freed, a, o);
+                if (key != last_key) {
+                    d = dense_id(&nm->data, key);
+                    if (d < 0)
+                        return -1;
+                    last_key = key;
+                    if (d >= nm->counts_cap && grow_counts(nm, d))
+                        return -1;
+                }
+                int store = kind == 2 || r == 1;
+                nm->counts[d * NCOUNT + store] += 1;
+                nm->counts[d * NCOUNT + 2] += size;
+                uint8_t f = (uint8_t)((store ? FLAG_STORE : 0) | (!r && i_first[id] ? FLAG_FIRST : 0));
+                if (in_span(span_begin, span_end, n_spans, &span, o))
+                    f |= FLAG_ALLOCATOR;
+                pos[m] = access_start + m + (int64_t)s;
+                seq[m] = (int64_t)s;
+                order[m] = o;
+                call_id[m] = -1;
+                fid[m] = -1;
+                inst_id[m] = (uint32_t)k;
+                data_id[m] = (uint32_t)d;
+                addr[m] = a;
+                flags[m] = f;
+                m++;
+            }
+        }
+    }
+    state->seq = s;
+    state->next_order = next;
+    return m;
 }
 
 /* the keys of the data ids (``which`` 0) or of the instruction ids (1) from

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import struct
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -146,6 +147,18 @@ def _column_kind(field: pa.Field, encoding: str) -> tuple[int, int, list]:
     return physical, kind, annotation
 
 
+_SCRATCH = threading.local()
+
+
+def _scratch(size: int) -> np.ndarray:
+    """A page body's buffer, kept per thread (a new one for each column chunk
+    came as new pages the kernel zeroed)."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = _SCRATCH.buf = np.empty(size, dtype=np.uint8)
+    return buf
+
+
 class EncodedRowGroup(NamedTuple):
     """A row group encoded (``RowGroupEncoder.encode``), not yet in a file: its
     bytes (page headers and pages), and per column chunk its place in them."""
@@ -198,7 +211,7 @@ class RowGroupEncoder:
         (min, max) or None)."""
         lib = self.lib
         n = len(values)
-        body = np.empty(lib.pq_page_bound(min(n, PAGE_ROWS)), dtype=np.uint8)
+        body = _scratch(lib.pq_page_bound(min(n, PAGE_ROWS)))
         minmax = np.empty(2, dtype=np.int64)
         lo, hi = None, None
         size = compressed = 0

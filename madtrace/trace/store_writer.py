@@ -17,8 +17,6 @@ parts being encoded.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import shutil
 import sys
@@ -64,44 +62,8 @@ def _clock(directory: str) -> dict:
 def build_store(directory: str, out=sys.stderr) -> dict:
     """Write DIR/store from the raw capture (replacing whatever is there)."""
     shutil.rmtree(store_path(directory), ignore_errors=True)
-    with freed_memory_kept():
-        return StoreWriter(directory).finish(out)
+    return StoreWriter(directory).finish(out)
 
-
-# glibc's mallopt parameters, and their defaults
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_DEFAULT_THRESHOLD = 128 * 1024
-_KEEP = 1 << 30
-
-
-@contextlib.contextmanager
-def freed_memory_kept():
-    """While the store is built, glibc keeps the memory freed instead of giving
-    it back to the kernel.  The pass makes its columns a chunk at a time (8 MB
-    arrays) and the Parquet writers free them when written; given back (munmap,
-    or the heap's top trimmed), the next chunk's arrays come as new pages that
-    the kernel zeroes first: ~10% of the pass's time.  Kept, they are reused.
-    Peak memory does not grow (what is kept was in use at the peak); glibc's
-    default thresholds are set again afterwards (a process of madtrace's own or
-    not: the API builds stores too)."""
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):       # not glibc: nothing to tune
-        yield
-        return
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    mallopt(_M_MMAP_THRESHOLD, _KEEP)
-    mallopt(_M_TRIM_THRESHOLD, _KEEP)
-    try:
-        yield
-    finally:
-        mallopt(_M_MMAP_THRESHOLD, _DEFAULT_THRESHOLD)
-        mallopt(_M_TRIM_THRESHOLD, _DEFAULT_THRESHOLD)
-        malloc_trim = getattr(libc, "malloc_trim", None)
-        if malloc_trim is not None:          # what was kept goes back now
-            malloc_trim.argtypes, malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
-            malloc_trim(0)
 
 
 def ensure_store(directory: str, out=sys.stderr) -> None:
