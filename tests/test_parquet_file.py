@@ -121,3 +121,24 @@ def test_refuses_what_it_cannot_write(tmp_path):
     with pytest.raises(TracerInternalError):
         writer.write({"a": np.arange(3), "b": np.arange(2)})
     writer.close()
+
+
+def test_a_row_group_from_pieces_reads_as_one(tmp_path):
+    """A row group given as several pieces (the store's batches, gathered without
+    copying them) holds their rows one after the other, pages cut at the pieces."""
+    rng = np.random.default_rng(5)
+    pieces = [columns(n, mode, rng) for n, mode in ((1, "sorted"), (PAGE_ROWS + 3, "random"),
+                                                   (0, "sorted"), (129, "constant"))]
+    path = tmp_path / "p.parquet"
+    writer = ParquetFileWriter(str(path), RowGroupEncoder(ACCESS_ROWS, EVERY_DELTA, {"pos"}))
+    writer.write(pieces)
+    writer.close()
+    meta = pq.read_metadata(path)
+    assert meta.num_row_groups == 1 and meta.num_rows == sum(len(p["pos"]) for p in pieces)
+    stats = meta.row_group(0).column(0).statistics
+    everything = np.concatenate([p["pos"] for p in pieces])
+    assert (stats.min, stats.max) == (everything.min(), everything.max())
+    table = pq.read_table(path)
+    for f in ACCESS_ROWS:
+        assert np.array_equal(table.column(f.name).to_numpy(),
+                              np.concatenate([p[f.name] for p in pieces])), f.name

@@ -266,22 +266,30 @@ class _NumpyBatches:
                      if f.name in _DELTA or f.name in _OWN_DELTA},
             {f.name for f in schema if f.name in _STATS})
 
-    def batch(self, columns: dict) -> dict:
-        return {name: np.asarray(columns[name].to_numpy(zero_copy_only=False)
-                                 if isinstance(columns[name], pa.Array) else columns[name],
-                                 dtype=dtype) for name, dtype in self.dtypes.items()}
+    def batch(self, columns: dict) -> list[dict]:
+        """A batch: a list of pieces, each a dict of equally long columns (gathered
+        and cut without copying them: a row group's pages follow its pieces)."""
+        return [{name: np.asarray(columns[name].to_numpy(zero_copy_only=False)
+                                  if isinstance(columns[name], pa.Array) else columns[name],
+                                  dtype=dtype) for name, dtype in self.dtypes.items()}]
 
-    def rows(self, batch: dict) -> int:
-        return len(batch[self.schema[0].name])
-
-    @staticmethod
-    def concat(batches: list) -> dict:
-        return batches[0] if len(batches) == 1 else \
-            {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
+    def rows(self, batch: list[dict]) -> int:
+        first = self.schema[0].name
+        return sum(len(piece[first]) for piece in batch)
 
     @staticmethod
-    def slice(batch: dict, first: int, count: int) -> dict:
-        return {name: values[first:first + count] for name, values in batch.items()}
+    def concat(batches: list) -> list[dict]:
+        return [piece for batch in batches for piece in batch]
+
+    def slice(self, batch: list[dict], first: int, count: int) -> list[dict]:
+        out, at, name = [], 0, self.schema[0].name
+        for piece in batch:
+            n = len(piece[name])
+            lo, hi = max(first - at, 0), min(first + count - at, n)
+            if lo < hi:
+                out.append({c: v[lo:hi] for c, v in piece.items()})
+            at += n
+        return out
 
     def open(self, path: str) -> ParquetFileWriter:
         return ParquetFileWriter(path, self.encoder)

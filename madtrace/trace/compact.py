@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import CorruptTraceError
 from . import access_pass, zstd
 from .read_ahead import read_ahead
+from .reused_arrays import ReusedArrays
 from .capture_file import CaptureFormat
 from .format import (ACCESS_DTYPE, COMPACT_BLOCK_HEADER,
                      COMPACT_CODEC, COMPACT_DTYPE, COMPACT_EXTENSION, COMPACT_FREED_BIT,
@@ -172,12 +173,14 @@ class CompactReader:
         chunks of about ``chunk_rows``."""
         out = np.empty(0, dtype=ACCESS_DTYPE)
         size = 0
+        arrays = ReusedArrays()
         for offset, raw, n, planes in read_ahead(iter_raw_blocks(self.path, self.offset)):
             if size + 2 * n > len(out):
                 if size:
                     yield out[:size]
-                # a new buffer for each chunk: a reader may keep the chunks it was given
-                out = np.empty(max(chunk_rows, 2 * n) + 2 * n, dtype=ACCESS_DTYPE)
+                # a buffer of its own for each chunk (a reader may keep the chunks it was
+                # given), whose memory is reused once no reader has it any more
+                out = arrays.empty(max(chunk_rows, 2 * n) + 2 * n, ACCESS_DTYPE)
                 size = 0
             size += self._decode_raw(raw, n, planes, out[size:])
             self.offset = offset

@@ -186,20 +186,36 @@ class RowGroupEncoder:
             self.columns.append((field, physical, kind, annotation,
                                  field.name in statistics and pa.types.is_signed_integer(field.type)))
 
-    def encode(self, columns: dict) -> EncodedRowGroup | None:
-        """None for no rows."""
-        n = len(columns[self.schema[0].name])
+    def encode(self, columns: dict | list[dict]) -> EncodedRowGroup | None:
+        """One row group of ``columns``, or of a list of such dicts one after the
+        other (pages do not cross from one to the next: nothing is copied to join
+        them); None for no rows."""
+        parts = [columns] if isinstance(columns, dict) else columns
+        first = self.schema[0].name
+        n = sum(len(part[first]) for part in parts)
         if n == 0:
             return None
         pieces: list = []
         chunks, offset, size, compressed = [], 0, 0, 0
         for field, physical, kind, _annotation, stats in self.columns:
-            values = np.ascontiguousarray(columns[field.name])
-            if len(values) != n:
-                raise TracerInternalError(f"column {field.name}: {len(values)} rows, not {n}")
-            chunk_size, chunk_compressed, minmax = self._pages(kind, values, stats, pieces)
+            chunk_size = chunk_compressed = 0
+            lo = hi = None
+            for part in parts:
+                values = np.ascontiguousarray(part[field.name])
+                if len(values) != len(part[first]):
+                    raise TracerInternalError(f"column {field.name}: {len(values)} rows, "
+                                              f"not {len(part[first])}")
+                if not len(values):
+                    continue
+                got_size, got_compressed, minmax = self._pages(kind, values, stats, pieces)
+                chunk_size += got_size
+                chunk_compressed += got_compressed
+                if minmax is not None:
+                    lo = minmax[0] if lo is None else min(lo, minmax[0])
+                    hi = minmax[1] if hi is None else max(hi, minmax[1])
             encoding = DELTA_BINARY_PACKED if kind in _DELTA_KINDS else PLAIN
-            chunks.append((field, physical, encoding, offset, chunk_size, chunk_compressed, minmax))
+            chunks.append((field, physical, encoding, offset, chunk_size, chunk_compressed,
+                           (lo, hi) if stats else None))
             offset += chunk_compressed
             size += chunk_size
             compressed += chunk_compressed

@@ -23,8 +23,12 @@ from .format import load_functions
 from .naming import AccessNamer
 from .store_block_events import BlockEventPlacer, write_block_events
 
-# rows per chunk of the segmentation pass: large enough that the per-chunk work is amortised
-CHUNK_ROWS = 1 << 20
+# rows per chunk of the segmentation pass: large enough that the per-chunk work is
+# amortised, small enough that a chunk's access rows (48 bytes each) stay under
+# glibc's largest threshold for mmap (32 MB): above it, every chunk's buffer came as
+# new pages that the kernel zeroed (a fifth of the build of a trace with calls);
+# below it, freed buffers are reused
+CHUNK_ROWS = 1 << 19
 # threads that encode and write Parquet parts side by side (the encoding is the
 # store's largest cost: bench/bench_store_real.py)
 WRITERS = 2
