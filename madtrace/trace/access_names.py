@@ -113,40 +113,48 @@ class AccessDimensions:
                 "size": size, "instruction": [names[c] for c in codes.tolist()]}
 
     def new_data(self) -> dict:
-        """The data table's rows of the ids not given out before."""
+        """The data table's rows of the ids not given out before.  Heap blocks (a
+        program that allocates much has hundreds of thousands of ids) are named
+        column-wise; the few others one by one."""
         keys = self.ids.keys(0, self._data_rows)
         first, self._data_rows = self._data_rows, self._data_rows + len(keys)
-        columns: dict[str, list] = {"symbol": [], "variable": [], "region": [], "base": [],
-                                    "block": [], "freed": []}
+        n = len(keys)
+        kind = (keys >> np.uint64(62)).astype(np.int64)
+        hi = ((keys >> np.uint64(32)) & np.uint64(HI30)).astype(np.int64)
+        lo = (keys & np.uint64(LOW32)).astype(np.int64)
+        symbol = np.full(n, None, dtype=object)
+        variable = np.full(n, None, dtype=object)
+        region = np.full(n, None, dtype=object)
+        base = np.zeros(n, dtype=np.uint64)
+        block = np.zeros(n, dtype=np.uint32)
+        freed = np.zeros(n, dtype=bool)
         namer = self.namer
         blocks = namer.blocks
-        for key in keys.tolist():
-            kind, hi, lo = key >> 62, (key >> 32) & HI30, key & LOW32
-            symbol = variable = None
-            block, freed = 0, False
-            if kind == 0:
-                region = self.labels[lo]
-                base = int(self.interval_starts[lo])
-            elif kind == 1:
-                block, freed = lo >> 1, bool(lo & 1)
-                row = blocks.rows[block - 1]
-                symbol = block_name(blocks.kinds[int(row["kind"])], block,
-                                    blocks.sites[int(row["site"])], freed)
-                region = self.labels[hi]
-                base = int(row["address"])
+        heap = np.flatnonzero(kind == 1)
+        if len(heap):
+            ids, released = lo[heap] >> 1, (lo[heap] & 1).astype(bool)
+            rows = blocks.rows[ids - 1]
+            kinds, sites, labels = blocks.kinds, blocks.sites, self.labels
+            symbol[heap] = [block_name(kinds[k], i, sites[t], f) for k, i, t, f in zip(
+                rows["kind"].tolist(), ids.tolist(), rows["site"].tolist(), released.tolist())]
+            region[heap] = [labels[h] for h in hi[heap].tolist()]
+            base[heap] = rows["address"]
+            block[heap] = ids
+            freed[heap] = released
+        for i in np.flatnonzero(kind != 1).tolist():
+            k, h, low = int(kind[i]), int(hi[i]), int(lo[i])
+            if k == 0:
+                region[i] = self.labels[low]
+                base[i] = int(self.interval_starts[low])
             else:
-                symbol = namer.object_names[hi]
-                base = namer.object_starts[hi]
-                region = self._region_at(base)
-                if kind == 2:
-                    variable = describe_in_variable(namer.object_vars[hi], lo)
-            for column, value in (("symbol", symbol), ("variable", variable),
-                                  ("region", region), ("base", base), ("block", block),
-                                  ("freed", freed)):
-                columns[column].append(value)
-        out: dict = {"did": np.arange(first, first + len(keys), dtype=np.uint32)}
-        out.update(columns)
-        return out
+                symbol[i] = namer.object_names[h]
+                base[i] = namer.object_starts[h]
+                region[i] = self._region_at(int(base[i]))
+                if k == 2:
+                    variable[i] = describe_in_variable(namer.object_vars[h], low)
+        return {"did": np.arange(first, first + n, dtype=np.uint32), "symbol": symbol.tolist(),
+                "variable": variable.tolist(), "region": region.tolist(), "base": base.tolist(),
+                "block": block.tolist(), "freed": freed.tolist()}
 
     def _region_at(self, address: int) -> str:
         """A static object's region: its module's section (else the last map's)."""

@@ -193,10 +193,10 @@ class AccessNamer:
             found[todo[hit]] = True
         bare = ~has_block & ~is_obj
         offset[bare] = (addr[bare] - region_start[bare]).astype(np.int64)
-        symbol_codes, symbol_names = _compact(symbol, lambda k: self._block_name(k) if k < base
-                                              else self.object_names[k - base])
+        symbol_codes, symbol_names = _compact(symbol, lambda keys: self._symbol_names(keys, base))
         variable = self._variables(obj, offset)
-        region_codes, region_names = _compact(region, lambda k: self.region_names[k])
+        region_codes, region_names = _compact(region, lambda keys: [self.region_names[k]
+                                                                    for k in keys.tolist()])
         return {"symbol": (symbol_codes, symbol_names), "offset": offset,
                 "variable": variable, "region": (region_codes, region_names)}
 
@@ -218,11 +218,17 @@ class AccessNamer:
                 out.append(f"{reg_names[r]}+{off}")
         return out
 
-    def _block_name(self, k: int) -> str:
-        block_id, freed = k >> 1, bool(k & 1)
-        row = self.blocks.rows[block_id - 1]
-        return block_name(self.blocks.kinds[int(row["kind"])], block_id,
-                          self.blocks.sites[int(row["site"])], freed)
+    def _symbol_names(self, keys: np.ndarray, base: int) -> list[str]:
+        """The names of symbol keys (sorted): heap block k is 2k (live) or 2k + 1
+        (freed), below ``base``; the static objects from ``base`` on.  The blocks'
+        rows are read column-wise (a trace may name hundreds of thousands)."""
+        blocks = keys[keys < base]
+        ids, freed = blocks >> 1, (blocks & 1).astype(bool)
+        rows = self.blocks.rows[ids - 1]
+        kinds, sites = self.blocks.kinds, self.blocks.sites
+        names = [block_name(kinds[k], i, sites[t], f) for k, i, t, f in zip(
+            rows["kind"].tolist(), ids.tolist(), rows["site"].tolist(), freed.tolist())]
+        return names + [self.object_names[k - base] for k in keys[keys >= base].tolist()]
 
     def _variables(self, obj: np.ndarray, offset: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """DWARF element/field names, per distinct (variable, offset)."""
@@ -247,12 +253,13 @@ class AccessNamer:
         return codes, names
 
 
-def _compact(ids: np.ndarray, name_of) -> tuple[np.ndarray, list[str]]:
-    """Global ids (-1: none) -> (local codes, the names they index)."""
+def _compact(ids: np.ndarray, names_of) -> tuple[np.ndarray, list[str]]:
+    """Global ids (-1: none) -> (local codes, the names they index);
+    ``names_of(unique ids, sorted)`` names them all."""
     codes = np.full(len(ids), -1, dtype=np.int32)
     present = ids >= 0
     if not present.any():
         return codes, []
     unique, inverse = np.unique(ids[present], return_inverse=True)
     codes[present] = inverse.astype(np.int32)
-    return codes, [name_of(int(k)) for k in unique.tolist()]
+    return codes, names_of(unique)

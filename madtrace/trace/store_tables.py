@@ -8,6 +8,8 @@ so they are not written live (columnar.py has the layout)."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pyarrow as pa
 
@@ -21,7 +23,7 @@ from .blocks import block_name, load_block_table
 from .record_files import ACCESS_RECORDS
 from .format import load_functions
 from .naming import AccessNamer
-from .store_block_events import BlockEventPlacer, write_block_events
+from .store_block_events import BlockEventPlacer, block_event_columns, write_block_events
 
 # rows per chunk of the segmentation pass: large enough that the per-chunk work is
 # amortised, small enough that a chunk's access rows (48 bytes each) stay under
@@ -116,28 +118,55 @@ def write_sites(directory: str) -> int:
 def write_final_tables(directory: str, progress=None) -> dict[str, int]:
     """records, calls, access rows and their names, functions, allocations, sites
     and block events; returns the rows of each.  ``progress(events_done)`` is called after
-    each chunk."""
+    each chunk.  What needs no access (the allocations and sites tables, the block
+    events' names) is made on a thread of its own beside the pass: the pass is
+    C and Parquet encoding, which leave the interpreter free."""
     tables = load_tables(directory, required=False)
     namer = AccessNamer(directory) if ACCESS_RECORDS.files(directory) else None
     dimensions = AccessDimensions(namer) if namer is not None else None
     placer = BlockEventPlacer(directory)
     rows = {"records": 0, "calls": 0, "access_rows": 0}
+    beside = _Beside(lambda: (write_allocations(directory), write_sites(directory),
+                              block_event_columns(directory, placer.rows, namer)))
     written: set[str] = set()      # tables with at least one file
     flusher = Flushers(WRITERS)
     try:
         _write_threads(directory, tables, dimensions, placer, flusher, rows, written, progress)
     finally:
         flusher.join()
+        made = beside.join()
     for table in rows:
         if table not in written:
             PartWriter(directory, table, 0).ensure_file()
     rows.update(write_dimensions(directory, dimensions, tables.names))
     if dimensions is not None:
         dimensions.close()
-    rows["allocations"] = write_allocations(directory)
-    rows["sites"] = write_sites(directory)
-    rows["block_events"] = write_block_events(directory, namer, placer)
+    rows["allocations"], rows["sites"], event_columns = made
+    rows["block_events"] = write_block_events(directory, namer, placer, event_columns)
     return rows
+
+
+class _Beside:
+    """``work()`` on a thread of its own; ``join()`` gives its answer or raises its error."""
+
+    def __init__(self, work):
+        self._answer: list = []
+        self._error: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self._answer.append(work())
+            except BaseException as exc:     # raised by join()
+                self._error.append(exc)
+
+        self._thread = threading.Thread(target=run, name="madtrace-store-side", daemon=True)
+        self._thread.start()
+
+    def join(self):
+        self._thread.join()
+        if self._error:
+            raise self._error[0]
+        return self._answer[0]
 
 
 def write_dimensions(directory: str, dimensions: AccessDimensions | None,
