@@ -226,6 +226,27 @@ def test_own_sigsegv_handler_recovers_and_reads_its_action(tmp_path, variant):
     assert b"own action: yes" in result.stdout
 
 
+def test_data_in_a_function_whose_first_instruction_reads_a_global(tmp_path):
+    """--data-in pass: pass's first instruction loads ``checksum`` (.data), a page
+    the gate has just protected when madtrace steps that instruction over its
+    breakpoint.  The step faults; the data engine records the access and carries
+    the instruction out (before, the step was tried again forever: madtrace hung,
+    with empty caches, where the entry is not patched by function tracing)."""
+    argv = [prog("bench_data_memory", "O2-nopie"), "3", "4096"]
+    native = subprocess.run(argv, capture_output=True, timeout=60)
+    env = dict(os.environ, PYTHONPATH=ROOT, MADTRACE_CACHE_DIR=str(tmp_path / "cache"))
+    result = subprocess.run([*MADTRACE, "record", "-q", "--data", "--data-in", "pass", "-o",
+                             str(tmp_path / "t"), "--", *argv], capture_output=True, timeout=120,
+                            env=env)
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout == native.stdout
+    counts = madtrace("query", str(tmp_path / "t"), "SELECT kind, count(*) FROM accesses "
+                      "GROUP BY ALL ORDER BY 1", "--json")
+    assert counts.returncode == 0, counts.stderr.decode()
+    rows = {row["kind"]: row["count_star()"] for row in json.loads(counts.stdout)}
+    assert rows == {"L": 3 * 4097, "S": 3 * 4097}     # values[] and checksum, each round
+
+
 @pytest.mark.parametrize("options", [["--no-functions"], [], ["--data-in", "pass"]],
                          ids=["data", "data+functions", "data-in"])
 def test_target_finishes_when_the_tracer_is_killed_mid_trace(tmp_path, options):

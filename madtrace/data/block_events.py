@@ -161,7 +161,7 @@ class BlockEvents:
                                        slow=(self._on_entry, self._on_return))
         if functions:
             self.hooks = CallHooks(self.engine.tracee, "blocks", self._on_entry, self._on_return,
-                                   self.engine.guard)
+                                   self.engine.guard, self.engine.step_fault)
             self.hooks.install(rs, functions)
         return warnings
 

@@ -197,7 +197,7 @@ class DataEngine:
                 if self.track_allocations:
                     self.alloc = AllocTracker(self.tracee, self.space, self.sequence_of,
                                               self.next_order, self.guard, self.out_dir,
-                                              self.code_address)
+                                              self.code_address, self.step_fault)
                     self.alloc.lock = self.paths.rings.lock if self.paths else self.alloc.lock
                     self.warnings += self.alloc.install(rs, self.patched_addresses, inline)
                 undo.add(lambda rs: self.unprotect(rs, self.protected))
@@ -266,6 +266,19 @@ class DataEngine:
         for prot, group in by_prot.items():
             for start, end in page_runs(group):
                 rs.mprotect(start, end - start, prot)
+
+    def step_fault(self, tid: int, event: SignalStop) -> bool:
+        """A breakpoint's hook stepped the instruction under it (heap/call_hooks.py)
+        and it faulted: on a page data tracing protects, the instruction is
+        recorded and carried out on the slow path (True); any other fault is the
+        program's (False)."""
+        if not self.active or event.si_code != SEGV_ACCERR:
+            return False
+        page = event.si_addr & ~(PAGE - 1)
+        if not self.is_protected(page):
+            return False
+        self.slow_path.carry_out(tid, self.tracee.get_regs(tid), page)
+        return True
 
     # --------------------------------------------------- --data-in: the gate
     def set_recording(self, tid: int, on: bool) -> None:

@@ -45,7 +45,7 @@ class DataGate:
 
     def install(self, rs: RemoteSyscalls, patched: set[int]) -> None:
         self.hooks = CallHooks(self.engine.tracee, "datagate", self._on_entry, self._on_return,
-                               self.engine.guard)
+                               self.engine.guard, self.engine.step_fault)
         self.hooks.install(rs, self.resolve(patched))
 
     def inside(self, tid: int) -> bool:

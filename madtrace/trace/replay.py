@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import TracerInternalError
 from ..native import load
+from .reused_arrays import ReusedArrays
 
 EVENT_BEGIN, EVENT_END, EVENT_ACCESS = 0, 1, 2
 FATE_COMPLETED, FATE_UNWOUND, FATE_OPEN, FATE_UNMATCHED = 0, 1, 2, 3
@@ -77,6 +78,8 @@ class ThreadReplay:
         self.chunk_events = max(int(chunk_events), 64)
         self._out = np.zeros(4, dtype=np.int64)
         self._stats = np.zeros(len(STAT_NAMES), dtype=np.int64)
+        # each chunk's events and segments: memory reused once no reader holds them
+        self._arrays = ReusedArrays()
 
     def close(self) -> None:
         if self._ctx:
@@ -88,7 +91,7 @@ class ThreadReplay:
 
     def _buffers(self) -> tuple[np.ndarray, np.ndarray]:
         cap = max(self.chunk_events, int(self.lib.rp_depth(self._ctx)) + 16)
-        return np.empty(cap, dtype=EVENT_DTYPE), np.empty(cap, dtype=SEGMENT_DTYPE)
+        return self._arrays.empty(cap, EVENT_DTYPE), self._arrays.empty(cap, SEGMENT_DTYPE)
 
     def run(self, records: np.ndarray, seq: np.ndarray, size: np.ndarray, records_final: bool,
             accesses_final: bool) -> tuple[int, int, np.ndarray, np.ndarray]:

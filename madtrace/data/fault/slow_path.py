@@ -28,13 +28,18 @@ class SlowPath:
         self.held: set[int] | None = None   # threads stopped while one thread's pages are open
 
     def fault(self, tid: int, regs, page: int) -> None:
+        self.carry_out(tid, regs, page)
+        self.engine.tracee.resume(tid, 0)
+
+    def carry_out(self, tid: int, regs, page: int) -> None:
+        """The faulting instruction at ``regs.rip`` recorded and run once, its pages
+        open for that instruction alone; the thread stays stopped after it."""
         e = self.engine
         e.slow += 1
         self.hold_others(tid)
         pages = self.record(tid, regs, {page})
         self.single_step(tid, pages)
         self.release_others()
-        e.tracee.resume(tid, 0)
 
     # threads: while pages are open for one thread's instruction, the others must not
     # run, or their accesses to those pages would go unseen

@@ -50,15 +50,16 @@ TRACKED = (("libc.so.6", "malloc", "malloc"), ("libc.so.6", "calloc", "calloc"),
 
 class AllocTracker:
     def __init__(self, tracee: Tracee, space: AddressSpace, sequence_of, next_order, guard=None,
-                 out_dir: str = ".", code_address=None):
+                 out_dir: str = ".", code_address=None, step_fault=None):
         """``code_address(address)``: the original code's address of a return
-        address (the data engine's relocated code is named by the original)."""
+        address (the data engine's relocated code is named by the original);
+        ``step_fault``: see CallHooks."""
         self.code_address = code_address or (lambda address: address)
         self.next_order = next_order
         self.tracee = tracee
         self.space = space
         self.sequence_of = sequence_of
-        self.hooks = CallHooks(tracee, "alloc", self._on_entry, self._on_return, guard)
+        self.hooks = CallHooks(tracee, "alloc", self._on_entry, self._on_return, guard, step_fault)
         self.inline = None                  # hook stubs in the target (inline_hooks.py), if any
         self.table = BlockTableWriter(out_dir)
         # when each thread was inside the allocator (its own accesses are not the program's)

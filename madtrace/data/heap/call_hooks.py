@@ -37,11 +37,15 @@ UNGUARDED = TRAPS - 1
 class CallHooks:
     def __init__(self, tracee: Tracee, name: str,
                  on_entry: Callable[[int, str, object], object],
-                 on_return: Callable[[int, str, object, object, int], None], guard=None):
+                 on_return: Callable[[int, str, object, object, int], None], guard=None,
+                 step_fault: Callable[[int, SignalStop], bool] | None = None):
         """``on_entry(tid, function, regs) -> state`` at an entry;
         ``on_return(tid, function, state, regs, return_address)`` at its return;
-        ``guard``: the data engine's guard (guard.py)."""
+        ``guard``: the data engine's guard (guard.py); ``step_fault(tid, event)``:
+        the data engine's answer to a fault of the instruction stepped over a
+        breakpoint (True: it carried the instruction out)."""
         self.guard = guard
+        self.step_fault = step_fault
         self.unguarded_calls = 0
         self.tracee = tracee
         self.name = name
@@ -176,6 +180,13 @@ class CallHooks:
         while True:
             event = step(self.tracee, tid)
             if isinstance(event, SignalStop) and event.signum != signal.SIGTRAP:
+                # the instruction touched a page data tracing protects (--data-in has
+                # just protected them, and a function's first instruction may read a
+                # global): the data engine records it and carries it out; stepped
+                # again, it would fault again, forever
+                if event.signum == signal.SIGSEGV and self.step_fault is not None \
+                        and self.step_fault(tid, event):
+                    break
                 thread.pending_signal = event.signum
                 continue
             break
