@@ -117,6 +117,19 @@ static const uint8_t *tile_records(const uint8_t *data, int64_t n, int planes, i
     return tile;
 }
 
+/* a marker record (instruction id 0) sets the seq or the next order: 1 when
+ * (a, id, b) is one (the state updated), 0 for an access */
+static inline int take_marker(uint64_t a, uint32_t id, uint32_t b, uint64_t *seq, int64_t *order)
+{
+    if (id != 0)
+        return 0;
+    if (b == MARK_SEQ)
+        *seq = a;
+    else if (b == MARK_ORDER)
+        *order = (int64_t)a;
+    return 1;
+}
+
 /*
  * Decode ``n`` records: ``planes`` true: byte planes (byte k of every record,
  * then byte k + 1), else the records as they are.  Instruction columns by id:
@@ -145,13 +158,8 @@ int64_t ap_decode(const uint8_t *data, int64_t n, int planes,
             memcpy(&id, r + 8, 4);
             memcpy(&b, r + 12, 4);
         }
-        if (id == 0) {
-            if (b == MARK_SEQ)
-                seq = a;
-            else if (b == MARK_ORDER)
-                order = (int64_t)a;
+        if (take_marker(a, id, b, &seq, &order))
             continue;
-        }
         if ((int64_t)id >= n_inst) {
             *bad_id = id;
             return -1;
@@ -589,13 +597,8 @@ int64_t ap_rows_compact(void *p, const uint8_t *data, int64_t n, int planes,
             memcpy(&a, rec, 8);
             memcpy(&id, rec + 8, 4);
             memcpy(&b, rec + 12, 4);
-            if (id == 0) {
-                if (b == MARK_SEQ)
-                    s = a;
-                else if (b == MARK_ORDER)
-                    next = (int64_t)a;
+            if (take_marker(a, id, b, &s, &next))
                 continue;
-            }
             uint8_t kind = i_kind[id];
             if (!kind)
                 continue;

@@ -168,6 +168,20 @@ DELTA(delta64, int64_t, int64_t, uint64_t)
 DELTA(delta32, int32_t, int32_t, uint32_t)
 DELTA(delta8, uint8_t, int32_t, uint32_t)
 
+/* n unsigned values of type T as INT32, PLAIN */
+#define WIDEN(name, T)                                                                \
+static uint8_t *name(uint8_t *o, const T *v, int64_t n)                               \
+{                                                                                     \
+    for (int64_t i = 0; i < n; i++) {                                                 \
+        uint32_t x = v[i];                                                            \
+        memcpy(o + 4 * i, &x, 4);                                                     \
+    }                                                                                 \
+    return o + 4 * n;                                                                 \
+}
+
+WIDEN(widen_u8, uint8_t)
+WIDEN(widen_u16, uint16_t)
+
 /* the most bytes pq_page writes for n values */
 int64_t pq_page_bound(int64_t n)
 {
@@ -193,24 +207,12 @@ int64_t pq_page(int kind, const void *values, int64_t n, uint8_t *out, int64_t *
         memcpy(o, values, (size_t)n * 4);
         o += n * 4;
         break;
-    case PLAIN_U8: {
-        const uint8_t *v = values;
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t x = v[i];
-            memcpy(o + 4 * i, &x, 4);
-        }
-        o += n * 4;
+    case PLAIN_U8:
+        o = widen_u8(o, values, n);
         break;
-    }
-    case PLAIN_U16: {
-        const uint16_t *v = values;
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t x = v[i];
-            memcpy(o + 4 * i, &x, 4);
-        }
-        o += n * 4;
+    case PLAIN_U16:
+        o = widen_u16(o, values, n);
         break;
-    }
     case DELTA_I64:
         o = delta64(o, values, n);
         break;
