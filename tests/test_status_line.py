@@ -34,9 +34,10 @@ def test_status_text():
 
 
 def test_status_line_on_a_terminal(tmp_path):
+    # the line comes after the first second: the program runs about 3 s traced
     out = str(tmp_path / "t")
     child = pexpect.spawn(f"{ROOT}/.venv/bin/python", ["-m", "madtrace.cli.main", "record", "--data",
-                          "-o", out, "--", prog("data_kernels", "O2-pie"), "matmul", "260"],
+                          "-o", out, "--", prog("data_kernels", "O2-pie"), "matmul", "400"],
                           cwd=ROOT, timeout=300, encoding="utf-8", dimensions=(30, 200))
     child.expect(pexpect.EOF)
     child.close()
@@ -53,7 +54,7 @@ def test_status_line_on_a_terminal(tmp_path):
     assert text.count(f"{ESC}[1;29r") == 1 and text.count(f"{ESC}[r") == 1
     assert text.index(f"{ESC}[1;29r") < text.index(lines[0]) < text.index(f"{ESC}[r")
     # the program's output, whole, between them (it scrolls above the status row)
-    assert "matmul 260: " in text
+    assert "matmul 400: " in text
 
 
 def test_no_status_line_without_a_terminal(tmp_path):
