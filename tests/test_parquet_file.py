@@ -142,3 +142,36 @@ def test_a_row_group_from_pieces_reads_as_one(tmp_path):
     for f in ACCESS_ROWS:
         assert np.array_equal(table.column(f.name).to_numpy(),
                               np.concatenate([p[f.name] for p in pieces])), f.name
+
+
+def test_a_failed_row_group_is_said_with_its_own_error(tmp_path, monkeypatch):
+    """The store's row groups are encoded on two flushers and appended in turn: one
+    that fails (a full disk) stops the later ones, and the build ends with that
+    error, not with a flusher's complaint about the row group it waited for."""
+    import errno
+
+    from madtrace.trace import columnar
+
+    calls = []
+    encode = RowGroupEncoder.encode
+
+    def failing(self, columns):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return encode(self, columns)
+
+    monkeypatch.setattr(RowGroupEncoder, "encode", failing)
+    monkeypatch.setattr(columnar, "ROW_GROUP_ROWS", 1000)
+    flushers = columnar.Flushers(2)
+    writer = columnar.PartWriter(str(tmp_path), "access_rows", 1, flushers)
+    rng = np.random.default_rng(6)
+    with pytest.raises(OSError) as raised:
+        try:
+            for _ in range(8):
+                writer.write(columns(1000, "sorted", rng))
+                writer.flush()
+            writer.close()
+        finally:
+            flushers.join()
+    assert raised.value.errno == errno.ENOSPC

@@ -306,13 +306,15 @@ class _Turns:
     """Steps that run in the order of their tickets, on whichever thread comes to
     them: a flusher that encoded row group k + 1 first waits to append it until
     row group k is in the file.  A step that fails (or whose task was skipped)
-    lets every later one go, with an error."""
+    lets every later one go, with its error (a full disk is said as one, whichever
+    flusher meets it first)."""
 
     def __init__(self):
         self._cond = threading.Condition()
         self._issued = 0
         self._next = 0
         self._broken = False
+        self._cause: BaseException | None = None
 
     def ticket(self) -> int:
         self._issued += 1
@@ -323,19 +325,21 @@ class _Turns:
             while self._next != ticket and not self._broken:
                 self._cond.wait()
             if self._broken:
-                raise RuntimeError("an earlier row group of this part was not written")
+                raise self._cause or RuntimeError("an earlier row group of this part was "
+                                                  "not written")
         try:
             step()
-        except BaseException:
-            self.abandon()
+        except BaseException as exc:
+            self.abandon(exc)
             raise
         with self._cond:
             self._next += 1
             self._cond.notify_all()
 
-    def abandon(self) -> None:
+    def abandon(self, cause: BaseException | None = None) -> None:
         with self._cond:
             self._broken = True
+            self._cause = self._cause or cause
             self._cond.notify_all()
 
 
@@ -349,8 +353,8 @@ class _InTurn:
     def __call__(self) -> None:
         try:
             prepared = self.prepare() if self.prepare is not None else None
-        except BaseException:
-            self.turns.abandon()
+        except BaseException as exc:
+            self.turns.abandon(exc)
             raise
         self.turns.run(self.ticket, lambda: self.step(prepared))
 
