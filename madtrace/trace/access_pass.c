@@ -429,6 +429,19 @@ static inline int64_t instruction_id(namer_t *nm, uint64_t ikey)
     return k;
 }
 
+/* the dense data id of ``key`` into ``*d``, through the key met last (``*last_key``),
+ * its counts' room made; 0, -1: no memory */
+static inline int data_id_of(namer_t *nm, uint64_t key, uint64_t *last_key, int64_t *d)
+{
+    if (key == *last_key)
+        return 0;
+    *d = dense_id(&nm->data, key);
+    if (*d < 0)
+        return -1;
+    *last_key = key;
+    return *d >= nm->counts_cap ? grow_counts(nm, *d) : 0;
+}
+
 /* name ``n`` rows: data ids, and instruction ids unless ``inst_id`` is NULL */
 static int name_rows(namer_t *nm, const access_t *rows, int64_t n, uint32_t *data_id,
                      uint32_t *inst_id)
@@ -437,15 +450,8 @@ static int name_rows(namer_t *nm, const access_t *rows, int64_t n, uint32_t *dat
     int64_t d = -1, k = -1;
     for (int64_t i = 0; i < n; i++) {
         const access_t *r = &rows[i];
-        uint64_t key = data_key(nm, r);
-        if (key != last_key) {
-            d = dense_id(&nm->data, key);
-            if (d < 0)
-                return -1;
-            last_key = key;
-            if (d >= nm->counts_cap && grow_counts(nm, d))
-                return -1;
-        }
+        if (data_id_of(nm, data_key(nm, r), &last_key, &d))
+            return -1;
         if (inst_id) {
             uint64_t ikey = r->rip ^ ((uint64_t)r->size << 48);
             if (ikey != last_ikey) {
@@ -614,15 +620,8 @@ int64_t ap_rows_compact(void *p, const uint8_t *data, int64_t n, int planes,
             int rows = kind == 3 ? 2 : 1;
             for (int r = 0; r < rows; r++) {
                 uint64_t o = (uint64_t)next++;
-                uint64_t key = data_key_of(nm, block, freed, a, o);
-                if (key != last_key) {
-                    d = dense_id(&nm->data, key);
-                    if (d < 0)
-                        return -1;
-                    last_key = key;
-                    if (d >= nm->counts_cap && grow_counts(nm, d))
-                        return -1;
-                }
+                if (data_id_of(nm, data_key_of(nm, block, freed, a, o), &last_key, &d))
+                    return -1;
                 int store = kind == 2 || r == 1;
                 nm->counts[d * NCOUNT + store] += 1;
                 nm->counts[d * NCOUNT + 2] += size;

@@ -147,6 +147,11 @@ def _column_kind(field: pa.Field, encoding: str) -> tuple[int, int, list]:
     return physical, kind, annotation
 
 
+def _encoding(kind: int) -> int:
+    """The Parquet encoding of pq_page's value kind."""
+    return DELTA_BINARY_PACKED if kind in _DELTA_KINDS else PLAIN
+
+
 _SCRATCH = threading.local()
 
 
@@ -213,8 +218,7 @@ class RowGroupEncoder:
                 if minmax is not None:
                     lo = minmax[0] if lo is None else min(lo, minmax[0])
                     hi = minmax[1] if hi is None else max(hi, minmax[1])
-            encoding = DELTA_BINARY_PACKED if kind in _DELTA_KINDS else PLAIN
-            chunks.append((field, physical, encoding, offset, chunk_size, chunk_compressed,
+            chunks.append((field, physical, _encoding(kind), offset, chunk_size, chunk_compressed,
                            (lo, hi) if stats else None))
             offset += chunk_compressed
             size += chunk_size
@@ -231,7 +235,7 @@ class RowGroupEncoder:
         minmax = np.empty(2, dtype=np.int64)
         lo, hi = None, None
         size = compressed = 0
-        encoding = DELTA_BINARY_PACKED if kind in _DELTA_KINDS else PLAIN
+        encoding = _encoding(kind)
         for at in range(0, n, PAGE_ROWS):
             page = values[at:at + PAGE_ROWS]
             got = lib.pq_page(kind, page.ctypes.data, len(page), body.ctypes.data,
