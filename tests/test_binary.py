@@ -22,6 +22,7 @@ from madtrace.binary import (
     parse_maps,
     read_maps,
 )
+from madtrace.binary.maps import unmapped_parts
 from madtrace.errors import NoSuchProcessError, NotElfError, UnknownSymbolError
 
 NM_TYPES = set("TtDdBbRrWV")
@@ -100,6 +101,32 @@ def test_parse_maps_fields():
     assert anon.path == "" and anon.label == "anon"
     deleted = [m for m in ms if m.inode == 99][0]
     assert deleted.deleted and deleted.file_path == "/tmp/x.so" and deleted.label == "x.so"
+
+
+def test_unmapped_parts_are_the_holes_between_mappings():
+    ms = parse_maps("1000-3000 rw-p 00000000 00:00 0\n"
+                    "5000-6000 rw-p 00000000 00:00 0\n"
+                    "6000-7000 r--p 00000000 00:00 0\n")
+    assert unmapped_parts(0x1000, 0x3000, ms) == []
+    assert unmapped_parts(0x2000, 0x8000, ms) == [(0x3000, 0x5000), (0x7000, 0x8000)]
+    assert unmapped_parts(0x0, 0x1800, ms) == [(0x0, 0x1000)]
+    assert unmapped_parts(0x3000, 0x4000, ms) == [(0x3000, 0x4000)]
+    assert unmapped_parts(0x3000, 0x4000, []) == [(0x3000, 0x4000)]
+
+
+def test_aliased_ranges_gone_from_the_maps_are_found():
+    """A thread inside munmap when the tracer leaves: the range it took away is
+    no longer the alias, and the restore must not read it."""
+    from madtrace.data.hybrid.alias import AliasMap, Spans
+    alias = AliasMap.__new__(AliasMap)
+    alias.spans = Spans()
+    alias.spans.add(0x10000, 0x14000)
+    alias.spans.add(0x20000, 0x22000)
+    ms = parse_maps("10000-12000 rw-s 00000000 00:01 7 /memfd:madtrace-alias (deleted)\n"
+                    "12000-14000 rw-p 00000000 00:00 0\n"       # mapped over (MAP_FIXED)
+                    "20000-22000 rw-s 00002000 00:01 7 /memfd:madtrace-alias (deleted)\n")
+    assert alias.gone(ms) == [(0x12000, 0x14000)]
+    assert alias.gone(ms[:1]) == [(0x12000, 0x14000), (0x20000, 0x22000)]
 
 
 def test_missing_pid_raises_no_such_process():

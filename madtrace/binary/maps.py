@@ -23,6 +23,7 @@ Target memory itself is read by ``madtrace.process.memory`` only.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import os
 from dataclasses import dataclass
@@ -116,6 +117,20 @@ def image_mappings(maps: list[Mapping]) -> tuple:
     whether one loaded earlier still describes the process."""
     return tuple((m.start, m.end, m.perms, m.offset, m.dev, m.inode, m.path)
                  for m in maps if (m.is_file and m.inode) or m.path == "[vdso]")
+
+
+def unmapped_parts(start: int, end: int, maps: list[Mapping]) -> list[tuple[int, int]]:
+    """The parts of [start, end) that no mapping of ``maps`` (sorted) covers."""
+    out, at = [], start
+    i = bisect.bisect_right([m.end for m in maps], start)
+    while i < len(maps) and maps[i].start < end:
+        if maps[i].start > at:
+            out.append((at, maps[i].start))
+        at = max(at, maps[i].end)
+        i += 1
+    if at < end:
+        out.append((at, end))
+    return out
 
 
 def read_maps(pid: int) -> list[Mapping]:

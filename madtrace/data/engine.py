@@ -38,7 +38,7 @@ import numpy as np
 
 from ..arch.x86_64.memops import MemInstruction, memory_accesses
 from ..binary.address_space import AddressSpace
-from ..binary.maps import read_maps
+from ..binary.maps import read_maps, unmapped_parts
 from ..errors import UsageError
 from ..process.events import SignalStop
 from ..process.remote_syscall import PROT_NONE, RemoteSyscalls
@@ -136,6 +136,7 @@ class DataEngine:
         self.copy_after = COPY_AFTER   # hybrid: see rewriting.py
         self.active = False
         self.released: set[int] = set()   # pages given back when tracing stopped
+        self.taken_away = 0     # traced pages a call unmapped as tracing stopped
         self.slow_reasons: Counter = Counter()
         self._last_open_fault: dict[int, tuple[int, int]] = {}
         self._loop_stats = dict.fromkeys(("fast", "untraced", "syscalls", "writebacks",
@@ -524,15 +525,43 @@ class DataEngine:
         self.tracee.trace_syscalls = False
         if self.tracee.threads:
             with RemoteSyscalls(self.tracee) as rs:
+                # each step whatever the one before did: a page left protected
+                # kills the program at its next access; the first error is raised
+                # once all are done (the tracer then keeps its areas mapped)
+                failed: list[Exception] = []
+                steps = [self.guard.remove, lambda rs: self._forget_taken_away(rs),
+                         lambda rs: self.unprotect(rs, self.protected)]
                 if self.death_signal:
-                    rs.call("prctl", PR_SET_PDEATHSIG, 0)
-                self.guard.remove(rs)
+                    steps.insert(0, lambda rs: rs.call("prctl", PR_SET_PDEATHSIG, 0))
                 if self.alias is not None:
-                    self.alias.privatize(rs, self.protected)
-                self.unprotect(rs, self.protected)
+                    steps.insert(-1, lambda rs: self.alias.privatize(rs, self.protected))
+                for step in steps:
+                    try:
+                        step(rs)
+                    except Exception as exc:    # noqa: PERF203 - a handful of steps
+                        failed.append(exc)
+                if failed:
+                    raise failed[0]
         self.released = set(self.protected)
         self.loop_stats()
         self.area.close()
+
+    def _forget_taken_away(self, rs: RemoteSyscalls) -> None:
+        """Before the restore: what a thread stopped inside munmap, mremap or
+        mmap(MAP_FIXED) took away is forgotten (its exit stop, handled after the
+        restore, came too late).  Restoring an unmapped aliased range failed,
+        which left every other traced page protected: the detached program died
+        at its next access."""
+        maps = read_maps(self.tracee.pid)
+        if self.alias is not None:
+            for lo, hi in self.alias.gone(maps):
+                self.alias.unmapped(rs, lo, hi)
+                self.protected.drop_range(lo, hi)
+                self.taken_away += (hi - lo) // PAGE
+        for start, end, _prot in self.protected.runs():
+            for lo, hi in unmapped_parts(start, end, maps):
+                self.protected.drop_range(lo, hi)
+                self.taken_away += (hi - lo) // PAGE
 
     def forget_after_exec(self) -> None:
         self.drain_fast()

@@ -82,6 +82,9 @@ class Results:
                                  "store_writeback_errors": loop["writeback_errors"],
                                  "syscalls_resumed_natively": loop["syscalls"],
                                  "mapped_regions": engine.syscalls.mapped_regions,
+                                 # pages a thread unmapped in a call it was inside of when
+                                 # tracing stopped: forgotten, not restored
+                                 "unmapped_at_detach": engine.taken_away,
                                  "allocations": engine.alloc.count if engine.alloc else 0,
                                  # allocator calls other threads made while a breakpoint was
                                  # stepped over: those calls may be missing

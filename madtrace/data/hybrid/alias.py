@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ...binary.maps import Mapping, parse_maps
+from ...binary.maps import Mapping, parse_maps, unmapped_parts
 from ...target.areas import SharedArea
 from ...trace.format import PAGE
 from ...process.remote_syscall import (MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, MAP_SHARED,
@@ -373,6 +373,16 @@ class AliasMap:
         afterwards, shared memory would not."""
         for lo, hi in self.spans.overlapping(start & ~(PAGE - 1), page_up(start + length)):
             rs.call("madvise", lo ^ ALIAS_BIT, hi - lo, MADV_REMOVE, check=False)
+
+    def gone(self, maps: list[Mapping]) -> list[tuple[int, int]]:
+        """The aliased parts where the alias no longer is in ``maps``: a thread
+        stopped inside munmap (or mmap MAP_FIXED, mremap) when the tracer leaves
+        changed the address space before its exit stop was seen."""
+        own = [m for m in maps if NAME.decode() in m.path]
+        out = []
+        for start, end in self.spans:
+            out += unmapped_parts(start, end, own)
+        return out
 
     # ------------------------------------------- the program's own memory back
     def privatize(self, rs: RemoteSyscalls, protections: dict[int, int]) -> None:
