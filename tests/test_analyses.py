@@ -421,3 +421,38 @@ def test_report_errors_are_one_line_with_distinct_codes(recorded, tmp_path):
     one_line_error(madtrace("report", str(tmp_path / "nothing"), "--kind", "heatmap"), 18, "")
     one_line_error(madtrace("report", directory, "--kind", "alloc", "--html",
                             str(tmp_path / "no" / "such" / "dir.html")), 23, "no such directory")
+
+
+@pytest.mark.parametrize("name, variant, options", [
+    ("data_alloc", "O0-nopie", ()), ("data_alloc", "O0-nopie", ("--no-functions",)),
+    ("data_globals", "O2-pie", ("--no-functions",))])
+def test_summary_totals_equal_the_store(recorded, name, variant, options):
+    """The summary counts straight from the raw capture (one C pass, a variable
+    counted as a whole); the store names each access on its own: per region,
+    per variable and per heap block (with its accesses after free, the
+    allocator's own left out) both say the same numbers, with call records (the
+    accesses counted as the segmentation gives them) and without (counted as
+    the capture's blocks are decoded)."""
+    from madtrace.trace.query import connect
+    directory, _ = recorded(name, variant, *options)
+    result = madtrace("summary", "--json", directory)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    con = connect(directory)
+    regions = {r: [lo, st, b] for r, lo, st, b in con.execute(
+        "SELECT region, count(*) FILTER (kind = 'L'), count(*) FILTER (kind = 'S'), sum(size) "
+        "FROM accesses GROUP BY region").fetchall()}
+    assert {r["region"]: [r["loads"], r["stores"], r["bytes"]] for r in summary["regions"]} == regions
+    variables = dict(con.execute(
+        "SELECT symbol, count(*) FROM accesses WHERE block = 0 AND symbol IS NOT NULL "
+        "GROUP BY symbol").fetchall())
+    assert summary["top_variables"], summary
+    for v in summary["top_variables"]:
+        assert v["accesses"] == variables[v["name"]], v
+    blocks = {b: (n, after) for b, n, after in con.execute(
+        "SELECT block, count(*), count(*) FILTER (freed AND NOT allocator) FROM accesses "
+        "WHERE block > 0 GROUP BY block").fetchall()}
+    for b in summary["top_blocks"]:
+        assert (b["accesses"], b["after_free"]) == blocks[b["id"]], b
+    if name == "data_alloc":
+        assert any(b["after_free"] for b in summary["top_blocks"])     # the use after free

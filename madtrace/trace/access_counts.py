@@ -39,7 +39,7 @@ def access_totals(directory: str, progress=None) -> AccessTotals:
     """See the module docstring; ``progress(events_done)`` after each piece."""
     totals = AccessTotals()
     has_accesses = bool(ACCESS_RECORDS.files(directory))
-    dimensions = AccessDimensions(AccessNamer(directory)) if has_accesses else None
+    dimensions = AccessDimensions(AccessNamer(directory), whole_objects=True) if has_accesses else None
     allocator = AllocatorCalls.load(directory)
     try:
         if CALL_RECORDS.files(directory):

@@ -52,8 +52,11 @@ def region_history(directory: str) -> list[list]:
 class AccessDimensions:
     """Ids for access rows, and the rows of the two dimension tables."""
 
-    def __init__(self, namer: AccessNamer):
+    def __init__(self, namer: AccessNamer, whole_objects: bool = False):
+        """``whole_objects``: one data id per variable, whatever the offset of the
+        access in it (a summary's counts; ``variable`` is then None)."""
         self.namer = namer
+        self.whole_objects = whole_objects
         history = sorted(region_history(namer.directory), key=lambda v: (v[0], v[3]))
         n_sections, n_history = len(namer.sections.starts), len(history)
         self.labels = [namer.region_names[int(i)] for i in namer.sections.ids.tolist()] + \
@@ -78,6 +81,8 @@ class AccessDimensions:
              np.array([v[3] for v in history], dtype=np.uint64),
              np.array([no_end if v[4] is None else v[4] for v in history], dtype=np.uint64),
              interval_ids[n_sections:n_sections + n_history]))
+        if whole_objects:
+            self.ids.whole_objects()
         self._data_rows = 0          # data ids already described
         self._inst_rows = 0
 
@@ -150,7 +155,7 @@ class AccessDimensions:
                 symbol[i] = namer.object_names[h]
                 base[i] = namer.object_starts[h]
                 region[i] = self._region_at(int(base[i]))
-                if k == 2:
+                if k == 2 and not self.whole_objects:
                     variable[i] = describe_in_variable(namer.object_vars[h], low)
         return {"did": np.arange(first, first + n, dtype=np.uint32), "symbol": symbol.tolist(),
                 "variable": variable.tolist(), "region": region.tolist(), "base": base.tolist(),

@@ -222,6 +222,7 @@ typedef struct {
      * the allocator (after_free; counted by ap_count only) */
     int64_t *counts;
     int64_t counts_cap;
+    int whole_objects;               /* ap_whole_objects */
 } namer_t;
 
 /* the index of the interval holding ``addr`` (-1: none): the last one found,
@@ -403,8 +404,9 @@ static inline uint64_t data_key_of(namer_t *nm, uint32_t block, int freed, uint6
     int64_t j = find(&nm->objects, addr);
     if (j >= 0) {
         int64_t obj = nm->objects.payload[j];
-        return nm->object_is_variable[obj] ? KEY(2, obj, addr - nm->objects.start[j])
-                                           : KEY(3, obj, 0);
+        if (!nm->object_is_variable[obj])
+            return KEY(3, obj, 0);
+        return KEY(2, obj, nm->whole_objects ? 0 : addr - nm->objects.start[j]);
     }
     return KEY(0, 0, region_of(nm, addr, order));
 }
@@ -692,22 +694,22 @@ int ap_count_rows(void *p, const access_t *rows, int64_t n, const uint64_t *span
     return 0;
 }
 
-struct count_spans {        /* ap_count_compact's allocator calls */
-    void *namer;
-    const uint64_t *span_begin, *span_end;
-    int64_t n_spans;
-};
-
-static int count_tile(void *ctx, const access_t *rows, int64_t n)
+static inline void add_counts(namer_t *nm, int64_t d, int64_t loads, int64_t stores,
+                              int64_t bytes, int64_t after_free)
 {
-    struct count_spans *c = ctx;
-    return ap_count_rows(c->namer, rows, n, c->span_begin, c->span_end, c->n_spans);
+    int64_t *c = &nm->counts[d * NCOUNT];
+    c[0] += loads;
+    c[1] += stores;
+    c[2] += bytes;
+    c[3] += after_free;
 }
 
 /*
- * The counts of one block of compact records (ap_decode's arguments), decoded
- * a tile at a time (ap_decode_tiles).  Returns 0, -1 when memory ran out, -2
- * with ``*bad_id`` for an unknown instruction id.
+ * The counts of one block of compact records (ap_decode's arguments) in one
+ * loop: decoded a tile of records at a time and named, without access rows
+ * (the summary's pass: a variable counted as a whole, see ap_whole_objects).
+ * Returns 0, -1 when memory ran out, -2 with ``*bad_id`` for an unknown
+ * instruction id.
  */
 int ap_count_compact(void *p, const uint8_t *data, int64_t n, int planes,
                      const uint64_t *i_rip, const uint16_t *i_size, const uint8_t *i_kind,
@@ -715,9 +717,68 @@ int ap_count_compact(void *p, const uint8_t *data, int64_t n, int planes,
                      decode_state_t *state, const uint64_t *span_begin,
                      const uint64_t *span_end, int64_t n_spans, int64_t *bad_id)
 {
-    compact_block_t block = {data, n, planes, i_rip, i_size, i_kind, i_ilen, i_first, n_inst};
-    struct count_spans spans = {p, span_begin, span_end, n_spans};
-    return ap_decode_tiles(&block, state, bad_id, count_tile, &spans);
+    enum { TILE = 512 };
+    uint8_t tile[TILE * REC_SIZE];
+    namer_t *nm = p;
+    (void)i_rip, (void)i_ilen, (void)i_first;
+    if (!ids_known(data, n, planes, n_inst, bad_id))
+        return -2;
+    uint64_t s = state->seq;
+    int64_t next = state->next_order;
+    uint64_t last_key = UINT64_MAX;
+    int64_t d = -1, span = 0;
+    /* the counts of the data id met last, in registers: consecutive accesses to
+     * one variable would otherwise wait on each other's stores to its counts */
+    int64_t held = -1, loads = 0, stores = 0, bytes = 0, after_free = 0;
+    for (int64_t first = 0; first < n; first += TILE) {
+        int64_t count = n - first < TILE ? n - first : TILE;
+        const uint8_t *rec = tile_records(data, n, planes, first, count, tile);
+        for (int64_t i = 0; i < count; i++, rec += REC_SIZE) {
+            uint64_t a;
+            uint32_t id, b;
+            memcpy(&a, rec, 8);
+            memcpy(&id, rec + 8, 4);
+            memcpy(&b, rec + 12, 4);
+            if (take_marker(a, id, b, &s, &next))
+                continue;
+            uint8_t kind = i_kind[id];
+            if (!kind)
+                continue;
+            uint32_t block = b & (FREED_BIT - 1);
+            int freed = (int)(b >> 31);
+            int64_t size = i_size[id];
+            int rows = kind == 3 ? 2 : 1;
+            for (int r = 0; r < rows; r++) {
+                uint64_t o = (uint64_t)next++;
+                if (data_id_of(nm, data_key_of(nm, block, freed, a, o), &last_key, &d))
+                    return -1;
+                if (d != held) {
+                    if (held >= 0)
+                        add_counts(nm, held, loads, stores, bytes, after_free);
+                    loads = stores = bytes = after_free = 0;
+                    held = d;
+                }
+                int64_t store = kind == 2 || r == 1;
+                stores += store;
+                loads += 1 - store;
+                bytes += size;
+                if (freed && !in_span(span_begin, span_end, n_spans, &span, o))
+                    after_free++;
+            }
+        }
+    }
+    if (held >= 0)
+        add_counts(nm, held, loads, stores, bytes, after_free);
+    state->seq = s;
+    state->next_order = next;
+    return 0;
+}
+
+/* ``on``: a variable's accesses go to one data id, whatever their offset in it
+ * (counts per variable, not per field: the summary's) */
+void ap_whole_objects(void *p, int on)
+{
+    ((namer_t *)p)->whole_objects = on;
 }
 
 /* ------------------------------------------------------------- tallies */

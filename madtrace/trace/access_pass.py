@@ -36,6 +36,7 @@ def _library() -> ctypes.CDLL:
         "ap_keys": (I64, [P, I, I64, P]),
         "ap_count_rows": (I, [P, P, I64, P, P, I64]),
         "ap_count_compact": (I, [P, P, I64, I, P, P, P, P, P, I64, P, P, P, I64, P]),
+        "ap_whole_objects": (None, [P, I]),
         "ap_rows_compact": (I64, [P, P, I64, I, P, P, P, P, P, I64, P, I64, P, P, I64,
                                   P, P, P, P, P, P, P, P, P, P]),
         "tl_new": (P, [I64]), "tl_free": (None, [P]),
@@ -151,6 +152,11 @@ class AccessIds:
                                           h_payload.ctypes.data, len(h_start))
         if not self._ctx:
             raise MemoryError("ap_namer_new")
+
+    def whole_objects(self) -> None:
+        """From now on a variable's accesses have one data id whatever their
+        offset (counts per variable, not per field: a summary's)."""
+        self.lib.ap_whole_objects(self._ctx, 1)
 
     @property
     def handle(self) -> int:
