@@ -69,6 +69,8 @@ from ..instruction_table import InstructionTable
 from .plt_copies import PltCopies
 from .probe_settle import ProbeSettler
 
+SYSCALL = b"\x0f\x05"
+
 # the copies, the alias bitmap their probes read and the rings of a data-only session
 # stay or go together (target/mappings.py)
 GROUP = "madtrace-rewriting"
@@ -603,12 +605,40 @@ class Rewriter:
         """A stopped thread in a copy goes to the original code: inside an indirect
         jump's stub (stopped there by the detach's stop), it runs on to the
         instruction the stub jumps to first (a few straight instructions)."""
+        after = self._after_syscall(tracee, regs.rip)
+        if after is not None:
+            # stopped in (or just out of) a system call made in the copy, where what
+            # follows the syscall in the copy is no translated instruction: the
+            # original's syscall is left the same way (a call the kernel restarts
+            # goes back 2 bytes, onto it); stepping would wait for the call to end
+            regs.rip = after
+            tracee.set_regs(regs, tid)
+            return
         if self._between_instructions(regs.rip):
             step_until_out(tracee, tid, SimpleNamespace(contains=self._between_instructions))
             if tid not in tracee.threads:
                 return
             regs = tracee.get_regs(tid)
         self._to_original(tracee, tid, regs)
+
+    def _after_syscall(self, tracee, address: int) -> int | None:
+        """The original address after the syscall instruction that ends at
+        ``address`` in a copy, when ``address`` itself is no translated
+        instruction's start (None otherwise)."""
+        copy = self.copy_at(address)
+        if copy is None or address >= copy.address + copy.code_size or \
+                self._original_instruction(address) is not None:
+            return None
+        original = self._original_instruction(address - 2)
+        if original is None:
+            return None
+        try:
+            if tracee.mem.read(address - 2, 2) != SYSCALL or \
+                    tracee.mem.read(original, 2) != SYSCALL:
+                return None
+        except MadtraceError:
+            return None
+        return original + 2
 
     def _between_instructions(self, address: int) -> bool:
         """``address`` lies in a copy's code but at no translated instruction's start."""
