@@ -15,6 +15,9 @@ VARIANTS := O0-pie O0-nopie O2-pie O2-nopie
 TEST_BINS := $(foreach n,$(TEST_NAMES),$(foreach v,$(VARIANTS),build/tests/$(n)-$(v)))
 # a stripped copy of each, for the "stripped binary" paths
 STRIPPED_BINS := $(foreach n,$(TEST_NAMES),build/tests/$(n)-O2-pie-stripped)
+# static executables (no loader; the C library sets the thread pointer itself)
+STATIC_NAMES := data_globals data_alloc calls_recursion threads
+STATIC_BINS := $(foreach n,$(STATIC_NAMES),build/tests/$(n)-O2-static build/tests/$(n)-O2-static-pie)
 EXAMPLE_SRCS := $(wildcard examples/*.c)
 EXAMPLE_BINS := $(patsubst examples/%.c,build/examples/%,$(EXAMPLE_SRCS))
 
@@ -61,7 +64,7 @@ TEST_LIBS := $(patsubst tests/progs/lib/%.c,build/tests/libmt%.so,$(wildcard tes
 # then have only their .eh_frame entry)
 TEST_LIBS += $(patsubst tests/progs/lib/%.c,build/tests/libmt%-stripped.so,$(wildcard tests/progs/lib/*.c))
 
-programs: $(TEST_BINS) $(STRIPPED_BINS) $(TEST_LIBS) $(EXAMPLE_BINS) injector native analysis-native
+programs: $(TEST_BINS) $(STRIPPED_BINS) $(STATIC_BINS) $(TEST_LIBS) $(EXAMPLE_BINS) injector native analysis-native
 
 # the code that runs inside the target: trampoline templates + shared layout
 INJECTOR_OUT := build/injector/templates.json
@@ -150,6 +153,12 @@ build/tests/%-O2-nopie: tests/progs/%.c
 build/tests/%-O2-nopie: tests/progs/%.cc
 	@mkdir -p $(@D)
 	g++ $(CFLAGS_COMMON) -O2 -fno-pie -no-pie -o $@ $<
+build/tests/%-O2-static: tests/progs/%.c
+	@mkdir -p $(@D)
+	gcc $(CFLAGS_COMMON) -O2 -fno-pie -static -o $@ $<
+build/tests/%-O2-static-pie: tests/progs/%.c
+	@mkdir -p $(@D)
+	gcc $(CFLAGS_COMMON) -O2 -fPIE -static-pie -o $@ $<
 build/tests/libmt%.so: tests/progs/lib/%.c
 	@mkdir -p $(@D)
 	gcc $(CFLAGS_COMMON) -O1 -shared -fPIC -o $@ $<

@@ -126,6 +126,8 @@ def print_human_summary(meta: dict, directory: str, out, totals: dict | None = N
     print(f"   target   : {command}", file=out)
     label = "state" if s["outcome"] in ("snapshot", "running") or flight else "ended"
     print(f"   {label:<9}: {ending} after {s['duration_s']:.3f} s", file=out)
+    if meta.get("untraced"):
+        print(f"   untraced : {meta['untraced']}", file=out)
     print(f"   threads  : {s['threads']}   forks: {s['forks']}   "
           f"signals forwarded: {s['signals_forwarded']}", file=out)
     print(f"   modules  : {len(s['modules'])} ({s['symbols']} symbols)", file=out)

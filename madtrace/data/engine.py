@@ -63,6 +63,10 @@ from .fault.slow_path import SlowPath
 from ..target.take_back import TakeBack
 from .vfork_window import VforkWindow
 
+# the bytes of a TCB from the thread pointer that madtrace's stubs read: its first
+# word and glibc's thread id (calls/thread_pool.py searches this far for it)
+TCB_WORDS = 0x800
+
 SEGV_ACCERR = 2
 PR_SET_PDEATHSIG = 1
 
@@ -137,6 +141,7 @@ class DataEngine:
         self.active = False
         self.released: set[int] = set()   # pages given back when tracing stopped
         self.taken_away = 0     # traced pages a call unmapped as tracing stopped
+        self.spared: dict[int, str] = {}     # traced pages left out -> why (a TCB's)
         self.slow_reasons: Counter = Counter()
         self._last_open_fault: dict[int, tuple[int, int]] = {}
         self._loop_stats = dict.fromkeys(("fast", "untraced", "syscalls", "writebacks",
@@ -155,6 +160,7 @@ class DataEngine:
             raise UsageError("no data region to trace")   # nor any the program could create
         self.regions = RegionSet(regions, clock=self.next_order)
         self.protected = page_protections(mappings, self.regions.pages())
+        self._spare_thread_pointers()
         if self.gate is not None:
             self.gate.resolve(self.patched_addresses)   # refused before anything changes
         os.makedirs(os.path.join(self.out_dir, DATA_DIR), exist_ok=True)
@@ -218,6 +224,32 @@ class DataEngine:
         self.active = True
         if self.paths is not None:
             self.paths.warm_start()
+
+    def _spare_thread_pointers(self) -> None:
+        """The page holding a thread's TCB (its thread pointer's first words and
+        its id) is not traced: madtrace's stubs read those words through %fs on
+        every record, and a protected page there made each of them fault (a
+        static executable's main thread has its TCB in the traced heap: the
+        program died with SIGSEGV).  Said in meta.json (``untraced_pages``)."""
+        for tid, state in self.tracee.threads.items():
+            if state.running or state.gone:
+                continue
+            base = self.tracee.get_regs(tid).fs_base
+            if not base:
+                continue
+            for page in range(base & ~(PAGE - 1), base + TCB_WORDS, PAGE):
+                if page in self.protected:
+                    self.spared[page] = f"the TCB of thread {tid} (its thread pointer)"
+        self.keep_spared()
+
+    def keep_spared(self) -> None:
+        """The spared pages out of the protected pages again (a region that
+        grew, the heap at brk, took them back in).  They stay in their region:
+        a relocated function's probes still record its accesses there, the
+        program's original code does not fault on them (meta.json says which
+        pages)."""
+        for page in self.spared:
+            self.protected.drop_range(page, page + PAGE)
 
     def _alias_all(self, rs: RemoteSyscalls, mappings) -> None:
         """Every run of traced pages backed by shared memory mapped twice (alias.py)."""

@@ -389,6 +389,8 @@ class SyscallGate:
             heap = Region(min(m.start for m in parts), max(m.end for m in parts), "[heap]") \
                 if parts else None
         engine.regions.replace("[heap]", heap)
+        if heap is not None and engine.spared:
+            engine.keep_spared()
         if old is not None:   # the old heap's pages outside the new one are gone
             first = old.start & ~(PAGE - 1)
             if heap is None:
@@ -397,7 +399,11 @@ class SyscallGate:
                 engine.protected.drop_range(first, min(heap.start, old.end))
                 engine.protected.drop_range(max(heap.end, first), old.end)
         if heap is not None:  # and the new heap's pages not protected yet are closed
-            for start, end in engine.protected.gaps(heap.start, heap.end):
+            gaps = engine.protected.gaps(heap.start, heap.end)
+            if engine.spared:        # a TCB's page stays out (engine._spare_thread_pointers)
+                gaps = [run for gap in gaps for run in page_runs(
+                    p for p in range(gap[0], gap[1], PAGE) if p not in engine.spared)]
+            for start, end in gaps:
                 engine.protected.set_range(start, end, 3)
                 if engine.alias is not None:
                     engine.alias.update_access(engine.protected, range(start, end, PAGE))

@@ -53,6 +53,8 @@ class Controller:
         # what a detach could not restore or take out (an engine's hook failed), said
         # at the end of the recording and in meta.json (detach_failures)
         self.detach_failures: list[str] = []
+        # a static executable that ended before it set its thread pointer: untraced
+        self.never_set_fs = False
         self._hooks: dict[int, TraceeHooks] = {}
         # called with each fork child that is followed, after its parent's on_fork_child
         # hooks and before it first runs (a new recording starts in it)
@@ -518,7 +520,7 @@ class Controller:
         tracee = self.tracee
         start = EntryStart(tracee)
         if not start.arm(tracee.pid):
-            return                                   # a static executable: there already
+            start.arm_static(tracee.pid)     # a static executable: on to its thread pointer
 
         def arrived(event) -> bool | None:
             if not isinstance(event, SyscallStop):
@@ -528,6 +530,8 @@ class Controller:
         try:
             self._run_until(arrived)
         finally:
+            if start.armed and start.static and not tracee.threads:
+                self.never_set_fs = True
             if start.armed and tracee.threads:
                 start.disarm()
 

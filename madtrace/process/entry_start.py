@@ -25,6 +25,16 @@ at the exec stop (``arm``):
 A madtrace killed at any point of this leaves a program that runs on: the
 stub needs no tracer (it then stays mapped, and ``getauxval(AT_ENTRY)``
 gives its address).
+
+A static executable starts at its entry with no thread pointer (fs base 0)
+until its C library sets one (glibc's __libc_setup_tls, musl's __init_tp,
+Go's settls: ``arch_prctl(ARCH_SET_FS)``); madtrace's stubs find their
+thread's ring through it, and one run before that killed the program with
+SIGSEGV.  ``arm_static``: the thread runs with system call stops to the exit
+of its first successful ``arch_prctl(ARCH_SET_FS)``, and tracing starts
+there (``on_entry``).  The few functions on the stack then end as unmatched
+exits, as in an attach.  A program that never sets one runs untraced to its
+end (``never_set_fs``).
 """
 
 from __future__ import annotations
@@ -33,12 +43,14 @@ import struct
 from typing import Callable
 
 from ..errors import TracerInternalError
+from . import ptrace_raw as pr
 from .events import SyscallStop
 from .remote_syscall import RemoteSyscalls
 from .tracee import Tracee
 
 AT_NULL, AT_ENTRY = 0, 9
-SYS_GETPID = 39
+SYS_GETPID, SYS_ARCH_PRCTL, ARCH_SET_FS = 39, 158, 0x1002
+SYSCALL_ENTRY, SYSCALL_EXIT = 1, 2
 PAGE = 4096
 PROT_READ, PROT_EXEC = 1, 4
 MAP_PRIVATE, MAP_ANONYMOUS = 0x02, 0x20
@@ -64,6 +76,8 @@ class EntryStart:
         self._auxv_slot = 0
         self._in_call = False                 # the stub's getpid entered, its exit next
         self._syscalls_before = False
+        self.static = False                   # arm_static: waiting for ARCH_SET_FS
+        self.never_set_fs = False             # a static program ended without one
 
     @property
     def armed(self) -> bool:
@@ -86,6 +100,23 @@ class EntryStart:
         self._syscalls_before = tracee.trace_syscalls
         tracee.trace_syscalls = True
         return True
+
+    def arm_static(self, tid: int) -> None:
+        """At the exec stop of a static executable (``arm`` said False): tracing
+        starts once the program has its thread pointer (the module)."""
+        self.address, self.static, self._in_call = self.tracee.get_regs(tid).rip, True, False
+        self._syscalls_before = self.tracee.trace_syscalls
+        self.tracee.trace_syscalls = True
+
+    def _step_static(self, tracee: Tracee, event: SyscallStop) -> int:
+        info = pr.get_syscall_info(event.tid)
+        if info.op == SYSCALL_ENTRY:
+            self._in_call = info.nr == SYS_ARCH_PRCTL and info.args[0] == ARCH_SET_FS
+        elif info.op == SYSCALL_EXIT and self._in_call and info.nr == 0:
+            self.disarm()
+            return AT_ENTRY_NOW          # stopped at that call's exit: fs is set
+        tracee.resume(event.tid, 0)
+        return ON_THE_WAY
 
     def _find_auxv_slot(self, rsp: int, entry: int) -> int:
         """The address of AT_ENTRY's value in the auxiliary vector on the new stack
@@ -111,15 +142,16 @@ class EntryStart:
         """Before the entry was reached (a detach): the auxiliary vector's word
         back; the stub stays, the loader may have taken its address already."""
         if self.address is not None and self.tracee.threads:
-            self.tracee.mem.write(self._auxv_slot, struct.pack("<Q", self.address))
+            if not self.static:
+                self.tracee.mem.write(self._auxv_slot, struct.pack("<Q", self.address))
             self.tracee.trace_syscalls = self._syscalls_before
-        self.address = None
+        self.address, self.static = None, False
 
     def forget(self) -> None:
         """The image went (an exec) with the stub and the auxiliary vector in it."""
         if self.address is not None:
             self.tracee.trace_syscalls = self._syscalls_before
-        self.address = None
+        self.address, self.static = None, False
 
     def step(self, tracee: Tracee, event: SyscallStop) -> int:
         """What ``event`` is: NOT_OURS; ON_THE_WAY (the stub's getpid entered: the
@@ -127,6 +159,8 @@ class EntryStart:
         thread stands at the entry with the loader's registers, still stopped)."""
         if tracee is not self.tracee or self.address is None:
             return NOT_OURS
+        if self.static:
+            return self._step_static(tracee, event)
         regs = tracee.get_regs(event.tid)
         if regs.rip != self.stub + AFTER_SYSCALL or regs.orig_rax != SYS_GETPID:
             return NOT_OURS

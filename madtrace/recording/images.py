@@ -93,7 +93,8 @@ class ImageChanges:
             self._entry_start = EntryStart(tracee, lambda tid: self._start_exec_image())
             self.hooks.syscall_claimers.append(self._entry_start.claim)
         if not self._entry_start.arm(tracee.pid):
-            self._start_exec_image()               # a static executable: at its entry already
+            # a static executable: tracing starts once it has its thread pointer
+            self._entry_start.arm_static(tracee.pid)
 
     def _end_image(self, next_image: str, next_command: list[str]) -> None:
         """The image traced until now was replaced by exec: drain and write its trace."""

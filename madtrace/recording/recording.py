@@ -182,6 +182,10 @@ class Recording(ImageChanges, CleanSlate, Results):
         try:
             self._make_controller()
             self.controller.run_to_entry()
+            if self.controller.never_set_fs:
+                self.meta["untraced"] = ("a static executable that never set its thread pointer "
+                                         "(arch_prctl ARCH_SET_FS), which madtrace's stubs need")
+                self.log(f"not traced: {self.meta['untraced']}; it ran to its end")
             if self.tracee.exit_event is None:
                 self._load_address_space()
                 if self.options.start_at == "main":

@@ -85,6 +85,9 @@ class Results:
                                  # pages a thread unmapped in a call it was inside of when
                                  # tracing stopped: forgotten, not restored
                                  "unmapped_at_detach": engine.taken_away,
+                                 # traced pages left out, each with why (a TCB's page)
+                                 "untraced_pages": {f"{p:#x}": why for p, why in
+                                                    engine.spared.items()},
                                  "allocations": engine.alloc.count if engine.alloc else 0,
                                  # allocator calls other threads made while a breakpoint was
                                  # stepped over: those calls may be missing
