@@ -169,12 +169,16 @@ class EntryStart:
             tracee.resume(event.tid, 0)            # system call stops on: to its exit
             return ON_THE_WAY
         stub, entry = self.stub, self.address
-        with RemoteSyscalls(tracee, event.tid) as rs:   # at a syscall-exit stop
-            rs.munmap(stub, PAGE)
+        # at the entry with the loader's registers first, then the stub goes: a tracer
+        # killed during the munmap leaves the thread to the call page's restore code,
+        # which gives it the registers saved at the scope's start (in the stub, once
+        # unmapped, it died of SIGSEGV)
         read = tracee.mem.read_u64
         regs.rax, regs.rcx, regs.r11 = read(regs.rsp - 8), read(regs.rsp - 16), read(regs.rsp - 24)
         regs.rip = entry
         tracee.set_regs(regs, event.tid)
+        with RemoteSyscalls(tracee, event.tid) as rs:   # at a syscall-exit stop
+            rs.munmap(stub, PAGE)
         self.disarm()
         return AT_ENTRY_NOW
 

@@ -157,6 +157,15 @@ class CallHooks:
         stack = self.pending.setdefault(tid, [])
         while stack and stack[-1][3] < regs.rsp:
             self._free(stack.pop()[4])   # left by longjmp: we are above its frame now
+        if address not in self.own:
+            # back on the breakpoint before on_entry's system calls: a tracer killed
+            # during one leaves the thread where the call page's restore code puts
+            # it, its registers as saved; one byte after the int3 is the middle of
+            # the function's first instruction (--data-in's arm: a load of a global
+            # became "or eax, imm32" and the program computed a wrong result).  On
+            # the int3, it takes the trap again and the guard runs the instruction.
+            regs.rip = address
+            self.tracee.set_regs(regs, tid)
         state = self.on_entry(tid, name, regs)
         index = self.guard.new_trap() if self.guard is not None else UNGUARDED
         if index < 0:
@@ -200,8 +209,14 @@ class CallHooks:
         while stack and stack[-1][3] + 8 < regs.rsp:
             self._free(stack.pop()[4])
         name, state, return_address, _, index = stack.pop()
-        self._free(index)
+        if index != UNGUARDED:
+            # on its trap again during on_return's system calls, the trap still in
+            # the guard's table (as at the entry): a tracer killed meanwhile leaves
+            # the thread to take it again, and the guard sends it to its caller
+            regs.rip = self.trap + index
+            self.tracee.set_regs(regs, tid)
         self.on_return(tid, name, state, regs, return_address)
+        self._free(index)
         regs.rip = return_address
         self.tracee.set_regs(regs, tid)
         self.tracee.resume(tid, 0)

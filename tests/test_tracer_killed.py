@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The tracer SIGKILLed while a thread is lent to one of its remote system calls.
+
+A remote call gives the thread the call's registers; with no tracer left, the
+call page's restore code gives it back the registers saved at the scope's
+start (process/call_page.py).  Those registers must be a place the program
+can go on from without its tracer:
+
+* at a --data-in function's entry breakpoint, the gate protects the pages
+  (mprotect) before the function runs; the thread stood one byte after the
+  int3, in the middle of the function's first instruction: bench_data_memory's
+  ``mov checksum(%rip), %ecx`` ran as ``or eax, imm32`` and the program printed
+  a wrong checksum (1 kill in 10 of the random kills of test_data);
+* at the gate's return trap, the pages go back (mprotect): the thread stood
+  one byte after the trap and the program died;
+* at the entry-point stub (launch), the stub page is unmapped while the thread
+  was still in it: the program died.
+
+``MADTRACE_TEST_KILL_AT_CALL=NAME:N`` makes the tracer kill itself as the Nth
+remote call NAME is about to run (remote_syscall.py).  Oracle: the program's
+own output, byte for byte, and where each kill happened (stderr).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from .util import MADTRACE, ROOT, prog
+
+ARGV = [prog("bench_data_memory", "O2-nopie"), "20", "4096"]
+
+
+def killed_at(tmp_path, call: str, *options: str) -> tuple[subprocess.CompletedProcess, int]:
+    """A recording whose tracer kills itself at remote call ``call``; returns it and
+    the address the lent thread came from."""
+    env = dict(os.environ, PYTHONPATH=ROOT, MADTRACE_TEST_KILL_AT_CALL=call)
+    # the program inherits the tracer's stdout: its output ends when it does
+    result = subprocess.run([*MADTRACE, "record", "--data", *options, "-o", str(tmp_path / "t"),
+                             "--", *ARGV], capture_output=True, timeout=120, env=env)
+    match = re.search(rb"test kill at remote call \S+ #\d+ \(thread \d+ lent from (0x[0-9a-f]+)\)",
+                      result.stderr)
+    assert match, (call, result.stderr[-2000:])          # the kill happened where asked
+    assert result.returncode == -9
+    return result, int(match.group(1), 16)
+
+
+def function_address(path: str, name: str) -> int:
+    out = subprocess.run(["nm", path], capture_output=True, text=True, check=True).stdout
+    return next(int(f[0], 16) for f in (line.split() for line in out.splitlines()) if f[-1] == name)
+
+
+@pytest.mark.parametrize("nth", range(1, 7))
+def test_killed_in_a_data_in_gate_call_leaves_the_program_right(tmp_path, nth):
+    """The gate's first calls: the arm at pass's entry (mprotect 1: every page,
+    2-3: the slow path opening and closing the page of ``checksum``, the
+    instruction under the breakpoint), the disarm at its return trap (4-6)."""
+    native = subprocess.run(ARGV, capture_output=True, timeout=60)
+    result, lent_from = killed_at(tmp_path, f"mprotect:{nth}", "--data-in", "pass", "-f", "fill")
+    assert result.stdout == native.stdout
+    if nth == 1:
+        # the thread was lent from the breakpoint itself, not from the byte after it
+        assert lent_from == function_address(ARGV[0], "pass")
+
+
+def test_killed_while_the_entry_stub_goes_leaves_the_program_right(tmp_path):
+    native = subprocess.run(ARGV, capture_output=True, timeout=60)
+    result, lent_from = killed_at(tmp_path, "munmap:1")
+    assert result.stdout == native.stdout
+    # lent from the program's entry point, not from the stub being unmapped
+    assert lent_from == function_address(ARGV[0], "_start")
