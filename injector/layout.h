@@ -194,7 +194,12 @@
 #define MT_GUARD_MAX_RUNS     2048
 #define MT_GUARD_TRAP_ACTION  49280  /* 32 bytes: the target's own SIGTRAP action */
 #define MT_GUARD_NBREAKS      49312  /* u64: breakpoints in the table */
-#define MT_GUARD_BREAKS       49344  /* {u64 address, u64 original byte, u64 page prot} */
+#define MT_GUARD_BREAKS       49344  /* {u64 address, u64 original bytes (up to 8, the first
+                                        lowest), u8 page prot, u8 count: the int3s written
+                                        from address (0 counts as 1), 6 bytes unused}.  A
+                                        thread resumed after its tracer took the stop of
+                                        the first int3 and died runs into the next one:
+                                        any of them takes it back to address */
 #define MT_GUARD_BREAK_SIZE   24
 #define MT_GUARD_MAX_BREAKS   64
 #define MT_GUARD_NTRAPS       50880  /* u64: trap entries in use (highest index + 1) */

@@ -1173,11 +1173,20 @@ mt_guard_pp_table_abs64:
         mov eax, 10
         syscall
         mov rdi, [r13]
-        mov al, [r13 + 8]
-        mov [rdi], al
+        mov rax, [r13 + 8]                  /* up to 8 original bytes, first byte lowest */
+        movzx ecx, byte ptr [r13 + 17]      /* how many (the int3s written, 1-8) */
+        test ecx, ecx
+        jnz 58f
+        inc ecx
+58:     mov [rdi], al
+        shr rax, 8
+        inc rdi
+        dec ecx
+        jnz 58b
+        mov rdi, [r13]
         and rdi, -4096
         mov esi, 4096
-        mov rdx, [r13 + 16]
+        movzx edx, byte ptr [r13 + 16]      /* the page's protection */
         mov eax, 10
         syscall
         add r13, MT_GUARD_BREAK_SIZE
@@ -1198,8 +1207,11 @@ mt_guard_pp_table_abs64:
         mov [rdi], rdx
 53:     inc rax                             /* a trap being taken: on to the caller */
         cmp [rbp + MT_UC_RIP], rax
+        je 51f
+        inc rax                             /* its second int3 (resumed after its stop */
+        cmp [rbp + MT_UC_RIP], rax          /* was taken, its tracer dead) */
         jne 52f
-        mov rdx, [r13 + 8]
+51:     mov rdx, [r13 + 8]
         mov [rbp + MT_UC_RIP], rdx
 52:     add r13, MT_GUARD_TRAP_SIZE
         dec r12
@@ -1213,9 +1225,16 @@ mt_guard_pp_table_abs64:
         dec rax
 54:     test r12, r12
         jz 55f
-        cmp [r13], rax
-        jne 56f
-        mov [rbp + MT_UC_RIP], rax
+        mov rdx, rax                        /* rip - 1 in [address, address + count): */
+        sub rdx, [r13]                      /* an int3 of this breakpoint, the first or */
+        movzx ecx, byte ptr [r13 + 17]      /* one after it (a thread resumed after its */
+        test ecx, ecx                       /* stop was taken and its tracer died) */
+        jnz 59f
+        inc ecx
+59:     cmp rdx, rcx
+        jae 56f
+        mov rdx, [r13]
+        mov [rbp + MT_UC_RIP], rdx          /* the instruction runs from its start */
 56:     add r13, MT_GUARD_BREAK_SIZE
         dec r12
         jmp 54b

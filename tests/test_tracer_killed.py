@@ -14,11 +14,16 @@ can go on from without its tracer:
 * at the gate's return trap, the pages go back (mprotect): the thread stood
   one byte after the trap and the program died;
 * at the entry-point stub (launch), the stub page is unmapped while the thread
-  was still in it: the program died.
+  was still in it: the program died;
+* just after the tracer took the stop of a breakpoint or a return trap: the
+  kernel never delivers that SIGTRAP again, so the thread resumed one byte
+  after the int3 (the middle of the instruction, or the next trap).  Each
+  breakpoint now covers its whole first instruction with int3s, each trap is
+  two: the thread meets another int3 and the guard sends it back.
 
-``MADTRACE_TEST_KILL_AT_CALL=NAME:N`` makes the tracer kill itself as the Nth
-remote call NAME is about to run (remote_syscall.py).  Oracle: the program's
-own output, byte for byte, and where each kill happened (stderr).
+``MADTRACE_TEST_KILL_AT=POINT:N`` makes the tracer kill itself the Nth time it
+reaches POINT (process/kill_points.py).  Oracle: the program's own output,
+byte for byte, and where each kill happened (stderr).
 """
 
 from __future__ import annotations
@@ -35,13 +40,13 @@ ARGV = [prog("bench_data_memory", "O2-nopie"), "20", "4096"]
 
 
 def killed_at(tmp_path, call: str, *options: str) -> tuple[subprocess.CompletedProcess, int]:
-    """A recording whose tracer kills itself at remote call ``call``; returns it and
-    the address the lent thread came from."""
-    env = dict(os.environ, PYTHONPATH=ROOT, MADTRACE_TEST_KILL_AT_CALL=call)
+    """A recording whose tracer kills itself at kill point ``call``; returns it and
+    the address it names (where the lent or stopped thread was)."""
+    env = dict(os.environ, PYTHONPATH=ROOT, MADTRACE_TEST_KILL_AT=call)
     # the program inherits the tracer's stdout: its output ends when it does
     result = subprocess.run([*MADTRACE, "record", "--data", *options, "-o", str(tmp_path / "t"),
                              "--", *ARGV], capture_output=True, timeout=120, env=env)
-    match = re.search(rb"test kill at remote call \S+ #\d+ \(thread \d+ lent from (0x[0-9a-f]+)\)",
+    match = re.search(rb"test kill at \S+ #\d+ \(thread \d+ (?:lent from|at) (0x[0-9a-f]+)\)",
                       result.stderr)
     assert match, (call, result.stderr[-2000:])          # the kill happened where asked
     assert result.returncode == -9
@@ -72,3 +77,15 @@ def test_killed_while_the_entry_stub_goes_leaves_the_program_right(tmp_path):
     assert result.stdout == native.stdout
     # lent from the program's entry point, not from the stub being unmapped
     assert lent_from == function_address(ARGV[0], "_start")
+
+
+@pytest.mark.parametrize("point", ["breakpoint:1", "breakpoint:2", "return-trap:1",
+                                   "return-trap:2"])
+def test_killed_after_taking_a_hook_stop_leaves_the_program_right(tmp_path, point):
+    """The stop of pass's entry breakpoint or of its return trap taken, then the
+    tracer dies: the thread runs on one byte after the int3."""
+    native = subprocess.run(ARGV, capture_output=True, timeout=60)
+    result, at = killed_at(tmp_path, point, "--data-in", "pass", "-f", "fill")
+    assert result.stdout == native.stdout
+    if point.startswith("breakpoint"):
+        assert at == function_address(ARGV[0], "pass")

@@ -196,11 +196,16 @@ class SegvGuard:
 
     # ------------------------------------------------- breakpoints and traps
     def add_breakpoint(self, address: int, original: bytes, page_prot: int) -> None:
+        """int3s at ``address``, one per byte of ``original`` (1 to 8 bytes, the
+        ones they replace; layout.h MT_GUARD_BREAKS)."""
         n = self._u64(self.L.MT_GUARD_NBREAKS)
         if n >= self.L.MT_GUARD_MAX_BREAKS:
             raise TracerInternalError("too many breakpoints for the guard's table")
+        if not 1 <= len(original) <= 8:
+            raise TracerInternalError(f"a breakpoint of {len(original)} bytes")
         self._write(self.L.MT_GUARD_BREAKS + n * self.L.MT_GUARD_BREAK_SIZE,
-                    struct.pack("<QQQ", address, original[0], page_prot))
+                    struct.pack("<QQBB6x", address, int.from_bytes(original, "little"),
+                                page_prot, len(original)))
         self._u64(self.L.MT_GUARD_NBREAKS, n + 1)
 
     def remove_breakpoints(self, addresses) -> None:

@@ -51,7 +51,7 @@ class VforkWindow:
             engine.unprotect(rs, pages)
         for hooks in engine.all_hooks():
             if hooks.active:
-                for address, byte in hooks.saved_byte.items():
+                for address, byte in hooks.saved_bytes.items():
                     parent.mem.write(address, byte)
         engine.entry_hooks.pause(parent.mem)      # the hook stubs' entries too
         self._open[tid] = (events, pages)
@@ -68,8 +68,8 @@ class VforkWindow:
                 engine.protect(rs, pages)
             for hooks in engine.all_hooks():
                 if hooks.active:
-                    for address in hooks.saved_byte:
-                        parent.mem.write(address, INT3)
+                    for address, original in hooks.saved_bytes.items():
+                        parent.mem.write(address, INT3 * len(original))
             engine.entry_hooks.unpause(parent.mem)
         met = {e.tid for e in events}
         for other, state in list(parent.threads.items()):

@@ -46,6 +46,7 @@ from . import ptrace_raw as pr
 from .events import (EVENT_NAMES, GroupStop, PtraceEventStop, SignalStop, SyscallStop, ThreadExited,
                      ThreadKilled, TrapStop, at_exit_event, regenerated)
 from . import call_page
+from .kill_points import kill_point
 from .cpu import last_cpu
 from .tracee import Tracee
 
@@ -69,25 +70,6 @@ IN_SYSCALL_EVENTS = frozenset({pr.PTRACE_EVENT_CLONE, pr.PTRACE_EVENT_FORK,
 # where a thread is: ready (used as it is), entry (rewind its call), finish (take it
 # to its syscall-exit stop first), or None (not usable)
 READY, ENTRY, FINISH = "ready", "entry", "finish"
-
-
-# A test facility (tests/test_tracer_killed.py): "NAME:N" makes the tracer SIGKILL
-# itself as the Nth remote call NAME of the run is about to run, the thread lent
-# (its registers the call's): a tracer killed there must leave the program to
-# finish as it would have.  Read once; unset, it costs nothing.
-_KILL_AT = os.environ.get("MADTRACE_TEST_KILL_AT_CALL")
-_calls_made: dict[str, int] = {}
-
-
-def _test_kill(name: str, tid: int, saved_rip: int) -> None:
-    kill_name, _, nth = (_KILL_AT or "").partition(":")
-    if str(name) != kill_name:
-        return
-    _calls_made[kill_name] = _calls_made.get(kill_name, 0) + 1
-    if _calls_made[kill_name] == int(nth or 1):
-        os.write(2, f"madtrace: test kill at remote call {name} #{nth} (thread {tid} lent "
-                    f"from {saved_rip:#x})\n".encode())
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class RemoteSyscallError(TargetMemoryError):
@@ -362,8 +344,7 @@ class RemoteSyscalls:
         for reg, value in zip(("rdi", "rsi", "rdx", "r10", "r8", "r9"), args):
             setattr(regs, reg, value & 0xFFFFFFFFFFFFFFFF)
         pr.set_regs(self.tid, regs)
-        if _KILL_AT:
-            _test_kill(name, self.tid, self._saved_regs.rip)
+        kill_point(str(name), f"thread {self.tid} lent from {self._saved_regs.rip:#x}")
         state = self.tracee.threads[self.tid]
         result = self._run(state, regs).rax
         if check and result >= 0xFFFFFFFFFFFFF001:

@@ -21,17 +21,22 @@ from __future__ import annotations
 import signal
 from typing import Callable
 
+from ...arch.x86_64.decode import decode_one
 from ...binary.maps import read_maps
 from ...target.areas import SharedArea
 from ...process.events import SignalStop
+from ...process.kill_points import kill_point
 from ...process.remote_syscall import RemoteSyscalls
 from ...process.stepping import step
 from ...process.tracee import Tracee
+from ...trace.format import PAGE
 
 INT3 = b"\xcc"
 NOP = b"\x90"
-TRAPS = 4096            # one int3 per pending call; the last one for calls the guard misses
+TRAPS = 4096            # one trap per pending call; the last one for calls the guard misses
 UNGUARDED = TRAPS - 1
+TRAP_SIZE = 2           # two int3s each (the second: see _cover)
+MAX_COVER = 8           # int3s over a function's first instruction (the guard's table)
 
 
 class CallHooks:
@@ -52,7 +57,8 @@ class CallHooks:
         self.on_entry = on_entry
         self.on_return = on_return
         self.entries: dict[int, str] = {}         # breakpoint address -> function
-        self.saved_byte: dict[int, bytes] = {}
+        # breakpoint address -> the bytes its int3s replace (the first instruction's)
+        self.saved_bytes: dict[int, bytes] = {}
         self.own: set[int] = set()                # int3s of madtrace's code (see the module)
         # tid -> [(function, state, return address, rsp, trap index)]
         self.pending: dict[int, list] = {}
@@ -66,8 +72,8 @@ class CallHooks:
         self.entries = dict(functions)
         if own:
             self.own = set(functions)
-        area = SharedArea(rs, TRAPS, f"madtrace-{self.name}-trap", executable=True)
-        area.write(area.address, INT3 * TRAPS)
+        area = SharedArea(rs, TRAPS * TRAP_SIZE, f"madtrace-{self.name}-trap", executable=True)
+        area.write(area.address, INT3 * (TRAPS * TRAP_SIZE))
         self.trap = area.address
         if self.guard is not None and self.entries:
             self.guard.install_traps(rs)
@@ -76,12 +82,12 @@ class CallHooks:
             if self.guard is not None:
                 self.guard.add_breakpoint(address, NOP, 5)
         for address in set(self.entries) - self.own:
-            self.saved_byte[address] = self.tracee.mem.read(address, 1)
+            self.saved_bytes[address] = self._cover(address)
             if self.guard is not None:
                 mapping = next((m for m in maps if m.start <= address < m.end), None)
                 prot = _prot(mapping.perms) if mapping else 5
-                self.guard.add_breakpoint(address, self.saved_byte[address], prot)
-            self.tracee.mem.write(address, INT3)
+                self.guard.add_breakpoint(address, self.saved_bytes[address], prot)
+            self.tracee.mem.write(address, INT3 * len(self.saved_bytes[address]))
         self.active = True
 
     def remove(self, mem=None) -> None:
@@ -89,23 +95,46 @@ class CallHooks:
         thread still inside a hooked call its real return address back."""
         mine = mem is None
         mem = mem or self.tracee.mem
-        for address, byte in self.saved_byte.items():
+        for address, original in self.saved_bytes.items():
             if mem.read(address, 1) == INT3:
-                mem.write(address, byte)
+                mem.write(address, original)
         if mine:
             if self.guard is not None:
-                self.guard.remove_breakpoints(set(self.saved_byte) | self.own)
+                self.guard.remove_breakpoints(set(self.saved_bytes) | self.own)
             self.leftover = {tid: list(stack) for tid, stack in self.pending.items()}
             for stack in self.pending.values():
                 for _name, _state, return_address, rsp, index in stack:
                     try:
-                        if mem.read_u64(rsp) == self.trap + index:
+                        if mem.read_u64(rsp) == self.trap_address(index):
                             mem.write_u64(rsp, return_address)
                     except Exception:
                         pass  # the frame is gone (longjmp)
                     self._free(index)
             self.pending.clear()
             self.active = False
+
+    def _cover(self, address: int) -> bytes:
+        """The bytes the int3s at a function's entry replace: its whole first
+        instruction (up to MAX_COVER bytes, within its page).  A thread resumed
+        one byte after the first int3 (its tracer died after taking that stop,
+        so the kernel never delivers its SIGTRAP) runs into the next int3, and
+        the guard sends it back to the entry; one int3 alone left it in the
+        middle of the instruction (a load of a global ran as "or eax, imm32").
+        A first instruction of one byte (push rbp) keeps that window."""
+        code = self.tracee.mem.read(address, 16)
+        insn = decode_one(code, address, detail=False)
+        n = insn.size if insn is not None else 1
+        return code[:max(1, min(n, MAX_COVER, PAGE - address % PAGE))]
+
+    def trap_address(self, index: int) -> int:
+        return self.trap + index * TRAP_SIZE
+
+    def trap_index(self, address: int) -> int | None:
+        """The trap whose first int3 is at ``address`` (None: not a trap)."""
+        offset = address - self.trap
+        if self.trap and 0 <= offset < TRAPS * TRAP_SIZE and offset % TRAP_SIZE == 0:
+            return offset // TRAP_SIZE
+        return None
 
     def _free(self, index: int) -> None:
         if self.guard is not None and index != UNGUARDED:
@@ -128,12 +157,12 @@ class CallHooks:
         if not self.active:
             # a breakpoint or return trap hit just before the breakpoints were taken
             # out, reported after: finish the call as if nothing had been there
-            index = regs.rip - 1 - self.trap
+            index = self.trap_index(regs.rip - 1)
             if regs.rip - 1 in self.own:
                 pass                           # goes on after its int3
             elif regs.rip - 1 in self.entries:
                 regs.rip -= 1
-            elif 0 <= index < TRAPS and any(e[4] == index for e in self.leftover.get(tid, ())):
+            elif index is not None and any(e[4] == index for e in self.leftover.get(tid, ())):
                 regs.rip = next(e[2] for e in self.leftover[tid] if e[4] == index)
             else:
                 return False
@@ -141,10 +170,12 @@ class CallHooks:
             tracee.resume(tid, 0)
             return True
         if regs.rip - 1 in self.entries:
+            kill_point("breakpoint", f"thread {tid} at {regs.rip - 1:#x}")
             self.stops += 1
             self._entry(tid, regs)
             return True
-        if 0 <= regs.rip - 1 - self.trap < TRAPS:
+        if self.trap_index(regs.rip - 1) is not None:
+            kill_point("return-trap", f"thread {tid} at {regs.rip - 1:#x}")
             self.stops += 1
             self._return(tid, regs)
             return True
@@ -172,9 +203,9 @@ class CallHooks:
             index = UNGUARDED
             self.unguarded_calls += 1   # a tracer killed during this call kills the target
         if index != UNGUARDED:
-            self.guard.set_trap(index, self.trap + index, return_address, regs.rsp)
+            self.guard.set_trap(index, self.trap_address(index), return_address, regs.rsp)
         stack.append((name, state, return_address, regs.rsp, index))
-        self.tracee.mem.write_u64(regs.rsp, self.trap + index)
+        self.tracee.mem.write_u64(regs.rsp, self.trap_address(index))
         if address in self.own:             # on after the int3, nothing to step over
             self.tracee.set_regs(regs, tid)
             self.tracee.resume(tid, 0)
@@ -184,7 +215,7 @@ class CallHooks:
         # step over the breakpoint: original byte back for one instruction
         if len(self.tracee.threads) > 1:
             self.missed_windows += 1
-        self.tracee.mem.write(address, self.saved_byte[address])
+        self.tracee.mem.write(address, self.saved_bytes[address])
         thread = self.tracee.threads[tid]
         while True:
             event = step(self.tracee, tid)
@@ -199,7 +230,7 @@ class CallHooks:
                 thread.pending_signal = event.signum
                 continue
             break
-        self.tracee.mem.write(address, INT3)
+        self.tracee.mem.write(address, INT3 * len(self.saved_bytes[address]))
         self.tracee.resume(tid, 0)
 
     def _return(self, tid: int, regs) -> None:
@@ -209,16 +240,14 @@ class CallHooks:
         while stack and stack[-1][3] + 8 < regs.rsp:
             self._free(stack.pop()[4])
         name, state, return_address, _, index = stack.pop()
-        if index != UNGUARDED:
-            # on its trap again during on_return's system calls, the trap still in
-            # the guard's table (as at the entry): a tracer killed meanwhile leaves
-            # the thread to take it again, and the guard sends it to its caller
-            regs.rip = self.trap + index
-            self.tracee.set_regs(regs, tid)
-        self.on_return(tid, name, state, regs, return_address)
-        self._free(index)
+        # in the caller before on_return's system calls: a tracer killed during one
+        # leaves the thread where the call page's restore code puts it, its saved
+        # registers; back on its trap, it died (the guard, having given everything
+        # back on a signal queued for the scope's end, no longer knew the trap)
         regs.rip = return_address
         self.tracee.set_regs(regs, tid)
+        self.on_return(tid, name, state, regs, return_address)
+        self._free(index)       # after: until then a thread one int3 on is sent back
         self.tracee.resume(tid, 0)
 
 

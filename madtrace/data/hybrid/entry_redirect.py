@@ -92,8 +92,8 @@ def _entry_unpatchable(rw, state, copy: FunctionCopy) -> str | None:
     start = state.start
     if state.end - start < 5 and not _padding_after(rw, state):
         return "shorter than 5 bytes"
-    if any(hooks.active and any(a in hooks.saved_byte for a in range(start, start + 5))
-           for hooks in rw.engine.all_hooks()):
+    if any(hooks.active and any(a in hooks.saved_bytes for a in range(start - 7, start + 5))
+           for hooks in rw.engine.all_hooks()):       # int3s over up to 8 bytes each
         return "a breakpoint of madtrace's"
     if rw.links.watching:
         patched = rw.links.patched(start, start + 5)

@@ -429,7 +429,7 @@ class Rewriter:
         out = {}
         for hooks in self.engine.all_hooks():
             if hooks.active:
-                out.update(hooks.saved_byte)
+                out.update(hooks.saved_bytes)
         return out
 
     def _relocate(self, state: FunctionState) -> bool:
