@@ -89,3 +89,16 @@ def test_killed_after_taking_a_hook_stop_leaves_the_program_right(tmp_path, poin
     assert result.stdout == native.stdout
     if point.startswith("breakpoint"):
         assert at == function_address(ARGV[0], "pass")
+
+
+@pytest.mark.parametrize("call", ["memfd_create:1", "ftruncate:1", "mmap:1", "close:1"])
+def test_killed_while_the_call_page_is_mapped_leaves_the_program_right(tmp_path, call):
+    """The first calls in a new image map the call page itself: made through a
+    ``syscall; ret`` with the entry pushed, a thread left there by a dead tracer
+    returns to the image's entry (the dynamic loader's) and the program runs."""
+    native = subprocess.run(ARGV, capture_output=True, timeout=60)
+    env = dict(os.environ, PYTHONPATH=ROOT, MADTRACE_TEST_KILL_AT=call)
+    result = subprocess.run([*MADTRACE, "record", "--data", "-o", str(tmp_path / "t"), "--", *ARGV],
+                            capture_output=True, timeout=120, env=env)
+    assert re.search(rb"test kill at \S+ #1 \(thread \d+ lent from", result.stderr), result.stderr
+    assert result.stdout == native.stdout

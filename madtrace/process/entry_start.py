@@ -105,6 +105,12 @@ class EntryStart:
         """At the exec stop of a static executable (``arm`` said False): tracing
         starts once the program has its thread pointer (the module)."""
         self.address, self.static, self._in_call = self.tracee.get_regs(tid).rip, True, False
+        if self.tracee.call_page is None:
+            # mapped now, at the exec stop, where a tracer killed during its calls leaves
+            # the thread at the entry (remote_syscall.py); at the arch_prctl, the thread
+            # is inside the C library's start-up, with registers the page cannot restore
+            with RemoteSyscalls(self.tracee, tid):
+                pass
         self._syscalls_before = self.tracee.trace_syscalls
         self.tracee.trace_syscalls = True
 

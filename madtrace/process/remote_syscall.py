@@ -97,6 +97,9 @@ class RemoteSyscalls:
         self.tid = tid
         self.slot = 0                   # the call page's slot of this scope
         self._syscall_at = 0            # the syscall instruction calls run
+        # the call page's own calls at an exec stop, through a "syscall; ret" (see
+        # _map_call_page): the thread's rip is pushed for each call
+        self._return_to_entry = False
         self._saved_regs: pr.UserRegs | None = None
         self._event = None              # the stop the thread was lent from
         self._at_exit = False           # the thread is at the exit stop of a call of ours
@@ -120,6 +123,8 @@ class RemoteSyscalls:
             if where is None:
                 raise TracerInternalError(
                     f"thread {self.tid} cannot run a system call now ({describe_stop(state)})")
+        lent_from = self.tracee.threads[self.tid].last_event
+        at_exec = isinstance(lent_from, PtraceEventStop) and lent_from.event == pr.PTRACE_EVENT_EXEC
         self._saved_regs = self._prepare(self.tid, where)
         self._event = self.tracee.threads[self.tid].last_event
         self._siginfo = pr.get_siginfo(self.tid) if isinstance(self._event, SignalStop) else None
@@ -127,8 +132,13 @@ class RemoteSyscalls:
         try:
             page = self.tracee.call_page
             if page is None:
-                self._syscall_at = syscall_instruction(self.tracee)
-                page = self.tracee.call_page = self._map_call_page()
+                gadget = syscall_return(self.tracee) if at_exec else None
+                self._return_to_entry = gadget is not None
+                self._syscall_at = gadget or syscall_instruction(self.tracee)
+                try:
+                    page = self.tracee.call_page = self._map_call_page()
+                finally:
+                    self._return_to_entry = False
             self.slot = page.take()
             if self.slot is None:
                 raise TracerInternalError(f"more than {call_page.SLOTS} remote-call scopes at once "
@@ -233,8 +243,12 @@ class RemoteSyscalls:
 
     def _map_call_page(self) -> call_page.CallPage:
         """The call page (call_page.py), through a syscall instruction found in the
-        target: a tracer killed during these four calls leaves the thread with
-        their registers (the only calls not covered)."""
+        target.  At an exec stop, through a ``syscall; ret`` with the thread's rip
+        pushed just below its rsp: a tracer killed during one of these calls leaves
+        the thread to return to the new image's entry, where only rsp and rip are
+        live.  Elsewhere (an attach), or without such a gadget, a tracer killed
+        during these four calls leaves the thread with their registers (the only
+        calls not covered)."""
         scratch = (self._saved_regs.rsp - 4096) & ~15       # well below the red zone
         self.tracee.mem.write(scratch, call_page.NAME.encode() + b"\0")
         fd = self.call("memfd_create", scratch, MFD_CLOEXEC)
@@ -343,6 +357,11 @@ class RemoteSyscalls:
         regs.rip = self._syscall_at
         for reg, value in zip(("rdi", "rsi", "rdx", "r10", "r8", "r9"), args):
             setattr(regs, reg, value & 0xFFFFFFFFFFFFFFFF)
+        if self._return_to_entry:
+            # a tracer killed during this call leaves the thread to the gadget's ret:
+            # back at the new image's entry with its own rsp (nothing else is live there)
+            regs.rsp = self._saved_regs.rsp - 8
+            self.tracee.mem.write_u64(regs.rsp, self._saved_regs.rip)
         pr.set_regs(self.tid, regs)
         kill_point(str(name), f"thread {self.tid} lent from {self._saved_regs.rip:#x}")
         state = self.tracee.threads[self.tid]
@@ -483,15 +502,31 @@ def describe_stop(state) -> str:
     return type(event).__name__ if event is not None else "stopped"
 
 
+def syscall_return(tracee: Tracee) -> int | None:
+    """The address of a ``syscall; ret`` (0f 05 c3) in an executable mapping of
+    the target (the vDSO's first, then the loader's...), None if there is none."""
+    for start, end in _executable(tracee):
+        try:
+            at = tracee.mem.read(start, min(end - start, 4 << 20)).find(b"\x0f\x05\xc3")
+        except TargetMemoryError:
+            continue
+        if at >= 0:
+            return start + at
+    return None
+
+
+def _executable(tracee: Tracee) -> list[tuple[int, int]]:
+    maps = [line.split() for line in open(f"/proc/{tracee.pid}/maps")]
+    executable = [m for m in maps if len(m) > 1 and "x" in m[1] and m[-1] != "[vsyscall]"]
+    executable.sort(key=lambda m: m[-1] != "[vdso]")
+    return [tuple(int(x, 16) for x in m[0].split("-")) for m in executable]
+
+
 def syscall_instruction(tracee: Tracee) -> int:
     """The address of a ``syscall`` instruction (0f 05) in an executable mapping
     of the target, the vDSO's first: a remote call made there stops at its entry
     and exit and never runs what follows."""
-    maps = [line.split() for line in open(f"/proc/{tracee.pid}/maps")]
-    executable = [m for m in maps if len(m) > 1 and "x" in m[1] and m[-1] != "[vsyscall]"]
-    executable.sort(key=lambda m: m[-1] != "[vdso]")
-    for fields in executable:
-        start, end = (int(x, 16) for x in fields[0].split("-"))
+    for start, end in _executable(tracee):
         try:
             at = tracee.mem.read(start, min(end - start, 1 << 20)).find(b"\x0f\x05")
         except TargetMemoryError:
