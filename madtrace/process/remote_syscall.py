@@ -505,32 +505,31 @@ def describe_stop(state) -> str:
 def syscall_return(tracee: Tracee) -> int | None:
     """The address of a ``syscall; ret`` (0f 05 c3) in an executable mapping of
     the target (the vDSO's first, then the loader's...), None if there is none."""
-    for start, end in _executable(tracee):
-        try:
-            at = tracee.mem.read(start, min(end - start, 4 << 20)).find(b"\x0f\x05\xc3")
-        except TargetMemoryError:
-            continue
-        if at >= 0:
-            return start + at
-    return None
-
-
-def _executable(tracee: Tracee) -> list[tuple[int, int]]:
-    maps = [line.split() for line in open(f"/proc/{tracee.pid}/maps")]
-    executable = [m for m in maps if len(m) > 1 and "x" in m[1] and m[-1] != "[vsyscall]"]
-    executable.sort(key=lambda m: m[-1] != "[vdso]")
-    return [tuple(int(x, 16) for x in m[0].split("-")) for m in executable]
+    return _find_code(tracee, b"\x0f\x05\xc3", 4 << 20)
 
 
 def syscall_instruction(tracee: Tracee) -> int:
     """The address of a ``syscall`` instruction (0f 05) in an executable mapping
     of the target, the vDSO's first: a remote call made there stops at its entry
     and exit and never runs what follows."""
-    for start, end in _executable(tracee):
+    at = _find_code(tracee, b"\x0f\x05", 1 << 20)
+    if at is not None:
+        return at
+    raise TracerInternalError(f"no syscall instruction found in process {tracee.pid}")
+
+
+def _find_code(tracee: Tracee, code: bytes, limit: int) -> int | None:
+    """Where ``code`` first is in the executable mappings of the target (the
+    vDSO's first; at most ``limit`` bytes of each read), None if nowhere."""
+    maps = [line.split() for line in open(f"/proc/{tracee.pid}/maps")]
+    executable = [m for m in maps if len(m) > 1 and "x" in m[1] and m[-1] != "[vsyscall]"]
+    executable.sort(key=lambda m: m[-1] != "[vdso]")
+    for fields in executable:
+        start, end = (int(x, 16) for x in fields[0].split("-"))
         try:
-            at = tracee.mem.read(start, min(end - start, 1 << 20)).find(b"\x0f\x05")
+            at = tracee.mem.read(start, min(end - start, limit)).find(code)
         except TargetMemoryError:
             continue
         if at >= 0:
             return start + at
-    raise TracerInternalError(f"no syscall instruction found in process {tracee.pid}")
+    return None

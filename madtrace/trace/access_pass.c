@@ -130,6 +130,21 @@ static inline int take_marker(uint64_t a, uint32_t id, uint32_t b, uint64_t *seq
     return 1;
 }
 
+/* one compact record: a marker, taken into ``seq``/``order`` (0), or an access
+ * of a kind recorded (1: its address, instruction id, block word and kind) */
+static inline int read_access(const uint8_t *rec, const uint8_t *i_kind, uint64_t *seq,
+                              int64_t *order, uint64_t *a, uint32_t *id, uint32_t *b,
+                              uint8_t *kind)
+{
+    memcpy(a, rec, 8);
+    memcpy(id, rec + 8, 4);
+    memcpy(b, rec + 12, 4);
+    if (take_marker(*a, *id, *b, seq, order))
+        return 0;
+    *kind = i_kind[*id];
+    return *kind != 0;
+}
+
 /*
  * Decode ``n`` records: ``planes`` true: byte planes (byte k of every record,
  * then byte k + 1), else the records as they are.  Instruction columns by id:
@@ -602,13 +617,8 @@ int64_t ap_rows_compact(void *p, const uint8_t *data, int64_t n, int planes,
         for (int64_t i = 0; i < count; i++, rec += REC_SIZE) {
             uint64_t a;
             uint32_t id, b;
-            memcpy(&a, rec, 8);
-            memcpy(&id, rec + 8, 4);
-            memcpy(&b, rec + 12, 4);
-            if (take_marker(a, id, b, &s, &next))
-                continue;
-            uint8_t kind = i_kind[id];
-            if (!kind)
+            uint8_t kind;
+            if (!read_access(rec, i_kind, &s, &next, &a, &id, &b, &kind))
                 continue;
             if ((int64_t)id != last_inst) {
                 k = instruction_id(nm, i_rip[id] ^ ((uint64_t)i_size[id] << 48));
@@ -736,13 +746,8 @@ int ap_count_compact(void *p, const uint8_t *data, int64_t n, int planes,
         for (int64_t i = 0; i < count; i++, rec += REC_SIZE) {
             uint64_t a;
             uint32_t id, b;
-            memcpy(&a, rec, 8);
-            memcpy(&id, rec + 8, 4);
-            memcpy(&b, rec + 12, 4);
-            if (take_marker(a, id, b, &s, &next))
-                continue;
-            uint8_t kind = i_kind[id];
-            if (!kind)
+            uint8_t kind;
+            if (!read_access(rec, i_kind, &s, &next, &a, &id, &b, &kind))
                 continue;
             uint32_t block = b & (FREED_BIT - 1);
             int freed = (int)(b >> 31);
