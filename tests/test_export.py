@@ -327,3 +327,17 @@ def test_parquet_export_is_one_file_per_table(tmp_path):
     one_line_error(madtrace("export", str(directory), "--format", "parquet", "-o", str(out)), 17,
                    "--force")
     one_line_error(madtrace("export", str(directory), "--format", "parquet"), 2, "-o DIR")
+
+
+@pytest.mark.parametrize("max_events", [4, 500, 3000])
+def test_the_first_events_cut_never_keeps_more_than_asked(monkeypatch, max_events):
+    """Events exactly on the histogram's bin edges (as a timestamp can be): the cut
+    keeps the events before the first bin left out, never one more than asked
+    (kept "at or before" the edge, a CI run exported 501 events of 500)."""
+    from madtrace.trace import chrome
+    edges = np.linspace(0.0, 1000.0, chrome.HISTOGRAM_BINS + 1)
+    times = np.repeat(edges, 3)               # three events on every edge
+    monkeypatch.setattr(chrome, "_event_times", lambda directory, clock: iter([times]))
+    limit, total = chrome.cut_time("unused", None, max_events)
+    kept = sum(chrome.before_cut(t, limit) for t in times.tolist())
+    assert total == len(times) and 0 < kept <= max_events

@@ -101,8 +101,10 @@ def _event_times(directory: str, clock: Clock):
 
 
 def cut_time(directory: str, clock: Clock, max_events: int) -> tuple[float | None, int]:
-    """(T, total events): keep events at or before T to stay within
-    ``max_events`` (T None: everything fits)."""
+    """(T, total events): keep events before T to stay within ``max_events``
+    (T None: everything fits).  T is the first edge of a histogram bin left out:
+    an event exactly at it is that bin's (kept "at or before T", it made 501
+    events of 500)."""
     total, lo, hi = 0, np.inf, -np.inf
     for times in _event_times(directory, clock):
         total += len(times)
@@ -116,7 +118,12 @@ def cut_time(directory: str, clock: Clock, max_events: int) -> tuple[float | Non
         counts += np.histogram(times, bins=edges)[0]
     cumulative = np.cumsum(counts)
     k = int(np.searchsorted(cumulative, max_events, side="right"))   # bins fully kept
-    return (float(edges[k]) if k > 0 else lo), total
+    return (float(edges[k]) if k > 0 else float(np.nextafter(lo, np.inf))), total
+
+
+def before_cut(time: float, limit: float | None) -> bool:
+    """Whether an event at ``time`` is exported under the cut ``limit`` (cut_time)."""
+    return limit is None or time < limit
 
 
 class Coverage:
@@ -299,7 +306,7 @@ def _chunk_events(chunk, ev, times, begins, names, namer, pid, limit, plan, cloc
             begins.pop(int(seg["call_id"]))
             continue
         begin, end = begins.pop(int(seg["call_id"])), float(times[i])
-        if limit is not None and begin > limit:
+        if not before_cut(begin, limit):
             continue
         args = {"call_id": int(seg["call_id"]), "fate": FATES[int(seg["fate"])],
                 "accesses_self": int(seg["accesses_self"]),
@@ -313,7 +320,7 @@ def _chunk_events(chunk, ev, times, begins, names, namer, pid, limit, plan, cloc
                             "pid": pid, "tid": tid, "args": args}))
     for k, i in enumerate(access_rows.tolist()):
         ts = float(times[i])
-        if limit is not None and ts > limit:
+        if not before_cut(ts, limit):
             continue
         a = acc[k]
         out.append((ts, {"name": data[k] if data else f"{int(a['addr']):#x}",
