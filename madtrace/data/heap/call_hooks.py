@@ -121,10 +121,10 @@ class CallHooks:
         the guard sends it back to the entry; one int3 alone left it in the
         middle of the instruction (a load of a global ran as "or eax, imm32").
         A first instruction of one byte (push rbp) keeps that window."""
-        code = self.tracee.mem.read(address, 16)
+        code = self.tracee.mem.read(address, min(16, PAGE - address % PAGE))  # its page only
         insn = decode_one(code, address, detail=False)
         n = insn.size if insn is not None else 1
-        return code[:max(1, min(n, MAX_COVER, PAGE - address % PAGE))]
+        return code[:max(1, min(n, MAX_COVER))]
 
     def trap_address(self, index: int) -> int:
         return self.trap + index * TRAP_SIZE
