@@ -29,8 +29,8 @@ gives its address).
 A static executable starts at its entry with no thread pointer (fs base 0)
 until its C library sets one (glibc's __libc_setup_tls, musl's __init_tp,
 Go's settls: ``arch_prctl(ARCH_SET_FS)``); madtrace's stubs find their
-thread's ring through it, and one run before that killed the program with
-SIGSEGV.  ``arm_static``: the thread runs with system call stops to the exit
+thread's ring through it, so a stub reached before that call kills the
+program with SIGSEGV.  ``arm_static``: the thread runs with system call stops to the exit
 of its first successful ``arch_prctl(ARCH_SET_FS)``, and tracing starts
 there (``on_entry``).  The few functions on the stack then end as unmatched
 exits, as in an attach.  A program that never sets one runs untraced to its
