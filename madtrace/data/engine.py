@@ -239,17 +239,10 @@ class DataEngine:
                 continue
             for page in range(base & ~(PAGE - 1), base + TCB_WORDS, PAGE):
                 if page in self.protected:
+                    # it stays in its region: a relocated function's probes still record
+                    # their accesses there; the program's own code no longer faults on it
                     self.spared[page] = f"the TCB of thread {tid} (its thread pointer)"
-        self.keep_spared()
-
-    def keep_spared(self) -> None:
-        """The spared pages out of the protected pages again (a region that
-        grew, the heap at brk, took them back in).  They stay in their region:
-        a relocated function's probes still record its accesses there, the
-        program's original code does not fault on them (meta.json says which
-        pages)."""
-        for page in self.spared:
-            self.protected.drop_range(page, page + PAGE)
+                    self.protected.drop_range(page, page + PAGE)
 
     def _alias_all(self, rs: RemoteSyscalls, mappings) -> None:
         """Every run of traced pages backed by shared memory mapped twice (alias.py)."""
@@ -561,12 +554,12 @@ class DataEngine:
                 # kills the program at its next access; the first error is raised
                 # once all are done (the tracer then keeps its areas mapped)
                 failed: list[Exception] = []
-                steps = [self.guard.remove, lambda rs: self._forget_taken_away(rs),
-                         lambda rs: self.unprotect(rs, self.protected)]
-                if self.death_signal:
-                    steps.insert(0, lambda rs: rs.call("prctl", PR_SET_PDEATHSIG, 0))
+                steps = [lambda rs: rs.call("prctl", PR_SET_PDEATHSIG, 0)] if self.death_signal \
+                    else []
+                steps += [self.guard.remove, self._forget_taken_away]
                 if self.alias is not None:
-                    steps.insert(-1, lambda rs: self.alias.privatize(rs, self.protected))
+                    steps.append(lambda rs: self.alias.privatize(rs, self.protected))
+                steps.append(lambda rs: self.unprotect(rs, self.protected))
                 for step in steps:
                     try:
                         step(rs)

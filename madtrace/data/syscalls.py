@@ -389,8 +389,6 @@ class SyscallGate:
             heap = Region(min(m.start for m in parts), max(m.end for m in parts), "[heap]") \
                 if parts else None
         engine.regions.replace("[heap]", heap)
-        if heap is not None and engine.spared:
-            engine.keep_spared()
         if old is not None:   # the old heap's pages outside the new one are gone
             first = old.start & ~(PAGE - 1)
             if heap is None:

@@ -7,8 +7,9 @@
  *    layout of madtrace/trace/format.py: COMPACT_DTYPE, the markers, byte
  *    planes) to access rows (ACCESS_DTYPE), a read-modify-write as two rows;
  *    ap_decode_tiles: a block a tile at a time, each tile of rows handed on
- *    while it is in the cache (to the namer's counts, the store's columns, the
- *    report kinds' counters);
+ *    while it is in the cache (to the report kinds' counters);
+ *    ap_rows_compact, ap_count_compact: a block decoded, named and written as
+ *    the store's columns, or counted, in one loop without access rows;
  *  - the namer (ap_rows, ap_count_*): each access row to the ids of the store (madtrace/trace/
  *    access_names.py): its instruction (rip and size) and its data (a heap
  *    block as live or freed, a static object and, for a DWARF variable, the

@@ -40,6 +40,7 @@ MAX_COVER = 8           # int3s over a function's first instruction (the guard's
 
 
 class CallHooks:
+    max_cover = MAX_COVER     # the most bytes a breakpoint's int3s cover from its address
     def __init__(self, tracee: Tracee, name: str,
                  on_entry: Callable[[int, str, object], object],
                  on_return: Callable[[int, str, object, object, int], None], guard=None,

@@ -92,8 +92,9 @@ def _entry_unpatchable(rw, state, copy: FunctionCopy) -> str | None:
     start = state.start
     if state.end - start < 5 and not _padding_after(rw, state):
         return "shorter than 5 bytes"
-    if any(hooks.active and any(a in hooks.saved_bytes for a in range(start - 7, start + 5))
-           for hooks in rw.engine.all_hooks()):       # int3s over up to 8 bytes each
+    if any(hooks.active and any(a in hooks.saved_bytes and a + len(hooks.saved_bytes[a]) > start
+                                for a in range(start - hooks.max_cover + 1, start + 5))
+           for hooks in rw.engine.all_hooks()):           # a breakpoint's int3s reach in
         return "a breakpoint of madtrace's"
     if rw.links.watching:
         patched = rw.links.patched(start, start + 5)
