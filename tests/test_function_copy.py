@@ -217,6 +217,8 @@ def _check_probe(p, insn, at, out, base, head, template, injector) -> list[str]:
             problems.append(f"the branch's target load in the probe is "
                             f"'{moved.mnemonic + ' ' + moved.op_str if moved else None}'")
         return problems
+    if p.stack:
+        return _check_push_probe(p, insn, at, injector)
     if moved is None or moved.mnemonic != insn.mnemonic or moved.address + moved.size != p.insn_end \
             or len(moved.operands) != len(insn.operands):
         problems.append(f"the instruction in the probe is '{moved.mnemonic if moved else None}'")
@@ -232,6 +234,29 @@ def _check_probe(p, insn, at, out, base, head, template, injector) -> list[str]:
         elif a.type == X.X86_OP_IMM and a.imm != b.imm:
             problems.append("immediate changed in the probe")
     return problems
+
+
+def _check_push_probe(p, insn, at, injector) -> list[str]:
+    """A push's probe (insn_entries.py ``_push_plan``): the value loaded from
+    [rA], stored in the 8 bytes below the thread's stack pointer, rA reloaded,
+    the frame popped 8 bytes short."""
+    frame = injector.MT_PROBE_FRAME
+    want = [f"mov {p.reg}, qword ptr [{p.reg}]",
+            f"mov qword ptr [rsp + {frame - 8:#x}], {p.reg}",
+            f"mov {p.reg}, qword ptr [rsp + {injector.MT_PF_SAVED:#x}]",
+            f"lea rsp, [rsp + {frame - 8:#x}]"]
+    got, where = [], p.insn
+    for _ in want:
+        moved = at(where)
+        if moved is None:
+            break
+        got.append(f"{moved.mnemonic} {moved.op_str}")
+        where = moved.address + moved.size
+        if len(got) == 2 and where != p.insn_end:
+            return [f"the push's store ends at {where:#x}, not at {p.insn_end:#x}"]
+    if insn.mnemonic != "push" or p.stack != -8 or got != want or where != p.end:
+        return [f"the push's probe is {got}"]
+    return []
 
 
 def _check_string_probe(p, insn, at, out, base, head, injector) -> list[str]:

@@ -92,6 +92,7 @@ class Probe:
     loop: int = 0       # ... its rep loop (REP, REPE, REPNE) ...
     head: int = 0       # ... where the probe proper begins (after the loop's first jump) ...
     last: int = 0       # ... and the end of the loop
+    stack: int = 0      # the instruction's own move of rsp (a push: -8), made by the probe's tail
 
 
 @dataclass
@@ -158,7 +159,7 @@ class FunctionCopy:
         if self._probe_starts is None or len(self._probe_starts) != len(rows):
             self._probe_starts = [row[1] for row in rows]
         i = bisect.bisect_right(self._probe_starts, address) - 1
-        if i >= 0 and address < (rows[i][11] if len(rows[i]) > 8 else rows[i][5]):
+        if i >= 0 and address < (rows[i][11] if len(rows[i]) > 8 and rows[i][8] else rows[i][5]):
             return Probe(*rows[i])
         return None
 
@@ -202,10 +203,17 @@ class _ProbeParts:
             self.pre, self.post = bytes(made[:at]), bytes(made[at + 4:])
         self.save = {r: store_rsp(L.MT_PF_SAVED, REG[r]) + load_rsp(REG[r], L.MT_PF_ADDR) for r in REG}
         self.restore = {r: load_rsp(REG[r], L.MT_PF_SAVED) + lea_rsp(L.MT_PROBE_FRAME) for r in REG}
+        # a push (insn_entries.py ``_push_plan``): its value stored where the push puts it, the
+        # 8 bytes below the thread's stack pointer; the frame popped down to that slot
+        self.push_store = {r: store_rsp(L.MT_PROBE_FRAME - 8, REG[r]) for r in REG}
+        self.push_restore = {r: load_rsp(REG[r], L.MT_PF_SAVED) + lea_rsp(L.MT_PROBE_FRAME - 8)
+                             for r in REG}
         # the size function_copy.py always planned for a probe, but the instruction's own bytes
         self.base = self.head_size + self.template_size + 5 + 5 + 5 + 8
         self.exact = self.fixed and self.head_size == len(self.head) and \
-            all(len(self.save[r]) + len(self.restore[r]) == 5 + 5 + 5 + 8 for r in REG)
+            all(len(self.save[r]) + len(self.restore[r]) == 5 + 5 + 5 + 8 and
+                len(self.push_restore[r]) == len(self.restore[r]) and
+                len(self.push_store[r]) == len(self.push_store["rax"]) for r in REG)
         self.strings = StringProbes(injector, ctl, bitmap, self.head)
 
     @classmethod
@@ -221,21 +229,29 @@ class _ProbeParts:
     def planned(self, plan: ProbePlan) -> int:
         if plan.string:
             return self.strings.size(plan)
-        return self.base + plan.extra
+        return self.base + plan.extra + (len(self.push_store["rax"]) if plan.stack else 0)
+
+    def instruction(self, plan: ProbePlan) -> tuple[bytes, bytes]:
+        """The probe's instruction part (on [rA]) and the restore after it."""
+        if plan.stack:
+            return plan.rebased + self.push_store[plan.reg], self.push_restore[plan.reg]
+        return plan.rebased, self.restore[plan.reg]
 
     def prepare(self, plan: ProbePlan) -> None:
         """``plan.pieces``: the probe's bytes before its code (but a RIP-relative
         address computation) and after it, and where its parts begin."""
         lead = self.head + (b"" if plan.rip else plan.lead) + self.pre
-        tail = self.post + self.save[plan.reg] + plan.rebased + self.restore[plan.reg] + plan.after
+        insn_part, restore = self.instruction(plan)
+        tail = self.post + self.save[plan.reg] + insn_part + restore + plan.after
         body = len(self.head) + len(plan.lead)
         insn = body + self.template_size + len(self.save[plan.reg])
-        plan.pieces = (lead, tail, body, insn, insn + len(plan.rebased), self.actual(plan))
+        plan.pieces = (lead, tail, body, insn, insn + len(insn_part), self.actual(plan))
         plan.made_for = self
 
     def actual(self, plan: ProbePlan) -> int:
+        insn_part, restore = self.instruction(plan)
         return len(self.head) + len(plan.lead) + self.template_size + len(self.save[plan.reg]) + \
-            len(plan.rebased) + len(self.restore[plan.reg])
+            len(insn_part) + len(restore)
 
     def code(self, ident: int) -> bytes:
         return struct.pack("<i", (self.data_code | ident) - (1 << 32))
@@ -255,20 +271,29 @@ class _ProbeParts:
             else:
                 pieces.append(lead)
             pieces += [self.code(ident), tail]
-            return (original, at, at + body, at + insn, at + insn_end, at + end, plan.reg, ident)
+            return self._row(original, at, at + body, at + insn, at + insn_end, at + end, plan, ident)
         head = self.head
         ea = lea_rip(REG["rcx"], at + len(head), rip_target) if plan.rip else plan.lead
         start = at + len(head) + len(ea)
-        save, restore = self.save[plan.reg], self.restore[plan.reg]
+        save = self.save[plan.reg]
+        insn_part, restore = self.instruction(plan)
         if self.fixed:
             made = [self.pre, self.code(ident), self.post]
         else:
             made = [bytes(self.template.instantiate(start, bitmap=self.bitmap, ctl=self.ctl,
                                                     code=(self.data_code | ident) - (1 << 32)))]
-        pieces += [head, ea, *made, save, plan.rebased, restore, plan.after]
+        pieces += [head, ea, *made, save, insn_part, restore, plan.after]
         insn = start + self.template_size + len(save)
-        end = insn + len(plan.rebased) + len(restore)
-        return (original, at, start, insn, insn + len(plan.rebased), end, plan.reg, ident)
+        end = insn + len(insn_part) + len(restore)
+        return self._row(original, at, start, insn, insn + len(insn_part), end, plan, ident)
+
+    @staticmethod
+    def _row(original: int, at: int, body: int, insn: int, insn_end: int, end: int,
+             plan: ProbePlan, ident: int) -> tuple:
+        """``Probe``'s fields: a push's carry its move of the stack pointer."""
+        if plan.stack:
+            return (original, at, body, insn, insn_end, end, plan.reg, ident, 0, 0, 0, 0, plan.stack)
+        return (original, at, body, insn, insn_end, end, plan.reg, ident)
 
 
 def copy_function(code: bytes, start: int, end: int, address: int, injector, want_probe,

@@ -34,7 +34,7 @@ import numpy as np
 from capstone import CS_GRP_BRANCH_RELATIVE, CS_GRP_CALL, CS_GRP_JUMP, CS_GRP_RET
 from capstone import x86_const as X
 
-from .copy_encode import HIGH_BYTE, REG, lea, parent64, rebase_problem, rebased, rip_field
+from .copy_encode import HIGH_BYTE, REG, lea, load, parent64, rebase_problem, rebased, rip_field
 from .detail import REG_NAMES, Decoded, InsnView, decode
 from .jump_stubs import STUB_SIZE, stub_refusal, target_load_size
 from .memops import MemInstruction, memory_instruction
@@ -66,6 +66,7 @@ class ProbePlan:
     after: bytes = b""              # after the probe's frame is gone: a call through memory's call
     string: int = 0                 # a string instruction's probe (string_probes.py ONE, PAIR) ...
     loop: int = 0                   # ... and its rep prefix's loop (REP, REPE, REPNE)
+    stack: int = 0                  # the instruction's own move of rsp (a push: -8; ``_push_plan``)
     # the probe's pieces for one set of probe templates (function_copy.py's _ProbeParts)
     made_for: object = field(default=None, compare=False, repr=False)
     pieces: tuple = field(default=(), compare=False, repr=False)
@@ -341,6 +342,9 @@ def _operands(r: _Rows, row: int, types: list[int]) -> list:
 
 
 # ------------------------------------------------------------------- probes
+STACK_POINTER = "uses the stack pointer"
+
+
 def probe_refusal(mem: MemInstruction | None, registers) -> str | None:
     """Why the instruction cannot take a probe (None: it can); ``registers()``:
     the names of the 64-bit registers (and ah..dh) it uses."""
@@ -349,7 +353,7 @@ def probe_refusal(mem: MemInstruction | None, registers) -> str | None:
         return why
     why = operand_refusal(mem.operands[0])
     if why is None and "rsp" in registers():
-        return "uses the stack pointer"
+        return STACK_POINTER
     return why
 
 
@@ -449,6 +453,8 @@ def _plan(raw: bytes, r: _Rows, k: int, mem: MemInstruction, text: str, checks: 
             return ProbePlan(refused)
         return ProbePlan(None, on, lead, False, 0, body, string=kind, loop=loop)
     why = probe_refusal(mem, registers)
+    if why == STACK_POINTER and mem.mnemonic == "push":
+        return _push_plan(raw, mem, registers())
     if why is not None:
         return ProbePlan(why)
     reg = address_reg(registers(), raw)
@@ -464,6 +470,25 @@ def _plan(raw: bytes, r: _Rows, k: int, mem: MemInstruction, text: str, checks: 
         plan = ProbePlan(None, reg, operand_lea(op), False, 0, out)
     checks.append((plan, r, k, out, REG_ID[reg]))
     return plan
+
+
+def _push_plan(raw: bytes, mem: MemInstruction, used: set[str]) -> ProbePlan:
+    """``push qword ptr [m]``: the probe's frame lies where the push would write,
+    so the instruction is not run on [rA] inside it. The probe loads the value
+    (``mov rA, [rA]``, the access, through the alias as any probe's) and the
+    probe's tail (function_copy.py) stores it where the push puts it, just
+    below the thread's stack pointer, and pops the frame 8 bytes short
+    (``stack``). The stack is not traced: the push's store is no record."""
+    op = mem.operands[0]
+    if op.size != 8:
+        return ProbePlan(f"'push' of a {op.size}-byte operand")
+    reg = address_reg(used, raw)
+    if reg is None:
+        return ProbePlan("no free register")
+    value = load(REG[reg], REG[reg], None, 1, 0)
+    if op.base == "rip":
+        return ProbePlan(None, reg, bytes(7), True, op.disp, value, stack=-8)
+    return ProbePlan(None, reg, operand_lea(op), False, 0, value, stack=-8)
 
 
 def _check(checks: list) -> None:

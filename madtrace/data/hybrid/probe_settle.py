@@ -72,9 +72,12 @@ class ProbeSettler:
                 return self._roll_back(tid, self.rw.tracee.get_regs(tid), probe, True,
                                        restored=True)
             rip = regs.rip
+        while probe.insn < rip < probe.insn_end:   # a push's store of its value (the stack)
+            regs = self._step(tid)
+            rip = regs.rip
         frame = regs.rsp
         setattr(regs, probe.reg, self.rw.tracee.mem.read_u64(frame + L.MT_PF_SAVED))
-        regs.rsp = frame + L.MT_PROBE_FRAME
+        regs.rsp = frame + L.MT_PROBE_FRAME + probe.stack
         regs.rip = probe.end
         self.rw.tracee.set_regs(regs, tid)
         return regs
