@@ -307,3 +307,37 @@ def test_detach_while_a_memcpy_runs_through_the_alias(tmp_path):
     assert stdout == native.stdout
     meta = json.loads((out / "meta.json").read_text())
     assert events(meta, "Y") > 0 and meta["data_tracing"]["traps"] == 0
+
+
+@pytest.mark.parametrize("variant", ["O2-pie", "O0-nopie"])
+def test_block_events_take_their_place_among_the_accesses(tmp_path, variant):
+    """data_copies: each round stores ``before``, copies (or sets) a global
+    buffer through libc, stores ``after``, and every 30th round sets a fresh
+    malloc block.  The drain takes a batch's memcpy/memset events together,
+    between its allocator events: in the trace, ordered by ``order``, every
+    round still reads store before, its event, store after (then the heap
+    block's memset, named by the block malloc had just returned), in the
+    program's own order, for 20,000 rounds."""
+    rounds = 20000
+    argv = [prog("data_copies", variant), str(rounds)]
+    native = subprocess.run(argv, capture_output=True, timeout=60)
+    meta, result, directory = record(tmp_path, argv)
+    assert result.stdout == native.stdout
+    query = ("SELECT \"order\", symbol FROM accesses WHERE symbol IN ('before', 'after') "
+             "AND kind = 'S' UNION ALL SELECT \"order\", "
+             "CASE WHEN data LIKE '<malloc%' THEN 'heap ' || what ELSE what END "
+             "FROM block_events WHERE what IN ('memcpy', 'memmove', 'memset') ORDER BY 1")
+    out = madtrace("query", directory, "--json", query)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    names = [row["symbol"] for row in rows]
+    assert len({row["order"] for row in rows}) == len(rows)       # no order twice
+    expected = []
+    for i in range(rounds):
+        expected += ["before", "memset" if i % 3 == 2 else "memcpy", "after"]
+        if i % 30 == 2:
+            expected.append("heap memset")
+    # memmove and memcpy are one implementation in glibc: hooked as memcpy
+    assert [n.replace("memmove", "memcpy") for n in names] == expected, \
+        next((k, names[k:k + 6], expected[k:k + 6]) for k in range(len(expected))
+             if k >= len(names) or names[k].replace("memmove", "memcpy") != expected[k])

@@ -383,3 +383,79 @@ def test_a_failed_restore_leaves_madtraces_areas_in_place():
     assert any("areas stay mapped" in f for f in controller.detach_failures)
     check_live_output(argv[0], out)
     assert proc.returncode == 0
+
+
+def test_patches_covering_a_range_equal_a_walk_of_every_patch():
+    """``PatchSet.covering`` (short ranges by lookups, wide ones by a binary
+    search in the sorted addresses) against a walk of every applied patch,
+    with patches applied, reverted, deleted and cleared by their owners."""
+    import random
+
+    from madtrace.target.patchset import Patch, PatchSet
+
+    class Memory:
+        def __init__(self):
+            self.bytes = bytearray(1 << 16)
+
+        def read(self, address, size):
+            return bytes(self.bytes[address:address + size])
+
+        def write(self, address, data):
+            self.bytes[address:address + len(data)] = data
+
+    rng = random.Random(7)
+    mem, patches = Memory(), PatchSet()
+    for round_ in range(300):
+        free = [a for a in range(64, 60000, 13) if not patches.covering(a, a + 13)]
+        made = []
+        for address in rng.sample(free, 5):
+            size = rng.choice((1, 5, 8, 13))
+            made.append(Patch(address, mem.read(address, size), bytes([0xCC]) * size, "test"))
+        patches.apply(mem, made, [])
+        if round_ % 7 == 3:
+            patches.revert(mem, rng.sample(sorted(patches.applied), 3))
+        if round_ % 11 == 5:
+            for address in rng.sample(sorted(patches.applied), 2):
+                del patches.applied[address]
+        if round_ == 150:
+            patches.applied.clear()
+        for _ in range(20):
+            lo = rng.randrange(0, 60000)
+            hi = lo + rng.choice((1, 5, 40, 300, 5000))
+            want = sorted((p for p in patches.applied.values() if p.address < hi and p.end > lo),
+                          key=lambda p: p.address)
+            assert patches.covering(lo, hi) == want, (lo, hi)
+
+
+def test_code_areas_stay_inside_the_user_address_space_without_aslr():
+    """``setarch -R`` (gdb's default) puts the libraries just below the main
+    stack: an area within reach of libc was placed above the user address
+    space (mmap: ENOMEM, every data recording failed).  It lies inside it now,
+    clear of the stack's room to grow and of the brk heap's."""
+    from madtrace.binary.maps import Mapping
+    from madtrace.target.areas import HEAP_GROWTH_ROOM, USER_TOP, find_gap_near, gap_for_module
+
+    def m(start, end, path=""):
+        return Mapping(start, end, "r-xp", 0, "00:00", 0, path)
+
+    maps = [m(0x555555554000, 0x555555559000, "/prog"), m(0x7ffff7dd1000, 0x7ffff7fb3000, "libc"),
+            m(0x7ffff7fca000, 0x7ffff7fff000, "ld.so"), m(0x7ffffffde000, 0x7ffffffff000, "[stack]"),
+            m(0xffffffffff600000, 0xffffffffff601000, "[vsyscall]")]
+    brk, room = 0x555555559000, 8 << 20
+    for lo, hi in ((0x7ffff7dd1000, 0x7ffff7fb3000), (0x555555554000, 0x555555559000)):
+        for size in (0x10000, 0x4000000):
+            at = find_gap_near(maps, lo, hi, size, brk, room)
+            assert at + size <= USER_TOP
+            assert not any(x.start < at + size and at < x.end for x in maps), hex(at)
+            assert at + size <= 0x7ffffffde000 - room or at >= 0x7ffffffff000
+            assert at + size <= brk or at >= brk + HEAP_GROWTH_ROOM
+            assert abs(at - lo) < 1 << 31 and abs(at + size - hi) < 1 << 31
+    # a live process's start_brk and stack limit are read
+    proc = subprocess.Popen(["sleep", "5"])
+    try:
+        time.sleep(0.1)
+        at = gap_for_module(proc.pid, 0x555555554000, 0x555555559000, 0x10000)
+        assert 0 < at < USER_TOP
+    finally:
+        proc.kill()
+        proc.wait()

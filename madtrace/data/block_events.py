@@ -36,9 +36,12 @@ from __future__ import annotations
 import struct
 from collections import Counter
 
+import numpy as np
+
 from ..process.remote_syscall import RemoteSyscalls
-from ..trace.block_event_records import BlockEventWriter
-from ..trace.format import BLOCK_EVENT_WHATS, PAGE
+from ..trace.block_event_records import KIND_CODES, WHAT_CODES, BlockEventWriter
+from ..trace.format import (BLOCK_EVENT_DTYPE, BLOCK_EVENT_FREED, BLOCK_EVENT_HAS_SOURCE,
+                            BLOCK_EVENT_SOURCE_FREED, BLOCK_EVENT_WHATS, PAGE)
 from .heap.call_hooks import CallHooks
 from .open_window import open_window
 
@@ -183,6 +186,58 @@ class BlockEvents:
             self.record(tid, "Y", name, rip, dst, n, source=src, seq=lambda _tid: seq(),
                         order=order)
         self.redirected += 1
+
+    def mem_recorded(self, tid: int, dst: np.ndarray, src: np.ndarray, n: np.ndarray,
+                     copies: np.ndarray) -> np.ndarray:
+        """Which of many hook stubs' memcpy/memmove (``copies``) and memset calls
+        ``record`` makes an event of (the others take no order)."""
+        if not self.engine.recording(tid):
+            return np.zeros(len(dst), dtype=bool)
+        regions = self.engine.regions
+        return (n > 0) & (regions.mask(dst) | (copies & regions.mask(src)))
+
+    def mem_events(self, tid: int, names: list[str], dst: np.ndarray, src: np.ndarray,
+                   n: np.ndarray, returns: np.ndarray, seqs: np.ndarray,
+                   orders: np.ndarray) -> None:
+        """``mem_event`` for many calls of one thread at once (those
+        ``mem_recorded`` chose, with their orders): the same records, written
+        together; ``names[k]``: memcpy, memmove or memset."""
+        self.redirected += len(dst)
+        if not len(dst):
+            return
+        engine = self.engine
+        rips = np.empty(len(returns), dtype=np.uint64)
+        for k, address in enumerate(returns.tolist()):
+            rip = self._calls.get(address)
+            if rip is None:
+                rip = self._calls[address] = engine.code_address(address) - 5
+            rips[k] = rip
+        copies = np.array([name != "memset" for name in names], dtype=bool)
+        rows = np.zeros(len(dst), dtype=BLOCK_EVENT_DTYPE)
+        rows["order"], rows["seq"], rows["rip"] = orders, seqs, rips
+        rows["address"], rows["size"], rows["tid"] = dst, n, tid
+        rows["source"] = np.where(copies, src, 0)
+        rows["kind"] = np.where(copies, KIND_CODES["Y"], KIND_CODES["W"])
+        rows["what"] = [WHAT_CODES[name] for name in names]
+        flags = np.where(copies, BLOCK_EVENT_HAS_SOURCE, 0)
+        alloc = engine.alloc if engine.alloc is not None and engine.alloc.active else None
+        if alloc is not None:
+            block, freed = alloc.blocks_of(np.ascontiguousarray(dst, dtype=np.uint64))
+            rows["block"] = block
+            flags |= np.where(freed != 0, BLOCK_EVENT_FREED, 0)
+            block, freed = alloc.blocks_of(np.ascontiguousarray(src, dtype=np.uint64))
+            rows["source_block"] = np.where(copies, block, 0)
+            flags |= np.where(copies & (freed != 0), BLOCK_EVENT_SOURCE_FREED, 0)
+        rows["flags"] = flags
+        if self._writer is None:
+            self._writer = BlockEventWriter(engine.out_dir)
+        self._writer.add_rows(rows)
+        for kind, chosen in (("Y", copies), ("W", ~copies)):
+            count = int(chosen.sum())
+            if count:
+                entry = self.totals.setdefault(kind, {"events": 0, "bytes": 0})
+                entry["events"] += count
+                entry["bytes"] += int(n[chosen].sum())
 
     def _pages(self, address: int, size: int) -> set[int]:
         if size <= 0:

@@ -83,16 +83,23 @@ static int selected(const uint32_t *only, uint64_t n_only, uint32_t block) {
  * updated).  Each access record stands for popcount(kind & kinds) rows.
  * Returns the compact records written.
  */
-uint64_t mt_compact_data(const struct mt_data_out *in, uint64_t n, const struct mt_id_table *t,
-                         const struct mt_ranges *traced, int kinds, uint64_t *order,
-                         const uint32_t *blocks, const uint8_t *freed,
-                         const uint32_t *only, uint64_t n_only, int only_on,
-                         struct mt_compact *out, uint64_t *seq, uint64_t *id_counts,
-                         uint64_t *stats)
+static uint64_t compact(const struct mt_data_out *in, uint64_t n, const struct mt_id_table *t,
+                        const struct mt_ranges *traced, int kinds, uint64_t *order,
+                        const uint32_t *blocks, const uint8_t *freed,
+                        const uint32_t *only, uint64_t n_only, int only_on,
+                        struct mt_compact *out, uint64_t *seq, uint64_t *id_counts,
+                        uint64_t *stats, const uint64_t *gaps, uint64_t n_gaps,
+                        uint64_t *gap_orders)
 {
-    uint64_t w = 0;
+    uint64_t w = 0, g = 0;
     int marked = 0;
     for (uint64_t i = 0; i < n; i++) {
+        /* an event between records i - 1 and i takes the next order: the records
+         * after it start a new run of orders (MARK_ORDER again) */
+        for (; g < n_gaps && gaps[g] <= i; g++) {
+            gap_orders[g] = ++*order;
+            marked = 0;
+        }
         const struct mt_data_out *d = &in[i];
         uint32_t id = d->id;
         if (id == 0 || id >= t->n) {
@@ -131,7 +138,20 @@ uint64_t mt_compact_data(const struct mt_data_out *in, uint64_t n, const struct 
             stats[STAT_FREED] += was_freed;
         }
     }
+    for (; g < n_gaps; g++)
+        gap_orders[g] = ++*order;
     return w;
+}
+
+uint64_t mt_compact_data(const struct mt_data_out *in, uint64_t n, const struct mt_id_table *t,
+                         const struct mt_ranges *traced, int kinds, uint64_t *order,
+                         const uint32_t *blocks, const uint8_t *freed,
+                         const uint32_t *only, uint64_t n_only, int only_on,
+                         struct mt_compact *out, uint64_t *seq, uint64_t *id_counts,
+                         uint64_t *stats)
+{
+    return compact(in, n, t, traced, kinds, order, blocks, freed, only, n_only, only_on, out,
+                   seq, id_counts, stats, NULL, 0, NULL);
 }
 
 /*
@@ -207,7 +227,21 @@ size_t mt_segment_size(void) { return sizeof(struct mt_segment); }
 /* Data records [start, end) of the batch: their heap blocks named with the
  * indexes as they are now (live first, then freed), then compacted into
  * s->out + at (mt_compact_data).  Returns the compact records written. */
+uint64_t mt_compact_segment_gaps(struct mt_segment *s, uint64_t start, uint64_t end, uint64_t at,
+                                 const uint64_t *gaps, uint64_t n_gaps, uint64_t *gap_orders);
+
 uint64_t mt_compact_segment(struct mt_segment *s, uint64_t start, uint64_t end, uint64_t at)
+{
+    return mt_compact_segment_gaps(s, start, end, at, NULL, 0, NULL);
+}
+
+/* The same with events among the records, which neither need nor change the
+ * heap's indexes (a memcpy's block event): event g lies before record
+ * start + gaps[g] (gaps sorted; end - start: after the last) and takes an order
+ * there, written into gap_orders[g].  One call for a span between two
+ * allocator events, however many such events it holds. */
+uint64_t mt_compact_segment_gaps(struct mt_segment *s, uint64_t start, uint64_t end, uint64_t at,
+                                 const uint64_t *gaps, uint64_t n_gaps, uint64_t *gap_orders)
 {
     uint64_t n = end - start;
     const uint32_t *blocks = NULL;
@@ -220,7 +254,7 @@ uint64_t mt_compact_segment(struct mt_segment *s, uint64_t start, uint64_t end, 
         blocks = s->blocks + start;
         freed = s->freed + start;
     }
-    return mt_compact_data(s->in + start, n, s->t, s->traced, (int)s->kinds, s->order, blocks,
-                           freed, s->only, s->n_only, (int)s->only_on, s->out + at, s->seq,
-                           s->id_counts, s->stats);
+    return compact(s->in + start, n, s->t, s->traced, (int)s->kinds, s->order, blocks, freed,
+                   s->only, s->n_only, (int)s->only_on, s->out + at, s->seq, s->id_counts,
+                   s->stats, gaps, n_gaps, gap_orders);
 }

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from typing import Callable
+from typing import Callable, Protocol
 import os
 
 import numpy as np
@@ -109,7 +109,22 @@ class _Ranges(ctypes.Structure):
                 ("n", ctypes.c_uint64)]
 
 
+class HookBatch(Protocol):
+    """Hook groups taken many at a time (hook_events.py): a memcpy's or memset's
+    entry is an event that needs no ptrace stop and does not change the heap."""
+
+    def batched(self, groups: np.ndarray) -> np.ndarray:
+        """Which of ``groups`` (HOOK_OUT_DTYPE) are taken in batches (bool)."""
+
+    def recorded(self, tid: int, groups: np.ndarray) -> np.ndarray:
+        """Which of those batched ``groups`` become events (each takes an order)."""
+
+    def take(self, tid: int, groups: np.ndarray, events: np.ndarray, orders: np.ndarray) -> None:
+        """The batched ``groups``; ``orders``: those of the ones ``events`` selects."""
+
+
 DATA_BEFORE = 5          # ring_split.HOOK_OUT_DTYPE's field: data records before the group
+BATCH_MIN = 8            # batched hook groups in a span worth one call for all
 SPOOL_ROWS = 1 << 18     # accesses a thread buffers before they go to its file
 STAT_OUTSIDE, STAT_PROBE, STAT_FAULT, STAT_FREED, STAT_UNKNOWN_ID = range(5)
 
@@ -126,6 +141,8 @@ def _library():
     lib.mt_segment_size.restype, lib.mt_segment_size.argtypes = ctypes.c_size_t, []
     lib.mt_compact_segment.restype = U64
     lib.mt_compact_segment.argtypes = [P, U64, U64, U64]
+    lib.mt_compact_segment_gaps.restype = U64
+    lib.mt_compact_segment_gaps.argtypes = [P, U64, U64, U64, P, U64, P]
     if lib.mt_segment_size() != ctypes.sizeof(_Segment):
         raise TracerInternalError("libmtloop.so does not match data_records.py: run `make native`")
     return lib
@@ -164,8 +181,10 @@ class RingRecords:
         self._planes = np.empty(0, dtype=np.uint8)
         kinds = (1 if engine.loads else 0) | (2 if engine.stores else 0)
         self.table = self._guarded(lambda: InstructionFile(out_dir, kinds))
-        # hook_sink(tid, group): the hook groups (hook_events.py)
+        # hook_sink(tid, group): the hook groups (hook_events.py); hook_batch: the groups
+        # that can be taken many at a time (a memcpy's: they do not change the heap)
         self.hook_sink: Callable[[int, tuple], None] | None = None
+        self.hook_batch: HookBatch | None = None
         self._id_table: tuple | None = None   # (rows, _IdTable, arrays it points into)
         self._traced: tuple | None = None     # (starts, _Ranges, arrays it points into)
         self._only: tuple | None = None       # (--only blocks, their array)
@@ -193,17 +212,12 @@ class RingRecords:
             self._addresses = np.empty(len(out), dtype=np.uint64)
         self._addresses[:len(out)] = out["addr"]      # contiguous, for the block lookups
         self._batch(tid, out)
-        written, start = 0, 0
         if hooks is not None and len(hooks) and self.hook_sink is None:
             raise TracerInternalError("hook groups drained without a hook sink")
-        for group in hooks.tolist() if hooks is not None else ():
-            end = group[DATA_BEFORE]
-            if end > start:
-                written += self._segment(tid, out, start, end, written)
-            self.hook_sink(tid, group)   # type: ignore[misc]
-            start = end
-        if start < len(out):
-            written += self._segment(tid, out, start, len(out), written)
+        if hooks is None or not len(hooks):
+            written = self._segment(tid, out, 0, len(out), 0) if len(out) else 0
+        else:
+            written = self._with_groups(tid, out, hooks)
         if written:
             self.write_table()          # every id these records name is on disk before them
             path = ACCESS_RECORDS.compact_path(self.out_dir, tid)
@@ -224,10 +238,56 @@ class RingRecords:
                 self.id_counts = grown
         return self._id_table[1]
 
-    def _segment(self, tid: int, out: np.ndarray, start: int, end: int, at: int) -> int:
+    def _with_groups(self, tid: int, out: np.ndarray, hooks: np.ndarray) -> int:
+        """The batch's data records and hook groups: each group that changes the
+        heap (an allocator's) alone, in its place; those between two such, with
+        the data records around them, in one span (``_span``)."""
+        if self.hook_batch is None:
+            one_by_one = list(range(len(hooks)))
+        else:
+            one_by_one = np.flatnonzero(~self.hook_batch.batched(hooks)).tolist()
+        written, start, first = 0, 0, 0      # first: the first group not taken yet
+        for k in one_by_one:
+            group = hooks[k]
+            end = int(group["data_before"])
+            written += self._span(tid, out, start, end, hooks[first:k], written)
+            self.hook_sink(tid, group.item())   # type: ignore[misc]
+            start, first = end, k + 1
+        if start < len(out) or first < len(hooks):
+            written += self._span(tid, out, start, len(out), hooks[first:], written)
+        return written
+
+    def _span(self, tid: int, out: np.ndarray, start: int, end: int, groups, at: int) -> int:
+        """Data records [start, end) with the batched hook groups among them
+        (``groups``: none of them changes the heap): the records named and
+        compacted as one segment, each group that is an event taking its order
+        at its place among them; returns the compact records written."""
+        if len(groups) < BATCH_MIN:              # one by one costs less
+            written = 0
+            for group in groups.tolist():
+                before = group[DATA_BEFORE]
+                if before > start:
+                    written += self._segment(tid, out, start, before, at + written)
+                self.hook_sink(tid, group)       # type: ignore[misc]
+                start = before
+            if end > start:
+                written += self._segment(tid, out, start, end, at + written)
+            return written
+        assert self.hook_batch is not None
+        events = self.hook_batch.recorded(tid, groups)
+        gaps = np.ascontiguousarray(groups["data_before"][events] - np.uint64(start))
+        orders = np.zeros(len(gaps), dtype=np.uint64)
+        written = self._segment(tid, out, start, end, at, gaps, orders)
+        self.hook_batch.take(tid, groups, events, orders)
+        return written
+
+    def _segment(self, tid: int, out: np.ndarray, start: int, end: int, at: int,
+                 gaps: np.ndarray | None = None, orders: np.ndarray | None = None) -> int:
         """Data records [start, end) of the batch into compact records from ``at`` on,
         named with the heap as it is now; returns how many were written (one C call:
-        a segment can be a few records long)."""
+        a segment can be a few records long).  ``gaps``: events among them, each
+        before the record at its offset from ``start``, given their orders in
+        ``orders``."""
         engine = self.engine
         segment = self._seg
         alloc = engine.alloc
@@ -236,7 +296,12 @@ class RingRecords:
             segment.live, segment.freed_index = alloc.live.handle, alloc.freed.handle
         before = int(self.stats[STAT_FREED])
         self._order.value = engine.order.value
-        written = self.lib.mt_compact_segment(self._seg_ref, start, end, at)
+        if gaps is None or orders is None:
+            written = self.lib.mt_compact_segment(self._seg_ref, start, end, at)
+        else:
+            written = self.lib.mt_compact_segment_gaps(self._seg_ref, start, end, at,
+                                                        gaps.ctypes.data, len(gaps),
+                                                        orders.ctypes.data)
         engine.order.value = self._order.value
         freed = int(self.stats[STAT_FREED]) - before     # all of thread tid: program / allocator
         if freed and alloc is not None:

@@ -11,8 +11,9 @@ left) and joins the process's ``MadtraceAreas`` (mappings.py), which takes it
 out of the target when the session ends.
 
 ``find_gap_near``: a free, page-aligned address range for a code area within
-rel32 reach (+-2 GiB) of a whole module, never overlapping a mapping and
-keeping clear of the brk heap's room to grow.
+rel32 reach (+-2 GiB) of a whole module, never overlapping a mapping, inside
+the user address space, and keeping clear of the brk heap's and the main
+stack's room to grow.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ NAME_PREFIX = "madtrace-"
 MAPS_PREFIX = "/memfd:" + NAME_PREFIX
 REL32_REACH = (1 << 31) - PAGE
 HEAP_GROWTH_ROOM = 1 << 30
+USER_TOP = 0x7FFFFFFFF000          # the end of the (47-bit) user address space: mmap goes no higher
+DEFAULT_STACK_ROOM = 8 << 20       # below [stack]: its room to grow (RLIMIT_STACK's usual 8 MiB) ...
+FAR_AREA = 16 << 20                # an area at least this large is placed away from code
+MAX_STACK_ROOM = 256 << 20         # ... at most, when the limit is higher or unlimited
 
 
 def page_round(n: int) -> int:
@@ -114,7 +119,9 @@ class SharedArea(TargetArea):
             if writable_code:
                 prot = PROT_READ | PROT_WRITE | PROT_EXEC
             flags = MAP_SHARED | (MAP_FIXED_NOREPLACE if address is not None else 0)
-            self.address = rs.mmap(address or 0, self.size, prot, flags, fd, 0)
+            hint = far_from_code(tracee.pid, self.size) if address is None and \
+                self.size >= FAR_AREA and not (executable or writable_code) else 0
+            self.address = rs.mmap(address or hint, self.size, prot, flags, fd, 0)
             if address is not None and self.address != address:
                 rs.munmap(self.address, self.size)
                 raise TracerInternalError(f"{name}: kernel placed it at {self.address:#x}, not {address:#x}")
@@ -167,18 +174,25 @@ class CodeArea:
         return self.end - self.cursor
 
 
-def find_gap_near(mappings: list[Mapping], lo: int, hi: int, size: int) -> int:
+def find_gap_near(mappings: list[Mapping], lo: int, hi: int, size: int, brk: int | None = None,
+                  stack_room: int = DEFAULT_STACK_ROOM) -> int:
     """A free range of ``size`` bytes from which every address in [lo, hi) is
-    within rel32 reach (and vice versa)."""
+    within rel32 reach (and vice versa), inside the user address space, clear
+    of the brk heap's room to grow (``brk``: where the heap starts, the
+    process's start_brk; without it, the [heap]'s start or else ``hi``, the
+    main executable's end) and of the main stack's (``stack_room`` bytes
+    below [stack]).  Without ASLR the libraries lie just below the stack."""
     size = page_round(size)
     allowed_lo = max(hi - REL32_REACH, 0x10000)
-    allowed_hi = lo + REL32_REACH
+    allowed_hi = min(lo + REL32_REACH, USER_TOP)
     spans = sorted((m.start, m.end) for m in mappings)
     heap = next(((m.start, m.end) for m in mappings if m.path == "[heap]"), None)
-    if heap is not None:  # keep room for brk to grow
-        spans.append((heap[0], heap[0] + HEAP_GROWTH_ROOM))
-    else:  # no heap yet: it will start right after the main executable's data
-        spans.append((hi, hi + HEAP_GROWTH_ROOM))
+    if brk is None:
+        brk = heap[0] if heap is not None else hi
+    spans.append((brk, brk + HEAP_GROWTH_ROOM))   # keep room for brk to grow
+    stack = next(((m.start, m.end) for m in mappings if m.path == "[stack]"), None)
+    if stack is not None:
+        spans.append((max(stack[0] - stack_room, 0), stack[1]))
     spans.sort()
     candidates = []
     cursor = allowed_lo
@@ -195,5 +209,54 @@ def find_gap_near(mappings: list[Mapping], lo: int, hi: int, size: int) -> int:
     return min(candidates)[1] & ~(PAGE - 1)
 
 
+def far_from_code(pid: int, size: int) -> int:
+    """Where a large area that needs no code nearby (rings, bitmaps) is asked
+    for (a hint: the kernel places it elsewhere if that is taken): out of
+    rel32 reach of the lowest library, so that the code areas its functions'
+    copies need find room within 2 GiB of it.  The kernel's own choice is
+    just below the libraries, and without ASLR there is little room above
+    them (the main stack), so copies of libpython found none."""
+    mappings = read_maps(pid)
+    code = [m.start for m in mappings
+            if m.path.startswith("/") and "x" in m.perms and m.start >= 1 << 32]
+    if not code:
+        return 0
+    limit = min(code) - 2 * REL32_REACH           # the highest end the area may have
+    size = page_round(size)
+    below = limit
+    for start, end in sorted(((m.start, m.end) for m in mappings), reverse=True):
+        if start >= below:
+            continue
+        if end <= below - size:
+            break                                 # the gap [end, below) holds it
+        below = start
+    hint = below - size
+    return hint if hint >= 1 << 32 else 0
+
+
 def gap_for_module(pid: int, lo: int, hi: int, size: int) -> int:
-    return find_gap_near(read_maps(pid), lo, hi, size)
+    brk, stack_room = _brk_and_stack_room(pid)
+    return find_gap_near(read_maps(pid), lo, hi, size, brk, stack_room)
+
+
+def _brk_and_stack_room(pid: int) -> tuple[int | None, int]:
+    """The process's start_brk (/proc/PID/stat, field 47) and how far its main
+    stack may grow (its RLIMIT_STACK; unlimited: MAX_STACK_ROOM)."""
+    brk = None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        brk = int(fields[47 - 3]) or None
+    except (OSError, IndexError, ValueError):
+        pass
+    room = DEFAULT_STACK_ROOM
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            for line in f:
+                if line.startswith("Max stack size"):
+                    soft = line.split()[3]
+                    room = MAX_STACK_ROOM if soft == "unlimited" else \
+                        min(max(int(soft), DEFAULT_STACK_ROOM), MAX_STACK_ROOM)
+    except (OSError, IndexError, ValueError):
+        pass
+    return brk, page_round(room)

@@ -12,6 +12,7 @@ exactly one PatchSet, so detach, errors and signals can always undo them.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from ..errors import TracerInternalError
@@ -40,6 +41,10 @@ class PatchSet:
     def __init__(self):
         self.applied: dict[int, Patch] = {}
         self.longest = 0        # bytes of the longest patch ever applied (``covering``)
+        # every address ever applied, sorted (``covering`` of a wide range); some may be
+        # gone from ``applied`` since (its owners delete and clear it as well)
+        self._starts: list[int] = []
+        self._listed: set[int] = set()
 
     def __len__(self) -> int:
         return len(self.applied)
@@ -68,15 +73,29 @@ class PatchSet:
         for p in patches:
             self.applied[p.address] = p
             self.longest = max(self.longest, len(p.original))
+            if p.address not in self._listed:
+                self._listed.add(p.address)
+                bisect.insort(self._starts, p.address)
+        if len(self._starts) > 2 * len(self.applied) + 256:
+            self._starts = sorted(self.applied)
+            self._listed = set(self._starts)
 
     def covering(self, lo: int, hi: int) -> list[Patch]:
-        """The applied patches with a byte in [lo, hi): a few dictionary lookups
-        (as many as the longest patch has bytes, plus hi - lo), not a walk."""
+        """The applied patches with a byte in [lo, hi), in address order: a few
+        dictionary lookups for a short range (as many as the longest patch has
+        bytes, plus hi - lo), a binary search in the sorted addresses for a
+        wide one (a whole function), never a walk of every patch."""
         applied = self.applied
         if not applied:
             return []
         out = []
-        for address in range(lo - self.longest + 1, hi):
+        first = lo - self.longest + 1
+        if hi - first <= 64:
+            addresses: range | list[int] = range(first, hi)
+        else:
+            starts = self._starts
+            addresses = starts[bisect.bisect_left(starts, first):bisect.bisect_left(starts, hi)]
+        for address in addresses:
             patch = applied.get(address)
             if patch is not None and patch.end > lo:
                 out.append(patch)

@@ -38,6 +38,8 @@ class BlockEventWriter:
         self.fd = BLOCK_EVENT_RECORDS.create(os.path.join(directory, BLOCK_EVENTS_FILE),
                                              truncate=True)
         self.rows: list[tuple] = []
+        self.arrays: list[np.ndarray] = []     # events added as records, and rows before them
+        self.buffered = 0                      # events in ``arrays``
 
     def add(self, tid: int, kind: str, what: str, order: int, seq: int, rip: int, address: int,
             size: int, source: int | None, block: tuple[int, int],
@@ -52,10 +54,23 @@ class BlockEventWriter:
         if len(self.rows) == self.BUFFER_ROWS:
             self.flush()
 
-    def flush(self) -> None:
-        if self.rows and self.fd >= 0:
-            BLOCK_EVENT_RECORDS.append(self.fd, np.array(self.rows, dtype=BLOCK_EVENT_DTYPE))
+    def add_rows(self, rows: np.ndarray) -> None:
+        """Events already as records (BLOCK_EVENT_DTYPE), after those added before."""
+        if self.rows:
+            self.arrays.append(np.array(self.rows, dtype=BLOCK_EVENT_DTYPE))
             self.rows = []
+        self.arrays.append(rows)
+        self.buffered += len(rows)
+        if self.buffered >= self.BUFFER_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.rows:
+            self.arrays.append(np.array(self.rows, dtype=BLOCK_EVENT_DTYPE))
+            self.rows = []
+        if self.arrays and self.fd >= 0:
+            BLOCK_EVENT_RECORDS.append(self.fd, np.concatenate(self.arrays))
+        self.arrays, self.buffered = [], 0
 
     def close(self) -> None:
         if self.fd >= 0:

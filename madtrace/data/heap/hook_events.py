@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
 from ...target.templates import load_injector
 
 
@@ -49,6 +51,7 @@ class HookEvents:
         # tid -> [(hook, state of alloc.call_entered, entry rsp low 32, return address)]
         self.calls: dict[int, list] = {}
         self.unmatched_returns = 0           # a return whose entry was not recorded
+        self._mem_table: np.ndarray | None = None
 
     # ------------------------------------------------------------- ordering
     def _order(self) -> int:
@@ -56,7 +59,7 @@ class HookEvents:
         return self.engine.order.tick()
 
     # -------------------------------------------------------------- groups
-    def take(self, tid: int, group: tuple) -> None:
+    def take_group(self, tid: int, group: tuple) -> None:
         """One group of thread ``tid`` (a ring_split.HOOK_OUT_DTYPE row as a tuple:
         a0, a1, a2, ret, seq, data_before, position, code, stamp, rsp, flags), in order."""
         a0, a1, a2, ret, seq, _, _, code, _, rsp, _ = group
@@ -90,6 +93,49 @@ class HookEvents:
         _, state, _, return_address = stack.pop()
         self.engine.alloc.call_returned(tid, hook.kind, state, result, return_address,
                                         self._order(), lambda: seq, self._order)
+
+    # ------------------------------------------- memcpy & co., many at once
+    # (records.py ``HookBatch``: the drain takes a batch's memcpy/memmove/memset entries
+    # together, between its allocator groups, which alone change the heap)
+    def _mem_hooks(self) -> np.ndarray:
+        """By hook index: the hook is a memcpy/memmove/memset one."""
+        size = max(self.hooks.by_index, default=-1) + 1
+        if self._mem_table is None or len(self._mem_table) != size:
+            table = np.zeros(size, dtype=bool)
+            for index, hook in self.hooks.by_index.items():
+                table[index] = hook.role == "mem"
+            self._mem_table = table
+        return self._mem_table
+
+    def batched(self, groups: np.ndarray) -> np.ndarray:
+        codes = groups["code"]
+        index = (codes >> 2) & 0x3FF
+        table = self._mem_hooks()
+        known = index < len(table)
+        mem = np.zeros(len(groups), dtype=bool)
+        mem[known] = table[index[known]]
+        return mem & ((codes & 3) == self.entry_kind)
+
+    def recorded(self, tid: int, groups: np.ndarray) -> np.ndarray:
+        return self.engine.blocks.mem_recorded(tid, groups["a0"], groups["a1"], groups["a2"],
+                                               self._copies(groups))
+
+    def take(self, tid: int, groups: np.ndarray, events: np.ndarray, orders: np.ndarray) -> None:
+        by_index = self.hooks.by_index
+        index = ((groups["code"] >> 2) & 0x3FF).tolist()
+        for k in index:
+            by_index[k].entries += 1
+        chosen = groups[events]
+        names = [by_index[k].name for k, e in zip(index, events.tolist()) if e]
+        self.engine.blocks.mem_events(tid, names, chosen["a0"], chosen["a1"], chosen["a2"],
+                                      chosen["ret"], chosen["seq"], orders)
+        self.engine.blocks.redirected += len(groups) - len(chosen)
+
+    def _copies(self, groups: np.ndarray) -> np.ndarray:
+        """Which of the mem groups are memcpy or memmove (the others: memset)."""
+        by_index = self.hooks.by_index
+        return np.array([by_index[k].name != "memset"
+                         for k in ((groups["code"] >> 2) & 0x3FF).tolist()], dtype=bool)
 
     # ------------------------------------------------------------ queries
     @property

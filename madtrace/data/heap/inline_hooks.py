@@ -128,7 +128,8 @@ class InlineHooks:
         self.traced = TracedPages(rs, GROUP)
         self.events = HookEvents(engine, self)
         self.writer_windows = WriterWindows.of(self.L, HOOK_STUBS)     # signals in a group
-        engine.paths.records.hook_sink = self.events.take
+        engine.paths.records.hook_sink = self.events.take_group
+        engine.paths.records.hook_batch = self.events
         self.active = False
         self.paused = False
         outer = engine.original_address
