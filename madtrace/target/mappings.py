@@ -363,7 +363,7 @@ def _scan_stacks(tracee, maps, areas, kept: dict[str, str]) -> int:
             continue
         for area in code:
             # not past what the area's allocator handed out: a nopie program's areas lie
-            # at 0x40000000 and up, where its integers are too (churn's i * i kept one)
+            # at low addresses, where its integers are too (churn's i * i kept one)
             end = area.end if area.used_end is None else area.used_end
             for index in np.nonzero((words >= area.address) & (words < end))[0]:
                 value, slot = int(words[index]), rsp + 8 * int(index)
