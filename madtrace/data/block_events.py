@@ -39,7 +39,7 @@ from collections import Counter
 import numpy as np
 
 from ..process.remote_syscall import RemoteSyscalls
-from ..trace.block_event_records import KIND_CODES, WHAT_CODES, BlockEventWriter
+from ..trace.block_event_records import KIND_CODES, BlockEventWriter
 from ..trace.format import (BLOCK_EVENT_DTYPE, BLOCK_EVENT_FREED, BLOCK_EVENT_HAS_SOURCE,
                             BLOCK_EVENT_SOURCE_FREED, BLOCK_EVENT_WHATS, PAGE)
 from .heap.call_hooks import CallHooks
@@ -196,12 +196,13 @@ class BlockEvents:
         regions = self.engine.regions
         return (n > 0) & (regions.mask(dst) | (copies & regions.mask(src)))
 
-    def mem_events(self, tid: int, names: list[str], dst: np.ndarray, src: np.ndarray,
-                   n: np.ndarray, returns: np.ndarray, seqs: np.ndarray,
+    def mem_events(self, tid: int, whats: np.ndarray, copies: np.ndarray, dst: np.ndarray,
+                   src: np.ndarray, n: np.ndarray, returns: np.ndarray, seqs: np.ndarray,
                    orders: np.ndarray) -> None:
         """``mem_event`` for many calls of one thread at once (those
         ``mem_recorded`` chose, with their orders): the same records, written
-        together; ``names[k]``: memcpy, memmove or memset."""
+        together; ``whats``: their functions' codes (memcpy, memmove, memset),
+        ``copies``: which copy (the others set)."""
         self.redirected += len(dst)
         if not len(dst):
             return
@@ -212,13 +213,12 @@ class BlockEvents:
             if rip is None:
                 rip = self._calls[address] = engine.code_address(address) - 5
             rips[k] = rip
-        copies = np.array([name != "memset" for name in names], dtype=bool)
         rows = np.zeros(len(dst), dtype=BLOCK_EVENT_DTYPE)
         rows["order"], rows["seq"], rows["rip"] = orders, seqs, rips
         rows["address"], rows["size"], rows["tid"] = dst, n, tid
         rows["source"] = np.where(copies, src, 0)
         rows["kind"] = np.where(copies, KIND_CODES["Y"], KIND_CODES["W"])
-        rows["what"] = [WHAT_CODES[name] for name in names]
+        rows["what"] = whats
         flags = np.where(copies, BLOCK_EVENT_HAS_SOURCE, 0)
         alloc = engine.alloc if engine.alloc is not None and engine.alloc.active else None
         if alloc is not None:

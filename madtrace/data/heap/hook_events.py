@@ -39,6 +39,7 @@ from collections import Counter
 import numpy as np
 
 from ...target.templates import load_injector
+from ...trace.block_event_records import WHAT_CODES
 
 
 class HookEvents:
@@ -51,7 +52,7 @@ class HookEvents:
         # tid -> [(hook, state of alloc.call_entered, entry rsp low 32, return address)]
         self.calls: dict[int, list] = {}
         self.unmatched_returns = 0           # a return whose entry was not recorded
-        self._mem_table: np.ndarray | None = None
+        self._tables_made: tuple | None = None
 
     # ------------------------------------------------------------- ordering
     def _order(self) -> int:
@@ -97,45 +98,47 @@ class HookEvents:
     # ------------------------------------------- memcpy & co., many at once
     # (records.py ``HookBatch``: the drain takes a batch's memcpy/memmove/memset entries
     # together, between its allocator groups, which alone change the heap)
-    def _mem_hooks(self) -> np.ndarray:
-        """By hook index: the hook is a memcpy/memmove/memset one."""
+    def _tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """By hook index: the hook is a memcpy/memmove/memset one; a memcpy or
+        memmove one (the others set); its name's block event code."""
         size = max(self.hooks.by_index, default=-1) + 1
-        if self._mem_table is None or len(self._mem_table) != size:
-            table = np.zeros(size, dtype=bool)
+        if self._tables_made is None or len(self._tables_made[0]) != size:
+            mem, copies = np.zeros(size, dtype=bool), np.zeros(size, dtype=bool)
+            whats = np.zeros(size, dtype=np.uint8)
             for index, hook in self.hooks.by_index.items():
-                table[index] = hook.role == "mem"
-            self._mem_table = table
-        return self._mem_table
+                mem[index] = hook.role == "mem"
+                if mem[index]:
+                    copies[index] = hook.name != "memset"
+                    whats[index] = WHAT_CODES[hook.name]
+            self._tables_made = (mem, copies, whats)
+        return self._tables_made
 
     def batched(self, groups: np.ndarray) -> np.ndarray:
         codes = groups["code"]
         index = (codes >> 2) & 0x3FF
-        table = self._mem_hooks()
+        table = self._tables()[0]
         known = index < len(table)
         mem = np.zeros(len(groups), dtype=bool)
         mem[known] = table[index[known]]
         return mem & ((codes & 3) == self.entry_kind)
 
     def recorded(self, tid: int, groups: np.ndarray) -> np.ndarray:
+        copies = self._tables()[1][(groups["code"] >> 2) & 0x3FF]
         return self.engine.blocks.mem_recorded(tid, groups["a0"], groups["a1"], groups["a2"],
-                                               self._copies(groups))
+                                               copies)
 
     def take(self, tid: int, groups: np.ndarray, events: np.ndarray, orders: np.ndarray) -> None:
+        _mem, copies, whats = self._tables()
+        index = (groups["code"] >> 2) & 0x3FF
+        counts = np.bincount(index, minlength=len(whats))
         by_index = self.hooks.by_index
-        index = ((groups["code"] >> 2) & 0x3FF).tolist()
-        for k in index:
-            by_index[k].entries += 1
-        chosen = groups[events]
-        names = [by_index[k].name for k, e in zip(index, events.tolist()) if e]
-        self.engine.blocks.mem_events(tid, names, chosen["a0"], chosen["a1"], chosen["a2"],
-                                      chosen["ret"], chosen["seq"], orders)
+        for k in np.flatnonzero(counts).tolist():
+            by_index[k].entries += int(counts[k])
+        chosen, index = groups[events], index[events]
+        self.engine.blocks.mem_events(tid, whats[index], copies[index], chosen["a0"],
+                                      chosen["a1"], chosen["a2"], chosen["ret"], chosen["seq"],
+                                      orders)
         self.engine.blocks.redirected += len(groups) - len(chosen)
-
-    def _copies(self, groups: np.ndarray) -> np.ndarray:
-        """Which of the mem groups are memcpy or memmove (the others: memset)."""
-        by_index = self.hooks.by_index
-        return np.array([by_index[k].name != "memset"
-                         for k in ((groups["code"] >> 2) & 0x3FF).tolist()], dtype=bool)
 
     # ------------------------------------------------------------ queries
     @property
