@@ -421,6 +421,13 @@ def test_block_events_for_system_calls_and_mem_functions(tmp_path):
     assert by_kind == {k: sum(e["kind"] == k for e in events) for k in "YWG"}
     assert ("Y", "memcpy", 5000, "b[0]", "a[0]") in con.execute(
         "SELECT kind, what, size, data, source_data FROM block_events").fetchall()
+    # each named by its instruction in the program's code: a system call made in a
+    # relocated copy of libc's read() is named read+..., not the copy's address
+    named = dict(con.execute("SELECT what, min(instruction) FROM block_events GROUP BY ALL"
+                             ).fetchall())
+    assert named["read"].startswith(("read+", "__read")) and \
+        named["write"].startswith(("write+", "__write")) and \
+        named["memcpy"].startswith("main+"), named
     # placed among the thread's events: before the first access that follows it
     rows = con.execute("SELECT b.pos, b.\"order\", (SELECT count(*) FROM accesses a WHERE "
                        "a.tid = b.tid AND a.\"order\" < b.\"order\") + b.seq FROM block_events b"

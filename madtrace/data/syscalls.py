@@ -109,7 +109,9 @@ class SyscallGate:
             if tid not in self._open:
                 ranges = syscall_ranges(value, args, engine.tracee.mem.read)
                 if ranges is not None:
-                    self._ranges[tid] = (ranges, ip - 2)
+                    # the system call instruction, in the original code (a copy's is
+                    # named by the original's)
+                    self._ranges[tid] = (ranges, engine.code_address(ip - 2))
             return self._entry_stop(tracee, tid, value, args)
         if op == 2:
             return self._exit_stop(tracee, tid, value)
