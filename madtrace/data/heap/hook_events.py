@@ -73,6 +73,7 @@ class HookEvents:
     def entered(self, tid: int, hook, a0: int, a1: int, a2: int, return_address: int,
                 rsp: int, seq: int) -> None:
         hook.entries += 1
+        return_address = self._program_return(tid, return_address)
         if hook.role == "mem":
             self.engine.blocks.mem_event(tid, hook.name, a0, a1, a2, return_address,
                                          lambda: seq, self._order)
@@ -82,6 +83,16 @@ class HookEvents:
             stack.pop()        # left by longjmp: this entry comes from a frame above it
         state = self.engine.alloc.call_entered(a0, a1, self._order())
         stack.append((hook, state, rsp, return_address))
+
+    def _program_return(self, tid: int, return_address: int) -> int:
+        """The program's return address of a hooked call: a call an allocator makes
+        as its tail call (calloc's memset, realloc's malloc) returns into the stub
+        that called the allocator; it is the allocator's call, from the program's
+        call site, that is in flight on the thread."""
+        if not self.hooks.in_stubs(np.array([return_address], dtype=np.uint64))[0]:
+            return return_address
+        stack = self.calls.get(tid)
+        return stack[-1][3] if stack else return_address
 
     def returned(self, tid: int, hook, result: int, rsp: int, seq: int) -> None:
         hook.returns += 1
@@ -135,8 +146,13 @@ class HookEvents:
         for k in np.flatnonzero(counts).tolist():
             by_index[k].entries += int(counts[k])
         chosen, index = groups[events], index[events]
+        returns = chosen["ret"]
+        in_stubs = self.hooks.in_stubs(returns)
+        if in_stubs.any():       # tail calls of an allocator in flight (_program_return)
+            returns = returns.copy()
+            returns[in_stubs] = self._program_return(tid, int(returns[in_stubs][0]))
         self.engine.blocks.mem_events(tid, whats[index], copies[index], chosen["a0"],
-                                      chosen["a1"], chosen["a2"], chosen["ret"], chosen["seq"],
+                                      chosen["a1"], chosen["a2"], returns, chosen["seq"],
                                       orders)
         self.engine.blocks.redirected += len(groups) - len(chosen)
 

@@ -344,6 +344,15 @@ class InlineHooks:
         return {p.address: p.original for p in self.patches.covering(start, end)
                 if start <= p.address}
 
+    def in_stubs(self, addresses: np.ndarray) -> np.ndarray:
+        """Which of ``addresses`` lie in the stubs' areas: the return address of a
+        call an allocator made as its own tail call (calloc's memset, realloc's
+        malloc), which returns into the stub that called the allocator."""
+        out = np.zeros(len(addresses), dtype=bool)
+        for area in self.areas.values():
+            out |= (addresses >= area.area.address) & (addresses < area.area.end)
+        return out
+
     def _area_of(self, address: int) -> SharedArea:
         return next(a.area for a in self.areas.values() if a.area.contains(address))
 
