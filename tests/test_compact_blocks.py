@@ -88,3 +88,49 @@ def test_a_file_being_written_is_read_with_the_ids_appended_since(tmp_path):
     finally:
         os.close(fd)
         table.close()
+
+
+def test_the_block_writer_appends_in_order_and_says_a_write_error(tmp_path):
+    """The drain's blocks compressed and appended by the block writer's thread
+    (data/block_writer.py): two files, blocks handed over faster than they are
+    written (the drain waits when DEPTH wait), read back in order after
+    ``flush``, each equal to what was handed over; a write that fails (the fd
+    closed under it) is raised at the next flush, one line, no thread left."""
+    import threading
+
+    from madtrace.data.block_writer import BlockWriter
+    from madtrace.errors import OutputError
+    from madtrace.trace.capture_file import HEADER_SIZE
+
+    lib = _library()
+    writer = BlockWriter()
+    paths = [str(tmp_path / f"{t}.dat") for t in (1, 2)]
+    fds = [COMPACT_RECORDS.create(p) for p in paths]
+    handed: list[list[np.ndarray]] = [[], []]
+    try:
+        for k in range(40):
+            r = _records(1 + (k * 7919) % 5000, k)
+            buf = writer.buffer(r.nbytes)
+            planes = buf[:r.nbytes]
+            lib.mt_compact_planes(r.ctypes.data, len(r), planes.ctypes.data)
+            writer.submit(fds[k % 2], paths[k % 2], len(r), planes, buf)
+            handed[k % 2].append(r)
+        writer.flush()
+        for path, want in zip(paths, handed):
+            got = [records for _offset, records in iter_blocks(path)]
+            assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(want, got))
+        assert writer.bytes == sum(os.path.getsize(p) - HEADER_SIZE for p in paths)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    r = _records(10, 99)
+    buf = writer.buffer(r.nbytes)
+    lib.mt_compact_planes(r.ctypes.data, len(r), buf.ctypes.data)
+    writer.submit(fds[0], paths[0], len(r), buf[:r.nbytes], buf)       # a closed fd
+    try:
+        writer.close()
+        raise AssertionError("the failed write was not said")
+    except OutputError as exc:
+        assert paths[0] in str(exc) and "\n" not in str(exc)
+    assert not any(t.name == "madtrace-blocks" for t in threading.enumerate())
+

@@ -30,9 +30,10 @@ import numpy as np
 
 from ..errors import TracerInternalError, writing
 from ..native import load
-from ..trace.compact import InstructionFile, encode_block
+from ..trace.compact import InstructionFile
 from ..trace.record_files import ACCESS_RECORDS, COMPACT_RECORDS
 from ..trace.format import COMPACT_DTYPE, INSTRUCTIONS_FILE
+from .block_writer import BlockWriter
 from .instruction_table import KIND_LOAD
 
 
@@ -167,7 +168,7 @@ class RingRecords:
             raise TracerInternalError("libmtloop.so does not match COMPACT_DTYPE: rebuild it")
         self.records = 0                            # data records drained
         self.written = 0                            # compact records written
-        self.bytes = 0                              # bytes of data/<tid>.dat written
+        self.writer = BlockWriter()                 # compresses and appends the blocks
         self.stats = np.zeros(5, dtype=np.uint64)
         self.id_counts = np.zeros(0, dtype=np.uint64)   # [2 * id + (store)] accesses kept
         self.files: dict[int, int] = {}             # tid -> data/<tid>.dat
@@ -178,7 +179,6 @@ class RingRecords:
         self._blocks = np.empty(0, dtype=np.uint32)
         self._freed = np.empty(0, dtype=np.uint8)
         self._addresses = np.empty(0, dtype=np.uint64)
-        self._planes = np.empty(0, dtype=np.uint8)
         kinds = (1 if engine.loads else 0) | (2 if engine.stores else 0)
         self.table = self._guarded(lambda: InstructionFile(out_dir, kinds))
         # hook_sink(tid, group): the hook groups (hook_events.py); hook_batch: the groups
@@ -350,16 +350,27 @@ class RingRecords:
         return self._only[1]
 
     def _write(self, tid: int, path: str, records: np.ndarray) -> None:
+        """The records as byte planes (C), compressed and appended as one chunk of
+        the capture container by the block writer's thread (block_writer.py)."""
         fd = self.files.get(tid)
         if fd is None:
             fd = self.files[tid] = COMPACT_RECORDS.create(path)
-        if len(self._planes) < records.nbytes:
-            self._planes = np.empty(self._records.nbytes, dtype=np.uint8)
-        planes = self._planes[:records.nbytes]
+        buf = self.writer.buffer(records.nbytes)
+        planes = buf[:records.nbytes]
         self.lib.mt_compact_planes(records.ctypes.data, len(records), planes.ctypes.data)
-        block = encode_block(records, planes)   # one chunk of the capture container
-        self.bytes += COMPACT_RECORDS.container().append_payload(fd, block)
+        self.writer.submit(fd, path, len(records), planes, buf)
         self.written += len(records)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of data/<tid>.dat written so far (the blocks still waiting for the
+        writer not counted)."""
+        return self.writer.bytes
+
+    def flush(self) -> None:
+        """Every block taken so far is in its file (the ring lock held, or the
+        drain stopped)."""
+        self.writer.flush()
 
     def _guarded(self, make):
         path = os.path.join(self.out_dir, INSTRUCTIONS_FILE)
@@ -373,8 +384,11 @@ class RingRecords:
             self._guarded(lambda: self.table.append(self.ids.rows_from(self.table.rows)))
 
     def close(self) -> None:
-        for fd in self.files.values():
-            os.close(fd)
+        try:
+            self.writer.close()
+        finally:
+            for fd in self.files.values():
+                os.close(fd)
         self.files.clear()
         self.table.close()
 

@@ -86,8 +86,14 @@ def encode_block(records: np.ndarray, planes: np.ndarray | None = None) -> bytes
     in one pass), else they are made here."""
     if planes is None:
         planes = to_planes(records)
+    return encode_planes(planes, len(records))
+
+
+def encode_planes(planes: np.ndarray, count: int) -> bytes:
+    """One block ("MTZ2") of ``count`` records given as their byte planes."""
     packed = zstd.compress(planes)
-    header = np.array([(MAGIC_PLANES, records.nbytes, len(packed), len(records))], dtype=BLOCK_HEADER)
+    header = np.array([(MAGIC_PLANES, count * COMPACT_DTYPE.itemsize, len(packed), count)],
+                      dtype=BLOCK_HEADER)
     return header.tobytes() + packed
 
 

@@ -205,9 +205,11 @@ class AccessPaths:
         self.records.close()
 
     def write(self) -> None:
-        """What the trace directory needs to read the records written so far."""
+        """What the trace directory needs to read the records written so far: the
+        instruction table, and every block taken in its file."""
         with self.rings.lock:
             self.records.write_table()
+            self.records.flush()
 
     def _on_faults_named(self) -> dict[str, str]:
         """Each instruction the fault path carries, by its place in the program
