@@ -25,6 +25,7 @@ from ..trace.compact import encode_planes
 from ..trace.record_files import COMPACT_RECORDS
 
 DEPTH = 2                 # blocks waiting for the writer at most
+IDLE = 2.0                # seconds without a block before the thread leaves
 
 
 class BlockWriter:
@@ -36,6 +37,7 @@ class BlockWriter:
         self.bytes = 0                     # bytes appended so far
         self.error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()      # starting the thread, and its leaving when idle
 
     def buffer(self, nbytes: int) -> np.ndarray:
         """A buffer of ``nbytes`` for the next block's planes (waits while every
@@ -49,22 +51,25 @@ class BlockWriter:
     def submit(self, fd: int, path: str, count: int, planes: np.ndarray, buf: np.ndarray) -> None:
         """Compress ``planes`` of ``count`` records (in ``buf``, taken from
         ``buffer``) and append the block to ``fd`` (``path``: its name, for errors)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="madtrace-blocks", daemon=True)
-            self._thread.start()
-        self._work.put((fd, path, count, planes, buf))
+        with self._lock:
+            self._work.put((fd, path, count, planes, buf))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="madtrace-blocks",
+                                                daemon=True)
+                self._thread.start()
 
     def flush(self) -> None:
-        if self._thread is not None:
-            self._work.join()
+        self._work.join()
         self._raise()
 
     def close(self) -> None:
-        if self._thread is not None:
-            self._work.join()
-            self._work.put(None)
-            self._thread.join()
-            self._thread = None
+        self._work.join()
+        with self._lock:
+            thread, self._thread = self._thread, None
+            if thread is not None:
+                self._work.put(None)
+        if thread is not None:
+            thread.join()
         self._raise()
 
     def _raise(self) -> None:
@@ -73,8 +78,17 @@ class BlockWriter:
             raise error
 
     def _run(self) -> None:
+        """Until ``close``, or IDLE seconds without a block (a detached session's
+        writer does not stay; the next block starts another)."""
         while True:
-            item = self._work.get()
+            try:
+                item = self._work.get(timeout=IDLE)
+            except queue.Empty:
+                with self._lock:
+                    if self._work.empty():
+                        self._thread = None
+                        return
+                continue
             if item is None:
                 self._work.task_done()
                 return
