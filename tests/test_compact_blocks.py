@@ -134,3 +134,36 @@ def test_the_block_writer_appends_in_order_and_says_a_write_error(tmp_path):
         assert paths[0] in str(exc) and "\n" not in str(exc)
     assert not any(t.name == "madtrace-blocks" for t in threading.enumerate())
 
+
+
+def test_the_block_writer_thread_leaves_when_idle_and_comes_back(tmp_path, monkeypatch):
+    """The writer's thread leaves after IDLE seconds without a block and the next
+    block starts another: blocks handed over around those moments (IDLE made
+    short, pauses about as long) are all written, in order, and nothing waits
+    for ever."""
+    import random
+    import time
+
+    from madtrace.data import block_writer
+
+    monkeypatch.setattr(block_writer, "IDLE", 0.002)
+    lib = _library()
+    writer = block_writer.BlockWriter()
+    path = str(tmp_path / "1.dat")
+    fd = COMPACT_RECORDS.create(path)
+    rng = random.Random(5)
+    handed = []
+    try:
+        for k in range(300):
+            r = _records(1 + k % 50, k)
+            buf = writer.buffer(r.nbytes)
+            lib.mt_compact_planes(r.ctypes.data, len(r), buf.ctypes.data)
+            writer.submit(fd, path, len(r), buf[:r.nbytes], buf)
+            handed.append(r)
+            if rng.random() < 0.3:
+                time.sleep(rng.uniform(0, 0.004))
+        writer.close()
+    finally:
+        os.close(fd)
+    got = [records for _offset, records in iter_blocks(path)]
+    assert len(got) == len(handed) and all(np.array_equal(a, b) for a, b in zip(handed, got))

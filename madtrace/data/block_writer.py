@@ -51,8 +51,8 @@ class BlockWriter:
     def submit(self, fd: int, path: str, count: int, planes: np.ndarray, buf: np.ndarray) -> None:
         """Compress ``planes`` of ``count`` records (in ``buf``, taken from
         ``buffer``) and append the block to ``fd`` (``path``: its name, for errors)."""
-        with self._lock:
-            self._work.put((fd, path, count, planes, buf))
+        self._work.put((fd, path, count, planes, buf))     # waits while DEPTH wait: not locked
+        with self._lock:          # a thread that left when idle found no block after it
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="madtrace-blocks",
                                                 daemon=True)
