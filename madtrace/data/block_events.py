@@ -177,15 +177,20 @@ class BlockEvents:
                   seq, order) -> None:
         """A hook stub's memcpy/memmove/memset on traced pages, made through the alias
         (``seq()``, ``order()``: the event's, hook_events.py)."""
-        rip = self._calls.get(return_address)
-        if rip is None:
-            rip = self._calls[return_address] = self.engine.code_address(return_address) - 5
+        rip = self._call_site(return_address)
         if name == "memset":
             self.record(tid, "W", name, rip, dst, n, seq=lambda _tid: seq(), order=order)
         else:
             self.record(tid, "Y", name, rip, dst, n, source=src, seq=lambda _tid: seq(),
                         order=order)
         self.redirected += 1
+
+    def _call_site(self, return_address: int) -> int:
+        """The call (in the original code) of a hook stub's call returning there."""
+        rip = self._calls.get(return_address)
+        if rip is None:
+            rip = self._calls[return_address] = self.engine.code_address(return_address) - 5
+        return rip
 
     def mem_recorded(self, tid: int, dst: np.ndarray, src: np.ndarray, n: np.ndarray,
                      copies: np.ndarray) -> np.ndarray:
@@ -199,20 +204,14 @@ class BlockEvents:
     def mem_events(self, tid: int, whats: np.ndarray, copies: np.ndarray, dst: np.ndarray,
                    src: np.ndarray, n: np.ndarray, returns: np.ndarray, seqs: np.ndarray,
                    orders: np.ndarray) -> None:
-        """``mem_event`` for many calls of one thread at once (those
-        ``mem_recorded`` chose, with their orders): the same records, written
-        together; ``whats``: their functions' codes (memcpy, memmove, memset),
+        """``mem_event``'s records for many calls of one thread at once (those
+        ``mem_recorded`` chose, with their orders), written together (the caller
+        counts them in ``redirected``); ``whats``: their functions' codes (memcpy, memmove, memset),
         ``copies``: which copy (the others set)."""
-        self.redirected += len(dst)
         if not len(dst):
             return
         engine = self.engine
-        rips = np.empty(len(returns), dtype=np.uint64)
-        for k, address in enumerate(returns.tolist()):
-            rip = self._calls.get(address)
-            if rip is None:
-                rip = self._calls[address] = engine.code_address(address) - 5
-            rips[k] = rip
+        rips = np.array([self._call_site(a) for a in returns.tolist()], dtype=np.uint64)
         rows = np.zeros(len(dst), dtype=BLOCK_EVENT_DTYPE)
         rows["order"], rows["seq"], rows["rip"] = orders, seqs, rips
         rows["address"], rows["size"], rows["tid"] = dst, n, tid

@@ -226,22 +226,14 @@ size_t mt_segment_size(void) { return sizeof(struct mt_segment); }
 
 /* Data records [start, end) of the batch: their heap blocks named with the
  * indexes as they are now (live first, then freed), then compacted into
- * s->out + at (mt_compact_data).  Returns the compact records written. */
-uint64_t mt_compact_segment_gaps(struct mt_segment *s, uint64_t start, uint64_t end, uint64_t at,
-                                 const uint64_t *gaps, uint64_t n_gaps, uint64_t *gap_orders);
-
-uint64_t mt_compact_segment(struct mt_segment *s, uint64_t start, uint64_t end, uint64_t at)
-{
-    return mt_compact_segment_gaps(s, start, end, at, NULL, 0, NULL);
-}
-
-/* The same with events among the records, which neither need nor change the
- * heap's indexes (a memcpy's block event): event g lies before record
- * start + gaps[g] (gaps sorted; end - start: after the last) and takes an order
- * there, written into gap_orders[g].  One call for a span between two
- * allocator events, however many such events it holds. */
-uint64_t mt_compact_segment_gaps(struct mt_segment *s, uint64_t start, uint64_t end, uint64_t at,
-                                 const uint64_t *gaps, uint64_t n_gaps, uint64_t *gap_orders)
+ * s->out + at (mt_compact_data).  Returns the compact records written.
+ * Events among the records, which neither need nor change the heap's indexes
+ * (a memcpy's block event): event g lies before record start + gaps[g] (gaps
+ * sorted; end - start: after the last) and takes an order there, written into
+ * gap_orders[g] (n_gaps 0: none).  One call for a span between two allocator
+ * events, however many such events it holds. */
+uint64_t mt_compact_segment(struct mt_segment *s, uint64_t start, uint64_t end, uint64_t at,
+                            const uint64_t *gaps, uint64_t n_gaps, uint64_t *gap_orders)
 {
     uint64_t n = end - start;
     const uint32_t *blocks = NULL;

@@ -141,9 +141,7 @@ def _library():
     lib.mt_compact_planes.restype, lib.mt_compact_planes.argtypes = None, [P, U64, P]
     lib.mt_segment_size.restype, lib.mt_segment_size.argtypes = ctypes.c_size_t, []
     lib.mt_compact_segment.restype = U64
-    lib.mt_compact_segment.argtypes = [P, U64, U64, U64]
-    lib.mt_compact_segment_gaps.restype = U64
-    lib.mt_compact_segment_gaps.argtypes = [P, U64, U64, U64, P, U64, P]
+    lib.mt_compact_segment.argtypes = [P, U64, U64, U64, P, U64, P]
     if lib.mt_segment_size() != ctypes.sizeof(_Segment):
         raise TracerInternalError("libmtloop.so does not match data_records.py: run `make native`")
     return lib
@@ -297,11 +295,10 @@ class RingRecords:
         before = int(self.stats[STAT_FREED])
         self._order.value = engine.order.value
         if gaps is None or orders is None:
-            written = self.lib.mt_compact_segment(self._seg_ref, start, end, at)
+            written = self.lib.mt_compact_segment(self._seg_ref, start, end, at, None, 0, None)
         else:
-            written = self.lib.mt_compact_segment_gaps(self._seg_ref, start, end, at,
-                                                        gaps.ctypes.data, len(gaps),
-                                                        orders.ctypes.data)
+            written = self.lib.mt_compact_segment(self._seg_ref, start, end, at, gaps.ctypes.data,
+                                                  len(gaps), orders.ctypes.data)
         engine.order.value = self._order.value
         freed = int(self.stats[STAT_FREED]) - before     # all of thread tid: program / allocator
         if freed and alloc is not None:

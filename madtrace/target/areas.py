@@ -35,8 +35,8 @@ REL32_REACH = (1 << 31) - PAGE
 HEAP_GROWTH_ROOM = 1 << 30
 USER_TOP = 0x7FFFFFFFF000          # the end of the (47-bit) user address space: mmap goes no higher
 DEFAULT_STACK_ROOM = 8 << 20       # below [stack]: its room to grow (RLIMIT_STACK's usual 8 MiB) ...
-FAR_AREA = 16 << 20                # an area at least this large is placed away from code
 MAX_STACK_ROOM = 256 << 20         # ... at most, when the limit is higher or unlimited
+FAR_AREA = 16 << 20                # an area at least this large is placed away from code
 
 
 def page_round(n: int) -> int:

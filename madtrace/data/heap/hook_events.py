@@ -89,7 +89,7 @@ class HookEvents:
         as its tail call (calloc's memset, realloc's malloc) returns into the stub
         that called the allocator; it is the allocator's call, from the program's
         call site, that is in flight on the thread."""
-        if not self.hooks.in_stubs(np.array([return_address], dtype=np.uint64))[0]:
+        if not self.hooks.in_stub(return_address):
             return return_address
         stack = self.calls.get(tid)
         return stack[-1][3] if stack else return_address
@@ -154,7 +154,7 @@ class HookEvents:
         self.engine.blocks.mem_events(tid, whats[index], copies[index], chosen["a0"],
                                       chosen["a1"], chosen["a2"], returns, chosen["seq"],
                                       orders)
-        self.engine.blocks.redirected += len(groups) - len(chosen)
+        self.engine.blocks.redirected += len(groups)
 
     # ------------------------------------------------------------ queries
     @property

@@ -353,6 +353,10 @@ class InlineHooks:
             out |= (addresses >= area.area.address) & (addresses < area.area.end)
         return out
 
+    def in_stub(self, address: int) -> bool:
+        """``in_stubs`` of one address."""
+        return any(a.area.contains(address) for a in self.areas.values())
+
     def _area_of(self, address: int) -> SharedArea:
         return next(a.area for a in self.areas.values() if a.area.contains(address))
 
