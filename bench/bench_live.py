@@ -12,7 +12,10 @@ python3 -m http.server (127.0.0.1, a bounded request loop):
   through build/bin/madtrace-ctl, the client that is not a Python interpreter;
   and the same again with a resident that attached to the program once
   before, unmeasured: "warm", its ELF files parsed; each other mode starts a
-  resident process of its own: "cold");
+  resident process of its own: "cold"); and the plain commands as a user types
+  them, the resident started on demand: `daemon PID -f F` with none running
+  (it attaches by itself, then starts one), the same command next, and
+  `daemon PID` + `ctl PID instrument F`;
 - the longest pause of the target while attaching and instrumenting (the
   program's own loop measures it: "watch"), and, split by the stops
   madtrace reports (status stop_windows, on the program's clock), the
@@ -55,8 +58,12 @@ MADTRACE = [sys.executable, "-m", "madtrace.cli.main"]
 WATCH_MS = 6000      # the C target's own loop while attaching and instrumenting
 # attach -> first event: `daemon PID` + `ctl PID instrument F` with the daemon started
 # from scratch, the same forked by the resident process, and `daemon PID -f F` (one
-# command, as Frida's attach-and-hook) forked by the resident process
-FIRST_MODES = ("first", "first_resident", "first_resident_f", "first_ctl_f", "first_ctl_f_warm")
+# command, as Frida's attach-and-hook) forked by the resident process; then the plain
+# commands as a user types them, with the resident started on demand: `daemon PID -f F`
+# with none running (it starts one), the same again, `daemon PID` + `ctl PID instrument F`
+FIRST_MODES = ("first", "first_resident", "first_resident_f", "first_ctl_f", "first_ctl_f_warm",
+               "first_plain_cold", "first_plain_f", "first_plain_ctl")
+PLAIN_MODES = ("first_plain_cold", "first_plain_f", "first_plain_ctl")
 CTL = os.path.join(ROOT, "build", "bin", "madtrace-ctl")   # make native builds it
 
 
@@ -116,21 +123,24 @@ class Madtrace:
     name = "madtrace"
 
     def __init__(self, tmp: str):
-        self.env = dict(os.environ, PYTHONPATH=ROOT, XDG_RUNTIME_DIR=os.path.join(tmp, "run"))
+        # no resident started on demand, but in the plain modes (``on_demand``)
+        self.env = dict(os.environ, PYTHONPATH=ROOT, XDG_RUNTIME_DIR=os.path.join(tmp, "run"),
+                        MADTRACE_RESIDENT_IDLE="0")
         os.makedirs(self.env["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
         self.tmp = tmp
         self.directories: dict[int, str] = {}     # pid -> its session's trace
 
-    def run(self, *args, check=True, client=MADTRACE) -> subprocess.CompletedProcess:
-        result = subprocess.run([*client, *args], capture_output=True, env=self.env, timeout=300)
+    def run(self, *args, check=True, client=MADTRACE, on_demand=False) -> subprocess.CompletedProcess:
+        env = dict(self.env, MADTRACE_RESIDENT_IDLE="600") if on_demand else self.env
+        result = subprocess.run([*client, *args], capture_output=True, env=env, timeout=300)
         if check and result.returncode != 0:
             raise RuntimeError(f"madtrace {' '.join(args)}: {result.stderr.decode()}")
         return result
 
-    def attach(self, pid: int, *extra: str, client=MADTRACE) -> str:
+    def attach(self, pid: int, *extra: str, client=MADTRACE, on_demand=False) -> str:
         out = tempfile.mkdtemp(prefix="t", dir=self.tmp)
         os.rmdir(out)                   # the daemon makes it (it never overwrites one)
-        self.run("daemon", str(pid), "-o", out, *extra, client=client)
+        self.run("daemon", str(pid), "-o", out, *extra, client=client, on_demand=on_demand)
         self.directories[pid] = out
         return out
 
@@ -141,7 +151,9 @@ class Madtrace:
             return self.attach(pid, "-f", spec)
         if mode in ("first_ctl_f", "first_ctl_f_warm"):
             return self.attach(pid, "-f", spec, client=[CTL])
-        directory = self.attach(pid)
+        if mode in ("first_plain_cold", "first_plain_f"):
+            return self.attach(pid, "-f", spec, on_demand=True)
+        directory = self.attach(pid, on_demand=mode == "first_plain_ctl")
         self.instrument(pid, spec)
         return directory
 
@@ -168,11 +180,33 @@ class Madtrace:
         if not on:
             yield
             return
+        if on in ("on demand", "on demand, last"):     # started by the plain commands
+            try:
+                yield
+            finally:
+                if on == "on demand, last":
+                    self.run("daemon", "--stop-resident", "-q")
+                else:   # ready for the next mode (a user's next command comes later)
+                    sock = os.path.join(self.env["XDG_RUNTIME_DIR"], "madtrace", "resident.sock")
+                    deadline = time.monotonic() + 60
+                    while not os.path.exists(sock) and time.monotonic() < deadline:
+                        time.sleep(0.05)
+            return
         self.run("daemon", "--resident", "-q")
         try:
             yield
         finally:
             self.run("daemon", "--stop-resident", "-q")
+
+
+def mode_resident(mode: str):
+    """How a FIRST_MODES mode has its resident: none, started by the bench, or
+    started on demand by the plain commands."""
+    if mode == "first":
+        return False
+    if mode in PLAIN_MODES:
+        return "on demand, last" if mode == PLAIN_MODES[-1] else "on demand"
+    return True
 
 
 def tracer_of(pid: int) -> int:
@@ -221,7 +255,8 @@ def madtrace_c(tmp: str) -> dict:
     resident process), longest pause, ns per call attached, drops (C target)."""
     tool = Madtrace(tmp)
     out: dict[str, list] = {"first": [], "first_resident": [], "first_resident_f": [],
-                            "first_ctl_f": [], "first_ctl_f_warm": [], "pause": [], "ns": [],
+                            "first_ctl_f": [], "first_ctl_f_warm": [], "first_plain_cold": [],
+                            "first_plain_f": [], "first_plain_ctl": [], "pause": [], "ns": [],
                             "ns_notime": [], "stopped": [], "floor": [],
                             "pause_stops": [], "pause_other": [],
                             "drops": [], "missed": []}
@@ -232,7 +267,7 @@ def madtrace_c(tmp: str) -> dict:
         out["floor"].append(float(re.search(r"longest_us ([\d.]+)", target.reply()).group(1)))
         target.close()
         for mode in FIRST_MODES:
-            resident = mode != "first"
+            resident = mode_resident(mode)
             with tool.resident(resident):
                 if mode.endswith("_warm"):      # the resident has seen the program once
                     warm = Target()
@@ -328,7 +363,8 @@ class Server:
 def madtrace_server(tmp: str) -> dict:
     tool = Madtrace(tmp)
     out: dict[str, list] = {"first": [], "first_resident": [], "first_resident_f": [],
-                            "first_ctl_f": [], "first_ctl_f_warm": [], "events_per_request": [],
+                            "first_ctl_f": [], "first_ctl_f_warm": [], "first_plain_cold": [],
+                            "first_plain_f": [], "first_plain_ctl": [], "events_per_request": [],
                             "lat_untraced": [], "lat_attached": [],
                             "lat_untraced_p10": [],
                             "lat_attached_p10": [], "lat_instrumented_p10": [],
@@ -346,7 +382,7 @@ def madtrace_server(tmp: str) -> dict:
             threading.Thread(target=load, daemon=True).start()
             try:
                 for mode in FIRST_MODES:
-                    with tool.resident(mode != "first"):
+                    with tool.resident(mode_resident(mode)):
                         if mode.endswith("_warm"):  # the resident has seen the program once
                             tool.attach_and_instrument(server.pid, mode, server.spec("PyDict_New"))
                             tool.detach(server.pid)
@@ -496,6 +532,14 @@ def main() -> int:
              f"resident {stats(server['first_resident'])}, -f {stats(server['first_resident_f'])}, "
              f"madtrace-ctl -f {stats(server['first_ctl_f'])}, warm "
              f"{stats(server['first_ctl_f_warm'])}"),
+            ("attach -> first event, plain commands, C program (s)",
+             stats(c["first_plain_f"]),
+             f"the first, starting the resident {stats(c['first_plain_cold'])}; daemon + ctl "
+             f"{stats(c['first_plain_ctl'])}"),
+            ("attach -> first event, plain commands, http.server (s)",
+             stats(server["first_plain_f"]),
+             f"the first, starting the resident {stats(server['first_plain_cold'])}; daemon + "
+             f"ctl {stats(server['first_plain_ctl'])}"),
             ("longest pause attaching + instrumenting, C (ms)", stats(c["pause"], 1e-3),
              f"untraced (the floor) {stats(c['floor'], 1e-3)}"),
             ("  of it, pauses during madtrace's stops / the others (ms)",

@@ -45,6 +45,14 @@ def symbol_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def no_resident_on_demand():
+    """No resident process started on demand by the tests' daemons (each test has
+    its own runtime directory: one would stay for minutes per test); the tests of
+    that start set MADTRACE_RESIDENT_IDLE themselves."""
+    os.environ["MADTRACE_RESIDENT_IDLE"] = "0"
+
+
+@pytest.fixture(scope="session", autouse=True)
 def built_programs():
     """Make sure every tests/progs/*.c is compiled in all variants."""
     if _programs_stale():

@@ -18,6 +18,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import time
 
 import pytest
@@ -34,6 +35,10 @@ def runtime(tmp_path):
     base = tmp_path / "run"
     base.mkdir()
     return str(base)
+
+
+# what the tracer needs and a command's client does not (each takes 10-60 ms to import)
+HEAVY_MODULES = ("numpy", "capstone", "duckdb", "pyarrow", "elftools", "zstandard")
 
 
 def madtrace_env(runtime: str) -> dict:
@@ -141,6 +146,13 @@ def test_daemon_instrument_status_refuse_stop(tmp_path, runtime):
         assert status["patches"] == 1 and status["dropped_events"] == 0
         text = run(runtime, "ctl", str(target.pid), "status").stdout.decode()
         assert "1 instrumented" in text and "dropped events: 0" in text
+        # the client is light: what it imports to send a command and print the reply
+        light = subprocess.run(
+            [sys.executable, "-c", "import sys; from madtrace.cli.main import main; "
+             f"code = main(['ctl', '{target.pid}', 'status']); "
+             "print(sorted({m.split('.')[0] for m in sys.modules} & set(sys.argv[1:])), code)",
+             *HEAVY_MODULES], capture_output=True, timeout=60, env=madtrace_env(runtime))
+        assert light.stdout.decode().splitlines()[-1] == "[] 0", (light.stdout, light.stderr)
 
         # errors: one line, and the daemon goes on
         one_line(run(runtime, "ctl", str(target.pid), "frobnicate"), 2, "unknown command")

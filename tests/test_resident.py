@@ -18,10 +18,11 @@ import socket
 import stat
 import subprocess
 import threading
+import time
 
 import pytest
 
-from .test_daemon import ctl_json, madtrace_env, one_line, run, wait_gone
+from .test_daemon import MADTRACE, PATIENCE, ctl_json, madtrace_env, one_line, run, wait_gone
 from .util import ROOT, check_live_output, finish_live, prog, start_ready
 
 
@@ -115,6 +116,59 @@ def test_resident_ends_on_sigterm_and_the_command_falls_back(tmp_path):
     one_line(run(runtime, "daemon", "--resident", "123"), 2, "take no PID")
     result = run(runtime, "daemon", "--stop-resident")
     assert result.returncode == 0 and b"no resident process runs" in result.stderr
+
+
+def test_a_resident_starts_on_demand_and_ends_unused(tmp_path):
+    """With none running, `madtrace daemon PID` attaches by itself, says so, and starts
+    a resident in the background: the next daemon is forked from it; unused for
+    MADTRACE_RESIDENT_IDLE seconds it ends and its socket goes.  A bad value of the
+    variable is a one-line error; --idle goes with --resident only."""
+    runtime = private_runtime(tmp_path)
+    sock = os.path.join(runtime, "madtrace", "resident.sock")
+
+    def plain(*args, idle="3"):
+        return subprocess.run([*MADTRACE, *args], capture_output=True, timeout=60,
+                              env=dict(madtrace_env(runtime), MADTRACE_RESIDENT_IDLE=idle))
+
+    one_line(plain("daemon", "1", idle="soon"), 2, "MADTRACE_RESIDENT_IDLE='soon'")
+    one_line(plain("daemon", "1", "--idle", "5"), 2, "--idle goes with --resident")
+    one_line(plain("daemon", "--stop-resident", "--idle", "5"), 2, "goes with --resident")
+    assert not os.path.exists(sock)
+    argv = [prog("live_calls", "O2-pie")]
+    target = start_ready(argv)
+    resident = 0
+    try:
+        first = plain("daemon", str(target.pid), "-o", str(tmp_path / "t1"))
+        line = one_line(first, 0, "no resident madtrace process: started here; one starts for "
+                        "the next commands (it ends after 3 s unused; MADTRACE_RESIDENT_IDLE=0")
+        daemon = int(re.search(r"daemon (\d+) traces", line).group(1))
+        deadline = time.monotonic() + PATIENCE
+        while not os.path.exists(sock):     # it imports the tracer in the background
+            assert time.monotonic() < deadline, "no resident started"
+            time.sleep(0.05)
+        assert plain("ctl", str(target.pid), "stop").returncode == 0
+        wait_gone(daemon)
+        second = plain("daemon", str(target.pid), "-o", str(tmp_path / "t2"))
+        line = one_line(second, 0, "forked by the resident process")
+        resident = int(re.search(r"forked by the resident process (\d+)", line).group(1))
+        daemon = int(re.search(r"daemon (\d+) traces", line).group(1))
+        assert tracer_of(target.pid) == daemon != resident
+        assert plain("ctl", str(target.pid), "stop").returncode == 0
+        wait_gone(daemon)
+        wait_gone(resident)                 # 3 s after its last command
+        resident = 0
+        out = finish_live(target)
+    finally:
+        target.kill()
+        if resident:
+            os.kill(resident, signal.SIGTERM)
+    check_live_output(argv[0], out)
+    assert not os.path.exists(sock)
+    with open(os.path.join(runtime, "madtrace", "resident.log")) as f:
+        assert "no command for 3 s" in f.read()
+    for name in ("t1", "t2"):
+        summary = json.loads(run(runtime, "summary", str(tmp_path / name), "--json").stdout)
+        assert summary["outcome"] == "detached"
 
 
 CTL = os.path.join(ROOT, "build", "bin", "madtrace-ctl")

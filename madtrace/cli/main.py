@@ -101,9 +101,29 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+# options of `madtrace daemon` that the resident process does not run for a client
+NOT_FORWARDED = frozenset({"--resident", "--stop-resident", "-h", "--help"})
+
+
+def through_resident(argv: list[str]) -> tuple[int | None, str]:
+    """``madtrace daemon PID ...`` run by the resident process when one listens
+    (before this command's parser and tracer are imported: the worker parses
+    and says the same): (its exit code, "") or (None, why it was not)."""
+    own = split_command(argv)[0]
+    if own[:1] != ["daemon"] or NOT_FORWARDED.intersection(own):
+        return None, ""
+    from ..daemon import resident_client
+    if resident_client.in_worker:
+        return None, ""
+    return resident_client.run_in_resident(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = normalise_argv(list(sys.argv[1:] if argv is None else argv))
     try:
+        code, not_resident = through_resident(argv)
+        if code is not None:
+            return code
         own, target = split_command(argv)
         parser = build_parser(own[0] if own and own[0] in COMMAND_MODULES else None)
         args = parser.parse_args(own)
@@ -111,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             raise UsageError("a command is required, e.g. madtrace -- ./prog args")
         args.target_command = target
-        args.argv = argv            # as given (the resident process runs it again: cmd_daemon)
+        args.not_resident = not_resident    # why the resident did not run it (cmd_daemon)
         return COMMANDS[args.command].run(args)
     except MadtraceError as exc:
         if os.environ.get("MADTRACE_DEBUG"):

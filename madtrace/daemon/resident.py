@@ -17,8 +17,16 @@ single-threaded (it forks), and ends cleanly on SIGTERM or ``madtrace daemon
 --stop-resident`` (its socket removed).  A resident whose madtrace files
 changed since it started refuses, and the command starts the daemon itself.
 
-The client side (``run_in_resident``) imports nothing beyond the standard
-library and transport: it is what the command runs first.
+A resident is also started *on demand*: a ``madtrace daemon PID`` that finds
+none attaches by itself, then starts one in the background for the next
+commands (``start_on_demand``), which ends after ``MADTRACE_RESIDENT_IDLE``
+seconds without a command (600 by default; 0: none is started), and at once
+when it refuses a command because madtrace's files changed (the next command
+starts a fresh one).  ``--resident`` started by hand waits until it is
+stopped, unless given ``--idle``.
+
+The client side is resident_client.py (the standard library only: what the
+command runs first).
 """
 
 from __future__ import annotations
@@ -27,21 +35,23 @@ import functools
 import json
 import os
 import shutil
+import math
 import signal
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import TracerInternalError
+from ..errors import TracerInternalError, UsageError
 from ..native import built
 from ..process import spawn_proxy
-from . import transport
+from . import resident_client, transport
+from .resident_client import LOG_NAME, socket_path
+from .resident_client import ask as _ask, connect as _connect, package_dir as _package_dir
 from .detached import INTERNAL_ERROR, report, report_failure, start_detached
 
-SOCKET_NAME = "resident.sock"
-LOG_NAME = "resident.log"
 # the packages whose modules a daemon imports while attaching and instrumenting
 # (none of them loads pyarrow, whose allocator starts a thread: the resident forks)
 PRELOAD = ("target", "rings", "calls", "data", "recording", "process", "binary", "cache", "arch",
@@ -53,16 +63,13 @@ IMAGE_CACHE_MAX = 256       # ELF images the resident keeps parsed (see warm_ima
 COMMON_LIBRARIES = ("libc.so", "ld-linux")   # parsed when the resident starts
 # what names madtrace's cache directory (cache/disk.py cache_dir)
 CACHE_ENVIRONMENT = ("MADTRACE_CACHE_DIR", "XDG_CACHE_HOME", "HOME")
-# in a worker: the resident's pid (the command it runs must not ask the resident again)
-in_worker = 0
-
-
-def socket_path() -> str:
-    return os.path.join(transport.runtime_dir(), SOCKET_NAME)
-
-
-def _package_dir() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# how long a resident started on demand waits for a command before it ends (seconds)
+IDLE_ENVIRONMENT = "MADTRACE_RESIDENT_IDLE"
+IDLE_DEFAULT = 600.0
+# seconds a resident started on demand waits before it imports the tracer (~0.5 s of
+# CPU): the attach that started it has its first records by then (without the wait,
+# 0.13-0.18 s later on two cores)
+DEMAND_DELAY = 1.0
 
 
 def code_stamp() -> float:
@@ -81,63 +88,38 @@ def code_stamp() -> float:
 
 
 # ------------------------------------------------------------------ client
-def _connect() -> socket.socket | None:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def on_demand_idle() -> float:
+    """Seconds a resident started on demand stays unused before it ends
+    (MADTRACE_RESIDENT_IDLE; 0: no resident is started on demand)."""
+    text = os.environ.get(IDLE_ENVIRONMENT, "").strip()
+    if not text:
+        return IDLE_DEFAULT
     try:
-        sock.connect(socket_path())
-    except ConnectionRefusedError:
-        sock.close()
-        try:
-            os.unlink(socket_path())        # left by a resident that died
-        except OSError:
-            pass
-        return None
-    except OSError:
-        sock.close()
-        return None
-    return sock
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 and math.isfinite(value)):
+        raise UsageError(f"{IDLE_ENVIRONMENT}={text!r}: give the seconds a resident madtrace "
+                         "process started on demand stays unused (0: none is started)")
+    return value
 
 
-def run_in_resident(argv: list[str]) -> tuple[int | None, str]:
-    """Runs ``madtrace ARGV`` in a worker of the resident process.  Returns (its
-    exit code, "") or (None, why not) when there is no resident to run it."""
+def start_on_demand(idle: float) -> bool:
+    """Starts a resident process in the background for the next commands, unless
+    one listens already; does not wait for it (it imports the tracer once this
+    command's attach is done: DEMAND_DELAY).  It ends after ``idle`` seconds without a command.  Returns
+    whether one was started."""
     sock = _connect()
-    if sock is None:
-        return None, "no resident madtrace process"
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        umask = os.umask(0)
-        os.umask(umask)
-        request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask,
-                   "package": _package_dir(), "python": sys.executable}
-        socket.send_fds(sock, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
-        reader = sock.makefile("rb")
-        line = reader.readline()
-    except OSError as exc:
-        return None, f"the resident madtrace process did not answer ({exc.strerror})"
-    finally:
+    if sock is not None:
         sock.close()
-    if not line:
-        raise TracerInternalError("the resident madtrace process failed while running the "
-                                  f"command (see {os.path.join(transport.runtime_dir(), LOG_NAME)})")
-    reply = json.loads(line)
-    if "refused" in reply:
-        return None, reply["refused"]
-    return int(reply["exit"]), ""
-
-
-def _ask(message: dict) -> dict | None:
-    """One request to the resident process and its answer (None: no resident)."""
-    sock = _connect()
-    if sock is None:
-        return None
-    try:
-        sock.sendall(json.dumps(message).encode() + b"\n")
-        line = sock.makefile("rb").readline()
-    finally:
-        sock.close()
-    return json.loads(line) if line else None
+        return False
+    code = (f"import sys, time; time.sleep({DEMAND_DELAY!r}); from madtrace.cli.main import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    subprocess.Popen([sys.executable, "-c", code, "daemon", "--resident", "-q",
+                      "--idle", repr(idle)], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
+                     start_new_session=True, close_fds=True)
+    return True
 
 
 def stop_resident() -> int | None:
@@ -179,16 +161,18 @@ class CommandLine:
     daemon_options: Callable[[list[str]], object]
 
 
-def start_resident(command_line: CommandLine) -> dict:
+def start_resident(command_line: CommandLine, idle: float = 0.0) -> dict:
     """Starts the resident process in the background; returns {"pid", "socket"}
-    once it listens (or the running one's, with "running": True)."""
+    once it listens (or the running one's, with "running": True).  ``idle``:
+    it ends after that many seconds without a command (0: when stopped)."""
     transport.ensure_runtime_dir()
     sock = _connect()
     if sock is not None:
         sock.close()
         pid = resident_pid()
         return {"pid": pid, "socket": socket_path(), "running": True}
-    return start_detached(functools.partial(_resident_main, command_line=command_line),
+    return start_detached(functools.partial(_resident_main, command_line=command_line,
+                                            idle=idle),
                           "the resident madtrace process died while starting "
                           f"(see {os.path.join(transport.runtime_dir(), LOG_NAME)})")
 
@@ -199,8 +183,9 @@ def resident_pid() -> int | None:
     return int(answer["pid"]) if answer is not None else None
 
 
-def _resident_main(status_w: int, command_line: CommandLine) -> int:
+def _resident_main(status_w: int, command_line: CommandLine, idle: float) -> int:
     listener = None
+    bound = None
     try:
         os.chdir("/")
         runtime = transport.ensure_runtime_dir()
@@ -220,24 +205,27 @@ def _resident_main(status_w: int, command_line: CommandLine) -> int:
         finally:
             os.umask(old_umask)
         os.chmod(socket_path(), 0o600)
+        bound = os.stat(socket_path()).st_ino
         listener.listen(16)
-        listener.settimeout(1.0)
+        listener.settimeout(min(1.0, idle) if idle else 1.0)
         signal.signal(signal.SIGTERM, _on_sigterm)
     except BaseException as exc:
         if listener is not None:
             listener.close()
         return report_failure(status_w, exc)
     report(status_w, {"ok": True, "pid": os.getpid(), "socket": socket_path()})
-    print(f"resident {os.getpid()} listening on {socket_path()}", flush=True)
+    print(f"resident {os.getpid()} listening on {socket_path()}"
+          + (f" (ends after {idle:g} s without a command)" if idle else ""), flush=True)
     try:
-        _serve(listener, stamp, command_line)
+        _serve(listener, stamp, command_line, idle)
     except _Stop:
         pass
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the cleanup is not interrupted
         listener.close()
-        try:
-            os.unlink(socket_path())
+        try:        # its own socket only: a new resident may have bound the path since
+            if os.stat(socket_path()).st_ino == bound:
+                os.unlink(socket_path())
         except FileNotFoundError:
             pass
         _reap()
@@ -322,13 +310,19 @@ def _reap() -> None:
             return
 
 
-def _serve(listener: socket.socket, stamp: float, command_line: CommandLine) -> None:
+def _serve(listener: socket.socket, stamp: float, command_line: CommandLine,
+           idle: float) -> None:
+    last = time.monotonic()
     while True:
         _reap()
         try:
             conn, _ = listener.accept()
         except socket.timeout:
+            if idle and time.monotonic() - last >= idle:
+                print(f"no command for {idle:g} s", flush=True)
+                return
             continue
+        last = time.monotonic()
         fds: list[int] = []
         try:
             conn.settimeout(10)
@@ -350,9 +344,15 @@ def _serve(listener: socket.socket, stamp: float, command_line: CommandLine) -> 
                 transport.send(conn, {"pid": os.getpid()})
                 continue
             refused = _refusal(request, fds, stamp)
+            ending = bool(refused) and idle > 0 and code_stamp() != stamp
+            if ending:              # started on demand: the next command starts a fresh one
+                refused = (f"madtrace's files changed since the resident process {os.getpid()} "
+                           "started (it ends now)")
             if refused:
                 print(f"refused: {refused}", flush=True)
                 transport.send(conn, {"refused": refused})
+                if ending:
+                    raise _Stop()
                 continue
             target = _daemon_target(request["argv"])
             if target:
@@ -455,7 +455,6 @@ def _refusal(request: dict, fds: list[int], stamp: float) -> str:
 
 def _worker(conn: socket.socket, fds: list[int], request: dict, main: Callable[[list[str]], int]) -> None:
     """In the forked worker: the command line as the client would have run it."""
-    global in_worker
     code = INTERNAL_ERROR
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -473,7 +472,7 @@ def _worker(conn: socket.socket, fds: list[int], request: dict, main: Callable[[
         os.environ.clear()
         os.environ.update(request["env"])
         os.umask(int(request["umask"]))
-        in_worker = os.getppid()
+        resident_client.in_worker = os.getppid()
         code = main(list(request["argv"]))
     except SystemExit as exc:       # argparse's --help
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -22,11 +22,7 @@ from ..process.traceable import exiting
 from ..errors import NoSuchProcessError, PermissionDeniedError, TracerInternalError
 from ..live.reply import Reply
 from ..live.parser import Invocation
-
-
-def runtime_dir() -> str:
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    return os.path.join(base, "madtrace") if base else f"/tmp/madtrace-{os.getuid()}"
+from .resident_client import runtime_dir
 
 
 def ensure_runtime_dir() -> str:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from ...binary.maps import read_maps
-from ...target.areas import MAPS_PREFIX
 from ..registry import Command, register
 
 
@@ -18,6 +17,7 @@ class Maps(Command):
     json_form = True
 
     def run(self, session, args):
+        from ...target.areas import MAPS_PREFIX   # the daemon's side (numpy): not the client's
         return [{"start": m.start, "end": m.end, "perms": m.perms, "offset": m.offset,
                  "path": m.path, "label": m.label, "madtrace": m.path.startswith(MAPS_PREFIX)}
                 for m in read_maps(session.pid)]
