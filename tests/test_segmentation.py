@@ -250,3 +250,33 @@ def test_threads_number_their_calls_one_after_the_other(tmp_path):
     assert ids == [-1, -1]
     tids = [c.tid for c in sg.iter_thread_chunks(directory) if c.last]
     assert tids == [100, 200, 300]
+
+
+def test_segment_columns_are_the_rows_fields():
+    """replay.segment_columns (one C pass) gives each field of random segment rows,
+    and the calls' places in the merged stream as the store documents them:
+    begin_pos = begin_seq + accesses_before (-1 for a call begun before the
+    records), end_pos = end_seq + accesses_before + accesses_incl."""
+    from madtrace.trace.replay import SEGMENT_COLUMNS, SEGMENT_DTYPE, segment_columns
+    rng = np.random.default_rng(7)
+    rows = np.zeros(10_007, dtype=SEGMENT_DTYPE)
+    for name in SEGMENT_DTYPE.names:
+        if name != "pad":
+            info = np.iinfo(rows[name].dtype)
+            rows[name] = rng.integers(max(info.min, -(1 << 40)), min(info.max, 1 << 40),
+                                      len(rows), dtype=rows[name].dtype, endpoint=True)
+    rows["begin_seq"][::5] = -1
+    rows["outer"][::3] = 0
+    columns = segment_columns(rows)
+    assert list(columns) == [name for name, _ in SEGMENT_COLUMNS]
+    for name, values in columns.items():
+        if name in ("begin_pos", "end_pos", "outermost"):
+            continue
+        assert np.array_equal(values, rows[name].astype(values.dtype)), name
+    assert np.array_equal(columns["outermost"], rows["outer"] != 0)
+    before = rows["accesses_before"]
+    assert np.array_equal(columns["begin_pos"],
+                          np.where(rows["begin_seq"] < 0, -1, rows["begin_seq"] + before))
+    assert np.array_equal(columns["end_pos"],
+                          rows["end_seq"] + before + rows["accesses_incl"])
+    assert all(len(v) == 0 for v in segment_columns(rows[:0]).values())

@@ -34,6 +34,13 @@ SEGMENT_DTYPE = np.dtype([("call_id", "<i8"), ("parent_id", "<i8"), ("begin_seq"
                           ("bytes_self", "<i8"), ("bytes_incl", "<i8"),
                           ("accesses_before", "<i8"), ("fid", "<i4"),
                           ("depth", "<i4"), ("fate", "u1"), ("outer", "u1"), ("pad", "u1", 6)])
+# the columns rp_segment_columns makes of segment rows, in its order
+SEGMENT_COLUMNS = (("call_id", np.int64), ("parent_id", np.int64), ("begin_seq", np.int64),
+                   ("end_seq", np.int64), ("begin_pos", np.int64), ("end_pos", np.int64),
+                   ("begin_tsc", np.uint64), ("end_tsc", np.uint64),
+                   ("accesses_self", np.int64), ("accesses_incl", np.int64),
+                   ("bytes_self", np.int64), ("bytes_incl", np.int64), ("fid", np.int32),
+                   ("depth", np.int32), ("fate", np.int32), ("outermost", np.bool_))
 STAT_NAMES = ("records", "entries", "exits", "unmatched_exits", "unwound_frames", "depth",
               "first_tsc", "last_tsc", "next_call", "accesses", "bytes", "closed")
 
@@ -48,6 +55,7 @@ def _library() -> ctypes.CDLL:
         "rp_stats": (None, [P, P]), "rp_depth": (I64, [P]),
         "rp_run": (I, [P, P, I64, P, I64, P, I64, I64, I, I, P, I64, P, I64, P]),
         "rp_finish": (I64, [P, P, I64, P, I64]),
+        "rp_segment_columns": (None, [P, I64, P]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -127,3 +135,15 @@ class ThreadReplay:
     def stats(self) -> dict[str, int]:
         self.lib.rp_stats(self._ctx, self._stats.ctypes.data)
         return dict(zip(STAT_NAMES, self._stats.tolist()))
+
+
+def segment_columns(segments: np.ndarray) -> dict[str, np.ndarray]:
+    """SEGMENT_COLUMNS of SEGMENT_DTYPE rows, one contiguous array each, made in
+    one pass (rp_segment_columns)."""
+    segments = np.ascontiguousarray(segments, dtype=SEGMENT_DTYPE)
+    n = len(segments)
+    columns = {name: np.empty(n, dtype=dtype) for name, dtype in SEGMENT_COLUMNS}
+    pointers = (ctypes.c_void_p * len(columns))(*(a.ctypes.data for a in columns.values()))
+    if n:
+        _library().rp_segment_columns(segments.ctypes.data, n, pointers)
+    return columns

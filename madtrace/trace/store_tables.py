@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from .allocator_calls import AllocatorCalls
-from .replay import FATES
+from .replay import FATES, segment_columns
 from .compact import DATA_SUFFIX
 from .segmentation import iter_thread_chunks, load_tables, thread_files
 from .access_names import AccessDimensions
@@ -49,20 +49,10 @@ def records_columns(chunk) -> dict:
 
 
 def calls_columns(segments: np.ndarray, names: list[str]) -> dict:
-    s = segments
-    before, incl = s["accesses_before"], s["accesses_incl"]
-    return {
-        "call_id": s["call_id"],
-        "function": dictionary_column(s["fid"], names), "fid": s["fid"],
-        "parent_id": s["parent_id"], "depth": s["depth"],
-        "fate": dictionary_column(s["fate"].astype(np.int32), list(FATES)),
-        "outermost": s["outer"].astype(bool),
-        "begin_seq": s["begin_seq"], "end_seq": s["end_seq"],
-        "begin_pos": np.where(s["begin_seq"] < 0, -1, s["begin_seq"] + before),
-        "end_pos": s["end_seq"] + before + incl,
-        "begin_tsc": s["begin_tsc"], "end_tsc": s["end_tsc"],
-        "accesses_self": s["accesses_self"], "accesses_incl": incl,
-        "bytes_self": s["bytes_self"], "bytes_incl": s["bytes_incl"]}
+    columns = segment_columns(segments)
+    columns["function"] = dictionary_column(columns["fid"], names)
+    columns["fate"] = dictionary_column(columns["fate"], list(FATES))
+    return columns
 
 
 def _column(values: list, type_: pa.DataType) -> pa.Array:
