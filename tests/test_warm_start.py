@@ -59,6 +59,29 @@ def test_a_warm_run_lays_out_what_the_cold_run_learnt(tmp_path, own_cache, progr
     assert moves(before) >= 20 and moves(after) * 5 <= moves(before), (before, after)
 
 
+def test_a_library_is_laid_out_with_what_runs_of_the_same_program_learnt(tmp_path, own_cache):
+    """The C library's list is per program: a first run of another program on it
+    lays out nothing (what runs of the first touched in it is not its own), and
+    gets the same accesses as without a cache; the first program's next run
+    lays out its own.  `cache list` names the program of each list."""
+    a = [prog("data_kernels", "O2-nopie"), "list", "3000"]
+    b = [prog("data_tail_jumps", "O2-nopie"), "3000"]
+    _, a_meta, _ = madtrace_accesses(tmp_path / "a1", a, HYBRID)
+    lists = [name for name in os.listdir(own_cache) if name.endswith(".mtd")]
+    assert lists, "the first run kept no list"
+    b_cold, b_meta, _ = madtrace_accesses(tmp_path / "b1", b, HYBRID)
+    assert "functions laid out before their first fault" not in rewriter(b_meta)
+    shutil.rmtree(own_cache)
+    b_alone, _, _ = madtrace_accesses(tmp_path / "b0", b, HYBRID)
+    assert b_cold == b_alone
+    madtrace_accesses(tmp_path / "a0", a, HYBRID)          # its list again, cold
+    _, a_warm, _ = madtrace_accesses(tmp_path / "a2", a, HYBRID)
+    assert rewriter(a_warm)["functions laid out before their first fault"] == \
+        rewriter(a_meta)["functions_relocated"]
+    listing = madtrace("cache", "list").stdout.decode()
+    assert f"(runs of {os.path.realpath(a[0])})" in listing, listing
+
+
 def test_a_rebuilt_binary_is_not_given_the_old_copies(tmp_path, own_cache):
     """The list is kept per binary by its identity (build-id and size): the same
     path rebuilt from other source gets a list of its own, the old one is not

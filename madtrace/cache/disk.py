@@ -189,6 +189,8 @@ def list_entries(suffix: str, magic: bytes, fmt: int) -> list[dict]:
             header, _ = read_entry(path, magic, fmt)
             entry.update(binary=header.get("path"), build_id=header.get("build_id"),
                          created=header.get("created"), ok=True)
+            if header.get("program"):       # a list kept per program (discovery_cache.py)
+                entry["program"] = header["program"]
         except (CorruptEntry, OSError) as exc:
             entry.update(binary=None, ok=False, problem=str(exc))
         out.append(entry)

@@ -50,6 +50,7 @@ def run(args) -> int:
     for e in entries + scans + tables + copier + analyses + learnt:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e["created"])) if e.get("created") \
             else "?"
-        what = e["binary"] if e["ok"] else f"CORRUPT ({e.get('problem')}): rebuilt when next used"
+        what = (e["binary"] + (f" (runs of {e['program']})" if e.get("program") else "")
+                if e["ok"] else f"CORRUPT ({e.get('problem')}): rebuilt when next used")
         print(f"  {e['bytes'] / 1e6:8.2f} MB  {when}  {what}")
     return 0

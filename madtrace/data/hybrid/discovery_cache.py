@@ -12,11 +12,19 @@ its first fault makes it known; not at an attach, whose threads are anywhere):
 a warm run faults only on what is new.  The copies themselves are made again (their bytes depend on where the
 code area lands and on the run's instruction ids), from the analysis cache.
 
-Where: beside the copier's caches, one file per binary, ``<key>.mtd`` (the
-key: build-id and size, as theirs), in the cache's container: ``MTDISC01``,
-the JSON header (the analyser's version: the copier's source and capstone's,
-as entry_cache.py; the binary's path and build-id), the payload ``marshal`` of
-{function start: (end, (wanted instruction, ...))}, ELF-relative addresses.
+Per program: a library's list is that of the runs of one program (the
+main executable: its key), so that what runs of other programs touched in the
+C library is not laid out (it grew with every program ever traced, and every
+run laid it all out before its program started: 286 copies, 0.34 s, for
+``/bin/true``).  Without a main executable with a file, the binary's own list.
+
+Where: beside the copier's caches, one file per binary and program,
+``<key>.of-<program>.mtd`` (the keys: build-id and size, as theirs; the
+program's hashed), in the cache's container: ``MTDISC01``, the JSON header
+(the analyser's version: the copier's source and capstone's, as
+entry_cache.py; the binary's path and build-id, the program's path), the
+payload ``marshal`` of {function start: (end, (wanted instruction, ...))},
+ELF-relative addresses.
 A function is laid out again only when its bounds are still those the binary
 gives (symbol or .eh_frame) and its bytes copy (a rebuilt binary has another
 key: its old list is never read).  A damaged file is said in one line and
@@ -29,6 +37,7 @@ whose list grew (at the end of data tracing).
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 from ...cache import disk
@@ -49,9 +58,24 @@ def read_file(path: str) -> dict:
     return stored
 
 
-def write_file(path: str, functions: dict, image=None) -> None:
-    write_marshalled(path, functions, MAGIC, FORMAT, analyser_version(),
-                     {"functions": len(functions)}, image)
+def write_file(path: str, functions: dict, image=None, program=None) -> None:
+    counts: dict = {"functions": len(functions)}
+    if program is not None and getattr(program, "path", None):
+        counts["program"] = os.path.realpath(program.path)
+    write_marshalled(path, functions, MAGIC, FORMAT, analyser_version(), counts, image)
+
+
+def path_of(image, program) -> str | None:
+    """The file of ``image``'s list for runs of ``program`` (an image, or None:
+    the binary's own list); None: no file to key it by."""
+    suffix = SUFFIX
+    if program is not None and getattr(program, "path", None) is not None:
+        try:
+            key = hashlib.sha256(disk.cache_key(program).encode()).hexdigest()[:16]
+        except OSError:
+            return None
+        suffix = f".of-{key}{SUFFIX}"
+    return disk.entry_path_of(image, suffix)
 
 
 def list_entries() -> list[dict]:
@@ -63,8 +87,10 @@ def clear() -> tuple[int, int]:
 
 
 class DiscoveryCache:
-    def __init__(self, notify=None):
+    def __init__(self, notify=None, program=lambda: None):
+        """``program()``: the image of the run's main executable (None: none)."""
         self.notify = notify or (lambda message: disk.notify(message))
+        self.program = program
         # module name -> (module, file path or "", {start: (end, wanted)}, grew)
         self._modules: dict[str, list] = {}
         self.stats = {"functions laid out before their first fault": 0,
@@ -73,7 +99,7 @@ class DiscoveryCache:
     def _of(self, module) -> list:
         entry = self._modules.get(module.name)
         if entry is None:
-            path = disk.entry_path_of(module.image, SUFFIX) or ""
+            path = path_of(module.image, self.program()) or ""
             functions: dict = {}
             if path and os.path.exists(path):
                 stored, usable = read_kept(path, read_file, self.notify, "discovery cache")
@@ -111,7 +137,7 @@ class DiscoveryCache:
             if not path or not grew:
                 continue
             try:
-                write_file(path, functions, module.image)
+                write_file(path, functions, module.image, self.program())
                 self.stats["discovery files written"] += 1
             except OSError as exc:
                 self.notify(f"discovery cache {path}: {exc.strerror}; not written")

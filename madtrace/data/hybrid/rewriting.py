@@ -152,7 +152,8 @@ class Rewriter:
         self._bounds_of: dict[int, tuple | None] = {}   # faulting instructions' functions
         self.entry_cache = EntryCache()
         self.analysis_cache = AnalysisCache()
-        self.discovery = DiscoveryCache()
+        self.discovery = DiscoveryCache(
+            program=lambda: self.space.main.image if self.space.main is not None else None)
         self.settler = ProbeSettler(self)
         self.copy_after = COPY_AFTER  # 1: every function is copied at its first fault
         # the fault loop gives back no fault of these any more (cold before, copied now)
