@@ -29,8 +29,11 @@ from ..calls.plan import split_patterns
 from .mappings import CleanSlate
 from .results import Results
 from .images import ImageChanges, parent_of, read_cmdline
+from .crashes import CrashReports
 from .forks import ForkChildren
-from ..errors import StrippedBinaryError, UnknownSymbolError, UsageError
+from ..binary.maps import read_maps
+from ..errors import MadtraceError, StrippedBinaryError, UnknownSymbolError, UsageError
+from ..target.areas import MAPS_PREFIX
 from ..flight.session import FlightSession, flight_session
 from ..process.controller import Controller
 from ..process.cpu import SameCpu
@@ -325,6 +328,9 @@ class Recording(ImageChanges, CleanSlate, Results):
         self.hooks.on_exec.append(self._on_exec)
         if self.flight is not None:
             self.hooks.before_forward_signal.append(self.flight.before_forward_signal)
+        self.crashes = CrashReports(self._madtrace_code, self._symbolize, self.log)
+        self.hooks.signal_claimers.insert(0, self.crashes.first_look)
+        self.hooks.before_forward_signal.append(self.crashes.before_forward)
 
     def _start_image(self) -> None:
         """Install the engines in the image traced now (at launch, attach, or the entry
@@ -514,6 +520,32 @@ class Recording(ImageChanges, CleanSlate, Results):
             self._same_cpu.__exit__(None, None, None)
             self._same_cpu = None
 
+    def _madtrace_code(self, address: int) -> str | None:
+        """What of madtrace's holds code ``address`` (crashes.py): a copy of one of
+        the program's functions (the data engine's), another of its areas, or
+        None (the program's own code)."""
+        paths = self.data.paths if self.data is not None else None
+        rewriter = paths.rewriter if paths is not None else None
+        copy = rewriter.copy_at(address) if rewriter is not None else None
+        if copy is not None:
+            original = copy.original_of(address)
+            probe = copy.probe_at(address)
+            what = f"in madtrace's copy of {self._symbolize(copy.start)}"
+            if original is not None:
+                what += f", at the copy of {self._symbolize(original)}"
+            return what + (" (its data probe)" if probe is not None else "")
+        try:
+            for m in read_maps(self.tracee.pid):
+                if m.start <= address < m.end:
+                    return f"in madtrace's {m.path}" if m.path.startswith(MAPS_PREFIX) else None
+        except MadtraceError:
+            pass
+        return None
+
+    def _symbolize(self, address: int) -> str:
+        space = self.address_space
+        return space.symbolize(address) if space is not None else f"{address:#x}"
+
     def _snapshot_at_exit(self, tracee: Tracee, tid: int) -> None:
         if tid == tracee.pid or len(tracee.threads) <= 1:
             self._maps_end = self._program_maps()
@@ -604,6 +636,8 @@ class Recording(ImageChanges, CleanSlate, Results):
             end_time=time.time(),
             forks=self.controller.forks_seen if self.controller else 0,
             signals_forwarded=self.controller.signals_forwarded if self.controller else 0,
+            **({"fatal_signals": self.crashes.reports}
+               if getattr(self, "crashes", None) is not None and self.crashes.reports else {}),
             modules=modules,
             symbols=sum(m["symbols"] for m in modules),
         )
