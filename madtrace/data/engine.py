@@ -267,6 +267,18 @@ class DataEngine:
     def is_protected(self, page: int) -> bool:
         return self.armed and bool(self.protected.get(page))
 
+    def page_note(self, address: int) -> str:
+        """What the engine holds of the page of ``address`` (a fault the program
+        dies of: recording/crashes.py): its protection as the engine set it and
+        whether probes reach it through the alias (its bitmap bit)."""
+        page = address & ~(PAGE - 1)
+        kept = self.protected.get(page)
+        alias = self.alias
+        aliased = alias is not None and alias.usable(page, page + PAGE)
+        return (f"page {page:#x}: {'protected' if kept else 'not protected'} by the data engine"
+                f"{'' if self.armed else ' (not armed)'}, "
+                f"{'aliased' if aliased else 'not aliased'} for the probes")
+
     def protect(self, rs: RemoteSyscalls, pages) -> None:
         if not self.armed:
             return

@@ -311,11 +311,12 @@ class SyscallGate:
             if nr == SYS_BRK:
                 self._refresh_heap(rs, result)
             elif nr == SYS_MUNMAP:
-                if alias is not None:
-                    alias.unmapped(rs, args[0], args[0] + args[1])
-                self._forget(args[0], args[0] + args[1])
-                if alloc:
-                    alloc.unmapped(tid, args[0], args[0] + _page_up(args[1]))
+                for lo, hi in self._gone(tracee, args[0], args[0] + _page_up(args[1])):
+                    if alias is not None:
+                        alias.unmapped(rs, lo, hi)
+                    self._forget(lo, hi)
+                    if alloc:
+                        alloc.unmapped(tid, lo, hi)
             elif nr == SYS_MMAP:
                 start, end = result, result + _page_up(args[1])
                 if alias is not None:
@@ -357,6 +358,32 @@ class SyscallGate:
         if alias.alias(rs, start, end, [Origin(start, end, path)], read_maps(rs.tracee.pid),
                        fresh=True):
             alias.update_access(self.engine.protected, pages)
+
+    @staticmethod
+    def _gone(tracee, start: int, end: int) -> list[tuple[int, int]]:
+        """The parts of [start, end) that no mapping holds now: what a munmap took
+        away.  With other threads running, the kernel may have given the range to
+        another thread's mmap since, and that call's end may have been handled
+        first (each thread waits at its own call's end, not at the others'): its
+        pages are that mapping's now, traced and protected as such, and are kept
+        (forgotten, they stayed closed to the program with nothing to open them:
+        its next access died of SIGSEGV)."""
+        if len(tracee.threads) <= 1:
+            return [(start, end)]
+        out, at = [], start
+        for m in sorted(read_maps(tracee.pid), key=lambda m: m.start):
+            if m.end <= at:
+                continue
+            if m.start >= end:
+                break
+            if m.start > at:
+                out.append((at, m.start))
+            at = max(at, m.end)
+            if at >= end:
+                break
+        if at < end:
+            out.append((at, end))
+        return out
 
     def _forget(self, start: int, end: int) -> None:
         engine = self.engine

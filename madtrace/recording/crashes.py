@@ -32,8 +32,11 @@ class CrashReports:
     """``where(address) -> str | None``: madtrace's own account of an address (a
     copy, an area), None: the program's code, named by ``symbolize``."""
 
-    def __init__(self, where, symbolize, log):
+    def __init__(self, where, symbolize, log, address_note=lambda address: None):
+        """``address_note(address)``: what madtrace holds of the faulting address
+        (the data engine's protection and alias of its page), or None."""
         self.where, self.symbolize, self.log = where, symbolize, log
+        self.address_note = address_note
         self.reports: list[dict] = []
         self._struck: dict[int, int] = {}      # tid -> rip as the fault left it
 
@@ -63,11 +66,15 @@ class CrashReports:
                              self.reports[-1]["address"]) == (event.tid, rip, event.si_addr):
             return      # the same fault again: the data engine's guard handed it back
         place = self.where(struck) or self.symbolize(struck)
-        report = {"signal": name, "tid": event.tid, "rip": rip, "address": event.si_addr,
-                  "at": place}
+        report = {"signal": name, "code": event.si_code, "tid": event.tid, "rip": rip,
+                  "address": event.si_addr, "at": place}
+        note = self.address_note(event.si_addr)
+        if note:
+            report["address_note"] = note
         if struck != rip:
             report["struck_at"] = struck       # in madtrace's copy; rip: where it goes on
         self.reports.append(report)
         if len(self.reports) == 1:
-            self.log(f"thread {event.tid} takes {name} at {struck:#x}, {place} (address "
-                     f"{event.si_addr:#x}); it is delivered to the program")
+            self.log(f"thread {event.tid} takes {name} (code {event.si_code}) at {struck:#x}, "
+                     f"{place} (address {event.si_addr:#x}{'; ' + note if note else ''}); it "
+                     "is delivered to the program")

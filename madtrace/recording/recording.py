@@ -328,7 +328,9 @@ class Recording(ImageChanges, CleanSlate, Results):
         self.hooks.on_exec.append(self._on_exec)
         if self.flight is not None:
             self.hooks.before_forward_signal.append(self.flight.before_forward_signal)
-        self.crashes = CrashReports(self._madtrace_code, self._symbolize, self.log)
+        self.crashes = CrashReports(
+            self._madtrace_code, self._symbolize, self.log,
+            lambda address: self.data.page_note(address) if self.data is not None else None)
         self.hooks.signal_claimers.insert(0, self.crashes.first_look)
         self.hooks.before_forward_signal.append(self.crashes.before_forward)
 
