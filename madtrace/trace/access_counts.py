@@ -12,25 +12,18 @@ records, the segmentation gives each access its call as it does for the store.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .access_names import AccessDimensions
-from ..errors import CorruptTraceError
 from .allocator_calls import AllocatorCalls
-from . import access_pass
-from .compact import COMPACT_DTYPE, DATA_SUFFIX, MARK_ORDER, InstructionColumns, compact_reader, \
-    from_planes
+from .compact import DATA_SUFFIX, compact_reader
 from .naming import AccessNamer
 from .record_files import ACCESS_RECORDS, CALL_RECORDS
 from .segmentation import FATES, iter_thread_chunks, load_tables
 
 CHUNK_ROWS = 1 << 20
-# threads that count a data file's blocks side by side (the summary of a trace
-# without calls); each has its own namer
-COUNTERS = max(1, min(4, os.cpu_count() or 1))
 _UNMATCHED = FATES.index("unmatched")
 
 
@@ -60,22 +53,18 @@ def access_totals(directory: str, progress=None) -> AccessTotals:
                 if progress is not None:
                     progress(done)
 
-            files = ACCESS_RECORDS.files(directory)
-            compact = [(tid, path) for tid, path in files if path.endswith(DATA_SUFFIX)]
-            helpers = _count_blocks(compact, dimensions, allocator, step) if compact else []
-            try:
-                for tid, path in files:
-                    if not path.endswith(DATA_SUFFIX):
-                        for chunk in ACCESS_RECORDS.chunks(path, CHUNK_ROWS):
-                            dimensions.ids.count_rows(chunk, allocator.spans(tid))
-                            step(len(chunk))
-                for helper in helpers:   # their own dense ids: the rows are added up by name
-                    _append(totals, helper)
-            finally:
-                for helper in helpers:
-                    helper.close()
+            for tid, path in ACCESS_RECORDS.files(directory):
+                if path.endswith(DATA_SUFFIX):
+                    compact_reader(path).count(dimensions.ids, allocator.spans(tid), step)
+                else:
+                    for chunk in ACCESS_RECORDS.chunks(path, CHUNK_ROWS):
+                        dimensions.ids.count_rows(chunk, allocator.spans(tid))
+                        done += len(chunk)
+                        if progress is not None:
+                            progress(done)
         if dimensions is not None:
-            _append(totals, dimensions)
+            totals.data = dimensions.new_data()
+            totals.counts = dimensions.counts()
     finally:
         if dimensions is not None:
             dimensions.close()
@@ -115,118 +104,3 @@ def _with_calls(directory, totals, dimensions, allocator, progress) -> None:
         for row, key in enumerate(("calls", "accesses_self", "accesses_incl", "bytes_self",
                                    "bytes_incl")):
             f[key] += int(sums[row, fid])
-
-
-def _append(totals: AccessTotals, dimensions: AccessDimensions) -> None:
-    """The data rows and counts of ``dimensions`` after those already in ``totals``."""
-    data, counts = dimensions.new_data(), dimensions.counts()
-    if not totals.data:
-        totals.data, totals.counts = data, counts
-        return
-    first = len(totals.counts)
-    for key, values in data.items():
-        totals.data[key] = list(totals.data[key]) + list(
-            values + first if key == "did" else values)
-    totals.counts = np.concatenate([totals.counts, counts])
-
-
-def _count_blocks(files, dimensions: AccessDimensions, allocator, step) -> list[AccessDimensions]:
-    """The compact files' blocks counted by COUNTERS threads side by side (the C
-    pass releases the GIL), each block by whichever thread is free, each thread
-    into its own AccessDimensions (``dimensions``, then new ones returned: their
-    ids are their own; the summary adds the rows up by name).  A block that
-    starts with its order marker (every block the drain writes: one batch each,
-    data/records.py) counts without the blocks before it; one that does not
-    waits for the block before it and takes the order it ended with."""
-    import queue
-    import threading
-
-    from .compact import iter_raw_blocks
-    from .read_ahead import read_ahead
-
-    jobs: queue.Queue = queue.Queue(maxsize=2 * COUNTERS)
-    counters = [dimensions] + [AccessDimensions(dimensions.namer, whole_objects=True)
-                               for _ in range(COUNTERS - 1)]
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-    ends: dict[int, tuple[int, int]] = {}      # block -> (seq, next order) after it
-
-    def count(ids, index: int, start: tuple[int, int], tid: int, reader, raw, n: int,
-              planes: bool) -> None:
-        for attempt in (0, 1):
-            state = access_pass.DecodeState(*start)
-            try:
-                ids.count_compact(raw, n, planes, reader.table, state, allocator.spans(tid))
-                break
-            except access_pass.UnknownInstruction as exc:
-                with lock:          # appended since the table was read: read it again
-                    if attempt or reader.directory is None:
-                        raise CorruptTraceError(f"{reader.path}: instruction id {exc.ident} "
-                                                "unknown") from None
-                    reader.table = InstructionColumns.load(reader.directory)
-        with lock:
-            ends[index] = (int(state.seq), int(state.next_order))
-            step(n)
-
-    def work(ids) -> None:
-        while True:
-            job = jobs.get()
-            try:
-                if job is None:
-                    return
-                if not errors:
-                    count(ids, *job)
-            except BaseException as exc:     # the first error is raised by the caller
-                errors.append(exc)
-            finally:
-                jobs.task_done()
-
-    threads = [threading.Thread(target=work, args=(c.ids,), name="madtrace-count", daemon=True)
-               for c in counters]
-    for thread in threads:
-        thread.start()
-    index = 0
-    try:
-        for tid, path in files:
-            reader = compact_reader(path)
-            first = index
-            for _offset, raw, n, planes in read_ahead(iter_raw_blocks(path)):
-                if errors:
-                    break
-                if _starts_with_order(raw, n, planes) or index == first:
-                    jobs.put((index, (0, 0), tid, reader, raw, n, planes))
-                else:           # the order the block before it ended with
-                    jobs.join()
-                    if errors:
-                        break
-                    count(dimensions.ids, index, ends[index - 1], tid, reader, raw, n, planes)
-                index += 1
-            if errors:
-                break
-    finally:
-        for _ in threads:
-            jobs.put(None)
-        for thread in threads:
-            thread.join()
-    if errors:
-        for helper in counters[1:]:
-            helper.close()
-        raise errors[0]
-    return counters[1:]
-
-
-def _starts_with_order(raw, n: int, planes: bool) -> bool:
-    """Whether a block's order marker comes before its first access (so that it
-    decodes without the blocks before it)."""
-    head = min(n, 2)
-    if planes:
-        records = from_planes(np.concatenate([np.frombuffer(raw, dtype=np.uint8)[k * n:k * n + head]
-                                              for k in range(COMPACT_DTYPE.itemsize)]), head)
-    else:
-        records = np.frombuffer(raw, dtype=COMPACT_DTYPE, count=head)
-    for ident, b in zip(records["id"].tolist(), records["b"].tolist()):
-        if ident != 0:
-            return False
-        if b == MARK_ORDER:
-            return True
-    return False
