@@ -115,8 +115,12 @@ def start_on_demand(idle: float) -> bool:
         return False
     code = (f"import sys, time; time.sleep({DEMAND_DELAY!r}); from madtrace.cli.main import main; "
             "sys.exit(main(sys.argv[1:]))")
+    # this very package, wherever it was imported from (a checkout run from its folder)
+    where = os.path.dirname(_package_dir())
+    path = os.pathsep.join(p for p in (where, os.environ.get("PYTHONPATH")) if p)
     subprocess.Popen([sys.executable, "-c", code, "daemon", "--resident", "-q",
-                      "--idle", repr(idle)], stdin=subprocess.DEVNULL,
+                      "--idle", repr(idle)], env=dict(os.environ, PYTHONPATH=path),
+                     stdin=subprocess.DEVNULL,
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
                      start_new_session=True, close_fds=True)
     return True
