@@ -30,7 +30,7 @@ def test_the_fault_a_program_dies_of_is_named(tmp_path, options, copied):
     assert result.returncode == 139 and result.stdout == native.stdout, result.stderr
     meta = json.loads((tmp_path / "t" / "meta.json").read_text())
     assert meta["exit_signal"] == 11
-    (report,) = meta["fatal_signals"]
+    (report,) = meta["faults_delivered"]
     assert report["signal"] == "SIGSEGV" and report["address"] == 4 and report["code"] == 1
     assert ("page 0x0: not protected by the data engine" in report.get("address_note", "")) == copied
     (main,) = ElfImage.load(argv[0]).symbols_named("main")

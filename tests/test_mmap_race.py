@@ -35,7 +35,7 @@ def test_threads_mapping_and_unmapping_side_by_side(tmp_path, variant):
                           *argv, timeout=300)
         assert (result.returncode, result.stdout) == (0, native.stdout), (run, result.stderr)
         meta = json.loads((out / "meta.json").read_text())
-        assert "fatal_signals" not in meta
+        assert "faults_delivered" not in meta
         kinds = dict(connect(str(out)).execute(
             "SELECT kind, count(*) FROM accesses WHERE region LIKE '[anon %' "
             "AND instruction LIKE 'worker+%' GROUP BY kind").fetchall())

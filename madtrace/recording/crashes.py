@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""Where a fault that the program dies of struck, said in the program's terms.
+"""Where a fault delivered to the program struck, said in the program's terms.
 
 A SIGSEGV, SIGBUS, SIGILL or SIGFPE raised by the kernel for a thread's own
 instruction (si_code > 0) and not claimed by an engine (a data fault, a probe's
-step) is delivered to the program, which usually dies of it.  Before it is
+step) is delivered to the program, which dies of it unless it handles it.  Before it is
 delivered, ``CrashReports.before_forward`` notes the thread, the instruction
 (rip, and ``struck_at`` when the fault struck in a copy the data engine then
 moved the thread out of, to the original instruction: ``first_look``) and
@@ -12,7 +12,7 @@ own code (``function+0xoff (module)``), a copy madtrace made of one of its
 functions (which one, and the original instruction; in a data probe or not),
 or another of madtrace's areas.  The same fault met again (the data engine's
 guard hands a fault of the program's own back to it, which then faults again
-with its own action) is one report.  meta.json keeps them (``fatal_signals``, the
+with its own action) is one report.  meta.json keeps them (``faults_delivered``, the
 first few), and the recording says the first on stderr: a program that dies
 under madtrace and not without it is then told from one that dies either way.
 """

@@ -638,7 +638,7 @@ class Recording(ImageChanges, CleanSlate, Results):
             end_time=time.time(),
             forks=self.controller.forks_seen if self.controller else 0,
             signals_forwarded=self.controller.signals_forwarded if self.controller else 0,
-            **({"fatal_signals": self.crashes.reports}
+            **({"faults_delivered": self.crashes.reports}
                if getattr(self, "crashes", None) is not None and self.crashes.reports else {}),
             modules=modules,
             symbols=sum(m["symbols"] for m in modules),
