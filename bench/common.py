@@ -11,6 +11,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, "build", "tests")
 sys.path.insert(0, ROOT)
+# the benches' own 'madtrace daemon' commands start no resident process on demand
+# (each bench has runtime directories of its own: one would stay for minutes after
+# it); bench_live.py measures the plain commands with it on, on purpose
+os.environ.setdefault("MADTRACE_RESIDENT_IDLE", "0")
 
 
 def prog(name: str, variant: str = "O2-pie") -> str:
