@@ -34,8 +34,8 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import math
+import shutil
 import signal
 import socket
 import subprocess
@@ -107,8 +107,8 @@ def on_demand_idle() -> float:
 def start_on_demand(idle: float) -> bool:
     """Starts a resident process in the background for the next commands, unless
     one listens already; does not wait for it (it imports the tracer once this
-    command's attach is done: DEMAND_DELAY).  It ends after ``idle`` seconds without a command.  Returns
-    whether one was started."""
+    command's attach is done: DEMAND_DELAY).  It ends after ``idle`` seconds
+    without a command.  Returns whether one was started."""
     sock = _connect()
     if sock is not None:
         sock.close()
@@ -347,11 +347,7 @@ def _serve(listener: socket.socket, stamp: float, command_line: CommandLine,
             if "ping" in request:
                 transport.send(conn, {"pid": os.getpid()})
                 continue
-            refused = _refusal(request, fds, stamp)
-            ending = bool(refused) and idle > 0 and code_stamp() != stamp
-            if ending:              # started on demand: the next command starts a fresh one
-                refused = (f"madtrace's files changed since the resident process {os.getpid()} "
-                           "started (it ends now)")
+            refused, ending = _refusal(request, fds, stamp, on_demand=idle > 0)
             if refused:
                 print(f"refused: {refused}", flush=True)
                 transport.send(conn, {"refused": refused})
@@ -441,20 +437,25 @@ def _daemon_target(argv: list) -> int:
     return 0
 
 
-def _refusal(request: dict, fds: list[int], stamp: float) -> str:
+def _refusal(request: dict, fds: list[int], stamp: float, on_demand: bool) -> tuple[str, bool]:
+    """(why the request is refused, or "": run it; whether the resident ends after
+    saying so: one started on demand whose madtrace files changed, so that the
+    next command starts a fresh one)."""
     if len(fds) != (5 if "child" in request else 3):
         return ("a request passes stdin, stdout and stderr (and a launched child's two pipes: "
-                "madtrace-ctl record)")
+                "madtrace-ctl record)"), False
     if "child" in request and (not isinstance(request["child"], int) or request["child"] <= 0
                                or (request.get("argv") or [""])[0] != "record"):
-        return "a child to launch goes with a record command"
+        return "a child to launch goes with a record command", False
     if request.get("package") != _package_dir() or request.get("python") != sys.executable:
         return (f"the resident process {os.getpid()} runs madtrace from {_package_dir()} with "
-                f"{sys.executable}")
+                f"{sys.executable}"), False
     if code_stamp() != stamp:
+        then = ("it ends now" if on_demand else
+                "restart it: madtrace daemon --stop-resident; madtrace daemon --resident")
         return (f"madtrace's files changed since the resident process {os.getpid()} started "
-                "(restart it: madtrace daemon --stop-resident; madtrace daemon --resident)")
-    return ""
+                f"({then})"), on_demand
+    return "", False
 
 
 def _worker(conn: socket.socket, fds: list[int], request: dict, main: Callable[[list[str]], int]) -> None:

@@ -268,8 +268,8 @@ class DataEngine:
         return self.armed and bool(self.protected.get(page))
 
     def page_note(self, address: int) -> str:
-        """What the engine holds of the page of ``address`` (a fault the program
-        dies of: recording/crashes.py): its protection as the engine set it and
+        """What the engine holds of the page of ``address`` (a fault delivered to
+        the program: recording/crashes.py): its protection as the engine set it and
         whether probes reach it through the alias (its bitmap bit)."""
         page = address & ~(PAGE - 1)
         kept = self.protected.get(page)

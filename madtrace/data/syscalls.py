@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..binary.maps import read_maps
+from ..binary.maps import read_maps, unmapped_parts
 from ..process import ptrace_raw as pr
 from ..process.events import SyscallStop
 from ..process.remote_syscall import RemoteSyscalls
@@ -370,20 +370,7 @@ class SyscallGate:
         its next access died of SIGSEGV)."""
         if len(tracee.threads) <= 1:
             return [(start, end)]
-        out, at = [], start
-        for m in sorted(read_maps(tracee.pid), key=lambda m: m.start):
-            if m.end <= at:
-                continue
-            if m.start >= end:
-                break
-            if m.start > at:
-                out.append((at, m.start))
-            at = max(at, m.end)
-            if at >= end:
-                break
-        if at < end:
-            out.append((at, end))
-        return out
+        return unmapped_parts(start, end, read_maps(tracee.pid))
 
     def _forget(self, start: int, end: int) -> None:
         engine = self.engine

@@ -137,6 +137,7 @@ class Recording(ImageChanges, CleanSlate, Results):
         self._warned_stripped = False
         self.functions: FunctionTracer | None = None
         self.data: DataEngine | None = None
+        self.crashes: CrashReports | None = None     # from the start (_after_start)
         # shared by the two engines of the image traced now (calls/entry_links.py)
         self.entry_links = EntryLinks()
         # the directory of the image traced now: options.output, then DIR/exec.N after
@@ -639,7 +640,7 @@ class Recording(ImageChanges, CleanSlate, Results):
             forks=self.controller.forks_seen if self.controller else 0,
             signals_forwarded=self.controller.signals_forwarded if self.controller else 0,
             **({"faults_delivered": self.crashes.reports}
-               if getattr(self, "crashes", None) is not None and self.crashes.reports else {}),
+               if self.crashes is not None and self.crashes.reports else {}),
             modules=modules,
             symbols=sum(m["symbols"] for m in modules),
         )
